@@ -1,0 +1,47 @@
+// Package sluice is distributed rate limiting for Go services, with Valkey as
+// the shared, atomic counter.
+//
+// A [Limiter] answers "may this happen now?" for a key (a user, an API key,
+// an address, an action) under one [Policy]:
+//
+//   - [FixedWindow]: a counter per aligned window. Cheapest; a client may
+//     get up to 2×Limit across a window edge.
+//   - [SlidingLog]: one timestamp per request. Exact; memory grows with the
+//     limit, so use it for low limits on sensitive actions (login, password
+//     reset mail, one-time codes).
+//   - [SlidingWindow]: the current and previous window's counts, weighted.
+//     Approximate (it assumes the previous window's requests were evenly
+//     spread), small state: a good general default.
+//   - [TokenBucket]: a bucket of Capacity tokens refilled at Rate per Per.
+//     Bursts up to the capacity plus a steady rate: APIs.
+//   - [GCRA]: the generic cell rate algorithm, equivalent to a token bucket
+//     with a single integer of state.
+//
+// Every decision is one atomic step in the [Store]: on Valkey (package
+// valkeystore) one Lua script call against keys of one cluster slot, in
+// process (package memstore) one critical section with the same arithmetic,
+// so that both return identical Results for identical inputs.
+//
+// # Keys
+//
+// A limiter named "api" keeps the state of identity "user:42" under
+// "rl:v1:api:{user:42}". The identity is escaped (so distinct identities
+// never share a key), hashed with SHA-256 when long, and is the Valkey
+// Cluster hash tag, so all the state of one identity lives in one slot. Keys
+// holding e-mail addresses or other personal data should be hashed by the
+// caller before they reach Sluice (package login does this for usernames).
+//
+// # Time
+//
+// By default the store's clock decides: Valkey's TIME inside the script, so
+// application servers with skewed clocks agree. [WithClock] passes the
+// caller's clock instead (tests use a fake clock for exact boundaries).
+// Durations are resolved to the microsecond.
+//
+// # Failure
+//
+// Each decision has a timeout ([WithTimeout], 50ms by default). When the
+// store fails or is slow, the limiter decides without it as its owner chose
+// ([WithFailMode]): open (allow, the default) for general APIs, closed
+// (refuse) for logins and one-time codes. Such a Result has Degraded set.
+package sluice

@@ -1,0 +1,23 @@
+package sluice
+
+import "errors"
+
+var (
+	// ErrInvalidPolicy is returned by New for a policy that cannot be
+	// enforced: a zero or negative limit, a window under a millisecond, a NaN
+	// or infinite rate. The wrapping error says which field is wrong.
+	ErrInvalidPolicy = errors.New("sluice: invalid policy")
+
+	// ErrInvalidCost is returned for a negative cost, or a cost larger than
+	// the policy's capacity (such a request could never be allowed, and
+	// refusing it silently would hide a bug).
+	ErrInvalidCost = errors.New("sluice: invalid cost")
+
+	// ErrInvalidKey is returned for an empty key.
+	ErrInvalidKey = errors.New("sluice: invalid key")
+
+	// ErrStoreUnavailable wraps the store's error when a decision could not
+	// be made by the store (timeout, connection refused, server error). The
+	// Result returned with it was decided by the limiter's fail mode.
+	ErrStoreUnavailable = errors.New("sluice: store unavailable")
+)

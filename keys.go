@@ -1,0 +1,120 @@
+package sluice
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
+
+// DefaultPrefix is the prefix of every key unless WithPrefix says otherwise.
+// The version is part of it: a change of key layout or algorithm state is a
+// new prefix, never a migration.
+const DefaultPrefix = "rl:v1"
+
+// MaxIdentityLen is the longest escaped identity kept verbatim in a key;
+// longer ones are replaced by their SHA-256.
+const MaxIdentityLen = 128
+
+// Key returns the store key for identity under the limiter named name:
+//
+//	<prefix>:<name>:{<identity>}
+//
+// The identity is escaped (%, {, }, #, space, control and non-ASCII bytes
+// are percent-encoded) and, when the escaped form is longer than
+// MaxIdentityLen, replaced by "#" and its SHA-256 in hex. Distinct
+// identities give distinct keys, and the braces make the identity the
+// Valkey Cluster hash tag. name must be a valid limiter name (see WithName);
+// prefix must not contain braces.
+func Key(prefix, name, identity string) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + len(name) + len(identity) + 8)
+	b.WriteString(prefix)
+	b.WriteByte(':')
+	b.WriteString(name)
+	b.WriteString(":{")
+	writeIdentity(&b, identity)
+	b.WriteByte('}')
+	return b.String()
+}
+
+const hexDigits = "0123456789ABCDEF"
+
+func mustEscape(c byte) bool {
+	return c <= ' ' || c >= 0x7f || c == '%' || c == '{' || c == '}' || c == '#'
+}
+
+func writeIdentity(b *strings.Builder, id string) {
+	n := 0
+	for i := 0; i < len(id); i++ {
+		if mustEscape(id[i]) {
+			n += 3
+		} else {
+			n++
+		}
+	}
+	if n > MaxIdentityLen {
+		sum := sha256.Sum256([]byte(id))
+		b.WriteByte('#')
+		var buf [64]byte
+		hex.Encode(buf[:], sum[:])
+		b.Write(buf[:])
+		return
+	}
+	if n == len(id) {
+		b.WriteString(id)
+		return
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if mustEscape(c) {
+			b.WriteByte('%')
+			b.WriteByte(hexDigits[c>>4])
+			b.WriteByte(hexDigits[c&15])
+		} else {
+			b.WriteByte(c)
+		}
+	}
+}
+
+// Identity joins parts into one identity, such as Identity("ip",
+// "2001:db8::/64") or Identity("login", "user", hash). Each part is escaped
+// so that distinct part lists give distinct identities: ':' separates parts
+// and is escaped inside them.
+func Identity(parts ...string) string {
+	var b strings.Builder
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteByte(':')
+		}
+		for j := 0; j < len(p); j++ {
+			c := p[j]
+			if c == ':' || c == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// checkName validates a limiter name: 1 to 64 characters of [A-Za-z0-9_.-].
+func checkName(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("%w: name must be 1 to 64 characters, got %d", ErrInvalidPolicy, len(name))
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return fmt.Errorf("%w: name %q may hold only letters, digits, '_', '.' and '-'", ErrInvalidPolicy, name)
+		}
+	}
+	return nil
+}
+
+func checkPrefix(prefix string) error {
+	if prefix == "" || strings.ContainsAny(prefix, "{}") {
+		return fmt.Errorf("%w: key prefix %q must be non-empty and hold no braces", ErrInvalidPolicy, prefix)
+	}
+	return nil
+}

@@ -1,0 +1,37 @@
+package sluice
+
+import "time"
+
+// Result is the outcome of one decision.
+type Result struct {
+	// Allowed reports whether the request may proceed. In shadow mode it is
+	// always true; Shadowed then says whether the limit would have refused.
+	Allowed bool
+
+	// Limit is the policy's limit: units per window, or the bucket capacity
+	// or burst for TokenBucket and GCRA.
+	Limit int64
+
+	// Remaining is how many more units would be allowed right now, after
+	// this request. Never negative.
+	Remaining int64
+
+	// RetryAfter is zero when the request was allowed. Otherwise it is the
+	// earliest time after which the same request would be allowed, if
+	// nothing else is taken meanwhile: a client that waits exactly
+	// RetryAfter and retries is allowed.
+	RetryAfter time.Duration
+
+	// ResetAfter is the time until the limit is fully restored (Remaining
+	// back to Limit) if nothing else is taken. Zero when it already is.
+	ResetAfter time.Duration
+
+	// Degraded reports that the store could not decide (timeout, network or
+	// server error, open circuit breaker) and the limiter's fail mode did:
+	// Allowed is then true for FailOpen and false for FailClosed.
+	Degraded bool
+
+	// Shadowed reports that the limit refused the request but the limiter is
+	// in shadow mode, so Allowed is true anyway.
+	Shadowed bool
+}

@@ -1,0 +1,314 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// FailMode says what a limiter decides when its store cannot.
+type FailMode uint8
+
+const (
+	// FailOpen allows requests while the store is unavailable: the right
+	// choice for general API limits, where an outage of the limiter should
+	// not become an outage of the API.
+	FailOpen FailMode = iota
+	// FailClosed refuses requests while the store is unavailable: the right
+	// choice for logins, password resets, one-time codes and expensive paid
+	// calls, where an unlimited window is an attack.
+	FailClosed
+)
+
+// String returns "open" or "closed".
+func (m FailMode) String() string {
+	if m == FailClosed {
+		return "closed"
+	}
+	return "open"
+}
+
+// DefaultTimeout is the default time a decision may take in the store before
+// the fail mode decides instead.
+const DefaultTimeout = 50 * time.Millisecond
+
+// An Option configures a Limiter.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	name     string
+	prefix   string
+	clock    func() time.Time
+	failMode FailMode
+	timeout  time.Duration
+	shadow   bool
+	logger   *slog.Logger
+}
+
+// WithName names the limiter. The name is part of every key, so limiters
+// that share a store must have distinct names unless they are meant to share
+// state. It holds 1 to 64 of [A-Za-z0-9_.-]. By default the name is derived
+// from the policy, such as "gcra-20-200000": limiters with identical
+// policies then share state, and changing a policy starts from fresh state.
+func WithName(name string) Option {
+	return optionFunc(func(c *config) { c.name = name })
+}
+
+// WithPrefix sets the first part of every key (default DefaultPrefix,
+// "rl:v1"). Use it to keep several applications apart on one Valkey.
+func WithPrefix(prefix string) Option {
+	return optionFunc(func(c *config) { c.prefix = prefix })
+}
+
+// WithClock makes the limiter decide at the times now returns instead of the
+// store's clock. By default Valkey's TIME decides, so application servers
+// with skewed clocks agree; a client clock is for tests and simulations.
+func WithClock(now func() time.Time) Option {
+	return optionFunc(func(c *config) { c.clock = now })
+}
+
+// WithFailMode sets what the limiter decides when the store cannot (default
+// FailOpen).
+func WithFailMode(m FailMode) Option {
+	return optionFunc(func(c *config) { c.failMode = m })
+}
+
+// WithTimeout bounds the time a decision may wait for the store (default
+// DefaultTimeout, 50ms). A decision that times out is decided by the fail
+// mode and never retried: the script may have run, and a retry would count
+// twice. Shorter timeouts bound the latency a sick Valkey adds; too short a
+// timeout degrades decisions under ordinary load spikes.
+func WithTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.timeout = d })
+}
+
+// WithShadow puts the limiter in shadow mode: every request is allowed, and
+// Result.Shadowed reports those the limit would have refused. Use it to
+// dark-launch a new limit and watch what it would do.
+func WithShadow(on bool) Option {
+	return optionFunc(func(c *config) { c.shadow = on })
+}
+
+// WithLogger sets where store errors are logged (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// A Limiter decides, for any number of keys, whether events may happen now
+// under one policy. It is safe for concurrent use.
+//
+// Use Allow for one event, AllowN for an event that costs several units,
+// Peek to look without taking, Wait to block until allowed, and Reset to
+// forget a key (unlock a user).
+type Limiter struct {
+	store Store
+	rule  Rule
+	cfg   config
+}
+
+// New returns a Limiter enforcing policy on store. It fails with an error
+// wrapping ErrInvalidPolicy when the policy or an option cannot be enforced,
+// before any traffic.
+func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalidPolicy)
+	}
+	if policy == nil {
+		return nil, fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
+	}
+	rule, err := policy.Rule()
+	if err != nil {
+		return nil, err
+	}
+	cfg := config{prefix: DefaultPrefix, timeout: DefaultTimeout}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if cfg.name == "" {
+		cfg.name = rule.name()
+	}
+	if err := checkName(cfg.name); err != nil {
+		return nil, err
+	}
+	if err := checkPrefix(cfg.prefix); err != nil {
+		return nil, err
+	}
+	if cfg.timeout <= 0 {
+		return nil, fmt.Errorf("%w: timeout must be positive, got %v", ErrInvalidPolicy, cfg.timeout)
+	}
+	if cfg.failMode != FailOpen && cfg.failMode != FailClosed {
+		return nil, fmt.Errorf("%w: unknown fail mode %d", ErrInvalidPolicy, cfg.failMode)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	return &Limiter{store: store, rule: rule, cfg: cfg}, nil
+}
+
+// Name returns the limiter's name, the second part of its keys.
+func (l *Limiter) Name() string { return l.cfg.name }
+
+// Rule returns the validated rule the limiter enforces.
+func (l *Limiter) Rule() Rule { return l.rule }
+
+// FailMode returns what the limiter decides when the store cannot.
+func (l *Limiter) FailMode() FailMode { return l.cfg.failMode }
+
+// Key returns the store key that holds the state of key.
+func (l *Limiter) Key(key string) string { return Key(l.cfg.prefix, l.cfg.name, key) }
+
+// Allow reports whether one event may happen now for key, and takes it if
+// so. It is AllowN(ctx, key, 1).
+func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+// Peek reports whether one event would be allowed now for key, without
+// taking anything.
+func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
+	return l.AllowN(ctx, key, 0)
+}
+
+// AllowN reports whether an event of cost n may happen now for key, and
+// takes n units if so. A refused request takes nothing (except under
+// SlidingLog.CountRejected). n = 0 peeks. A negative n, or an n larger than
+// the policy's limit (which could never be allowed), is an error wrapping
+// ErrInvalidCost.
+//
+// When the store fails or does not answer within the timeout, the limiter's
+// fail mode decides: the Result has Degraded set and the error is nil (the
+// store's error is logged). An error is returned only for invalid input or
+// when ctx itself ends before the decision.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
+	if err := l.check(key, n); err != nil {
+		return Result{}, err
+	}
+	op := Op{Key: l.Key(key), Rule: l.rule, Cost: n}
+	batch := [1]Op{op}
+	if err := l.do(ctx, batch[:]); err != nil {
+		return Result{}, err
+	}
+	return batch[0].Result, nil
+}
+
+func (l *Limiter) check(key string, n int64) error {
+	if key == "" {
+		return ErrInvalidKey
+	}
+	if n < 0 {
+		return fmt.Errorf("%w: cost %d is negative", ErrInvalidCost, n)
+	}
+	if n > l.rule.Limit {
+		return fmt.Errorf("%w: cost %d exceeds the limit %d of %s and could never be allowed", ErrInvalidCost, n, l.rule.Limit, l.cfg.name)
+	}
+	return nil
+}
+
+// do runs ops, all of this limiter, and completes their Results: Limit,
+// fail mode and shadow mode. It returns an error only when ctx ended.
+func (l *Limiter) do(ctx context.Context, ops []Op) error {
+	if l.cfg.clock != nil {
+		now := l.cfg.clock()
+		for i := range ops {
+			ops[i].Now = now
+		}
+	}
+	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	err := l.store.Do(tctx, ops)
+	cancel()
+	for i := range ops {
+		op := &ops[i]
+		if op.Err == nil && err != nil {
+			op.Err = err
+		}
+		if op.Err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("sluice: %s: %w", l.cfg.name, ctx.Err())
+			}
+			l.degrade(op)
+			continue
+		}
+		op.Result.Limit = l.rule.Limit
+		if l.cfg.shadow && !op.Result.Allowed {
+			op.Result.Allowed = true
+			op.Result.Shadowed = true
+			op.Result.RetryAfter = 0
+		}
+	}
+	return nil
+}
+
+// degrade decides op by the fail mode.
+func (l *Limiter) degrade(op *Op) {
+	l.cfg.logger.Warn("sluice: store unavailable, deciding by fail mode",
+		"limiter", l.cfg.name, "fail_mode", l.cfg.failMode.String(), "err", op.Err)
+	res := Result{Limit: l.rule.Limit, Degraded: true}
+	if l.cfg.failMode == FailOpen || l.cfg.shadow {
+		res.Allowed = true
+		res.Shadowed = l.cfg.failMode == FailClosed
+	} else {
+		res.RetryAfter = time.Second
+	}
+	op.Result = res
+}
+
+// Reset forgets all state of key, as if it had never been seen: the next
+// request starts with the full limit ("unlock this user").
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if key == "" {
+		return ErrInvalidKey
+	}
+	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	defer cancel()
+	if err := l.store.Delete(tctx, l.Key(key)); err != nil {
+		return fmt.Errorf("%w: reset %s: %w", ErrStoreUnavailable, l.cfg.name, err)
+	}
+	return nil
+}
+
+// Wait blocks until one event is allowed for key and takes it, or until ctx
+// ends. It returns early with an error when ctx's deadline comes before the
+// advertised RetryAfter, since waiting could not succeed.
+func (l *Limiter) Wait(ctx context.Context, key string) error {
+	return l.WaitN(ctx, key, 1)
+}
+
+// WaitN is Wait for an event of cost n.
+func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
+	for {
+		res, err := l.AllowN(ctx, key, n)
+		if err != nil {
+			return err
+		}
+		if res.Allowed {
+			return nil
+		}
+		delay := res.RetryAfter
+		if delay <= 0 {
+			delay = time.Millisecond
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < delay {
+			return fmt.Errorf("sluice: %s: wait of %v would exceed the context deadline: %w", l.cfg.name, delay, context.DeadlineExceeded)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("sluice: %s: %w", l.cfg.name, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// isContextErr reports whether err is a context cancellation or deadline.
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,41 @@
+package sluice
+
+import (
+	"context"
+	"time"
+)
+
+// A Store keeps the limiters' state and makes each decision atomically.
+// Packages valkeystore and memstore implement it; package sluicetest has
+// the conformance suite any Store must pass.
+type Store interface {
+	// Do runs every Op of batch and fills in its Result or Err. Each Op is
+	// one atomic decision; different Ops of one batch are independent and
+	// may run in any order. Do returns an error only when nothing could be
+	// attempted (such as a canceled context); otherwise errors are per Op.
+	Do(ctx context.Context, batch []Op) error
+
+	// Delete removes all state kept under the given keys.
+	Delete(ctx context.Context, keys ...string) error
+}
+
+// An Op is one decision for a Store.
+type Op struct {
+	// Key is the full store key, as built by Key.
+	Key string
+	// Rule is the validated rule to apply.
+	Rule Rule
+	// Cost is the number of units to take. Zero peeks: the Result tells
+	// whether a cost of one would be allowed, and nothing is taken. A
+	// negative cost gives units back (a refund after a request was refused by
+	// another limit), up to the limit; its Result is always allowed.
+	Cost int64
+	// Now is the time of the decision. The zero Time means the store's own
+	// clock (Valkey's TIME).
+	Now time.Time
+
+	// Result is filled in by the store (without Limit, Degraded or Shadowed).
+	Result Result
+	// Err is the store's error for this Op, if any.
+	Err error
+}
