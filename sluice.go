@@ -2,7 +2,6 @@ package sluice
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -51,6 +50,7 @@ type config struct {
 	timeout  time.Duration
 	shadow   bool
 	logger   *slog.Logger
+	observer Observer
 }
 
 // WithName names the limiter. The name is part of every key, so limiters
@@ -100,6 +100,21 @@ func WithShadow(on bool) Option {
 // WithLogger sets where store errors are logged (default slog.Default()).
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// An Observer is told of every decision a limiter makes, for metrics.
+// ObserveDecision must be fast and safe for concurrent use; package
+// sluiceprom implements it for Prometheus.
+type Observer interface {
+	// ObserveDecision reports a decision of the limiter named limiter. err
+	// is the store's error when the decision was Degraded; latency is the
+	// time the limiter spent deciding (store round trip included).
+	ObserveDecision(limiter string, res Result, err error, latency time.Duration)
+}
+
+// WithObserver reports every decision to o (default none).
+func WithObserver(o Observer) Option {
+	return optionFunc(func(c *config) { c.observer = o })
 }
 
 // A Limiter decides, for any number of keys, whether events may happen now
@@ -221,9 +236,15 @@ func (l *Limiter) do(ctx context.Context, ops []Op) error {
 			ops[i].Now = now
 		}
 	}
+	start := time.Now()
 	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	err := l.store.Do(tctx, ops)
 	cancel()
+	return l.finish(ctx, ops, err, start)
+}
+
+// finish completes the Results of ops after the store ran them.
+func (l *Limiter) finish(ctx context.Context, ops []Op, err error, start time.Time) error {
 	for i := range ops {
 		op := &ops[i]
 		if op.Err == nil && err != nil {
@@ -234,6 +255,9 @@ func (l *Limiter) do(ctx context.Context, ops []Op) error {
 				return fmt.Errorf("sluice: %s: %w", l.cfg.name, ctx.Err())
 			}
 			l.degrade(op)
+			if l.cfg.observer != nil {
+				l.cfg.observer.ObserveDecision(l.cfg.name, op.Result, op.Err, time.Since(start))
+			}
 			continue
 		}
 		op.Result.Limit = l.rule.Limit
@@ -241,6 +265,9 @@ func (l *Limiter) do(ctx context.Context, ops []Op) error {
 			op.Result.Allowed = true
 			op.Result.Shadowed = true
 			op.Result.RetryAfter = 0
+		}
+		if l.cfg.observer != nil {
+			l.cfg.observer.ObserveDecision(l.cfg.name, op.Result, op.Err, time.Since(start))
 		}
 	}
 	return nil
@@ -306,9 +333,4 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
 		case <-t.C:
 		}
 	}
-}
-
-// isContextErr reports whether err is a context cancellation or deadline.
-func isContextErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

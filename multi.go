@@ -1,0 +1,178 @@
+package sluice
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// A Check is one limiter's part of a decision over several limits, such as
+// "per API key" and "global", or "per username" and "per address".
+type Check struct {
+	Limiter *Limiter
+	Key     string
+	Cost    int64 // units to take; zero peeks
+}
+
+// A Decision is the outcome of AllowAll.
+type Decision struct {
+	// Allowed reports whether every check allowed the request.
+	Allowed bool
+	// Results holds one Result per check, in the order of the checks. When
+	// the decision is a refusal, the Results of the checks that allowed are
+	// those of their first pass (the units they took have been given back).
+	Results []Result
+}
+
+// RetryAfter returns the longest RetryAfter among the refusing checks: the
+// earliest time the whole request would be allowed, if nothing else is taken
+// meanwhile. Zero when allowed.
+func (d Decision) RetryAfter() time.Duration {
+	var r time.Duration
+	if d.Allowed {
+		return 0
+	}
+	for _, res := range d.Results {
+		if !res.Allowed && res.RetryAfter > r {
+			r = res.RetryAfter
+		}
+	}
+	return r
+}
+
+// AllowAll decides several checks together: the request is allowed only if
+// every check allows it. All checks whose limiters share a store go to it in
+// one batch (on Valkey, one pipelined round trip). When any check refuses,
+// the units taken by the checks that allowed are given back in a second
+// batch, so a refused request costs no budget anywhere.
+//
+// Each check is atomic on its own, but the group is not: between the first
+// batch and the refund, another request may see the units as taken (it is
+// refused when it would have been allowed, never the reverse). A failed
+// refund (the store went away in between) leaves those units taken until the
+// windows pass; it is logged.
+//
+// Degraded checks follow their limiter's fail mode; shadow-mode checks never
+// refuse. The timeout is the longest of the limiters' timeouts.
+func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
+	d := Decision{Results: make([]Result, len(checks))}
+	if len(checks) == 0 {
+		d.Allowed = true
+		return d, nil
+	}
+	ops := make([]Op, len(checks))
+	for i, c := range checks {
+		if c.Limiter == nil {
+			return Decision{}, fmt.Errorf("%w: check %d has no limiter", ErrInvalidPolicy, i)
+		}
+		if err := c.Limiter.check(c.Key, c.Cost); err != nil {
+			return Decision{}, err
+		}
+		ops[i] = Op{Key: c.Limiter.Key(c.Key), Rule: c.Limiter.rule, Cost: c.Cost}
+		if c.Limiter.cfg.clock != nil {
+			ops[i].Now = c.Limiter.cfg.clock()
+		}
+	}
+	if err := runGrouped(ctx, checks, ops); err != nil {
+		return Decision{}, err
+	}
+	d.Allowed = true
+	for i := range ops {
+		d.Results[i] = ops[i].Result
+		if !ops[i].Result.Allowed {
+			d.Allowed = false
+		}
+	}
+	if d.Allowed {
+		return d, nil
+	}
+	// Give back what the allowing checks took. Degraded checks took nothing.
+	var refundChecks []Check
+	var refunds []Op
+	for i, op := range ops {
+		if op.Result.Allowed && !op.Result.Degraded && op.Cost > 0 && !op.Result.Shadowed {
+			refundChecks = append(refundChecks, checks[i])
+			refunds = append(refunds, Op{Key: op.Key, Rule: op.Rule, Cost: -op.Cost, Now: op.Now})
+		}
+	}
+	if len(refunds) > 0 {
+		if err := storeGroups(ctx, refundChecks, refunds); err != nil {
+			return d, nil
+		}
+		for i, op := range refunds {
+			if op.Err != nil {
+				l := refundChecks[i].Limiter
+				l.cfg.logger.Warn("sluice: refund failed; the units stay taken until their window passes",
+					"limiter", l.cfg.name, "err", op.Err)
+			}
+		}
+	}
+	return d, nil
+}
+
+// runGrouped runs ops through their limiters' stores, one batch per store,
+// and completes the Results as each limiter would.
+func runGrouped(ctx context.Context, checks []Check, ops []Op) error {
+	start := time.Now()
+	if err := storeGroups(ctx, checks, ops); err != nil && ctx.Err() != nil {
+		return fmt.Errorf("sluice: %w", ctx.Err())
+	}
+	for i := range ops {
+		if err := checks[i].Limiter.finish(ctx, ops[i:i+1], nil, start); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// storeGroups sends ops to their stores, one Do per distinct store, the
+// stores in parallel. Errors are recorded on the Ops.
+func storeGroups(ctx context.Context, checks []Check, ops []Op) error {
+	timeout := time.Duration(0)
+	for _, c := range checks {
+		timeout = max(timeout, c.Limiter.cfg.timeout)
+	}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	type group struct {
+		store Store
+		idx   []int
+	}
+	var groups []group
+outer:
+	for i, c := range checks {
+		for g := range groups {
+			if groups[g].store == c.Limiter.store {
+				groups[g].idx = append(groups[g].idx, i)
+				continue outer
+			}
+		}
+		groups = append(groups, group{store: c.Limiter.store, idx: []int{i}})
+	}
+	run := func(g group) {
+		batch := make([]Op, len(g.idx))
+		for j, i := range g.idx {
+			batch[j] = ops[i]
+		}
+		err := g.store.Do(tctx, batch)
+		for j, i := range g.idx {
+			ops[i] = batch[j]
+			if ops[i].Err == nil && err != nil {
+				ops[i].Err = err
+			}
+		}
+	}
+	if len(groups) == 1 {
+		run(groups[0])
+	} else {
+		done := make(chan struct{}, len(groups))
+		for _, g := range groups {
+			go func() { run(g); done <- struct{}{} }()
+		}
+		for range groups {
+			<-done
+		}
+	}
+	return ctx.Err()
+}
