@@ -1,0 +1,293 @@
+package memstore
+
+import (
+	"math"
+	"sort"
+
+	"github.com/sluicehq/sluice"
+)
+
+// The algorithms below are the Go twins of valkeystore/scripts/*.lua. They
+// compute in the same order with the same float64 operations as Lua (whose
+// numbers are all doubles), so both stores return identical Results for
+// identical inputs; the differential tests in package sluicetest hold them
+// to that. Times are microseconds since the Unix epoch.
+
+// reply is one decision: the four numbers a script returns per key.
+type reply struct {
+	allowed   bool
+	remaining int64
+	retry     int64 // microseconds
+	reset     int64 // microseconds
+}
+
+// state is the value kept under one key. Only the fields of the key's
+// algorithm are used.
+type state struct {
+	alg      sluice.Algorithm
+	w, c, p  int64   // fixed and sliding window: window number, count, previous count
+	tokens   float64 // token bucket
+	ts       int64   // token bucket: time of tokens
+	tat      int64   // GCRA: theoretical arrival time
+	log      []int64 // sliding log: sorted times
+	ttlMicro int64   // time to live from now, set by the algorithm when it writes
+}
+
+// retryLoops bounds the search for the first microsecond at which a refused
+// request is allowed, past the closed-form estimate (float rounding).
+const retryLoops = 64
+
+func floorDiv(a, b int64) int64 { return int64(math.Floor(float64(a) / float64(b))) }
+
+// Each algorithm takes the key's state s (ok reports whether the key
+// existed; s is zero otherwise) and returns the reply, whether s is to be
+// written (with the time to live s.ttlMicro) and whether the key is to be
+// deleted.
+func fixedWindow(s *state, ok bool, now, limit, window, cost int64) (r reply, write, del bool) {
+	idx := floorDiv(now, window)
+	var c int64
+	if ok && s.w == idx {
+		c = s.c
+	}
+	reset := (idx+1)*window - now
+	if cost < 0 {
+		c = max(0, c+cost)
+		r = reply{allowed: true, remaining: limit - c}
+		if c > 0 {
+			r.reset = reset
+			return r, writeFW(s, idx, c, reset), false
+		}
+		return r, false, ok
+	}
+	need := max(cost, 1)
+	if c+need <= limit {
+		if cost > 0 {
+			c += cost
+			write = true
+		}
+		r = reply{allowed: true, remaining: limit - c}
+	} else {
+		r = reply{remaining: limit - c, retry: reset}
+	}
+	if c > 0 {
+		r.reset = reset
+	}
+	if write {
+		writeFW(s, idx, c, reset)
+	}
+	return r, write, false
+}
+
+func writeFW(s *state, idx, c, ttl int64) bool {
+	s.w, s.c, s.ttlMicro = idx, c, ttl
+	return true
+}
+
+// slidingLog keeps s.log sorted ascending.
+func slidingLog(s *state, ok bool, now, limit, window, cost int64, countRejected bool) (r reply, write, del bool) {
+	// Drop entries at or before now-window.
+	cut := sort.Search(len(s.log), func(i int) bool { return s.log[i] > now-window })
+	if cut > 0 {
+		s.log = append(s.log[:0], s.log[cut:]...)
+		write = true
+	}
+	if cost < 0 {
+		n := min(int64(len(s.log)), -cost)
+		s.log = s.log[:int64(len(s.log))-n]
+		write = write || n > 0
+	} else {
+		need := max(cost, 1)
+		count := int64(len(s.log))
+		r.allowed = count+need <= limit
+		if cost > 0 && (r.allowed || countRejected) {
+			s.log = insertN(s.log, now, cost)
+			if int64(len(s.log)) > limit {
+				s.log = append(s.log[:0], s.log[int64(len(s.log))-limit:]...)
+			}
+			write = true
+		}
+		if !r.allowed {
+			k := int64(len(s.log)) + need - limit
+			r.retry = s.log[k-1] + window - now
+		}
+	}
+	count := int64(len(s.log))
+	r.remaining = max(0, limit-count)
+	if cost < 0 {
+		r.allowed = true
+	}
+	if count == 0 {
+		return r, false, write
+	}
+	r.reset = s.log[count-1] + window - now
+	s.ttlMicro = r.reset
+	return r, write, false
+}
+
+// insertN inserts n copies of t into the sorted slice.
+func insertN(log []int64, t, n int64) []int64 {
+	i := sort.Search(len(log), func(i int) bool { return log[i] > t })
+	out := make([]int64, 0, int64(len(log))+n)
+	out = append(out, log[:i]...)
+	for range n {
+		out = append(out, t)
+	}
+	return append(out, log[i:]...)
+}
+
+func slidingWindow(s *state, ok bool, now, limit, window, cost int64) (r reply, write, del bool) {
+	idx := floorDiv(now, window)
+	elapsed := now - idx*window
+	var cur, prev int64
+	if ok {
+		switch {
+		case s.w >= idx: // s.w > idx only when a client clock went back
+			cur, prev = s.c, s.p
+		case s.w == idx-1:
+			prev = s.c
+		}
+	}
+	fw := float64(window)
+	estimate := func(prev, cur, elapsed int64) float64 {
+		return float64(prev)*(float64(window-elapsed)/fw) + float64(cur)
+	}
+	if cost < 0 {
+		cur = max(0, cur+cost)
+		r.allowed = true
+	} else {
+		need := max(cost, 1)
+		if estimate(prev, cur, elapsed)+float64(need) <= float64(limit) {
+			r.allowed = true
+			if cost > 0 {
+				cur += cost
+				write = true
+			}
+		} else {
+			r.retry = swRetry(prev, cur, elapsed, window, limit, need, estimate)
+		}
+	}
+	if cost < 0 {
+		write = true
+	}
+	r.remaining = max(0, int64(math.Floor(float64(limit)-estimate(prev, cur, elapsed))))
+	switch {
+	case cur > 0:
+		r.reset = 2*window - elapsed
+	case prev > 0:
+		r.reset = window - elapsed
+	}
+	if write {
+		s.w, s.c, s.p, s.ttlMicro = idx, cur, prev, r.reset
+		if r.reset == 0 {
+			return r, false, ok
+		}
+	}
+	return r, write, false
+}
+
+// swRetry finds the first microsecond t at which estimate+need <= limit.
+func swRetry(prev, cur, elapsed, window, limit, need int64, estimate func(int64, int64, int64) float64) int64 {
+	fw, fl, fn := float64(window), float64(limit), float64(need)
+	left := window - elapsed
+	if cur+need <= limit {
+		// Within this window, as the previous window's weight decays.
+		t := int64(math.Ceil(float64(left) - float64(limit-cur-need)*fw/float64(prev)))
+		t = max(t, 0)
+		for i := 0; i < retryLoops && t < left && estimate(prev, cur, elapsed+t)+fn > fl; i++ {
+			t++
+		}
+		if t < left && estimate(prev, cur, elapsed+t)+fn <= fl {
+			return t
+		}
+		return left
+	}
+	// In the next window, cur becomes the previous count.
+	t := int64(math.Ceil(fw - float64(limit-need)*fw/float64(cur)))
+	t = max(t, 0)
+	for i := 0; i < retryLoops && t < window && estimate(cur, 0, t)+fn > fl; i++ {
+		t++
+	}
+	if t < window && estimate(cur, 0, t)+fn <= fl {
+		return left + t
+	}
+	return left + window
+}
+
+func tokenBucket(s *state, ok bool, now, capacity int64, rate float64, cost int64) (r reply, write, del bool) {
+	fc := float64(capacity)
+	tokens := fc
+	var last int64
+	if ok {
+		last = s.ts
+		tokens = math.Min(fc, s.tokens+float64(max(0, now-last))*rate)
+	}
+	if cost < 0 {
+		tokens = math.Min(fc, tokens-float64(cost))
+		r.allowed = true
+		write = true
+	} else {
+		need := float64(max(cost, 1))
+		if tokens >= need {
+			r.allowed = true
+			if cost > 0 {
+				tokens -= float64(cost)
+				write = true
+			}
+		} else {
+			t := int64(math.Ceil((need - tokens) / rate))
+			// The next call recomputes from the stored state: check there.
+			stored, from := fc, now
+			if ok {
+				stored, from = s.tokens, last
+			}
+			for i := 0; i < retryLoops && math.Min(fc, stored+float64(max(0, now+t-from))*rate) < need; i++ {
+				t++
+			}
+			r.retry = t
+		}
+	}
+	r.remaining = int64(math.Floor(tokens))
+	r.reset = int64(math.Ceil((fc - tokens) / rate))
+	if write {
+		if r.reset <= 0 {
+			return r, false, ok
+		}
+		s.tokens, s.ts, s.ttlMicro = tokens, now, r.reset
+	}
+	return r, write, false
+}
+
+func gcra(s *state, ok bool, now, burst, interval, cost int64) (r reply, write, del bool) {
+	tat := now
+	if ok && s.tat > now {
+		tat = s.tat
+	}
+	tau := interval * burst
+	if cost < 0 {
+		tat = max(now, tat+cost*interval)
+		r.allowed = true
+		write = true
+	} else {
+		need := max(cost, 1)
+		newTat := tat + need*interval
+		diff := now - (newTat - tau)
+		if diff >= 0 {
+			r.allowed = true
+			if cost > 0 {
+				tat = newTat
+				write = true
+			}
+		} else {
+			r.retry = -diff
+		}
+	}
+	r.remaining = max(0, floorDiv(now-tat+tau, interval))
+	r.reset = tat - now
+	if write {
+		if r.reset <= 0 {
+			return r, false, ok
+		}
+		s.tat, s.ttlMicro = tat, r.reset
+	}
+	return r, write, false
+}

@@ -1,0 +1,194 @@
+// Package memstore is an in-process sluice.Store with the same semantics as
+// package valkeystore: the same algorithms, the same arithmetic and the same
+// key expiry, so a program can develop against it and move to Valkey
+// unchanged.
+//
+// Its state lives in one process: with several processes (or several
+// replicas of a service) each enforces the limit on its own, multiplying it.
+// Use it for single-process programs, development and tests.
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+const shardCount = 64
+
+// sweepEvery is the number of writes to a shard between two sweeps of its
+// expired keys.
+const sweepEvery = 1024
+
+// Store is an in-process sluice.Store. The zero value is not usable; call
+// New. It is safe for concurrent use.
+type Store struct {
+	clock  func() time.Time
+	seed   maphash.Seed
+	shards [shardCount]shard
+}
+
+type shard struct {
+	mu     sync.Mutex
+	m      map[string]*item
+	writes int
+}
+
+type item struct {
+	state   state
+	expires time.Time
+}
+
+// An Option configures a Store.
+type Option func(*Store)
+
+// WithClock sets the store's clock (default time.Now). It is the time of
+// Ops that carry none, and the clock keys expire by, as Valkey's own clock
+// is for valkeystore.
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) { s.clock = now }
+}
+
+// New returns an empty Store.
+func New(opts ...Option) *Store {
+	s := &Store{clock: time.Now, seed: maphash.MakeSeed()}
+	for _, o := range opts {
+		o(s)
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]*item)
+	}
+	return s
+}
+
+func (s *Store) shard(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)%shardCount]
+}
+
+// Do implements sluice.Store. Each Op is decided under its shard's lock.
+func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for i := range batch {
+		op := &batch[i]
+		op.Result, op.Err = s.decide(op)
+	}
+	return nil
+}
+
+func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
+	if err := op.Rule.Validate(); err != nil {
+		return sluice.Result{}, err
+	}
+	clockNow := s.clock()
+	now := op.Now
+	if now.IsZero() {
+		now = clockNow
+	}
+	us := now.UnixMicro()
+	sh := s.shard(op.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+
+	it, ok := sh.m[op.Key]
+	if ok && !clockNow.Before(it.expires) {
+		delete(sh.m, op.Key)
+		it, ok = nil, false
+	}
+	var st state
+	if ok {
+		if it.state.alg != op.Rule.Algorithm {
+			return sluice.Result{}, fmt.Errorf("memstore: key %q holds %v state, not %v: give limiters with different policies different names", op.Key, it.state.alg, op.Rule.Algorithm)
+		}
+		// st shares it.state's log; slidingLog only changes the log on paths
+		// where it also writes or deletes the key.
+		st = it.state
+	}
+	st.alg = op.Rule.Algorithm
+
+	r := op.Rule
+	var (
+		rep        reply
+		write, del bool
+	)
+	switch r.Algorithm {
+	case sluice.AlgorithmFixedWindow:
+		rep, write, del = fixedWindow(&st, ok, us, r.Limit, r.Window.Microseconds(), op.Cost)
+	case sluice.AlgorithmSlidingLog:
+		rep, write, del = slidingLog(&st, ok, us, r.Limit, r.Window.Microseconds(), op.Cost, r.CountRejected)
+	case sluice.AlgorithmSlidingWindow:
+		rep, write, del = slidingWindow(&st, ok, us, r.Limit, r.Window.Microseconds(), op.Cost)
+	case sluice.AlgorithmTokenBucket:
+		rep, write, del = tokenBucket(&st, ok, us, r.Limit, r.Rate, op.Cost)
+	case sluice.AlgorithmGCRA:
+		rep, write, del = gcra(&st, ok, us, r.Limit, r.Interval.Microseconds(), op.Cost)
+	}
+	switch {
+	case del:
+		delete(sh.m, op.Key)
+	case write:
+		// Expire as valkeystore does: PEXPIRE in whole milliseconds, rounded up.
+		ttl := time.Duration((st.ttlMicro+999)/1000) * time.Millisecond
+		if it == nil {
+			it = &item{}
+			sh.m[op.Key] = it
+		}
+		it.state, it.expires = st, clockNow.Add(ttl)
+		sh.writes++
+		if sh.writes%sweepEvery == 0 {
+			sh.sweep(clockNow)
+		}
+	}
+	return sluice.Result{
+		Allowed:    rep.allowed,
+		Remaining:  rep.remaining,
+		RetryAfter: time.Duration(rep.retry) * time.Microsecond,
+		ResetAfter: time.Duration(rep.reset) * time.Microsecond,
+	}, nil
+}
+
+func (sh *shard) sweep(now time.Time) {
+	for k, it := range sh.m {
+		if !now.Before(it.expires) {
+			delete(sh.m, k)
+		}
+	}
+}
+
+// Delete implements sluice.Store.
+func (s *Store) Delete(ctx context.Context, keys ...string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		sh := s.shard(k)
+		sh.mu.Lock()
+		delete(sh.m, k)
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// TTLs returns every live key that starts with prefix, with the time it has
+// left to live. It is for tests and inspection.
+func (s *Store) TTLs(prefix string) map[string]time.Duration {
+	now := s.clock()
+	out := make(map[string]time.Duration)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, it := range sh.m {
+			if now.Before(it.expires) && strings.HasPrefix(k, prefix) {
+				out[k] = it.expires.Sub(now)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}

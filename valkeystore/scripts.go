@@ -1,0 +1,50 @@
+package valkeystore
+
+import (
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+
+	"github.com/sluicehq/sluice"
+)
+
+// The scripts, one per algorithm. Each decides any number of keys in one
+// call: KEYS[i] with five ARGV each (now, limit, parameter, cost, flag), and
+// replies with four integers per key (allowed, remaining, retry after and
+// reset after in microseconds). See the header of each file.
+var (
+	//go:embed scripts/fixed_window.lua
+	fixedWindowLua string
+	//go:embed scripts/sliding_log.lua
+	slidingLogLua string
+	//go:embed scripts/sliding_window.lua
+	slidingWindowLua string
+	//go:embed scripts/token_bucket.lua
+	tokenBucketLua string
+	//go:embed scripts/gcra.lua
+	gcraLua string
+)
+
+// script is a Lua script and its SHA-1, for EVALSHA.
+type script struct {
+	src string
+	sha string
+}
+
+func newScript(src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+var scripts = [...]*script{
+	sluice.AlgorithmFixedWindow:   newScript(fixedWindowLua),
+	sluice.AlgorithmSlidingLog:    newScript(slidingLogLua),
+	sluice.AlgorithmSlidingWindow: newScript(slidingWindowLua),
+	sluice.AlgorithmTokenBucket:   newScript(tokenBucketLua),
+	sluice.AlgorithmGCRA:          newScript(gcraLua),
+}
+
+const (
+	argsPerKey  = 5
+	replyPerKey = 4
+)

@@ -1,0 +1,101 @@
+-- Sliding window counter: the current and the previous aligned window's
+-- counts, the previous one weighted by its overlap with the sliding window.
+-- KEYS[i]: the key of decision i (a hash {w = window number of c,
+--   c = count in window w, p = count in window w-1}).
+-- ARGV, 5 per key: now (microseconds; 0 = server TIME), limit, window
+--   (microseconds), cost (0 peeks, negative refunds), unused.
+-- Reply, 4 per key: allowed (1/0), remaining, retry_after_us, reset_after_us.
+-- Mirrors slidingWindow and swRetry in memstore/algo.go, operation for
+-- operation, so that both compute the same doubles.
+local LOOPS = 64
+local out, snow = {}, nil
+for i = 1, #KEYS do
+  local key, b = KEYS[i], (i - 1) * 5
+  local now = tonumber(ARGV[b + 1])
+  if now == 0 then
+    if not snow then
+      local t = redis.call('TIME')
+      snow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    now = snow
+  end
+  local limit, window, cost = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+
+  local idx = math.floor(now / window)
+  local elapsed = now - idx * window
+  local cur, prev = 0, 0
+  local st = redis.call('HMGET', key, 'w', 'c', 'p')
+  if st[1] then
+    local w = tonumber(st[1])
+    if w >= idx then -- w > idx only when a client clock went back
+      cur, prev = tonumber(st[2]), tonumber(st[3])
+    elseif w == idx - 1 then
+      prev = tonumber(st[2])
+    end
+  end
+  local function estimate(p, c, e)
+    return p * ((window - e) / window) + c
+  end
+  local allowed, retry, write = 0, 0, false
+  if cost < 0 then
+    cur = math.max(0, cur + cost)
+    allowed = 1
+    write = true
+  else
+    local need = math.max(cost, 1)
+    if estimate(prev, cur, elapsed) + need <= limit then
+      allowed = 1
+      if cost > 0 then
+        cur = cur + cost
+        write = true
+      end
+    else
+      local left = window - elapsed
+      if cur + need <= limit then
+        local t = math.max(math.ceil(left - (limit - cur - need) * window / prev), 0)
+        local j = 0
+        while j < LOOPS and t < left and estimate(prev, cur, elapsed + t) + need > limit do
+          t = t + 1
+          j = j + 1
+        end
+        if t < left and estimate(prev, cur, elapsed + t) + need <= limit then
+          retry = t
+        else
+          retry = left
+        end
+      else
+        local t = math.max(math.ceil(window - (limit - need) * window / cur), 0)
+        local j = 0
+        while j < LOOPS and t < window and estimate(cur, 0, t) + need > limit do
+          t = t + 1
+          j = j + 1
+        end
+        if t < window and estimate(cur, 0, t) + need <= limit then
+          retry = left + t
+        else
+          retry = left + window
+        end
+      end
+    end
+  end
+  local remaining = math.max(0, math.floor(limit - estimate(prev, cur, elapsed)))
+  local reset = 0
+  if cur > 0 then
+    reset = 2 * window - elapsed
+  elseif prev > 0 then
+    reset = window - elapsed
+  end
+  if write then
+    if reset == 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('HSET', key, 'w', idx, 'c', cur, 'p', prev)
+      redis.call('PEXPIRE', key, math.ceil(reset / 1000))
+    end
+  end
+  out[#out + 1] = allowed
+  out[#out + 1] = remaining
+  out[#out + 1] = retry
+  out[#out + 1] = reset
+end
+return out

@@ -1,0 +1,230 @@
+// Package valkeystore is the sluice.Store on Valkey, standalone or Cluster,
+// through the caller's valkey-go client.
+//
+// Each decision is one Lua script (valkeystore/scripts/*.lua) run with
+// EVALSHA, and EVAL when the server lost its script cache (NOSCRIPT after a
+// restart or SCRIPT FLUSH), so scripts reload transparently. Decisions of a
+// batch that share an algorithm and a cluster slot run in one script call;
+// all script calls of a batch go out in one pipelined round trip. A script
+// call is never retried after it was sent: it may have run, and a retry
+// would count twice.
+package valkeystore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/valkey-io/valkey-go"
+)
+
+// Store is a sluice.Store on Valkey. It is safe for concurrent use.
+type Store struct {
+	client   valkey.Client
+	maxBatch int
+}
+
+// An Option configures a Store.
+type Option func(*Store)
+
+// WithMaxKeysPerCall bounds how many decisions of one batch share one
+// script call (default 64). A script blocks the server while it runs, so
+// larger calls trade others' latency for throughput.
+func WithMaxKeysPerCall(n int) Option {
+	return func(s *Store) { s.maxBatch = n }
+}
+
+// New returns a Store on client, which may be a standalone or a cluster
+// client. The Store does not own the client: closing it is the caller's job.
+func New(client valkey.Client, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("valkeystore: nil client")
+	}
+	s := &Store{client: client, maxBatch: 64}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.maxBatch < 1 {
+		return nil, fmt.Errorf("valkeystore: max keys per call must be positive, got %d", s.maxBatch)
+	}
+	return s, nil
+}
+
+// call is one script call: the indices of the Ops it decides.
+type call struct {
+	alg sluice.Algorithm
+	ops []int
+}
+
+// Do implements sluice.Store.
+func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	calls := s.plan(batch)
+	if len(calls) == 0 {
+		return nil
+	}
+	cmds := make(valkey.Commands, len(calls))
+	for i, c := range calls {
+		cmds[i] = s.command(batch, c, true)
+	}
+	resps := s.client.DoMulti(ctx, cmds...)
+
+	// Scripts lost to a restart or SCRIPT FLUSH: send the source once.
+	var retry []int
+	for i, r := range resps {
+		if verr, ok := valkey.IsValkeyErr(r.Error()); ok && verr.IsNoScript() {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 {
+		evals := make(valkey.Commands, len(retry))
+		for j, i := range retry {
+			evals[j] = s.command(batch, calls[i], false)
+		}
+		for j, r := range s.client.DoMulti(ctx, evals...) {
+			resps[retry[j]] = r
+		}
+	}
+	for i, c := range calls {
+		decode(batch, c, resps[i])
+	}
+	return nil
+}
+
+// plan groups the valid Ops of batch into script calls: one per algorithm
+// and slot, split at maxBatch keys. Invalid Ops get their error.
+func (s *Store) plan(batch []sluice.Op) []call {
+	if len(batch) == 1 { // the common case, without maps
+		if err := batch[0].Rule.Validate(); err != nil {
+			batch[0].Err = err
+			return nil
+		}
+		return []call{{alg: batch[0].Rule.Algorithm, ops: []int{0}}}
+	}
+	type group struct {
+		alg  sluice.Algorithm
+		slot uint16
+	}
+	index := make(map[group]int)
+	var calls []call
+	for i := range batch {
+		op := &batch[i]
+		if err := op.Rule.Validate(); err != nil {
+			op.Err = err
+			continue
+		}
+		g := group{alg: op.Rule.Algorithm, slot: slot(op.Key)}
+		ci, ok := index[g]
+		if !ok || len(calls[ci].ops) >= s.maxBatch {
+			ci = len(calls)
+			index[g] = ci
+			calls = append(calls, call{alg: g.alg})
+		}
+		calls[ci].ops = append(calls[ci].ops, i)
+	}
+	return calls
+}
+
+// command builds the EVALSHA (or EVAL) of one call.
+func (s *Store) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
+	keys := make([]string, len(c.ops))
+	args := make([]string, 0, len(c.ops)*argsPerKey)
+	for j, i := range c.ops {
+		op := &batch[i]
+		keys[j] = op.Key
+		now := "0"
+		if !op.Now.IsZero() {
+			now = strconv.FormatInt(op.Now.UnixMicro(), 10)
+		}
+		r := &op.Rule
+		var param string
+		switch r.Algorithm {
+		case sluice.AlgorithmTokenBucket:
+			param = strconv.FormatFloat(r.Rate, 'g', 17, 64)
+		case sluice.AlgorithmGCRA:
+			param = strconv.FormatInt(r.Interval.Microseconds(), 10)
+		default:
+			param = strconv.FormatInt(r.Window.Microseconds(), 10)
+		}
+		flag := "0"
+		if r.CountRejected {
+			flag = "1"
+		}
+		args = append(args, now, strconv.FormatInt(r.Limit, 10), param, strconv.FormatInt(op.Cost, 10), flag)
+	}
+	sc := scripts[c.alg]
+	if sha {
+		return s.client.B().Evalsha().Sha1(sc.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	}
+	return s.client.B().Eval().Script(sc.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
+
+// decode fills in the Results of one call from its reply.
+func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {
+	fail := func(err error) {
+		for _, i := range c.ops {
+			batch[i].Err = err
+		}
+	}
+	if err := resp.Error(); err != nil {
+		fail(fmt.Errorf("valkeystore: %v script: %w", c.alg, err))
+		return
+	}
+	vals, err := resp.AsIntSlice()
+	if err != nil {
+		fail(fmt.Errorf("valkeystore: %v script: unexpected reply: %w", c.alg, err))
+		return
+	}
+	if len(vals) != len(c.ops)*replyPerKey {
+		fail(fmt.Errorf("valkeystore: %v script: %d values in reply, want %d", c.alg, len(vals), len(c.ops)*replyPerKey))
+		return
+	}
+	for j, i := range c.ops {
+		v := vals[j*replyPerKey : (j+1)*replyPerKey]
+		if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[2] < 0 || v[3] < 0 {
+			batch[i].Err = fmt.Errorf("valkeystore: %v script: reply out of range: %v", c.alg, v)
+			continue
+		}
+		batch[i].Result = sluice.Result{
+			Allowed:    v[0] == 1,
+			Remaining:  v[1],
+			RetryAfter: micros(v[2]),
+			ResetAfter: micros(v[3]),
+		}
+	}
+}
+
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// Delete implements sluice.Store: one DEL per key, pipelined (keys of
+// different slots cannot share a command on a cluster).
+func (s *Store) Delete(ctx context.Context, keys ...string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	cmds := make(valkey.Commands, len(keys))
+	for i, k := range keys {
+		cmds[i] = s.client.B().Del().Key(k).Build()
+	}
+	for _, r := range s.client.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("valkeystore: delete: %w", err)
+		}
+	}
+	return nil
+}
+
+// Ping reports whether the store answers (PING on every primary).
+func (s *Store) Ping(ctx context.Context) error {
+	for addr, n := range s.client.Nodes() {
+		if err := n.Do(ctx, n.B().Ping().Build()).Error(); err != nil {
+			return fmt.Errorf("valkeystore: ping %s: %w", addr, err)
+		}
+	}
+	return nil
+}
