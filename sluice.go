@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 )
 
@@ -127,6 +128,8 @@ type Limiter struct {
 	store Store
 	rule  Rule
 	cfg   config
+
+	lastLog atomic.Int64 // unix nanoseconds of the last store-error log
 }
 
 // New returns a Limiter enforcing policy on store. It fails with an error
@@ -273,10 +276,23 @@ func (l *Limiter) finish(ctx context.Context, ops []Op, err error, start time.Ti
 	return nil
 }
 
+// logInterval is the least time between two logs of store errors by one
+// limiter: a dead Valkey must not flood the logs at the request rate.
+const logInterval = 10 * time.Second
+
+func (l *Limiter) logStoreError(err error) {
+	now := time.Now().UnixNano()
+	last := l.lastLog.Load()
+	if now-last < int64(logInterval) || !l.lastLog.CompareAndSwap(last, now) {
+		return
+	}
+	l.cfg.logger.Warn("sluice: store unavailable, deciding by fail mode (logged at most every 10s)",
+		"limiter", l.cfg.name, "fail_mode", l.cfg.failMode.String(), "err", err)
+}
+
 // degrade decides op by the fail mode.
 func (l *Limiter) degrade(op *Op) {
-	l.cfg.logger.Warn("sluice: store unavailable, deciding by fail mode",
-		"limiter", l.cfg.name, "fail_mode", l.cfg.failMode.String(), "err", op.Err)
+	l.logStoreError(op.Err)
 	res := Result{Limit: l.rule.Limit, Degraded: true}
 	if l.cfg.failMode == FailOpen || l.cfg.shadow {
 		res.Allowed = true
