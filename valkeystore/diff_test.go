@@ -1,0 +1,130 @@
+package valkeystore_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+// differ runs the same operations on memstore and on a Valkey store and
+// reports the first Result that differs.
+type differ struct {
+	t      testing.TB
+	mem    *memstore.Store
+	vk     sluice.Store
+	prefix string
+}
+
+func (d *differ) step(desc string, op sluice.Op) {
+	d.t.Helper()
+	a, b := []sluice.Op{op}, []sluice.Op{op}
+	ctx := context.Background()
+	if err := d.mem.Do(ctx, a); err != nil || a[0].Err != nil {
+		d.t.Fatalf("%s: memstore: %v %v", desc, err, a[0].Err)
+	}
+	if err := d.vk.Do(ctx, b); err != nil || b[0].Err != nil {
+		d.t.Fatalf("%s: valkeystore: %v %v", desc, err, b[0].Err)
+	}
+	if a[0].Result != b[0].Result {
+		d.t.Fatalf("%s:\nmemstore    %+v\nvalkeystore %+v", desc, a[0].Result, b[0].Result)
+	}
+}
+
+// randomRule returns a valid rule of algorithm alg with small parameters.
+func randomRule(rng *rand.Rand, alg int) sluice.Rule {
+	limit := int64(1 + rng.IntN(8))
+	window := time.Duration(1+rng.IntN(2000)) * time.Millisecond
+	if rng.IntN(4) == 0 {
+		window = time.Duration(1000+rng.IntN(5000)) * time.Microsecond
+	}
+	var p sluice.Policy
+	switch alg {
+	case 0:
+		p = sluice.FixedWindow{Limit: limit, Window: window}
+	case 1:
+		p = sluice.SlidingLog{Limit: limit, Window: window, CountRejected: rng.IntN(2) == 0}
+	case 2:
+		p = sluice.SlidingWindow{Limit: limit, Window: window}
+	case 3:
+		p = sluice.TokenBucket{Capacity: limit, Rate: float64(1+rng.IntN(20)) / float64(1+rng.IntN(3)), Per: window}
+	default:
+		p = sluice.GCRA{Rate: float64(1 + rng.IntN(20)), Per: window, Burst: limit}
+	}
+	r, err := p.Rule()
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// TestDifferential runs randomized operation sequences under a fake clock
+// on memstore and on Valkey: every Result must be identical.
+func TestDifferential(t *testing.T) {
+	c := valkeytest.Shared(t).Client(t)
+	d := &differ{t: t, mem: memstore.New(), vk: newStore(t, c), prefix: sluicetest.Prefix(t)}
+	for seed := range uint64(40) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		alg := int(seed % 5)
+		rule := randomRule(rng, alg)
+		now := sluicetest.Epoch.Add(time.Duration(rng.IntN(1e6)) * time.Microsecond)
+		w := max(rule.Window, rule.Interval*time.Duration(rule.Limit))
+		for i := range 150 {
+			key := sluice.Key(d.prefix, fmt.Sprintf("s%d", seed), fmt.Sprint(rng.IntN(3)))
+			switch rng.IntN(6) {
+			case 0: // stay at the same microsecond
+			case 1:
+				now = now.Add(time.Microsecond)
+			case 2: // to a window edge, or just before it
+				edge := now.Truncate(max(rule.Window, time.Millisecond)).Add(max(rule.Window, time.Millisecond))
+				now = edge.Add(-time.Duration(rng.IntN(2)) * time.Microsecond)
+			default:
+				now = now.Add(time.Duration(rng.Int64N(int64(w)*3/2/1000+1)) * time.Microsecond)
+			}
+			cost := int64(rng.IntN(int(rule.Limit) + 1))
+			if rng.IntN(8) == 0 {
+				cost = -int64(1 + rng.IntN(2)) // a refund
+			}
+			d.step(fmt.Sprintf("seed %d op %d (%v, cost %d, at +%v)", seed, i, rule, cost, now.Sub(sluicetest.Epoch)),
+				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now})
+		}
+	}
+}
+
+// FuzzDifferential decodes operation sequences from the fuzzer's bytes and
+// runs them on both stores: every Result must be identical.
+func FuzzDifferential(f *testing.F) {
+	f.Add([]byte{0, 3, 10, 1, 0, 1, 0, 1, 200, 0, 50})
+	f.Add([]byte{1, 2, 100, 1, 3, 1, 0, 0, 255, 1, 1})
+	f.Add([]byte{2, 5, 7, 2, 1, 3, 90, 1, 0})
+	f.Add([]byte{3, 4, 30, 4, 0, 1, 0, 255, 9, 1, 2})
+	f.Add([]byte{4, 1, 1, 1, 0, 1, 1, 0, 0})
+	c := valkeytest.Shared(f).Client(f)
+	vk := newStore(f, c)
+	mem := memstore.New()
+	var run int
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 3 {
+			return
+		}
+		run++
+		rng := rand.New(rand.NewPCG(uint64(data[0]), uint64(data[1])<<8|uint64(data[2])))
+		rule := randomRule(rng, int(data[0]%5))
+		d := &differ{t: t, mem: mem, vk: vk, prefix: fmt.Sprintf("fz%d-%d", os.Getpid(), run)}
+		key := sluice.Key(d.prefix, "f", "k")
+		now := sluicetest.Epoch
+		for i := 3; i+1 < len(data) && i < 3+2*200; i += 2 {
+			cost := int64(data[i]%byte(rule.Limit+2)) - 1 // -1 .. limit
+			now = now.Add(time.Duration(data[i+1]) * time.Duration(data[i+1]) * 37 * time.Microsecond)
+			d.step(fmt.Sprintf("op %d (%v, cost %d, at +%v)", i, rule, cost, now.Sub(sluicetest.Epoch)),
+				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now})
+		}
+	})
+}
