@@ -1,0 +1,371 @@
+// Package httplimit is net/http middleware that enforces sluice limiters and
+// tells clients about them.
+//
+// A Middleware checks the Limits of a Config on every request: each Limit is
+// a sluice.Limiter and a KeyFunc saying whom to count (client address, API
+// key, authenticated principal, a global constant, anything). Its Handler
+// method has the shape func(http.Handler) http.Handler, so it works with
+// net/http's ServeMux and any router; use one Middleware per route or group
+// of routes for per-action budgets.
+//
+// # Several limits
+//
+// All Limits that apply to a request are checked together with
+// sluice.AllowAll: the checks of limiters that share a store go to it in one
+// batch (one round trip to Valkey), and the request is allowed only if every
+// limit allows it. When one refuses, the units the others took are given
+// back, so a refused request costs no budget. Each check is atomic; the
+// group is not: between the batch and the refund another request may find
+// those units taken (and be refused when it would have been allowed, never
+// the reverse). On Valkey Cluster the keys of one request usually live in
+// different slots and nodes; they are then decided in parallel, each
+// atomically on its node.
+//
+// # Responses
+//
+// A refused request gets 429 Too Many Requests, a Retry-After header in
+// whole seconds (rounded up, at least 1) and an application/problem+json
+// body (RFC 9457) of type
+// https://iana.org/assignments/http-problem-types#quota-exceeded whose
+// "violated-policies" member names the refusing limits, unless
+// Config.DenyHandler answers instead.
+//
+// Every response to a request that some Limit applied to carries, unless
+// switched off in Config:
+//
+//   - X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset, the
+//     conventional headers, for the most restrictive limit (the refusing
+//     one with the longest wait, or else the one with the fewest units
+//     remaining). X-RateLimit-Reset is the number of seconds until that
+//     limit is fully restored, rounded up; with Config.ResetEpoch it is the
+//     Unix time of that moment instead, as GitHub sends it.
+//   - RateLimit-Policy and RateLimit, the structured fields (RFC 9651) of
+//     draft-ietf-httpapi-ratelimit-headers-11, with one list item per limit
+//     named by its quoted policy name: RateLimit-Policy: "api";q=100;w=60
+//     gives the quota q per window w in seconds (for token buckets and
+//     GCRA, the burst and the time to refill it from empty), and
+//     RateLimit: "api";r=42;t=17 the units remaining and the seconds until
+//     the quota is fully restored.
+//
+// # Failure and shadow mode
+//
+// Limiters decide by their fail mode when the store is unavailable, and
+// shadow-mode limiters never refuse (see sluice.WithFailMode and
+// sluice.WithShadow). A degraded decision is not advertised in headers,
+// since nothing is known about the remaining budget: a fail-open limit lets
+// the request through with the other limits' headers, a fail-closed one
+// refuses it with Retry-After: 1. Shadowed results are not advertised
+// either, so a dark-launched limit stays invisible to clients.
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// A Limit is one limiter applied to requests.
+type Limit struct {
+	// Limiter decides. Required.
+	Limiter *sluice.Limiter
+
+	// Key returns whom the request is counted against; an empty key means
+	// the limit does not apply to the request. Required.
+	Key KeyFunc
+
+	// Cost returns the units a request takes (default 1 for every
+	// request). Zero only looks: the request is allowed while at least one
+	// unit remains, and takes nothing. A cost above the limiter's limit is
+	// a bug and is answered by Config.ErrorHandler.
+	Cost func(r *http.Request) int64
+
+	// Name is the policy name clients see in headers and in
+	// violated-policies (default Limiter.Name()). 1 to 64 printable ASCII
+	// characters.
+	Name string
+
+	// Hidden keeps the limit out of the rate-limit headers; it is still
+	// enforced, and named in violated-policies when it refuses. Use it for
+	// limits clients should not plan around, such as a global capacity.
+	Hidden bool
+}
+
+// Config configures a Middleware.
+type Config struct {
+	// Limits are checked on every request that is not exempt, together, in
+	// this order; header list items follow it too. At least one.
+	Limits []Limit
+
+	// Exempt, when set, lets requests for which it returns true through
+	// without checking or counting them (health checks, internal callers).
+	// Default none.
+	Exempt func(r *http.Request) bool
+
+	// DenyHandler answers refused requests (default: 429 with a
+	// problem+json body, see WriteProblem). When it runs, Retry-After and
+	// the rate-limit headers are already set, and FromContext returns the
+	// request's Status.
+	DenyHandler http.Handler
+
+	// ErrorHandler answers requests the limits could not be checked for:
+	// the request's context ended, or a KeyFunc or Cost returned what no
+	// limiter accepts (a cost above the limit). A store failure is not such
+	// an error: the limiters' fail modes decide. Default: the error is
+	// logged and the client gets 503 if its context ended, 500 otherwise.
+	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
+
+	// OmitXRateLimit switches off X-RateLimit-Limit, -Remaining and -Reset
+	// (default sent).
+	OmitXRateLimit bool
+
+	// OmitRateLimit switches off the draft's RateLimit-Policy and RateLimit
+	// fields (default sent).
+	OmitRateLimit bool
+
+	// ResetEpoch makes X-RateLimit-Reset the Unix time, in whole seconds
+	// rounded up, at which the limit is fully restored, instead of the
+	// number of seconds until then (the default). Delta seconds are immune
+	// to clock skew between server and client; epoch seconds are what
+	// GitHub's API and some clients expect.
+	ResetEpoch bool
+
+	// Now is the clock for ResetEpoch (default time.Now).
+	Now func() time.Time
+
+	// Logger receives errors (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// A Middleware enforces limits on HTTP requests. It is safe for concurrent
+// use.
+type Middleware struct {
+	cfg    Config
+	limits []limit
+}
+
+type limit struct {
+	Limit
+	name   string
+	quota  int64
+	window time.Duration
+	policy string // the RateLimit-Policy list item
+}
+
+// New returns a Middleware for cfg, or an error when a Limit lacks its
+// Limiter or Key or has an invalid Name.
+func New(cfg Config) (*Middleware, error) {
+	if len(cfg.Limits) == 0 {
+		return nil, errors.New("httplimit: no limits")
+	}
+	m := &Middleware{cfg: cfg}
+	for i, l := range cfg.Limits {
+		if l.Limiter == nil || l.Key == nil {
+			return nil, fmt.Errorf("httplimit: limit %d needs a Limiter and a Key", i)
+		}
+		name := l.Name
+		if name == "" {
+			name = l.Limiter.Name()
+		}
+		if err := checkPolicyName(name); err != nil {
+			return nil, fmt.Errorf("httplimit: limit %d: %w", i, err)
+		}
+		rule := l.Limiter.Rule()
+		li := limit{Limit: l, name: name, quota: rule.Limit, window: Window(rule)}
+		li.policy = sfString(name) + ";q=" + strconv.FormatInt(li.quota, 10) + ";w=" + strconv.FormatInt(seconds(li.window), 10)
+		m.limits = append(m.limits, li)
+	}
+	if m.cfg.Now == nil {
+		m.cfg.Now = time.Now
+	}
+	if m.cfg.Logger == nil {
+		m.cfg.Logger = slog.Default()
+	}
+	if m.cfg.ErrorHandler == nil {
+		m.cfg.ErrorHandler = m.defaultError
+	}
+	if m.cfg.DenyHandler == nil {
+		m.cfg.DenyHandler = http.HandlerFunc(defaultDeny)
+	}
+	return m, nil
+}
+
+// Window returns the span a rule's quota is measured over, as RateLimit-Policy
+// advertises it: the window of the window algorithms, and for TokenBucket and
+// GCRA the time to earn the whole burst back from empty.
+func Window(rule sluice.Rule) time.Duration {
+	switch rule.Algorithm {
+	case sluice.AlgorithmTokenBucket:
+		if rule.Rate > 0 {
+			return time.Duration(float64(rule.Limit)/rule.Rate) * time.Microsecond
+		}
+	case sluice.AlgorithmGCRA:
+		return time.Duration(rule.Limit) * rule.Interval
+	}
+	return rule.Window
+}
+
+// Handler returns next wrapped by the limits: next runs only for allowed
+// requests, with the request's Status in its context (see FromContext).
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.cfg.Exempt != nil && m.cfg.Exempt(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		st, err := m.Check(r)
+		if err != nil {
+			m.cfg.ErrorHandler(w, r, err)
+			return
+		}
+		if st == nil { // no limit applies
+			next.ServeHTTP(w, r)
+			return
+		}
+		m.writeHeaders(w.Header(), st)
+		r = r.WithContext(context.WithValue(r.Context(), statusKey{}, st))
+		if !st.Allowed {
+			w.Header().Set("Retry-After", strconv.FormatInt(RetryAfterSeconds(st.RetryAfter()), 10))
+			m.cfg.DenyHandler.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Check decides the limits for r and takes what they cost, as Handler does,
+// without answering: for handlers that limit part of their work themselves.
+// It returns a nil Status when no limit applies to r.
+func (m *Middleware) Check(r *http.Request) (*Status, error) {
+	checks := make([]sluice.Check, 0, len(m.limits))
+	applied := make([]int, 0, len(m.limits))
+	for i := range m.limits {
+		l := &m.limits[i]
+		key := l.Key(r)
+		if key == "" {
+			continue
+		}
+		cost := int64(1)
+		if l.Cost != nil {
+			cost = l.Cost(r)
+		}
+		checks = append(checks, sluice.Check{Limiter: l.Limiter, Key: key, Cost: cost})
+		applied = append(applied, i)
+	}
+	if len(checks) == 0 {
+		return nil, nil
+	}
+	d, err := sluice.AllowAll(r.Context(), checks)
+	if err != nil {
+		return nil, err
+	}
+	st := &Status{Allowed: d.Allowed, Limits: make([]LimitStatus, len(applied))}
+	for j, i := range applied {
+		l := &m.limits[i]
+		st.Limits[j] = LimitStatus{
+			Name:   l.name,
+			Quota:  l.quota,
+			Window: l.window,
+			Key:    checks[j].Key,
+			Result: d.Results[j],
+			Hidden: l.Hidden,
+			policy: l.policy,
+		}
+	}
+	return st, nil
+}
+
+func (m *Middleware) defaultError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
+		return
+	}
+	m.cfg.Logger.Error("httplimit: cannot check limits", "method", r.Method, "path", r.URL.Path, "err", err)
+	http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+}
+
+type statusKey struct{}
+
+// FromContext returns the Status of the limits checked for the request
+// whose context ctx is, in handlers behind a Middleware and in its
+// DenyHandler.
+func FromContext(ctx context.Context) (*Status, bool) {
+	st, ok := ctx.Value(statusKey{}).(*Status)
+	return st, ok
+}
+
+// Status is the outcome of a Middleware's limits for one request.
+type Status struct {
+	// Allowed reports whether every limit allowed the request.
+	Allowed bool
+	// Limits holds the limits that applied to the request (those whose
+	// KeyFunc returned a key), in Config order.
+	Limits []LimitStatus
+}
+
+// LimitStatus is one limit's part of a Status.
+type LimitStatus struct {
+	Name   string        // the policy name
+	Quota  int64         // the limiter's limit
+	Window time.Duration // see Window
+	Key    string        // the identity counted against
+	Result sluice.Result
+	Hidden bool
+
+	policy string
+}
+
+// RetryAfter returns the longest RetryAfter of the refusing limits: the
+// earliest time the whole request could be allowed. Zero when allowed.
+func (s *Status) RetryAfter() time.Duration {
+	var d time.Duration
+	for _, l := range s.Limits {
+		if !l.Result.Allowed && l.Result.RetryAfter > d {
+			d = l.Result.RetryAfter
+		}
+	}
+	return d
+}
+
+// Violated returns the names of the limits that refused the request.
+func (s *Status) Violated() []string {
+	var names []string
+	for _, l := range s.Limits {
+		if !l.Result.Allowed {
+			names = append(names, l.Name)
+		}
+	}
+	return names
+}
+
+// RetryAfterSeconds returns d in whole seconds for a Retry-After header:
+// rounded up, and at least 1, since "Retry-After: 0" invites an immediate
+// retry that would be refused.
+func RetryAfterSeconds(d time.Duration) int64 {
+	return max(seconds(d), 1)
+}
+
+// seconds returns d in whole seconds, rounded up, never negative.
+func seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+func checkPolicyName(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("policy name must be 1 to 64 characters, got %d", len(name))
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("policy name %q may hold only printable ASCII", name)
+		}
+	}
+	return nil
+}
