@@ -1,0 +1,5 @@
+package valkeytest_test
+
+import "runtime"
+
+func runtimeGoexit() { runtime.Goexit() }
