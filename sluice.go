@@ -45,6 +45,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	name     string
+	nameSet  bool
 	prefix   string
 	clock    func() time.Time
 	failMode FailMode
@@ -60,7 +61,7 @@ type config struct {
 // from the policy, such as "gcra-20-200000": limiters with identical
 // policies then share state, and changing a policy starts from fresh state.
 func WithName(name string) Option {
-	return optionFunc(func(c *config) { c.name = name })
+	return optionFunc(func(c *config) { c.name, c.nameSet = name, true })
 }
 
 // WithPrefix sets the first part of every key (default DefaultPrefix,
@@ -150,7 +151,7 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
-	if cfg.name == "" {
+	if !cfg.nameSet {
 		cfg.name = rule.name()
 	}
 	if err := checkName(cfg.name); err != nil {

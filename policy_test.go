@@ -1,0 +1,100 @@
+package sluice_test
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+func TestInvalidPolicies(t *testing.T) {
+	nan, inf := math.NaN(), math.Inf(1)
+	for _, c := range []struct {
+		p    sluice.Policy
+		want string
+	}{
+		{sluice.FixedWindow{Limit: 0, Window: time.Second}, "Limit must be positive"},
+		{sluice.FixedWindow{Limit: -1, Window: time.Second}, "Limit must be positive"},
+		{sluice.FixedWindow{Limit: 1, Window: 0}, "at least 1ms"},
+		{sluice.FixedWindow{Limit: 1, Window: 999 * time.Microsecond}, "at least 1ms"},
+		{sluice.FixedWindow{Limit: 1, Window: -time.Second}, "at least 1ms"},
+		{sluice.FixedWindow{Limit: 1, Window: time.Millisecond + time.Nanosecond}, "whole number of microseconds"},
+		{sluice.SlidingLog{Limit: 1 << 21, Window: time.Second}, "use SlidingWindow"},
+		{sluice.SlidingWindow{Limit: 1, Window: 1000 * 24 * time.Hour}, "at most"},
+		{sluice.TokenBucket{Capacity: 10, Rate: nan, Per: time.Second}, "positive finite"},
+		{sluice.TokenBucket{Capacity: 10, Rate: inf, Per: time.Second}, "positive finite"},
+		{sluice.TokenBucket{Capacity: 10, Rate: 0, Per: time.Second}, "positive finite"},
+		{sluice.TokenBucket{Capacity: 0, Rate: 1, Per: time.Second}, "Capacity must be positive"},
+		{sluice.TokenBucket{Capacity: 10, Rate: 1, Per: 0}, "Per must be at least"},
+		{sluice.TokenBucket{Capacity: 10, Rate: 1e7, Per: time.Second}, "more than one per microsecond"},
+		{sluice.GCRA{Rate: -1, Per: time.Second, Burst: 1}, "positive finite"},
+		{sluice.GCRA{Rate: 1, Per: time.Second, Burst: 0}, "Burst must be positive"},
+		{sluice.GCRA{Rate: 1, Per: 24 * time.Hour, Burst: 1 << 30}, "at most"},
+	} {
+		_, err := sluice.New(memstore.New(), c.p)
+		if !errors.Is(err, sluice.ErrInvalidPolicy) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New(%#v): %v; want ErrInvalidPolicy saying %q", c.p, err, c.want)
+		}
+	}
+	ok := sluice.GCRA{Rate: 1, Per: time.Second, Burst: 1}
+	for _, c := range []struct {
+		opt  sluice.Option
+		want string
+	}{
+		{sluice.WithName(""), "1 to 64"},
+		{sluice.WithName("a b"), "only letters"},
+		{sluice.WithName("a:b"), "only letters"},
+		{sluice.WithPrefix("x{y}"), "no braces"},
+		{sluice.WithTimeout(0), "timeout must be positive"},
+		{sluice.WithFailMode(7), "unknown fail mode"},
+	} {
+		_, err := sluice.New(memstore.New(), ok, c.opt)
+		if !errors.Is(err, sluice.ErrInvalidPolicy) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New with option: %v; want ErrInvalidPolicy saying %q", err, c.want)
+		}
+	}
+	if _, err := sluice.New(nil, ok); err == nil {
+		t.Error("New(nil store): no error")
+	}
+	if _, err := sluice.New(memstore.New(), nil); err == nil {
+		t.Error("New(nil policy): no error")
+	}
+}
+
+func TestParseAlgorithm(t *testing.T) {
+	for _, a := range []sluice.Algorithm{sluice.AlgorithmFixedWindow, sluice.AlgorithmSlidingLog, sluice.AlgorithmSlidingWindow, sluice.AlgorithmTokenBucket, sluice.AlgorithmGCRA} {
+		got, err := sluice.ParseAlgorithm(a.String())
+		if err != nil || got != a {
+			t.Errorf("ParseAlgorithm(%q) = %v, %v", a, got, err)
+		}
+	}
+	if _, err := sluice.ParseAlgorithm("leaky"); !errors.Is(err, sluice.ErrInvalidPolicy) {
+		t.Errorf("ParseAlgorithm(leaky): %v", err)
+	}
+}
+
+func TestDefaultNamesDiffer(t *testing.T) {
+	seen := map[string]bool{}
+	for _, p := range []sluice.Policy{
+		sluice.FixedWindow{Limit: 5, Window: time.Second},
+		sluice.SlidingLog{Limit: 5, Window: time.Second},
+		sluice.SlidingLog{Limit: 5, Window: time.Second, CountRejected: true},
+		sluice.SlidingWindow{Limit: 5, Window: time.Second},
+		sluice.TokenBucket{Capacity: 5, Rate: 5, Per: time.Second},
+		sluice.GCRA{Rate: 5, Per: time.Second, Burst: 5},
+		sluice.GCRA{Rate: 5, Per: time.Second, Burst: 6},
+	} {
+		l, err := sluice.New(memstore.New(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[l.Name()] {
+			t.Errorf("two policies share the default name %q", l.Name())
+		}
+		seen[l.Name()] = true
+	}
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# test.sh is the project's test command: it installs Valkey 8 when
+# valkey-server is missing, then vets and runs every test with the race
+# detector against real valkey-server processes that the tests start
+# themselves. It never skips for lack of Valkey: it fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install-valkey.sh
+export PATH="$PATH:/usr/sbin:/usr/bin"
+valkey-server --version
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+echo "== go vet"
+go vet ./...
+echo "== go test"
+go test -race -shuffle=on -count=1 -timeout 15m ./... "$@"

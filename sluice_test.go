@@ -1,0 +1,114 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// brokenStore fails every decision, or blocks until the context ends.
+type brokenStore struct{ block bool }
+
+func (s brokenStore) Do(ctx context.Context, batch []sluice.Op) error {
+	if s.block {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	for i := range batch {
+		batch[i].Err = errors.New("connection refused")
+	}
+	return nil
+}
+
+func (brokenStore) Delete(context.Context, ...string) error { return errors.New("connection refused") }
+
+type recorder struct {
+	mu   sync.Mutex
+	res  []sluice.Result
+	errs []error
+}
+
+func (r *recorder) ObserveDecision(_ string, res sluice.Result, err error, _ time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res = append(r.res, res)
+	r.errs = append(r.errs, err)
+}
+
+func TestFailModes(t *testing.T) {
+	p := sluice.GCRA{Rate: 1, Per: time.Second, Burst: 1}
+	ctx := context.Background()
+	for _, block := range []bool{false, true} {
+		for _, mode := range []sluice.FailMode{sluice.FailOpen, sluice.FailClosed} {
+			rec := &recorder{}
+			l, err := sluice.New(&brokenStore{block: block}, p, sluice.WithFailMode(mode), sluice.WithTimeout(20*time.Millisecond), sluice.WithObserver(rec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := l.Allow(ctx, "k")
+			if err != nil {
+				t.Fatalf("block=%v %v: error %v; a degraded decision is not an error", block, mode, err)
+			}
+			if !res.Degraded || res.Allowed != (mode == sluice.FailOpen) || res.Limit != 1 {
+				t.Fatalf("block=%v %v: %+v", block, mode, res)
+			}
+			if mode == sluice.FailClosed && res.RetryAfter <= 0 {
+				t.Fatalf("fail-closed refusal without RetryAfter: %+v", res)
+			}
+			if len(rec.errs) != 1 || rec.errs[0] == nil || !rec.res[0].Degraded {
+				t.Fatalf("observer saw %+v %v", rec.res, rec.errs)
+			}
+			if err := l.Reset(ctx, "k"); !errors.Is(err, sluice.ErrStoreUnavailable) {
+				t.Fatalf("Reset on a broken store: %v", err)
+			}
+		}
+	}
+}
+
+func TestCallerContextEnds(t *testing.T) {
+	l, _ := sluice.New(&brokenStore{block: true}, sluice.GCRA{Rate: 1, Per: time.Second, Burst: 1}, sluice.WithTimeout(time.Minute))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := l.Allow(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Allow with an ended context: %v, want context.DeadlineExceeded", err)
+	}
+}
+
+func TestShadow(t *testing.T) {
+	rec := &recorder{}
+	l, _ := sluice.New(memstore.New(), sluice.FixedWindow{Limit: 1, Window: time.Minute}, sluice.WithShadow(true), sluice.WithObserver(rec))
+	ctx := context.Background()
+	first, _ := l.Allow(ctx, "k")
+	second, _ := l.Allow(ctx, "k")
+	if !first.Allowed || first.Shadowed {
+		t.Fatalf("first: %+v", first)
+	}
+	if !second.Allowed || !second.Shadowed || second.RetryAfter != 0 {
+		t.Fatalf("second: %+v; want allowed and shadowed", second)
+	}
+	if len(rec.res) != 2 || !rec.res[1].Shadowed {
+		t.Fatalf("observer saw %+v", rec.res)
+	}
+}
+
+func TestWaitDeadline(t *testing.T) {
+	l, _ := sluice.New(memstore.New(), sluice.GCRA{Rate: 1, Per: time.Hour, Burst: 1})
+	ctx := context.Background()
+	if err := l.Wait(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	// The next unit comes in an hour: Wait gives up at once.
+	if err := l.Wait(wctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait: %v, want context.DeadlineExceeded", err)
+	}
+	if wctx.Err() != nil {
+		t.Fatal("Wait waited for the deadline instead of returning at once")
+	}
+}
