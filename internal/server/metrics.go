@@ -1,0 +1,101 @@
+package server
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/sluicehq/sluice"
+)
+
+type metrics struct {
+	httpRequests *prometheus.CounterVec
+	httpDuration *prometheus.HistogramVec
+	grpcRequests *prometheus.CounterVec
+	decisions    *prometheus.CounterVec
+	decisionDur  *prometheus.HistogramVec
+	reloads      *prometheus.CounterVec
+	reloadOK     prometheus.Gauge
+	loadedAt     prometheus.Gauge
+	policies     prometheus.Gauge
+}
+
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_server_http_requests_total",
+			Help: "HTTP requests answered, by route and status code.",
+		}, []string{"route", "code"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_server_http_request_duration_seconds",
+			Help:    "Time to answer HTTP requests, by route.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"route"}),
+		grpcRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_server_grpc_requests_total",
+			Help: "Envoy ShouldRateLimit calls, by overall code (OK, OVER_LIMIT) or gRPC error code.",
+		}, []string{"code"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_server_decisions_total",
+			Help: "Decisions by limiter and outcome: allowed, refused, shadowed (refused but allowed in shadow mode), degraded_allowed, degraded_refused (the store could not decide).",
+		}, []string{"limiter", "outcome"}),
+		decisionDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_server_decision_duration_seconds",
+			Help:    "Time the limiter spent deciding, store round trip included, by limiter.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
+		}, []string{"limiter"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_server_config_reloads_total",
+			Help: "Configuration reloads, by result (success, failure). A failed reload keeps the last good configuration.",
+		}, []string{"result"}),
+		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_server_config_last_reload_successful",
+			Help: "1 when the last reload attempt succeeded (or none was made), 0 when the file on disk was rejected.",
+		}),
+		loadedAt: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_server_config_loaded_timestamp_seconds",
+			Help: "Unix time the configuration being served was applied.",
+		}),
+		policies: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_server_policies",
+			Help: "Policies in the configuration being served.",
+		}),
+	}
+	reg.MustRegister(m.httpRequests, m.httpDuration, m.grpcRequests, m.decisions, m.decisionDur,
+		m.reloads, m.reloadOK, m.loadedAt, m.policies)
+	m.reloadOK.Set(1)
+	m.reloads.WithLabelValues("success")
+	m.reloads.WithLabelValues("failure")
+	return m
+}
+
+// observer feeds the server's decision metrics and passes decisions on.
+type observer struct {
+	m    *metrics
+	next sluice.Observer
+}
+
+func (o observer) ObserveDecision(limiter string, res sluice.Result, err error, latency time.Duration) {
+	outcome := "allowed"
+	switch {
+	case res.Degraded && res.Allowed:
+		outcome = "degraded_allowed"
+	case res.Degraded:
+		outcome = "degraded_refused"
+	case res.Shadowed:
+		outcome = "shadowed"
+	case !res.Allowed:
+		outcome = "refused"
+	}
+	o.m.decisions.WithLabelValues(limiter, outcome).Inc()
+	o.m.decisionDur.WithLabelValues(limiter).Observe(latency.Seconds())
+	if o.next != nil {
+		o.next.ObserveDecision(limiter, res, err, latency)
+	}
+}

@@ -1,0 +1,119 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/sluicehq/sluice/internal/config"
+)
+
+// Reload reads the configuration file path again and applies it. A file
+// that does not load, or whose policies cannot be built, is rejected:
+// logged, counted in sluice_server_config_reloads_total{result="failure"},
+// and the last good configuration keeps serving. A file identical to the
+// one being served is not applied again.
+func (s *Server) Reload(path, reason string) error {
+	data, err := os.ReadFile(path)
+	if err == nil {
+		sum := sha256.Sum256(data)
+		s.applyMu.Lock()
+		same := bytes.Equal(sum[:], s.lastSum[:]) && s.lastSumSet
+		s.applyMu.Unlock()
+		if same {
+			s.log.Debug("configuration unchanged", "file", path, "reason", reason)
+			return nil
+		}
+	}
+	var cfg *config.Config
+	if err == nil {
+		cfg, err = config.Parse(path, data)
+	}
+	if err == nil {
+		err = s.Apply(cfg)
+	}
+	if err != nil {
+		s.metrics.reloads.WithLabelValues("failure").Inc()
+		s.metrics.reloadOK.Set(0)
+		s.log.Error("configuration rejected; the last good configuration keeps serving",
+			"file", path, "reason", reason, "err", err.Error())
+		return err
+	}
+	s.SetLoaded(data)
+	s.metrics.reloads.WithLabelValues("success").Inc()
+	s.metrics.reloadOK.Set(1)
+	s.log.Info("configuration reloaded", "file", path, "reason", reason, "policies", len(cfg.Policies), "domains", len(cfg.Domains))
+	return nil
+}
+
+// SetLoaded records the contents of the file being served, so that Reload
+// can skip unchanged files.
+func (s *Server) SetLoaded(data []byte) {
+	s.applyMu.Lock()
+	s.lastSum = sha256.Sum256(data)
+	s.lastSumSet = true
+	s.applyMu.Unlock()
+}
+
+// Watch reloads path whenever it changes, until ctx ends. It watches the
+// file's directory, so that editors that replace the file (write a new one
+// and rename it) and Kubernetes ConfigMap updates (a symlink swap) are seen;
+// events are debounced by 200ms.
+func (s *Server) Watch(ctx context.Context, path string) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	dir := filepath.Dir(path)
+	if err := w.Add(dir); err != nil {
+		return err
+	}
+	base := filepath.Base(path)
+	real, _ := filepath.EvalSymlinks(path)
+	var timer *time.Timer
+	var fire <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			name := filepath.Base(ev.Name)
+			// Our file, or a Kubernetes-style "..data" symlink swap, or the
+			// target the file links to.
+			if name != base && name != "..data" && ev.Name != real {
+				continue
+			}
+			if timer == nil {
+				timer = time.NewTimer(200 * time.Millisecond)
+			} else {
+				timer.Reset(200 * time.Millisecond)
+			}
+			fire = timer.C
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			s.log.Warn("watching the configuration file", "file", path, "err", err)
+		case <-fire:
+			fire = nil
+			if _, err := os.Stat(path); err != nil {
+				// Removed, or mid-replace: the next event brings it back.
+				s.log.Debug("configuration file missing, waiting", "file", path)
+				continue
+			}
+			s.Reload(path, "file changed")
+			real, _ = filepath.EvalSymlinks(path)
+		}
+	}
+}

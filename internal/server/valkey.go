@@ -1,0 +1,162 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/valkeystore"
+	"github.com/valkey-io/valkey-go"
+)
+
+// ErrNotConnected is the store error while the first connection to Valkey
+// has not been made: decisions follow each policy's on_failure.
+var ErrNotConnected = errors.New("valkey: not connected yet")
+
+// ValkeyStore is a sluice.Store on Valkey that connects in the background:
+// the service starts, and answers by its policies' on_failure, while Valkey
+// is still unreachable, then uses it as soon as it answers.
+type ValkeyStore struct {
+	store  atomic.Pointer[valkeystore.Store]
+	mu     sync.Mutex
+	client valkey.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// ClientOption builds valkey-go's options from the configuration. env looks
+// up environment variables (nil: the process environment).
+func ClientOption(v *config.Valkey, env func(string) (string, bool)) (valkey.ClientOption, error) {
+	pw, err := v.Password(env)
+	if err != nil {
+		return valkey.ClientOption{}, err
+	}
+	opt := valkey.ClientOption{
+		InitAddress:  v.Addresses,
+		Username:     v.Username,
+		Password:     pw,
+		Dialer:       net.Dialer{Timeout: v.ConnectTimeout},
+		DisableCache: true, // decisions are scripts; client-side caching has nothing to cache
+		ClientName:   "sluice",
+		// A decision is never retried (it may have run: a retry would count
+		// twice), and a write stuck on a dead peer must not wait for TCP.
+		DisableRetry:     true,
+		ConnWriteTimeout: max(v.ConnectTimeout, time.Second),
+	}
+	if v.TLS != nil {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: v.TLS.ServerName}
+		if v.TLS.CAFile != "" {
+			pem, err := os.ReadFile(v.TLS.CAFile)
+			if err != nil {
+				return opt, fmt.Errorf("valkey.tls.ca_file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return opt, fmt.Errorf("valkey.tls.ca_file %s: no PEM certificate found", v.TLS.CAFile)
+			}
+			tc.RootCAs = pool
+		}
+		if v.TLS.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(v.TLS.CertFile, v.TLS.KeyFile)
+			if err != nil {
+				return opt, fmt.Errorf("valkey.tls: client certificate: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		opt.TLSConfig = tc
+	}
+	return opt, nil
+}
+
+// ConnectValkey returns a store that connects with opt in the background,
+// retrying with backoff (up to 5s between attempts) until it succeeds or
+// Close is called. Several addresses make a cluster client (valkey-go
+// detects the mode).
+func ConnectValkey(opt valkey.ClientOption, log *slog.Logger) *ValkeyStore {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &ValkeyStore{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		delay := 100 * time.Millisecond
+		for attempt := 1; ; attempt++ {
+			client, err := valkey.NewClient(opt)
+			if err == nil {
+				st, err2 := valkeystore.New(client)
+				if err2 == nil {
+					s.mu.Lock()
+					if ctx.Err() != nil {
+						s.mu.Unlock()
+						client.Close()
+						return
+					}
+					s.client = client
+					s.store.Store(st)
+					s.mu.Unlock()
+					log.Info("connected to valkey", "addresses", opt.InitAddress, "attempt", attempt)
+					return
+				}
+				client.Close()
+				err = err2
+			}
+			if attempt == 1 || attempt%10 == 0 {
+				log.Warn("cannot connect to valkey yet; deciding by each policy's on_failure",
+					"addresses", opt.InitAddress, "attempt", attempt, "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			delay = min(delay*2, 5*time.Second)
+		}
+	}()
+	return s
+}
+
+// Do implements sluice.Store.
+func (s *ValkeyStore) Do(ctx context.Context, batch []sluice.Op) error {
+	st := s.store.Load()
+	if st == nil {
+		return ErrNotConnected
+	}
+	return st.Do(ctx, batch)
+}
+
+// Delete implements sluice.Store.
+func (s *ValkeyStore) Delete(ctx context.Context, keys ...string) error {
+	st := s.store.Load()
+	if st == nil {
+		return ErrNotConnected
+	}
+	return st.Delete(ctx, keys...)
+}
+
+// Ping reports whether Valkey answers.
+func (s *ValkeyStore) Ping(ctx context.Context) error {
+	st := s.store.Load()
+	if st == nil {
+		return ErrNotConnected
+	}
+	return st.Ping(ctx)
+}
+
+// Close stops connecting and closes the client.
+func (s *ValkeyStore) Close() {
+	s.cancel()
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client != nil {
+		s.client.Close()
+	}
+}
