@@ -1,0 +1,266 @@
+// Package login protects sign-in (and password reset, one-time code)
+// endpoints against password guessing, with two limits checked together on
+// every attempt:
+//
+//   - per username, which catches a distributed attack on one account even
+//     when each address tries only once;
+//   - per client address, which catches one address trying many accounts
+//     (credential stuffing, password spraying).
+//
+// Call Guard.Attempt before checking the password, with the username as
+// typed and the client's address key (see package clientip), and stop when
+// it refuses. Call Guard.Success after a correct password to clear the
+// username's count, so that a user who mistypes a few times and then gets
+// in starts afresh.
+//
+// The guard never looks the account up, so its answers are the same whether
+// or not the account exists, and limits cannot be used to find out which
+// accounts exist. Keep the rest of the handler equally uninformative: answer
+// "wrong username or password" for both cases, and spend the same time on
+// both (verify against a dummy hash when there is no account).
+//
+// Usernames are normalised (see Normalize) and hashed with HMAC-SHA256
+// under a secret before they become keys, so e-mail addresses never reach
+// the store in clear, and whoever can read the store cannot test guesses of
+// usernames against the keys without the secret.
+//
+// The guard fails closed by default: when the store is unavailable, logins
+// are refused (Verdict.Degraded is set), since an unlimited window is what
+// an attacker waits for. Set Config.FailOpen to prefer availability.
+//
+// A per-username limit lets anyone lock an account out for a window by
+// failing on purpose. Keep that window short, and do not use CountRejected
+// on it; the per-address limit and the refund of the username's unit when
+// the address is refused keep one attacker from doing it cheaply.
+package login
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
+)
+
+// Config configures a Guard.
+type Config struct {
+	// Store keeps the counts. Required.
+	Store sluice.Store
+
+	// Secret keys the hash of usernames, at least 16 bytes (32 random bytes
+	// recommended). Required. Keep it secret and stable: a new secret gives
+	// every username a new key, forgetting the counts.
+	Secret []byte
+
+	// PerUsername limits attempts per username (default SlidingLog{Limit:
+	// 5, Window: 15 * time.Minute}): exact, so five failures lock the
+	// account for the rest of the quarter hour.
+	PerUsername sluice.Policy
+
+	// PerAddress limits attempts per client address (default
+	// SlidingLog{Limit: 50, Window: 15 * time.Minute}). Higher than
+	// PerUsername, since many users may share an address behind NAT.
+	PerAddress sluice.Policy
+
+	// FailOpen allows attempts while the store is unavailable. Default
+	// false: refuse them.
+	FailOpen bool
+
+	// Name is the start of the limiters' names (default "login"): the
+	// limiters are Name+"-user" and Name+"-addr". Give each protected
+	// action its own (login, reset, otp) for separate budgets.
+	Name string
+
+	// Normalize maps a username to its canonical form before hashing
+	// (default Normalize). Usernames with the same canonical form share a
+	// count.
+	Normalize func(string) string
+
+	// Options are passed to both limiters after the guard's own, such as
+	// sluice.WithPrefix, sluice.WithTimeout or sluice.WithObserver.
+	Options []sluice.Option
+}
+
+// Default policies.
+var (
+	DefaultPerUsername = sluice.SlidingLog{Limit: 5, Window: 15 * time.Minute}
+	DefaultPerAddress  = sluice.SlidingLog{Limit: 50, Window: 15 * time.Minute}
+)
+
+// A Guard limits login attempts per username and per client address. It is
+// safe for concurrent use.
+type Guard struct {
+	user, addr *sluice.Limiter
+	secret     []byte
+	normalize  func(string) string
+}
+
+// New returns a Guard for cfg. It fails without a store, with a short
+// secret, or with a policy sluice.New refuses.
+func New(cfg Config) (*Guard, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("login: nil store")
+	}
+	if len(cfg.Secret) < 16 {
+		return nil, fmt.Errorf("login: secret must be at least 16 bytes, got %d", len(cfg.Secret))
+	}
+	if cfg.PerUsername == nil {
+		cfg.PerUsername = DefaultPerUsername
+	}
+	if cfg.PerAddress == nil {
+		cfg.PerAddress = DefaultPerAddress
+	}
+	if cfg.Name == "" {
+		cfg.Name = "login"
+	}
+	if cfg.Normalize == nil {
+		cfg.Normalize = Normalize
+	}
+	mode := sluice.FailClosed
+	if cfg.FailOpen {
+		mode = sluice.FailOpen
+	}
+	opts := func(suffix string) []sluice.Option {
+		return append([]sluice.Option{sluice.WithName(cfg.Name + suffix), sluice.WithFailMode(mode)}, cfg.Options...)
+	}
+	user, err := sluice.New(cfg.Store, cfg.PerUsername, opts("-user")...)
+	if err != nil {
+		return nil, fmt.Errorf("login: per-username limit: %w", err)
+	}
+	addr, err := sluice.New(cfg.Store, cfg.PerAddress, opts("-addr")...)
+	if err != nil {
+		return nil, fmt.Errorf("login: per-address limit: %w", err)
+	}
+	return &Guard{user: user, addr: addr, secret: append([]byte(nil), cfg.Secret...), normalize: cfg.Normalize}, nil
+}
+
+// Tripped says which limits refused an attempt.
+type Tripped uint8
+
+// The limits of a Guard.
+const (
+	TrippedUsername Tripped = 1 << iota
+	TrippedAddress
+)
+
+// String returns "none", "username", "address" or "username+address".
+func (t Tripped) String() string {
+	switch t {
+	case 0:
+		return "none"
+	case TrippedUsername:
+		return "username"
+	case TrippedAddress:
+		return "address"
+	case TrippedUsername | TrippedAddress:
+		return "username+address"
+	}
+	return fmt.Sprintf("Tripped(%d)", uint8(t))
+}
+
+// A Verdict is the outcome of an attempt.
+type Verdict struct {
+	// Allowed reports whether the attempt may go on to check the password.
+	Allowed bool
+	// Tripped says which limits refused the attempt (zero when allowed).
+	// Telling the user "too many attempts for this account" reveals nothing
+	// about its existence: unknown usernames trip alike.
+	Tripped Tripped
+	// RetryAfter is when the attempt could be allowed, zero when allowed.
+	RetryAfter time.Duration
+	// Degraded reports that the store could not decide and the fail mode
+	// did.
+	Degraded bool
+	// Username and Address are the two limits' Results.
+	Username, Address sluice.Result
+}
+
+// Attempt counts one login attempt for username (as typed) from the client
+// address key addr (clientip.Resolver.Key; any non-empty string that
+// identifies the client), and reports whether it may proceed. Both limits
+// are checked together (sluice.AllowAll): a refused attempt takes nothing
+// from the limit that allowed it. The error is non-nil only for an empty
+// addr or when ctx ends.
+func (g *Guard) Attempt(ctx context.Context, username, addr string) (Verdict, error) {
+	if addr == "" {
+		return Verdict{}, fmt.Errorf("login: empty address: %w", sluice.ErrInvalidKey)
+	}
+	d, err := sluice.AllowAll(ctx, []sluice.Check{
+		{Limiter: g.user, Key: g.UsernameKey(username), Cost: 1},
+		{Limiter: g.addr, Key: addressKey(addr), Cost: 1},
+	})
+	if err != nil {
+		return Verdict{}, fmt.Errorf("login: %w", err)
+	}
+	v := Verdict{
+		Allowed:    d.Allowed,
+		RetryAfter: d.RetryAfter(),
+		Username:   d.Results[0],
+		Address:    d.Results[1],
+		Degraded:   d.Results[0].Degraded || d.Results[1].Degraded,
+	}
+	if !v.Username.Allowed {
+		v.Tripped |= TrippedUsername
+	}
+	if !v.Address.Allowed {
+		v.Tripped |= TrippedAddress
+	}
+	return v, nil
+}
+
+// Success clears the per-username count of username after a correct
+// password, so earlier typos do not count against the next login. The
+// per-address count stays. Call it only after the password was verified:
+// it is an unlock.
+func (g *Guard) Success(ctx context.Context, username string) error {
+	if err := g.user.Reset(ctx, g.UsernameKey(username)); err != nil {
+		return fmt.Errorf("login: %w", err)
+	}
+	return nil
+}
+
+// ResetAddress clears the per-address count of addr, for operators
+// unlocking an office behind one NAT address.
+func (g *Guard) ResetAddress(ctx context.Context, addr string) error {
+	if addr == "" {
+		return fmt.Errorf("login: empty address: %w", sluice.ErrInvalidKey)
+	}
+	if err := g.addr.Reset(ctx, addressKey(addr)); err != nil {
+		return fmt.Errorf("login: %w", err)
+	}
+	return nil
+}
+
+// UsernameKey returns the identity username is counted under:
+// "user:<hex HMAC-SHA256 of the normalised username>". It is the same for
+// every spelling Normalize maps together, and reveals nothing of the
+// username without the secret.
+func (g *Guard) UsernameKey(username string) string {
+	mac := hmac.New(sha256.New, g.secret)
+	mac.Write([]byte(g.normalize(username)))
+	return sluice.Identity("user", hex.EncodeToString(mac.Sum(nil)))
+}
+
+func addressKey(addr string) string { return sluice.Identity("ip", addr) }
+
+// Limiters returns the per-username and per-address limiters, for metrics,
+// inspection or resets by key.
+func (g *Guard) Limiters() (perUsername, perAddress *sluice.Limiter) { return g.user, g.addr }
+
+// Normalize returns the canonical form of a username: Unicode NFKC
+// (full-width and compatibility characters become their plain forms), case
+// folded ("Alice@Example.COM" and "alice@example.com" are one user, as are
+// "Straße" and "STRASSE"), surrounding white space removed.
+func Normalize(username string) string {
+	s := norm.NFKC.String(username)
+	s = cases.Fold().String(s)
+	s = norm.NFKC.String(s)
+	return strings.TrimSpace(s)
+}
