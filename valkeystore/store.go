@@ -7,7 +7,8 @@
 // batch that share an algorithm and a cluster slot run in one script call;
 // all script calls of a batch go out in one pipelined round trip. A script
 // call is never retried after it was sent: it may have run, and a retry
-// would count twice.
+// would count twice. A circuit breaker (see Breaker) makes calls fail at
+// once while Valkey is down or hung, until a background probe sees it back.
 package valkeystore
 
 import (
@@ -25,6 +26,7 @@ import (
 type Store struct {
 	client   valkey.Client
 	maxBatch int
+	breaker  *breaker // nil when off; see breaker.go
 }
 
 // An Option configures a Store.
@@ -43,9 +45,12 @@ func New(client valkey.Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("valkeystore: nil client")
 	}
-	s := &Store{client: client, maxBatch: 64}
+	s := &Store{client: client, maxBatch: 64, breaker: &breaker{}}
 	for _, o := range opts {
 		o(s)
+	}
+	if err := s.breaker.init(s.Ping); err != nil {
+		return nil, err
 	}
 	if s.maxBatch < 1 {
 		return nil, fmt.Errorf("valkeystore: max keys per call must be positive, got %d", s.maxBatch)
@@ -67,6 +72,10 @@ func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
 	calls := s.plan(batch)
 	if len(calls) == 0 {
 		return nil
+	}
+	trial, err := s.breaker.allow()
+	if err != nil {
+		return err // the circuit breaker is open: fail fast, no network
 	}
 	cmds := make(valkey.Commands, len(calls))
 	for i, c := range calls {
@@ -90,6 +99,7 @@ func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
 			resps[retry[j]] = r
 		}
 	}
+	s.breaker.record(ctx, trial, resps)
 	for i, c := range calls {
 		decode(batch, c, resps[i])
 	}
@@ -207,11 +217,17 @@ func (s *Store) Delete(ctx context.Context, keys ...string) error {
 	if len(keys) == 0 {
 		return nil
 	}
+	trial, err := s.breaker.allow()
+	if err != nil {
+		return fmt.Errorf("valkeystore: delete: %w", err)
+	}
 	cmds := make(valkey.Commands, len(keys))
 	for i, k := range keys {
 		cmds[i] = s.client.B().Del().Key(k).Build()
 	}
-	for _, r := range s.client.DoMulti(ctx, cmds...) {
+	resps := s.client.DoMulti(ctx, cmds...)
+	s.breaker.record(ctx, trial, resps)
+	for _, r := range resps {
 		if err := r.Error(); err != nil {
 			return fmt.Errorf("valkeystore: delete: %w", err)
 		}
