@@ -27,15 +27,17 @@ const MaxIdentityLen = 128
 // Valkey Cluster hash tag. name must be a valid limiter name (see WithName);
 // prefix must not contain braces.
 func Key(prefix, name, identity string) string {
-	var b strings.Builder
-	b.Grow(len(prefix) + len(name) + len(identity) + 8)
-	b.WriteString(prefix)
-	b.WriteByte(':')
-	b.WriteString(name)
-	b.WriteString(":{")
-	writeIdentity(&b, identity)
-	b.WriteByte('}')
-	return b.String()
+	return string(AppendKey(make([]byte, 0, len(prefix)+len(name)+len(identity)+4), prefix, name, identity))
+}
+
+// AppendKey appends Key(prefix, name, identity) to dst.
+func AppendKey(dst []byte, prefix, name, identity string) []byte {
+	dst = append(dst, prefix...)
+	dst = append(dst, ':')
+	dst = append(dst, name...)
+	dst = append(dst, ':', '{')
+	dst = appendIdentity(dst, identity)
+	return append(dst, '}')
 }
 
 const hexDigits = "0123456789ABCDEF"
@@ -44,7 +46,7 @@ func mustEscape(c byte) bool {
 	return c <= ' ' || c >= 0x7f || c == '%' || c == '{' || c == '}' || c == '#'
 }
 
-func writeIdentity(b *strings.Builder, id string) {
+func appendIdentity(b []byte, id string) []byte {
 	n := 0
 	for i := 0; i < len(id); i++ {
 		if mustEscape(id[i]) {
@@ -55,26 +57,21 @@ func writeIdentity(b *strings.Builder, id string) {
 	}
 	if n > MaxIdentityLen {
 		sum := sha256.Sum256([]byte(id))
-		b.WriteByte('#')
-		var buf [64]byte
-		hex.Encode(buf[:], sum[:])
-		b.Write(buf[:])
-		return
+		b = append(b, '#')
+		return hex.AppendEncode(b, sum[:])
 	}
 	if n == len(id) {
-		b.WriteString(id)
-		return
+		return append(b, id...)
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		if mustEscape(c) {
-			b.WriteByte('%')
-			b.WriteByte(hexDigits[c>>4])
-			b.WriteByte(hexDigits[c&15])
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
 		} else {
-			b.WriteByte(c)
+			b = append(b, c)
 		}
 	}
+	return b
 }
 
 // Identity joins parts into one identity, such as Identity("ip",

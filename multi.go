@@ -69,9 +69,6 @@ func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
 			return Decision{}, err
 		}
 		ops[i] = Op{Key: c.Limiter.Key(c.Key), Rule: c.Limiter.rule, Cost: c.Cost}
-		if c.Limiter.cfg.clock != nil {
-			ops[i].Now = c.Limiter.cfg.clock()
-		}
 	}
 	if err := runGrouped(ctx, checks, ops); err != nil {
 		return Decision{}, err
@@ -114,11 +111,18 @@ func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
 // and completes the Results as each limiter would.
 func runGrouped(ctx context.Context, checks []Check, ops []Op) error {
 	start := time.Now()
+	sent := make([]int64, len(ops))
+	for i, c := range checks {
+		sent[i] = c.Limiter.mono()
+		if c.Limiter.cfg.clock != nil {
+			ops[i].Now = c.Limiter.cfg.clock()
+		}
+	}
 	if err := storeGroups(ctx, checks, ops); err != nil && ctx.Err() != nil {
 		return fmt.Errorf("sluice: %w", ctx.Err())
 	}
 	for i := range ops {
-		if err := checks[i].Limiter.finish(ctx, ops[i:i+1], nil, start); err != nil {
+		if err := checks[i].Limiter.finish(ctx, ops[i:i+1], nil, start, sent[i]); err != nil {
 			return err
 		}
 	}

@@ -53,6 +53,7 @@ type config struct {
 	shadow   bool
 	logger   *slog.Logger
 	observer Observer
+	noDeny   bool
 }
 
 // WithName names the limiter. The name is part of every key, so limiters
@@ -99,6 +100,17 @@ func WithShadow(on bool) Option {
 	return optionFunc(func(c *config) { c.shadow = on })
 }
 
+// WithDenyCache turns the local deny cache on or off (default on). Once the
+// store refuses a key with RetryAfter T, the limiter refuses that key (for
+// the same cost or more) locally until T, without a round trip: a client
+// hammering a refused key costs the store nothing. It is exact except after
+// a Reset, an AllowAll refund or a limit change made by another process,
+// which the cache cannot see (turn it off if that matters more than the
+// round trips). SlidingLog with CountRejected never uses it.
+func WithDenyCache(on bool) Option {
+	return optionFunc(func(c *config) { c.noDeny = !on })
+}
+
 // WithLogger sets where store errors are logged (default slog.Default()).
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
@@ -131,6 +143,7 @@ type Limiter struct {
 	cfg   config
 
 	lastLog atomic.Int64 // unix nanoseconds of the last store-error log
+	deny    *denyCache   // nil when off
 }
 
 // New returns a Limiter enforcing policy on store. It fails with an error
@@ -169,7 +182,11 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
-	return &Limiter{store: store, rule: rule, cfg: cfg}, nil
+	l := &Limiter{store: store, rule: rule, cfg: cfg}
+	if !cfg.noDeny && !rule.CountRejected {
+		l.deny = newDenyCache()
+	}
+	return l, nil
 }
 
 // Name returns the limiter's name, the second part of its keys.
@@ -210,12 +227,42 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	if err := l.check(key, n); err != nil {
 		return Result{}, err
 	}
-	op := Op{Key: l.Key(key), Rule: l.rule, Cost: n}
-	batch := [1]Op{op}
+	if l.deny != nil {
+		var buf [192]byte
+		k := AppendKey(buf[:0], l.cfg.prefix, l.cfg.name, key)
+		if res, ok := l.deny.get(k, n, l.mono()); ok {
+			return l.local(res), nil
+		}
+	}
+	batch := [1]Op{{Key: l.Key(key), Rule: l.rule, Cost: n}}
 	if err := l.do(ctx, batch[:]); err != nil {
 		return Result{}, err
 	}
 	return batch[0].Result, nil
+}
+
+// processStart anchors mono's readings of the local clock.
+var processStart = time.Now()
+
+// mono returns the limiter's clock in nanoseconds: of the WithClock clock
+// since the Unix epoch, or of the local monotonic clock since the process
+// started (cheaper than time.Now).
+func (l *Limiter) mono() int64 {
+	if l.cfg.clock != nil {
+		return l.cfg.clock().UnixNano()
+	}
+	return int64(time.Since(processStart))
+}
+
+// local completes a refusal from the deny cache as finish would.
+func (l *Limiter) local(res Result) Result {
+	if l.cfg.shadow {
+		res.Allowed, res.Shadowed, res.RetryAfter = true, true, 0
+	}
+	if l.cfg.observer != nil {
+		l.cfg.observer.ObserveDecision(l.cfg.name, res, nil, 0)
+	}
+	return res
 }
 
 func (l *Limiter) check(key string, n int64) error {
@@ -240,15 +287,17 @@ func (l *Limiter) do(ctx context.Context, ops []Op) error {
 			ops[i].Now = now
 		}
 	}
+	sent := l.mono()
 	start := time.Now()
 	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	err := l.store.Do(tctx, ops)
 	cancel()
-	return l.finish(ctx, ops, err, start)
+	return l.finish(ctx, ops, err, start, sent)
 }
 
-// finish completes the Results of ops after the store ran them.
-func (l *Limiter) finish(ctx context.Context, ops []Op, err error, start time.Time) error {
+// finish completes the Results of ops after the store ran them: start is
+// when they were sent (for latency), sent the same on the limiter's clock.
+func (l *Limiter) finish(ctx context.Context, ops []Op, err error, start time.Time, sent int64) error {
 	for i := range ops {
 		op := &ops[i]
 		if op.Err == nil && err != nil {
@@ -265,10 +314,15 @@ func (l *Limiter) finish(ctx context.Context, ops []Op, err error, start time.Ti
 			continue
 		}
 		op.Result.Limit = l.rule.Limit
-		if l.cfg.shadow && !op.Result.Allowed {
-			op.Result.Allowed = true
-			op.Result.Shadowed = true
-			op.Result.RetryAfter = 0
+		if !op.Result.Allowed {
+			if l.deny != nil && op.Cost >= 0 {
+				l.deny.put(op.Key, op.Cost, op.Result, sent)
+			}
+			if l.cfg.shadow {
+				op.Result.Allowed = true
+				op.Result.Shadowed = true
+				op.Result.RetryAfter = 0
+			}
 		}
 		if l.cfg.observer != nil {
 			l.cfg.observer.ObserveDecision(l.cfg.name, op.Result, op.Err, time.Since(start))
@@ -310,9 +364,13 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return ErrInvalidKey
 	}
+	k := l.Key(key)
+	if l.deny != nil {
+		l.deny.forget(k)
+	}
 	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
-	if err := l.store.Delete(tctx, l.Key(key)); err != nil {
+	if err := l.store.Delete(tctx, k); err != nil {
 		return fmt.Errorf("%w: reset %s: %w", ErrStoreUnavailable, l.cfg.name, err)
 	}
 	return nil

@@ -62,7 +62,9 @@ func Prefix(t testing.TB) string {
 func (h Harness) NewLimiter(t testing.TB, p sluice.Policy, opts ...sluice.Option) *sluice.Limiter {
 	t.Helper()
 	prefix := Prefix(t)
-	l, err := sluice.New(h.Store, p, append([]sluice.Option{sluice.WithPrefix(prefix), sluice.WithTimeout(5 * time.Second)}, opts...)...)
+	// The deny cache is off: the suite tests the store, and the cache would
+	// answer refusals locally.
+	l, err := sluice.New(h.Store, p, append([]sluice.Option{sluice.WithPrefix(prefix), sluice.WithTimeout(5 * time.Second), sluice.WithDenyCache(false)}, opts...)...)
 	if err != nil {
 		t.Fatalf("sluice.New(%#v): %v", p, err)
 	}

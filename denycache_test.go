@@ -1,0 +1,115 @@
+package sluice_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+// countingStore counts the decisions that reach the store.
+type countingStore struct {
+	sluice.Store
+	calls atomic.Int64
+}
+
+func (s *countingStore) Do(ctx context.Context, batch []sluice.Op) error {
+	s.calls.Add(int64(len(batch)))
+	return s.Store.Do(ctx, batch)
+}
+
+func TestDenyCache(t *testing.T) {
+	ctx := context.Background()
+	for _, p := range []sluice.Policy{
+		sluice.FixedWindow{Limit: 2, Window: time.Minute},
+		sluice.SlidingLog{Limit: 2, Window: time.Minute},
+		sluice.SlidingWindow{Limit: 2, Window: time.Minute},
+		sluice.TokenBucket{Capacity: 2, Rate: 1, Per: time.Minute},
+		sluice.GCRA{Rate: 1, Per: time.Minute, Burst: 2},
+	} {
+		clock := sluicetest.NewClock()
+		store := &countingStore{Store: memstore.New()}
+		l, _ := sluice.New(store, p, sluice.WithClock(clock.Now))
+		l.AllowN(ctx, "k", 2)
+		first, _ := l.Allow(ctx, "k")
+		if first.Allowed {
+			t.Fatalf("%v: not refused", l.Rule())
+		}
+		before := store.calls.Load()
+		for i := range 1000 {
+			clock.Advance(time.Millisecond)
+			res, _ := l.Allow(ctx, "k")
+			if res.Allowed {
+				t.Fatalf("%v: allowed after %d refusals", l.Rule(), i)
+			}
+			if want := first.RetryAfter - time.Duration(i+1)*time.Millisecond; res.RetryAfter != want {
+				t.Fatalf("%v: cached RetryAfter %v, want %v", l.Rule(), res.RetryAfter, want)
+			}
+		}
+		if n := store.calls.Load() - before; n != 0 {
+			t.Fatalf("%v: %d refused requests reached the store, want 0", l.Rule(), n)
+		}
+		// A smaller cost is not answered from the cache of a larger one.
+		l.AllowN(ctx, "k", 0)
+		if n := store.calls.Load() - before; n != 0 {
+			t.Fatalf("%v: a peek (cost 1) after a refusal of cost 1 reached the store", l.Rule())
+		}
+		// At RetryAfter, the store decides again and allows.
+		clock.Set(first.RetryAfter)
+		if res, _ := l.Allow(ctx, "k"); !res.Allowed {
+			t.Fatalf("%v: refused at RetryAfter: %+v", l.Rule(), res)
+		}
+		// Reset clears the cache.
+		l.AllowN(ctx, "k", 2)
+		l.Reset(ctx, "k")
+		if res, _ := l.Allow(ctx, "k"); !res.Allowed {
+			t.Fatalf("%v: refused after Reset: %+v", l.Rule(), res)
+		}
+	}
+}
+
+func TestDenyCacheSkipsCountRejected(t *testing.T) {
+	store := &countingStore{Store: memstore.New()}
+	l, _ := sluice.New(store, sluice.SlidingLog{Limit: 1, Window: time.Minute, CountRejected: true})
+	for range 10 {
+		l.Allow(context.Background(), "k")
+	}
+	if n := store.calls.Load(); n != 10 {
+		t.Fatalf("%d of 10 requests reached the store; CountRejected needs them all", n)
+	}
+}
+
+func TestDenyCacheOff(t *testing.T) {
+	store := &countingStore{Store: memstore.New()}
+	l, _ := sluice.New(store, sluice.GCRA{Rate: 1, Per: time.Minute, Burst: 1}, sluice.WithDenyCache(false))
+	for range 10 {
+		l.Allow(context.Background(), "k")
+	}
+	if n := store.calls.Load(); n != 10 {
+		t.Fatalf("%d of 10 requests reached the store with the cache off", n)
+	}
+}
+
+// BenchmarkDenyCacheHotKey measures refusals of one hot key answered from
+// the deny cache: no store round trip, no allocation beyond the key.
+func BenchmarkDenyCacheHotKey(b *testing.B) {
+	l, _ := sluice.New(memstore.New(), sluice.GCRA{Rate: 1, Per: time.Hour, Burst: 1})
+	ctx := context.Background()
+	l.Allow(ctx, "hot")
+	if res, _ := l.Allow(ctx, "hot"); res.Allowed {
+		b.Fatal("not refused")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if res, _ := l.Allow(ctx, "hot"); res.Allowed {
+				b.Fatal("allowed")
+			}
+		}
+	})
+}
