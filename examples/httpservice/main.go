@@ -1,0 +1,228 @@
+// Command httpservice is an HTTP service protected by Sluice: per-client and
+// per-API-key limits on its API, a tighter per-action limit on search, a
+// global capacity limit, and a login endpoint guarded per username and per
+// address.
+//
+// It uses the in-process store, or a real Valkey when VALKEY_ADDR is set
+// (several comma-separated addresses mean a cluster), so that all replicas
+// of the service share their limits.
+//
+//	go run ./examples/httpservice
+//	VALKEY_ADDR=127.0.0.1:6379 go run ./examples/httpservice
+//
+// Then:
+//
+//	curl -i localhost:8080/api/hello                 # 10 a minute per address
+//	curl -i -H 'X-API-Key: k1' localhost:8080/api/hello  # 20 burst, 5/s per key
+//	curl -i localhost:8080/api/search?q=x            # 3 a minute
+//	curl -i -d username=demo -d password=wrong localhost:8080/login
+//
+// Environment:
+//
+//	ADDR             listen address (default localhost:8080)
+//	VALKEY_ADDR      Valkey address(es); unset: in-process store
+//	TRUSTED_PROXIES  comma-separated CIDRs of the proxies in front of the
+//	                 service; X-Forwarded-For is read only from them
+//	LOGIN_SECRET     key of the username hash, at least 16 bytes (default:
+//	                 random per start, which forgets login counts on restart
+//	                 and differs between replicas)
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/login"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/valkeystore"
+	"github.com/valkey-io/valkey-go"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "httpservice:", err)
+		os.Exit(1)
+	}
+}
+
+// run serves until ctx ends.
+func run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
+	var store sluice.Store = memstore.New()
+	where := "in-process store"
+	if addr := getenv("VALKEY_ADDR"); addr != "" {
+		client, err := valkey.NewClient(valkey.ClientOption{InitAddress: strings.Split(addr, ",")})
+		if err != nil {
+			return fmt.Errorf("connect to Valkey at %s: %w", addr, err)
+		}
+		defer client.Close()
+		if store, err = valkeystore.New(client); err != nil {
+			return err
+		}
+		where = "Valkey at " + addr
+	}
+	proxies, err := clientip.ParsePrefixes(strings.Split(getenv("TRUSTED_PROXIES"), ",")...)
+	if err != nil {
+		return fmt.Errorf("TRUSTED_PROXIES: %w", err)
+	}
+	resolver, err := clientip.New(clientip.Config{TrustedProxies: proxies})
+	if err != nil {
+		return err
+	}
+	secret := []byte(getenv("LOGIN_SECRET"))
+	if len(secret) == 0 {
+		secret = []byte(rand.Text())
+		fmt.Fprintln(stdout, "LOGIN_SECRET unset: using a random one")
+	}
+	h, err := newHandler(store, resolver, secret, map[string]string{"demo": "demo-password"})
+	if err != nil {
+		return err
+	}
+
+	addr := getenv("ADDR")
+	if addr == "" {
+		addr = "localhost:8080"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	fmt.Fprintf(stdout, "listening on http://%s (%s, %d trusted proxy networks)\n", ln.Addr(), where, len(proxies))
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// newHandler wires the routes and their limits on store.
+func newHandler(store sluice.Store, resolver *clientip.Resolver, secret []byte, users map[string]string) (http.Handler, error) {
+	limiter := func(name string, p sluice.Policy, opts ...sluice.Option) (*sluice.Limiter, error) {
+		return sluice.New(store, p, append([]sluice.Option{sluice.WithName(name)}, opts...)...)
+	}
+	// Anonymous clients: by address. Clients with an API key: by key (in a
+	// real service, check the key first and key by the account).
+	perClient, err := limiter("per-client", sluice.SlidingWindow{Limit: 10, Window: time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	perKey, err := limiter("per-key", sluice.TokenBucket{Capacity: 20, Rate: 5, Per: time.Second})
+	if err != nil {
+		return nil, err
+	}
+	search, err := limiter("search", sluice.GCRA{Rate: 3, Per: time.Minute, Burst: 3})
+	if err != nil {
+		return nil, err
+	}
+	// The backend's capacity, shared by everyone; it fails open, so an
+	// outage of Valkey does not become an outage of the service.
+	global, err := limiter("global", sluice.GCRA{Rate: 1000, Per: time.Second, Burst: 2000})
+	if err != nil {
+		return nil, err
+	}
+	anonymous := func(r *http.Request) string {
+		if r.Header.Get("X-API-Key") != "" {
+			return ""
+		}
+		return httplimit.ClientAddr(resolver)(r)
+	}
+	byKey := httplimit.Header("X-API-Key")
+	client := func(r *http.Request) string {
+		if k := byKey(r); k != "" {
+			return k
+		}
+		return anonymous(r)
+	}
+	api, err := httplimit.New(httplimit.Config{Limits: []httplimit.Limit{
+		{Limiter: perClient, Key: anonymous},
+		{Limiter: perKey, Key: byKey},
+		{Limiter: global, Key: httplimit.Constant("all"), Hidden: true},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	searchMW, err := httplimit.New(httplimit.Config{Limits: []httplimit.Limit{
+		{Limiter: search, Key: client},
+		{Limiter: global, Key: httplimit.Constant("all"), Hidden: true},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	guard, err := login.New(login.Config{Store: store, Secret: secret})
+	if err != nil {
+		return nil, err
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.Handle("GET /api/hello", api.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello\n")
+	})))
+	mux.Handle("GET /api/search", searchMW.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "no results for %q\n", r.URL.Query().Get("q"))
+	})))
+	mux.Handle("POST /login", loginHandler(guard, resolver, users))
+	return mux, nil
+}
+
+// loginHandler checks the guard before the password, and answers a wrong
+// password and an unknown user alike.
+func loginHandler(guard *login.Guard, resolver *clientip.Resolver, users map[string]string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, pass := r.PostFormValue("username"), r.PostFormValue("password")
+		v, err := guard.Attempt(r.Context(), user, resolver.Key(r))
+		if err != nil {
+			http.Error(w, "try again later", http.StatusServiceUnavailable)
+			return
+		}
+		if !v.Allowed {
+			w.Header().Set("Retry-After", fmt.Sprint(httplimit.RetryAfterSeconds(v.RetryAfter)))
+			msg := "too many attempts for this account"
+			if v.Tripped&login.TrippedUsername == 0 {
+				msg = "too many attempts from your address"
+			}
+			if v.Degraded {
+				msg = "sign-in is unavailable, try again later"
+			}
+			http.Error(w, msg, http.StatusTooManyRequests)
+			return
+		}
+		// A real service compares password hashes, and hashes a dummy
+		// when the user does not exist, so both take the same time.
+		want, ok := users[login.Normalize(user)]
+		if !ok || pass != want {
+			http.Error(w, "wrong username or password", http.StatusUnauthorized)
+			return
+		}
+		guard.Success(r.Context(), user)
+		io.WriteString(w, "welcome\n")
+	})
+}
