@@ -61,11 +61,13 @@ type Config struct {
 	TrustedProxies []netip.Prefix
 
 	// TrustedHops, instead of TrustedProxies, says how many proxies are in
-	// front of the service: the client is the address TrustedHops entries
-	// from the right of the chain formed by the header and the peer. Use it
-	// when the proxies' addresses are not known in advance. It trusts the
-	// peer without checking it, so it is only safe when nothing can reach
-	// the service except through all the proxies. Default 0 (no proxy).
+	// front of the service, the peer being the nearest: each appended one
+	// address, so the client is the TrustedHops-th address of the header
+	// counted from the right (or the left-most, when there are fewer). Use
+	// it when the proxies' addresses are not known in advance. It trusts
+	// the peer without checking it, so it is only safe when nothing can
+	// reach the service except through all the proxies. Default 0 (no
+	// proxy).
 	TrustedHops int
 
 	// Header is the header the trusted proxies set: XForwardedFor (the

@@ -103,8 +103,8 @@ type Config struct {
 	Limits []Limit
 
 	// Exempt, when set, lets requests for which it returns true through
-	// without checking or counting them (health checks, internal callers).
-	// Default none.
+	// without checking or counting them (health checks, internal callers,
+	// CORS preflight requests). Default none.
 	Exempt func(r *http.Request) bool
 
 	// DenyHandler answers refused requests (default: 429 with a
