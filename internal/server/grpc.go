@@ -143,6 +143,16 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		idx = append(idx, i)
 	}
 	if len(checks) > 0 {
+		for _, ds := range resp.Statuses {
+			if ds.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+				// Already refused (requests_per_unit: 0, or more hits than the
+				// limit): the others only look, so the refusal costs nothing.
+				for k := range checks {
+					checks[k].Cost = 0
+				}
+				break
+			}
+		}
 		dec, err := sluice.AllowAll(ctx, checks)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -182,7 +182,7 @@ func ceilSeconds(d time.Duration) int64 {
 
 func toResult(p *policy, key string, r sluice.Result) Result {
 	return Result{
-		Policy: p.cfg.Name, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
+		Policy: p.cfg.Name, Key: key, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
 		RetryAfterMS: ceilMS(r.RetryAfter), ResetAfterMS: ceilMS(r.ResetAfter),
 		Degraded: r.Degraded, Shadow: r.Shadowed, Headers: headers(p.cfg, r),
 	}
