@@ -19,6 +19,13 @@ type Store interface {
 	Delete(ctx context.Context, keys ...string) error
 }
 
+// KeyTTLMargin is added to the time to live of every key, beyond what the
+// algorithm needs: state then survives small differences between the clock
+// that decides (Valkey's, or a client clock) and the one that expires keys.
+// Stale state past its need is harmless: every algorithm recomputes from
+// time. valkeystore's scripts use the same value.
+const KeyTTLMargin = time.Second
+
 // An Op is one decision for a Store.
 type Op struct {
 	// Key is the full store key, as built by Key.

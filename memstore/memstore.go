@@ -86,15 +86,17 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	if err := op.Rule.Validate(); err != nil {
 		return sluice.Result{}, err
 	}
+	sh := s.shard(op.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	// The clock is read under the lock, as Valkey's TIME is inside the
+	// script: decisions on one key see time move forward.
 	clockNow := s.clock()
 	now := op.Now
 	if now.IsZero() {
 		now = clockNow
 	}
 	us := now.UnixMicro()
-	sh := s.shard(op.Key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
 
 	it, ok := sh.m[op.Key]
 	if ok && !clockNow.Before(it.expires) {
@@ -133,8 +135,9 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	case del:
 		delete(sh.m, op.Key)
 	case write:
-		// Expire as valkeystore does: PEXPIRE in whole milliseconds, rounded up.
-		ttl := time.Duration((st.ttlMicro+999)/1000) * time.Millisecond
+		// Expire as valkeystore does: PEXPIRE in whole milliseconds, rounded
+		// up, plus the margin.
+		ttl := time.Duration((st.ttlMicro+999)/1000)*time.Millisecond + sluice.KeyTTLMargin
 		if it == nil {
 			it = &item{}
 			sh.m[op.Key] = it

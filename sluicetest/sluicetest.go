@@ -73,7 +73,7 @@ func (h Harness) NewLimiter(t testing.TB, p sluice.Policy, opts ...sluice.Option
 }
 
 // TTLBound is the longest time to live a key of rule may have: what the
-// algorithm needs, in whole milliseconds.
+// algorithm needs, in whole milliseconds, plus sluice.KeyTTLMargin.
 func TTLBound(r sluice.Rule) time.Duration {
 	var us float64
 	switch r.Algorithm {
@@ -86,7 +86,7 @@ func TTLBound(r sluice.Rule) time.Duration {
 	case sluice.AlgorithmGCRA:
 		us = float64(r.Limit * r.Interval.Microseconds())
 	}
-	return time.Duration(math.Ceil(us/1000)) * time.Millisecond
+	return time.Duration(math.Ceil(us/1000))*time.Millisecond + sluice.KeyTTLMargin
 }
 
 // CheckTTLs fails t unless every key under prefix expires, within

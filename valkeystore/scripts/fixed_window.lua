@@ -4,6 +4,9 @@
 --   (microseconds), cost (0 peeks, negative refunds), unused.
 -- Reply, 4 per key: allowed (1/0), remaining, retry_after_us, reset_after_us.
 -- Mirrors fixedWindow in memstore/algo.go.
+-- Keys live until their state is no longer needed, plus a margin (as in
+-- memstore/algo.go) that keeps state across small clock differences.
+local TTL_MARGIN_MS = 1000
 local out, snow = {}, nil
 for i = 1, #KEYS do
   local key, b = KEYS[i], (i - 1) * 5
@@ -38,7 +41,7 @@ for i = 1, #KEYS do
   end
   if write then
     redis.call('HSET', key, 'w', idx, 'c', c)
-    redis.call('PEXPIRE', key, math.ceil(reset / 1000))
+    redis.call('PEXPIRE', key, math.ceil(reset / 1000) + TTL_MARGIN_MS)
   end
   if c == 0 then reset = 0 end
   out[#out + 1] = allowed

@@ -4,6 +4,9 @@
 --   (microseconds between requests), cost (0 peeks, negative refunds), unused.
 -- Reply, 4 per key: allowed (1/0), remaining, retry_after_us, reset_after_us.
 -- Mirrors gcra in memstore/algo.go.
+-- Keys live until their state is no longer needed, plus a margin (as in
+-- memstore/algo.go) that keeps state across small clock differences.
+local TTL_MARGIN_MS = 1000
 local out, snow = {}, nil
 for i = 1, #KEYS do
   local key, b = KEYS[i], (i - 1) * 5
@@ -47,7 +50,7 @@ for i = 1, #KEYS do
     if reset <= 0 then
       redis.call('DEL', key)
     else
-      redis.call('SET', key, string.format('%d', tat), 'PX', math.ceil(reset / 1000))
+      redis.call('SET', key, string.format('%d', tat), 'PX', math.ceil(reset / 1000) + TTL_MARGIN_MS)
     end
   end
   out[#out + 1] = allowed

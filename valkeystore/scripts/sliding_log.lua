@@ -5,6 +5,9 @@
 --   (microseconds), cost (0 peeks, negative refunds), count_rejected (1/0).
 -- Reply, 4 per key: allowed (1/0), remaining, retry_after_us, reset_after_us.
 -- Mirrors slidingLog in memstore/algo.go.
+-- Keys live until their state is no longer needed, plus a margin (as in
+-- memstore/algo.go) that keeps state across small clock differences.
+local TTL_MARGIN_MS = 1000
 local out, snow = {}, nil
 for i = 1, #KEYS do
   local key, b = KEYS[i], (i - 1) * 5
@@ -65,7 +68,7 @@ for i = 1, #KEYS do
   if count > 0 then
     local e = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     reset = tonumber(e[2]) + window - now
-    if write then redis.call('PEXPIRE', key, math.ceil(reset / 1000)) end
+    if write then redis.call('PEXPIRE', key, math.ceil(reset / 1000) + TTL_MARGIN_MS) end
   end
   out[#out + 1] = allowed
   out[#out + 1] = math.max(0, limit - count)

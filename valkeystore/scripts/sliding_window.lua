@@ -8,6 +8,9 @@
 -- Mirrors slidingWindow and swRetry in memstore/algo.go, operation for
 -- operation, so that both compute the same doubles.
 local LOOPS = 64
+-- Keys live until their state is no longer needed, plus a margin (as in
+-- memstore/algo.go) that keeps state across small clock differences.
+local TTL_MARGIN_MS = 1000
 local out, snow = {}, nil
 for i = 1, #KEYS do
   local key, b = KEYS[i], (i - 1) * 5
@@ -90,7 +93,7 @@ for i = 1, #KEYS do
       redis.call('DEL', key)
     else
       redis.call('HSET', key, 'w', idx, 'c', cur, 'p', prev)
-      redis.call('PEXPIRE', key, math.ceil(reset / 1000))
+      redis.call('PEXPIRE', key, math.ceil(reset / 1000) + TTL_MARGIN_MS)
     end
   end
   out[#out + 1] = allowed

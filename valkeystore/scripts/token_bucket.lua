@@ -6,6 +6,9 @@
 -- Reply, 4 per key: allowed (1/0), remaining, retry_after_us, reset_after_us.
 -- Mirrors tokenBucket in memstore/algo.go, operation for operation.
 local LOOPS = 64
+-- Keys live until their state is no longer needed, plus a margin (as in
+-- memstore/algo.go) that keeps state across small clock differences.
+local TTL_MARGIN_MS = 1000
 local out, snow = {}, nil
 for i = 1, #KEYS do
   local key, b = KEYS[i], (i - 1) * 5
@@ -55,7 +58,7 @@ for i = 1, #KEYS do
       redis.call('DEL', key)
     else
       redis.call('HSET', key, 't', string.format('%.17g', tokens), 'ts', now)
-      redis.call('PEXPIRE', key, math.ceil(reset / 1000))
+      redis.call('PEXPIRE', key, math.ceil(reset / 1000) + TTL_MARGIN_MS)
     end
   end
   out[#out + 1] = allowed
