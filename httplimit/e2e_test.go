@@ -123,13 +123,17 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{prefix + ":global:{const:all}", prefix + ":per-ip:{ip:127.0.0.1}"}
-	if len(ttls) != 2 {
-		t.Fatalf("keys %v, want %v", ttls, want)
+	// The per-ip log is there; the token bucket's key may already be gone,
+	// since the bucket refills in milliseconds. Every key expires.
+	if _, ok := ttls[prefix+":per-ip:{ip:127.0.0.1}"]; !ok {
+		t.Errorf("keys %v: no per-ip key for 127.0.0.1", ttls)
 	}
-	for _, k := range want {
-		if ttl, ok := ttls[k]; !ok || ttl <= 0 || ttl > 2*time.Minute {
-			t.Errorf("key %s: TTL %v (present %v)", k, ttl, ok)
+	for k, ttl := range ttls {
+		if k != prefix+":per-ip:{ip:127.0.0.1}" && k != prefix+":global:{const:all}" {
+			t.Errorf("unexpected key %s", k)
+		}
+		if ttl <= 0 || ttl > 2*time.Minute {
+			t.Errorf("key %s: TTL %v", k, ttl)
 		}
 	}
 	// The refused request's global unit was given back: 3 taken, not 4.
