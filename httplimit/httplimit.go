@@ -18,8 +18,8 @@
 // group is not: between the batch and the refund another request may find
 // those units taken (and be refused when it would have been allowed, never
 // the reverse). On Valkey Cluster the keys of one request usually live in
-// different slots and nodes; they are then decided in parallel, each
-// atomically on its node.
+// different slots, often on different nodes: each check is still atomic on
+// the node that owns its key, and nothing more is.
 //
 // # Responses
 //

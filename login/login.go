@@ -30,8 +30,8 @@
 //
 // A per-username limit lets anyone lock an account out for a window by
 // failing on purpose. Keep that window short, and do not use CountRejected
-// on it; the per-address limit and the refund of the username's unit when
-// the address is refused keep one attacker from doing it cheaply.
+// on it. The per-address limit bounds how many accounts one address can
+// lock: an attempt the address limit refuses gives its username unit back.
 package login
 
 import (
