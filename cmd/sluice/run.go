@@ -28,6 +28,8 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return runServe(ctx, rest, env, stdout, stderr)
 	case "validate-config":
 		return runValidate(ctx, rest, stdout, stderr)
+	case "bench":
+		return runBench(ctx, rest, stdout, stderr)
 	// One line per further command, such as:
 	// case "bench": return runBench(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":

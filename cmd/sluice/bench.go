@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/bits"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/valkeystore"
+	"github.com/valkey-io/valkey-go"
+)
+
+const benchUsage = `usage: sluice bench --valkey ADDR[,ADDR...] [flags]
+
+Loads a Valkey (several addresses: a Valkey Cluster) with rate-limit
+decisions through Sluice's Valkey store, as an application would: a number
+of goroutines call AllowN in a loop on random keys for a fixed duration.
+Prints a progress line per second to stderr, then decisions per second,
+allowed, denied and degraded counts and latency percentiles.
+
+The limit is -limit units per -window: a window's limit for the window
+algorithms, a burst (capacity) of -limit refilled at -limit per -window for
+gcra and token_bucket. Keys live under the prefix "sluice-bench" and expire
+by themselves; nothing else on the server is touched. Compare with other
+libraries in the benchmarks/ module.
+
+flags:
+`
+
+// benchConfig is what a bench run does.
+type benchConfig struct {
+	addrs       []string
+	policy      sluice.Policy
+	algorithm   string
+	concurrency int
+	keys        int
+	duration    time.Duration
+	cost        int64
+	timeout     time.Duration
+}
+
+func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addrs := fs.String("valkey", "", "Valkey `addresses`, comma-separated (several: a cluster); required")
+	alg := fs.String("algorithm", "gcra", "`algorithm`: gcra, token_bucket, fixed_window, sliding_window or sliding_log")
+	limit := fs.Int64("limit", 1_000_000, "units per window; the burst or capacity for gcra and token_bucket")
+	window := fs.Duration("window", time.Second, "the window, or the time to restore the whole limit for gcra and token_bucket")
+	conc := fs.Int("concurrency", 64, "goroutines deciding at once")
+	keys := fs.Int("keys", 10_000, "distinct keys, picked at random (1: one hot key)")
+	duration := fs.Duration("duration", 10*time.Second, "how long to run")
+	cost := fs.Int64("cost", 1, "units each decision takes")
+	timeout := fs.Duration("timeout", sluice.DefaultTimeout, "decision timeout: decisions past it are degraded (decided by fail mode open)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	c := &benchConfig{algorithm: *alg, concurrency: *conc, keys: *keys, duration: *duration, cost: *cost, timeout: *timeout}
+	for _, a := range strings.Split(*addrs, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			c.addrs = append(c.addrs, a)
+		}
+	}
+	switch {
+	case len(c.addrs) == 0:
+		return nil, errors.New("--valkey: an address is required")
+	case c.concurrency < 1:
+		return nil, fmt.Errorf("--concurrency must be at least 1, got %d", c.concurrency)
+	case c.keys < 1:
+		return nil, fmt.Errorf("--keys must be at least 1, got %d", c.keys)
+	case c.duration <= 0:
+		return nil, fmt.Errorf("--duration must be positive, got %v", c.duration)
+	case c.cost < 0:
+		return nil, fmt.Errorf("--cost must not be negative, got %d", c.cost)
+	}
+	a, err := sluice.ParseAlgorithm(*alg)
+	if err != nil {
+		return nil, fmt.Errorf("--algorithm: %w", err)
+	}
+	rate := float64(*limit)
+	switch a {
+	case sluice.AlgorithmGCRA:
+		c.policy = sluice.GCRA{Rate: rate, Per: *window, Burst: *limit}
+	case sluice.AlgorithmTokenBucket:
+		c.policy = sluice.TokenBucket{Capacity: *limit, Rate: rate, Per: *window}
+	case sluice.AlgorithmFixedWindow:
+		c.policy = sluice.FixedWindow{Limit: *limit, Window: *window}
+	case sluice.AlgorithmSlidingWindow:
+		c.policy = sluice.SlidingWindow{Limit: *limit, Window: *window}
+	case sluice.AlgorithmSlidingLog:
+		c.policy = sluice.SlidingLog{Limit: *limit, Window: *window}
+	}
+	if _, err := c.policy.Rule(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// runBench is "sluice bench": see benchUsage.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseBench(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+	defer stop()
+
+	client, err := valkey.NewClient(valkey.ClientOption{
+		InitAddress:  cfg.addrs,
+		DisableCache: true,
+		ClientName:   "sluice-bench",
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice bench: connecting to %s: %v\n", strings.Join(cfg.addrs, ","), err)
+		return 1
+	}
+	defer client.Close()
+	store, err := valkeystore.New(client)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
+		return 1
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = store.Ping(pctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
+		return 1
+	}
+	lim, err := sluice.New(store, cfg.policy,
+		sluice.WithPrefix("sluice-bench"), sluice.WithName("bench-"+cfg.algorithm), sluice.WithTimeout(cfg.timeout),
+		sluice.WithLogger(slog.New(slog.NewTextHandler(stderr, nil))))
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
+		return 2
+	}
+	mode := "standalone"
+	if client.Mode() == valkey.ClientModeCluster {
+		mode = fmt.Sprintf("cluster, %d nodes", len(client.Nodes()))
+	}
+	fmt.Fprintf(stdout, "sluice bench: %v on %s (%s), %d goroutines, %d keys, cost %d, %v\n",
+		lim.Rule(), strings.Join(cfg.addrs, ","), mode, cfg.concurrency, cfg.keys, cfg.cost, cfg.duration)
+
+	tot := benchLoad(ctx, lim, cfg, stderr)
+
+	secs := tot.elapsed.Seconds()
+	decided := tot.allowed + tot.denied
+	fmt.Fprintf(stdout, "decisions   %d in %.2fs: %s/s (degraded and errors excluded)\n", decided, secs, benchThousands(float64(decided)/secs))
+	fmt.Fprintf(stdout, "allowed     %d\n", tot.allowed)
+	fmt.Fprintf(stdout, "denied      %d\n", tot.denied)
+	fmt.Fprintf(stdout, "degraded    %d (decided without Valkey: timeout %v, fail open)\n", tot.degraded, cfg.timeout)
+	if tot.errors > 0 {
+		fmt.Fprintf(stdout, "errors      %d (first: %v)\n", tot.errors, tot.firstErr)
+	}
+	h := &tot.latency
+	fmt.Fprintf(stdout, "latency     p50 %v  p99 %v  p99.9 %v  max %v\n",
+		benchRound(h.quantile(0.50)), benchRound(h.quantile(0.99)), benchRound(h.quantile(0.999)), benchRound(h.max))
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "sluice bench: interrupted")
+		return 1
+	}
+	if decided == 0 {
+		fmt.Fprintln(stderr, "sluice bench: Valkey made no decision")
+		return 1
+	}
+	return 0
+}
+
+// benchWorker is one goroutine's tally. done is read by the progress
+// reporter; the rest only after the workers have stopped.
+type benchWorker struct {
+	done     atomic.Int64
+	_        [56]byte // keep each worker's counter on its own cache line
+	allowed  int64
+	denied   int64
+	degraded int64
+	errors   int64
+	firstErr error
+	elapsed  time.Duration
+	latency  benchHist
+}
+
+// benchLoad runs the workers for cfg.duration (or until ctx ends), printing
+// a progress line to progress every second, and returns their sum.
+func benchLoad(ctx context.Context, lim *sluice.Limiter, cfg *benchConfig, progress io.Writer) *benchWorker {
+	keys := make([]string, cfg.keys)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	var stop atomic.Bool
+	workers := make([]*benchWorker, cfg.concurrency)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range workers {
+		w := &benchWorker{}
+		workers[i] = w
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, 0xb3))
+			for !stop.Load() {
+				key := keys[0]
+				if len(keys) > 1 {
+					key = keys[rng.IntN(len(keys))]
+				}
+				t0 := time.Now()
+				res, err := lim.AllowN(ctx, key, cfg.cost)
+				if err != nil && ctx.Err() != nil {
+					break // interrupted mid-decision: not a failure
+				}
+				w.latency.record(time.Since(t0))
+				switch {
+				case err != nil:
+					w.errors++
+					if w.firstErr == nil {
+						w.firstErr = err
+					}
+				case res.Degraded:
+					w.degraded++
+				case res.Allowed:
+					w.allowed++
+				default:
+					w.denied++
+				}
+				w.done.Add(1)
+			}
+		}(uint64(i) + 1)
+	}
+
+	// The decisions in flight at the end finish normally: ending them by
+	// a deadline would make them look like store timeouts.
+	end := time.NewTimer(cfg.duration)
+	defer end.Stop()
+	tick := time.NewTicker(time.Second)
+	var last int64
+	lastAt := start
+	for running := true; running; {
+		select {
+		case <-end.C:
+			running = false
+		case <-ctx.Done():
+			running = false
+		case now := <-tick.C:
+			var n int64
+			for _, w := range workers {
+				n += w.done.Load()
+			}
+			fmt.Fprintf(progress, "%5.1fs  %12d decisions  %10s/s\n",
+				now.Sub(start).Seconds(), n, benchThousands(float64(n-last)/now.Sub(lastAt).Seconds()))
+			last, lastAt = n, now
+		}
+	}
+	tick.Stop()
+	stop.Store(true)
+	wg.Wait()
+	var n int64
+	for _, w := range workers {
+		n += w.done.Load()
+	}
+	now := time.Now()
+	fmt.Fprintf(progress, "%5.1fs  %12d decisions  %10s/s  done\n",
+		now.Sub(start).Seconds(), n, benchThousands(float64(n-last)/now.Sub(lastAt).Seconds()))
+
+	tot := &benchWorker{elapsed: time.Since(start)}
+	for _, w := range workers {
+		tot.allowed += w.allowed
+		tot.denied += w.denied
+		tot.degraded += w.degraded
+		tot.errors += w.errors
+		if tot.firstErr == nil {
+			tot.firstErr = w.firstErr
+		}
+		tot.latency.merge(&w.latency)
+	}
+	return tot
+}
+
+// benchHist records durations in log-linear buckets: exact below 64ns, then
+// 32 buckets per power of two (at most 3% error). One per goroutine.
+type benchHist struct {
+	counts [64 * 32]uint64
+	n      uint64
+	max    time.Duration
+}
+
+func (h *benchHist) record(d time.Duration) {
+	v := uint64(max(d, 0))
+	i := int(v)
+	if v >= 64 {
+		e := bits.Len64(v) - 6
+		i = (e+1)*32 + int(v>>e) - 32
+	}
+	h.counts[i]++
+	h.n++
+	h.max = max(h.max, d)
+}
+
+func (h *benchHist) merge(o *benchHist) {
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+	h.n += o.n
+	h.max = max(h.max, o.max)
+}
+
+// quantile returns the middle of the bucket holding the q-th duration.
+func (h *benchHist) quantile(q float64) time.Duration {
+	if h.n == 0 {
+		return 0
+	}
+	rank := max(uint64(q*float64(h.n)+0.5), 1)
+	var seen uint64
+	for i, c := range h.counts {
+		if seen += c; seen < rank {
+			continue
+		}
+		if i < 64 {
+			return time.Duration(i)
+		}
+		e := i/32 - 1
+		lo := uint64(i%32+32) << e
+		return min(time.Duration(lo+(uint64(1)<<e)/2), h.max)
+	}
+	return h.max
+}
+
+// benchRound rounds d for display: 1.234ms, 85.3µs.
+func benchRound(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Millisecond:
+		return d.Round(time.Microsecond)
+	case d >= time.Microsecond:
+		return d.Round(100 * time.Nanosecond)
+	}
+	return d
+}
+
+// benchThousands prints n rounded, with thousands separators.
+func benchThousands(n float64) string {
+	s := strconv.FormatInt(int64(n+0.5), 10)
+	var b strings.Builder
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
