@@ -291,7 +291,7 @@ func (r Rule) String() string {
 func (r Rule) name() string {
 	switch r.Algorithm {
 	case AlgorithmTokenBucket:
-		return fmt.Sprintf("tb-%d-%s", r.Limit, strconv.FormatFloat(r.Rate*1e6, 'g', -1, 64))
+		return fmt.Sprintf("tb-%d-%s", r.Limit, strconv.FormatFloat(r.Rate*1e6, 'f', -1, 64))
 	case AlgorithmGCRA:
 		return fmt.Sprintf("gcra-%d-%d", r.Limit, r.Interval.Microseconds())
 	case AlgorithmFixedWindow:

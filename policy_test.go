@@ -85,6 +85,8 @@ func TestDefaultNamesDiffer(t *testing.T) {
 		sluice.SlidingLog{Limit: 5, Window: time.Second, CountRejected: true},
 		sluice.SlidingWindow{Limit: 5, Window: time.Second},
 		sluice.TokenBucket{Capacity: 5, Rate: 5, Per: time.Second},
+		sluice.TokenBucket{Capacity: 5, Rate: 1e6, Per: time.Second},
+		sluice.TokenBucket{Capacity: 5, Rate: 1, Per: 3 * time.Hour},
 		sluice.GCRA{Rate: 5, Per: time.Second, Burst: 5},
 		sluice.GCRA{Rate: 5, Per: time.Second, Burst: 6},
 	} {

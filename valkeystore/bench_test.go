@@ -1,0 +1,157 @@
+package valkeystore_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/sluicehq/sluice/valkeystore"
+	"github.com/valkey-io/valkey-go"
+)
+
+// benchPolicies have limits high enough that most decisions are allowed:
+// the benchmarks measure decisions, not refusals.
+var benchPolicies = []sluice.Policy{
+	sluice.FixedWindow{Limit: 1 << 30, Window: time.Hour},
+	sluice.SlidingLog{Limit: 1000, Window: time.Second},
+	sluice.SlidingWindow{Limit: 1 << 30, Window: time.Hour},
+	sluice.TokenBucket{Capacity: 1 << 30, Rate: 1e6, Per: time.Second},
+	sluice.GCRA{Rate: 1e6, Per: time.Second, Burst: 1 << 30},
+}
+
+const benchKeys = 100_000
+
+// BenchmarkAllow measures Limiter.Allow on a real Valkey for every
+// algorithm: one hot key and 100k keys, serial and parallel (128
+// goroutines), with batching on (the default) and off.
+//
+//	go test -run '^$' -bench Allow -benchmem ./valkeystore
+func BenchmarkAllow(b *testing.B) {
+	srv := valkeytest.Start(b)
+	c := srv.Client(b)
+	keys := make([]string, benchKeys)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	for _, batching := range []int{4, 0} {
+		s, err := valkeystore.New(c, valkeystore.WithBatching(batching))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range benchPolicies {
+			l, err := sluice.New(s, p, sluice.WithTimeout(10*time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, keyset := range []string{"hot", "100k"} {
+				for _, par := range []bool{false, true} {
+					mode := "serial"
+					if par {
+						mode = "parallel128"
+					}
+					name := fmt.Sprintf("%s/%s/%s/batching%d", l.Rule().Algorithm, keyset, mode, batching)
+					b.Run(name, func(b *testing.B) {
+						var next, allowed atomic.Int64
+						key := func() string {
+							if keyset == "hot" {
+								return "hot"
+							}
+							return keys[next.Add(1)%benchKeys]
+						}
+						ctx := context.Background()
+						b.ReportAllocs()
+						b.ResetTimer()
+						if par {
+							b.SetParallelism(64) // 2 cores × 64 = 128 goroutines
+							b.RunParallel(func(pb *testing.PB) {
+								for pb.Next() {
+									if res, err := l.Allow(ctx, key()); err != nil || res.Degraded {
+										b.Errorf("%+v %v", res, err)
+										return
+									} else if res.Allowed {
+										allowed.Add(1)
+									}
+								}
+							})
+						} else {
+							for b.Loop() {
+								if res, err := l.Allow(ctx, key()); err != nil || res.Degraded {
+									b.Fatalf("%+v %v", res, err)
+								} else if res.Allowed {
+									allowed.Add(1)
+								}
+							}
+						}
+						if allowed.Load() == 0 {
+							b.Fatal("nothing allowed: the benchmark measured refusals")
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+var usedMemory = regexp.MustCompile(`used_memory:(\d+)`)
+
+func memoryUsed(b *testing.B, c valkey.Client) int64 {
+	info, err := c.Do(context.Background(), c.B().Info().Section("memory").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := usedMemory.FindStringSubmatch(info)
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
+}
+
+// BenchmarkMemoryPerKey reports the bytes each algorithm keeps in Valkey per
+// key: the used_memory delta over 100k keys after one decision each (two for
+// the sliding log, whose state grows with use), and MEMORY USAGE of one key.
+//
+//	go test -run '^$' -bench MemoryPerKey -benchtime 1x ./valkeystore
+func BenchmarkMemoryPerKey(b *testing.B) {
+	srv := valkeytest.Start(b)
+	c := srv.Client(b)
+	s, _ := valkeystore.New(c)
+	ctx := context.Background()
+	for _, p := range []sluice.Policy{ // long-lived state, so nothing expires while measured
+		sluice.FixedWindow{Limit: 100, Window: time.Hour},
+		sluice.SlidingLog{Limit: 100, Window: time.Hour},
+		sluice.SlidingWindow{Limit: 100, Window: time.Hour},
+		sluice.TokenBucket{Capacity: 100, Rate: 100, Per: time.Hour},
+		sluice.GCRA{Rate: 100, Per: time.Hour, Burst: 100},
+	} {
+		l, _ := sluice.New(s, p, sluice.WithTimeout(10*time.Second))
+		b.Run(l.Rule().Algorithm.String(), func(b *testing.B) {
+			for b.Loop() {
+				if err := c.Do(ctx, c.B().Flushall().Sync().Build()).Error(); err != nil {
+					b.Fatal(err)
+				}
+				before := memoryUsed(b, c)
+				ops := make([]sluice.Op, 0, 1000)
+				for i := 0; i < benchKeys; i += 1000 {
+					ops = ops[:0]
+					for j := i; j < i+1000; j++ {
+						ops = append(ops, sluice.Op{Key: l.Key("user:" + strconv.Itoa(j)), Rule: l.Rule(), Cost: 1})
+					}
+					if err := s.Do(ctx, ops); err != nil {
+						b.Fatal(err)
+					}
+				}
+				after := memoryUsed(b, c)
+				usage, err := c.Do(ctx, c.B().MemoryUsage().Key(l.Key("user:1")).Build()).AsInt64()
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(after-before)/benchKeys, "used_memory-B/key")
+				b.ReportMetric(float64(usage), "MEMORY-USAGE-B")
+			}
+		})
+	}
+}
