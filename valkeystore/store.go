@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unsafe"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -97,13 +98,24 @@ func (s *Store) do(ctx context.Context, batch []sluice.Op) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	calls := s.plan(batch)
+	var one [1]call
+	calls := s.plan(batch, one[:0])
 	if len(calls) == 0 {
 		return nil
 	}
 	trial, err := s.breaker.allow()
 	if err != nil {
 		return err // the circuit breaker is open: fail fast, no network
+	}
+	if len(calls) == 1 { // one script call: no slices of commands
+		var resps [1]valkey.ValkeyResult
+		resps[0] = s.client.Do(ctx, s.command(batch, calls[0], true))
+		if isNoScript(resps[0]) {
+			resps[0] = s.client.Do(ctx, s.command(batch, calls[0], false))
+		}
+		s.breaker.record(ctx, trial, resps[:])
+		decode(batch, calls[0], resps[0])
+		return nil
 	}
 	cmds := make(valkey.Commands, len(calls))
 	for i, c := range calls {
@@ -114,7 +126,7 @@ func (s *Store) do(ctx context.Context, batch []sluice.Op) error {
 	// Scripts lost to a restart or SCRIPT FLUSH: send the source once.
 	var retry []int
 	for i, r := range resps {
-		if verr, ok := valkey.IsValkeyErr(r.Error()); ok && verr.IsNoScript() {
+		if isNoScript(r) {
 			retry = append(retry, i)
 		}
 	}
@@ -134,22 +146,30 @@ func (s *Store) do(ctx context.Context, batch []sluice.Op) error {
 	return nil
 }
 
+func isNoScript(r valkey.ValkeyResult) bool {
+	verr, ok := valkey.IsValkeyErr(r.Error())
+	return ok && verr.IsNoScript()
+}
+
+// firstOp is the ops of a call that decides batch[0] alone. Read only.
+var firstOp = []int{0}
+
 // plan groups the valid Ops of batch into script calls: one per algorithm
 // and slot, split at maxBatch keys. Invalid Ops get their error.
-func (s *Store) plan(batch []sluice.Op) []call {
-	if len(batch) == 1 { // the common case, without maps
+func (s *Store) plan(batch []sluice.Op, dst []call) []call {
+	if len(batch) == 1 { // the common case, without maps or allocations
 		if err := batch[0].Rule.Validate(); err != nil {
 			batch[0].Err = err
-			return nil
+			return dst
 		}
-		return []call{{alg: batch[0].Rule.Algorithm, ops: []int{0}}}
+		return append(dst, call{alg: batch[0].Rule.Algorithm, ops: firstOp})
 	}
 	type group struct {
 		alg  sluice.Algorithm
 		slot uint16
 	}
 	index := make(map[group]int)
-	var calls []call
+	calls := dst
 	for i := range batch {
 		op := &batch[i]
 		if err := op.Rule.Validate(); err != nil {
@@ -173,37 +193,55 @@ func (s *Store) plan(batch []sluice.Op) []call {
 
 // command builds the EVALSHA (or EVAL) of one call.
 func (s *Store) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
-	keys := make([]string, len(c.ops))
-	args := make([]string, 0, len(c.ops)*argsPerKey)
+	n := len(c.ops)
+	// One allocation for the keys and arguments, one for the digits of all
+	// the numbers. buf is made large enough never to grow (a number takes at
+	// most maxDigits bytes), so the strings can share it.
+	strs := make([]string, n+n*argsPerKey)
+	keys, args := strs[:n], strs[n:]
+	buf := make([]byte, 0, n*argsPerKey*maxDigits)
+	str := func(from int) string { return unsafe.String(&buf[from], len(buf)-from) }
+	num := func(v int64) string {
+		from := len(buf)
+		buf = strconv.AppendInt(buf, v, 10)
+		return str(from)
+	}
 	for j, i := range c.ops {
 		op := &batch[i]
-		keys[j] = op.Key
-		now := "0"
-		if !op.Now.IsZero() {
-			now = strconv.FormatInt(op.Now.UnixMicro(), 10)
-		}
 		r := &op.Rule
-		var param string
+		keys[j] = op.Key
+		a := args[j*argsPerKey : (j+1)*argsPerKey]
+		a[0] = "0" // the server's TIME
+		if !op.Now.IsZero() {
+			a[0] = num(op.Now.UnixMicro())
+		}
+		a[1] = num(r.Limit)
 		switch r.Algorithm {
 		case sluice.AlgorithmTokenBucket:
-			param = strconv.FormatFloat(r.Rate, 'g', 17, 64)
+			from := len(buf)
+			buf = strconv.AppendFloat(buf, r.Rate, 'g', 17, 64)
+			a[2] = str(from)
 		case sluice.AlgorithmGCRA:
-			param = strconv.FormatInt(r.Interval.Microseconds(), 10)
+			a[2] = num(r.Interval.Microseconds())
 		default:
-			param = strconv.FormatInt(r.Window.Microseconds(), 10)
+			a[2] = num(r.Window.Microseconds())
 		}
-		flag := "0"
+		a[3] = num(op.Cost)
+		a[4] = "0"
 		if r.CountRejected {
-			flag = "1"
+			a[4] = "1"
 		}
-		args = append(args, now, strconv.FormatInt(r.Limit, 10), param, strconv.FormatInt(op.Cost, 10), flag)
 	}
 	sc := scripts[c.alg]
 	if sha {
-		return s.client.B().Evalsha().Sha1(sc.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		return s.client.B().Evalsha().Sha1(sc.sha).Numkeys(int64(n)).Key(keys...).Arg(args...).Build()
 	}
-	return s.client.B().Eval().Script(sc.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	return s.client.B().Eval().Script(sc.src).Numkeys(int64(n)).Key(keys...).Arg(args...).Build()
 }
+
+// maxDigits bounds the length of one formatted number: an int64 takes at
+// most 20 bytes, a float64 in %.17g at most 24.
+const maxDigits = 24
 
 // decode fills in the Results of one call from its reply.
 func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {
@@ -216,17 +254,26 @@ func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {
 		fail(fmt.Errorf("valkeystore: %v script: %w", c.alg, err))
 		return
 	}
-	vals, err := resp.AsIntSlice()
+	msgs, err := resp.ToArray()
 	if err != nil {
 		fail(fmt.Errorf("valkeystore: %v script: unexpected reply: %w", c.alg, err))
 		return
 	}
-	if len(vals) != len(c.ops)*replyPerKey {
-		fail(fmt.Errorf("valkeystore: %v script: %d values in reply, want %d", c.alg, len(vals), len(c.ops)*replyPerKey))
+	if len(msgs) != len(c.ops)*replyPerKey {
+		fail(fmt.Errorf("valkeystore: %v script: %d values in reply, want %d", c.alg, len(msgs), len(c.ops)*replyPerKey))
 		return
 	}
 	for j, i := range c.ops {
-		v := vals[j*replyPerKey : (j+1)*replyPerKey]
+		var v [replyPerKey]int64
+		for k := range v {
+			if v[k], err = msgs[j*replyPerKey+k].AsInt64(); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			batch[i].Err = fmt.Errorf("valkeystore: %v script: unexpected reply: %w", c.alg, err)
+			continue
+		}
 		if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[2] < 0 || v[3] < 0 {
 			batch[i].Err = fmt.Errorf("valkeystore: %v script: reply out of range: %v", c.alg, v)
 			continue
