@@ -16,8 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"unsafe"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/valkey-io/valkey-go"
