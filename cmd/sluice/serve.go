@@ -103,6 +103,10 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 		}
 		cfg.Valkey.Addresses = addrs
 	}
+	if cfg.Valkey != nil && len(cfg.Valkey.Addresses) == 0 {
+		fmt.Fprintf(stderr, "sluice serve: %s: the valkey section lists no addresses; add addresses or pass --valkey host:port\n", cfg.Source)
+		return 2
+	}
 	httpAddr := pick(set["listen"], *listen, cfg.Listen, defaultListen)
 	grpcAddr := pick(set["grpc-listen"], *grpcListen, cfg.GRPCListen, defaultGRPCListen)
 

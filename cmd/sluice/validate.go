@@ -37,6 +37,9 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 		store := "in-process store (limits per process)"
 		if cfg.Valkey != nil {
 			store = fmt.Sprintf("valkey %v", cfg.Valkey.Addresses)
+			if len(cfg.Valkey.Addresses) == 0 {
+				store = "valkey (addresses from --valkey)"
+			}
 		}
 		fmt.Fprintf(stdout, "%s: ok: %d policies, %d domains, %s\n", name, len(cfg.Policies), len(cfg.Domains), store)
 	}

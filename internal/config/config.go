@@ -80,7 +80,8 @@ func (c *Config) Domain(name string) *Domain {
 // Valkey says how to reach Valkey.
 type Valkey struct {
 	// Addresses of one server, or seed addresses of a cluster (several
-	// addresses: the client discovers the topology).
+	// addresses: the client discovers the topology). Empty when they are to
+	// come from the command line (sluice serve --valkey).
 	Addresses []string
 	Username  string
 	// PasswordEnv names an environment variable holding the password;
@@ -468,9 +469,6 @@ func (d *decoder) valkey(n *yaml.Node) *Valkey {
 		for _, x := range d.sequence(a.val, "valkey.addresses") {
 			v.Addresses = append(v.Addresses, d.address(x, "valkey.addresses item"))
 		}
-	}
-	if len(v.Addresses) == 0 {
-		d.errorf(n, "valkey: addresses must list at least one host:port (remove the valkey section to use the in-process store)")
 	}
 	if x, ok := f["username"]; ok {
 		v.Username = d.str(x.val, "valkey.username")

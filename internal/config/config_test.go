@@ -148,7 +148,6 @@ func TestErrors(t *testing.T) {
 		{"nothing", "prefix: x\n", `no policies and no domains`},
 		{"syntax", "policies:\n  - {name: a\n", `bad.yaml:`},
 		{"two docs", "policies: []\n---\npolicies: []\n", `second YAML document`},
-		{"valkey no address", "valkey: {username: x}\npolicies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n", `addresses must list at least one`},
 		{"valkey both passwords", "valkey: {address: 'h:1', password_env: A, password_file: B}\npolicies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n", `password_env or password_file, not both`},
 		{"valkey inline password", "valkey: {address: 'h:1', password: hunter2}\npolicies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n", `unknown field "password"`},
 		{"admin inline", "admin: {token: abc}\npolicies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n", `unknown field "token"`},

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCmd(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, func(string) (string, bool) { return "", false }, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestUsage(t *testing.T) {
+	if code, _, stderr := runCmd(); code != 2 || !strings.Contains(stderr, "usage: sluice") {
+		t.Errorf("no args: %d %q", code, stderr)
+	}
+	if code, _, stderr := runCmd("frobnicate"); code != 2 || !strings.Contains(stderr, `unknown command "frobnicate"`) {
+		t.Errorf("unknown: %d %q", code, stderr)
+	}
+	if code, stdout, _ := runCmd("help"); code != 0 || !strings.Contains(stdout, "serve") {
+		t.Errorf("help: %d %q", code, stdout)
+	}
+	if code, _, stderr := runCmd("serve", "--bogus"); code != 2 || !strings.Contains(stderr, "bogus") {
+		t.Errorf("serve --bogus: %d %q", code, stderr)
+	}
+}
+
+func TestValidateConfig(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(good, []byte("policies:\n  - {name: api, algorithm: token_bucket, burst: 20, rate: 5/s}\n"), 0o644)
+	os.WriteFile(bad, []byte("policies:\n  - name: api\n    algorithm: token_bucket\n    burst: 20\n    rate: 5/fortnight\n"), 0o644)
+
+	code, stdout, stderr := runCmd("validate-config", good, "../../examples/sluice.yaml")
+	if code != 0 || !strings.Contains(stdout, "good.yaml: ok: 1 policies") || stderr != "" {
+		t.Errorf("good: %d %q %q", code, stdout, stderr)
+	}
+	code, _, stderr = runCmd("validate-config", bad)
+	if code != 1 || !strings.Contains(stderr, "bad.yaml:5:11: rate") || !strings.Contains(stderr, `unknown unit "fortnight"`) {
+		t.Errorf("bad: %d %q", code, stderr)
+	}
+	if code, _, _ := runCmd("validate-config", filepath.Join(dir, "missing.yaml")); code != 1 {
+		t.Errorf("missing file: %d", code)
+	}
+	if code, _, _ := runCmd("validate-config"); code != 2 {
+		t.Errorf("no file: %d", code)
+	}
+}
+
+// TestServeBadConfig: serve refuses to start on a bad file, with file:line.
+func TestServeBadConfig(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("policies:\n  - {name: a, algorithm: gcra, burst: 1, rate: 1/s, colour: red}\n"), 0o644)
+	code, _, stderr := runCmd("serve", "--config", bad, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(stderr, "bad.yaml:2:") || !strings.Contains(stderr, `unknown field "colour"`) {
+		t.Errorf("%d %q", code, stderr)
+	}
+}
