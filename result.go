@@ -28,7 +28,8 @@ type Result struct {
 
 	// Degraded reports that the store could not decide (timeout, network or
 	// server error, open circuit breaker) and the limiter's fail mode did:
-	// Allowed is then true for FailOpen and false for FailClosed.
+	// Allowed is then true for FailOpen, and false for FailClosed with a
+	// RetryAfter of one second. Remaining and ResetAfter are then zero.
 	Degraded bool
 
 	// Shadowed reports that the limit refused the request but the limiter is

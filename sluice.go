@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync/atomic"
 	"time"
 )
@@ -152,6 +153,10 @@ type Limiter struct {
 func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidPolicy)
+	}
+	if !reflect.TypeOf(store).Comparable() {
+		// AllowAll groups checks by store with ==.
+		return nil, fmt.Errorf("%w: store of type %T is not comparable: pass a pointer", ErrInvalidPolicy, store)
 	}
 	if policy == nil {
 		return nil, fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
