@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,7 +43,7 @@ var ErrCircuitOpen = fmt.Errorf("valkeystore: circuit breaker open: %w", sluice.
 // next call goes to Valkey as a trial while the others still fail fast. A
 // trial that succeeds closes the breaker; one that fails opens it again and
 // starts a new probe. No goroutine runs while the breaker is closed or
-// half-open, and the probe ends when the client is closed.
+// half-open, and the probe also ends when the Store is garbage collected.
 //
 // The breaker is one per Store. On a cluster with one primary down, calls
 // to the other primaries keep succeeding, so the breaker rarely opens;
@@ -141,8 +142,9 @@ func (s *Store) BreakerState() BreakerState {
 // The hot path (closed, no failures) is two atomic loads per call; the
 // mutex is taken only on transitions and in the half-open state.
 type breaker struct {
-	cfg  Breaker
-	ping func(context.Context) error
+	cfg    Breaker
+	client valkey.Client // for the probe, which must not hold the Store
+	done   chan struct{} // closed when the Store is garbage collected
 
 	state   atomic.Int32              // a BreakerState
 	fails   atomic.Int32              // consecutive failures while closed
@@ -154,8 +156,9 @@ type breaker struct {
 
 type openError struct{ err error }
 
-// init applies the defaults and checks the configuration; ping is the probe.
-func (b *breaker) init(ping func(context.Context) error) error {
+// init applies the defaults and checks the configuration of the breaker of
+// s, and arranges for its probe to end when s is garbage collected.
+func (b *breaker) init(s *Store) error {
 	if b == nil {
 		return nil
 	}
@@ -180,7 +183,9 @@ func (b *breaker) init(ping func(context.Context) error) error {
 	case c.ProbeTimeout < 0:
 		return fmt.Errorf("valkeystore: breaker probe timeout must be positive, got %v", c.ProbeTimeout)
 	}
-	b.ping = ping
+	b.client = s.client
+	b.done = make(chan struct{})
+	runtime.AddCleanup(s, func(done chan struct{}) { close(done) }, b.done)
 	return nil
 }
 
@@ -273,13 +278,20 @@ func (b *breaker) setLocked(st BreakerState) {
 
 // probe PINGs Valkey with backoff until it answers, then turns the breaker
 // half-open and returns. It also returns, closing the breaker, when the
-// client is closed: calls then fail with the client's own error.
+// client is closed (calls then fail with the client's own error), and when
+// the Store is garbage collected.
 func (b *breaker) probe() {
 	wait := b.cfg.MinProbeInterval
+	timer := time.NewTimer(jitter(wait))
+	defer timer.Stop()
 	for {
-		time.Sleep(jitter(wait))
+		select {
+		case <-b.done:
+			return
+		case <-timer.C:
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ProbeTimeout)
-		err := b.ping(ctx)
+		err := ping(ctx, b.client)
 		cancel()
 		if err == nil || errors.Is(err, valkey.ErrClosing) {
 			b.mu.Lock()
@@ -293,7 +305,18 @@ func (b *breaker) probe() {
 			return
 		}
 		wait = min(2*wait, b.cfg.MaxProbeInterval)
+		timer.Reset(jitter(wait))
 	}
+}
+
+// ping PINGs every node of c (every primary of a cluster).
+func ping(ctx context.Context, c valkey.Client) error {
+	for addr, n := range c.Nodes() {
+		if err := n.Do(ctx, n.B().Ping().Build()).Error(); err != nil {
+			return fmt.Errorf("valkeystore: ping %s: %w", addr, err)
+		}
+	}
+	return nil
 }
 
 // jitter returns d less up to a fifth of it, at random.
