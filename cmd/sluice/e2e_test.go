@@ -192,17 +192,20 @@ func writeFile(t *testing.T, path, data string) {
 	}
 }
 
+// e2eYAML: the concurrency policies have a generous timeout, since they
+// test atomicity on a machine that may be loaded (the race detector, other
+// jobs); open and closed keep the default 50ms, to test the failure path.
 const e2eYAML = `
 valkey:
-  timeout: 50ms
+  timeout: 2s
 policies:
   - {name: fw, algorithm: fixed_window, limit: 20, window: 1h}
   - {name: sl, algorithm: sliding_log, limit: 20, window: 1h}
   - {name: sw, algorithm: sliding_window, limit: 20, window: 1h}
   - {name: tb, algorithm: token_bucket, burst: 20, rate: 1/h}
   - {name: gcra, algorithm: gcra, burst: 20, rate: 1/h}
-  - {name: open, algorithm: gcra, burst: 5, rate: 1/s, on_failure: allow}
-  - {name: closed, algorithm: sliding_log, limit: 5, window: 15m, on_failure: deny}
+  - {name: open, algorithm: gcra, burst: 5, rate: 1/s, on_failure: allow, timeout: 50ms}
+  - {name: closed, algorithm: sliding_log, limit: 5, window: 15m, on_failure: deny, timeout: 50ms}
 domains:
   - domain: edge
     descriptors:
@@ -355,8 +358,9 @@ func TestE2EValkeyUnreachable(t *testing.T) {
 				if code != 200 || m["allowed"] != tc.allowed || m["degraded"] != true {
 					t.Fatalf("%s: %d %v", tc.policy, code, m)
 				}
-				// 50ms timeout, plus the HTTP round trip and a loaded machine.
-				if took > 400*time.Millisecond {
+				// 50ms timeout, plus the HTTP round trip on a loaded machine;
+				// without the timeout, a hung server holds requests for good.
+				if took > 500*time.Millisecond {
 					t.Errorf("%s: decided in %v, want within the 50ms timeout", tc.policy, took)
 				}
 			}
@@ -378,8 +382,16 @@ func TestE2EValkeyUnreachable(t *testing.T) {
 		v := valkeytest.Start(t)
 		p := serve(t, nil, "--config", cfg, "--valkey", v.Addr)
 		waitReady(t, p)
-		if _, m := post(t, p.HTTP+"/v1/check", `{"policy":"closed","key":"k"}`); m["allowed"] != true || m["degraded"] != false {
-			t.Fatalf("before the kill: %v", m)
+		// Valkey decides (a loaded machine may need a few tries within
+		// the 50ms timeout).
+		for i := 0; ; i++ {
+			_, m := post(t, p.HTTP+"/v1/check", `{"policy":"closed","key":"before"}`)
+			if m["allowed"] == true && m["degraded"] == false {
+				break
+			}
+			if i == 4 {
+				t.Fatalf("before the kill: %v", m)
+			}
 		}
 		v.Kill(t)
 		check(t, p)

@@ -496,8 +496,11 @@ func (d *decoder) valkey(n *yaml.Node) *Valkey {
 
 func (d *decoder) tls(n *yaml.Node) *TLS {
 	n2 := d.resolve(n)
-	if n2 != nil && n2.Kind == yaml.ScalarNode && n2.Value == "true" {
-		return &TLS{}
+	if n2 != nil && n2.Kind == yaml.ScalarNode && n2.ShortTag() == "!!bool" {
+		if d.boolean(n2, "valkey.tls") {
+			return &TLS{}
+		}
+		return nil
 	}
 	f := d.mapping(n, "valkey.tls", "ca_file", "cert_file", "key_file", "server_name")
 	if f == nil {

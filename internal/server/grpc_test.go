@@ -164,9 +164,10 @@ func TestEnvoyRLS(t *testing.T) {
 	if err != nil || resp.OverallCode != OK {
 		t.Fatalf("unknown domain: %v %v", resp, err)
 	}
-	// Per-request limit override: 1 per second for this descriptor.
+	// Per-request limit override: 1 per hour for this descriptor (an hour,
+	// so that the two requests do not straddle a window edge).
 	d = desc("remote_address", "10.0.0.10")
-	d.Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND}
+	d.Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
 	if r = ask(0, d); r.OverallCode != OK || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1 {
 		t.Fatalf("override: %v", r)
 	}

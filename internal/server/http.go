@@ -379,6 +379,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 func (st *state) policy(name, where string) (*policy, error) {
 	p := st.policies[name]
 	if p == nil {
+		if len(name) > 64 {
+			name = name[:64] + "..."
+		}
 		return nil, bad(http.StatusNotFound, "%spolicy %q is not configured (GET /v1/policies lists them)", where, name)
 	}
 	return p, nil
