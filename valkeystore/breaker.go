@@ -372,3 +372,51 @@ func classify(ctx context.Context, err error) outcome {
 	}
 	return failed // timeout, refused, reset, EOF, dial error
 }
+
+// Guarded calls. valkey-go (v1.0.79) does not always return by the
+// context's deadline: when a new connection's handshake times out against
+// a server that accepts and never answers (paused, hung, a black hole),
+// closing that connection may block for about a second. A connection is
+// made anew only after one failed, so while the breaker has seen a failure
+// (and for the half-open trial) calls run on a goroutine of their own and
+// return when the context ends; the goroutine ends when valkey-go returns.
+// Healthy calls go straight to the client.
+
+// suspect reports whether calls must be guarded.
+func (b *breaker) suspect(ctx context.Context, trial bool) bool {
+	return b != nil && ctx.Done() != nil && (trial || b.fails.Load() != 0)
+}
+
+// do is c.Do(ctx, cmd), guarded while Valkey is suspect.
+func (b *breaker) do(ctx context.Context, c valkey.Client, trial bool, cmd valkey.Completed) valkey.ValkeyResult {
+	if !b.suspect(ctx, trial) {
+		return c.Do(ctx, cmd)
+	}
+	ch := make(chan valkey.ValkeyResult, 1)
+	go func() { ch <- c.Do(ctx, cmd) }()
+	select {
+	case r := <-ch:
+		return r
+	case <-ctx.Done():
+		return valkey.NewErrorResult(ctx.Err())
+	}
+}
+
+// doMulti is c.DoMulti(ctx, cmds...), guarded while Valkey is suspect.
+func (b *breaker) doMulti(ctx context.Context, c valkey.Client, trial bool, cmds valkey.Commands) []valkey.ValkeyResult {
+	if !b.suspect(ctx, trial) {
+		return c.DoMulti(ctx, cmds...)
+	}
+	ch := make(chan []valkey.ValkeyResult, 1)
+	go func() { ch <- c.DoMulti(ctx, cmds...) }()
+	select {
+	case r := <-ch:
+		return r
+	case <-ctx.Done():
+		out := make([]valkey.ValkeyResult, len(cmds))
+		for i := range out {
+			out[i] = valkey.NewErrorResult(ctx.Err())
+		}
+		return out
+	}
+}

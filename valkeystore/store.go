@@ -109,9 +109,9 @@ func (s *Store) do(ctx context.Context, batch []sluice.Op) error {
 	}
 	if len(calls) == 1 { // one script call: no slices of commands
 		var resps [1]valkey.ValkeyResult
-		resps[0] = s.client.Do(ctx, s.command(batch, calls[0], true))
+		resps[0] = s.breaker.do(ctx, s.client, trial, s.command(batch, calls[0], true))
 		if isNoScript(resps[0]) {
-			resps[0] = s.client.Do(ctx, s.command(batch, calls[0], false))
+			resps[0] = s.breaker.do(ctx, s.client, trial, s.command(batch, calls[0], false))
 		}
 		s.breaker.record(ctx, trial, resps[:])
 		decode(batch, calls[0], resps[0])
@@ -121,7 +121,7 @@ func (s *Store) do(ctx context.Context, batch []sluice.Op) error {
 	for i, c := range calls {
 		cmds[i] = s.command(batch, c, true)
 	}
-	resps := s.client.DoMulti(ctx, cmds...)
+	resps := s.breaker.doMulti(ctx, s.client, trial, cmds)
 
 	// Scripts lost to a restart or SCRIPT FLUSH: send the source once.
 	var retry []int
@@ -135,7 +135,7 @@ func (s *Store) do(ctx context.Context, batch []sluice.Op) error {
 		for j, i := range retry {
 			evals[j] = s.command(batch, calls[i], false)
 		}
-		for j, r := range s.client.DoMulti(ctx, evals...) {
+		for j, r := range s.breaker.doMulti(ctx, s.client, trial, evals) {
 			resps[retry[j]] = r
 		}
 	}
@@ -303,7 +303,7 @@ func (s *Store) Delete(ctx context.Context, keys ...string) error {
 	for i, k := range keys {
 		cmds[i] = s.client.B().Del().Key(k).Build()
 	}
-	resps := s.client.DoMulti(ctx, cmds...)
+	resps := s.breaker.doMulti(ctx, s.client, trial, cmds)
 	s.breaker.record(ctx, trial, resps)
 	for _, r := range resps {
 		if err := r.Error(); err != nil {
