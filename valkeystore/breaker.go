@@ -19,7 +19,12 @@ import (
 // breaker is open: the call was refused without touching the network. It
 // wraps sluice.ErrStoreUnavailable, and the error a call returns also wraps
 // the last failure that opened the breaker.
-var ErrCircuitOpen = fmt.Errorf("valkeystore: circuit breaker open: %w", sluice.ErrStoreUnavailable)
+var ErrCircuitOpen error = errCircuitOpen{}
+
+type errCircuitOpen struct{}
+
+func (errCircuitOpen) Error() string { return "valkeystore: circuit breaker open" }
+func (errCircuitOpen) Unwrap() error { return sluice.ErrStoreUnavailable }
 
 // Breaker configures the Store's circuit breaker, which is on by default
 // with the defaults below. Zero fields take their defaults.

@@ -1,0 +1,228 @@
+package valkeystore
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/valkey-io/valkey-go"
+)
+
+// The breaker's state machine, with replies made up: a real client is only
+// the probe's target.
+
+var (
+	ok      = []valkey.ValkeyResult{{}}
+	netErr  = []valkey.ValkeyResult{valkey.NewErrorResult(io.EOF)}
+	timeout = []valkey.ValkeyResult{valkey.NewErrorResult(context.DeadlineExceeded)}
+)
+
+// newTestBreaker returns a Store whose breaker probes addr, and a log of
+// its transitions.
+func newTestBreaker(t *testing.T, addr string, b Breaker) (*Store, *transitions) {
+	t.Helper()
+	tr := &transitions{}
+	b.OnStateChange = tr.add
+	s, err := New(valkeytest.ClientTo(t, addr), WithBreaker(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, tr
+}
+
+type transitions struct {
+	mu  sync.Mutex
+	log []BreakerState
+}
+
+func (tr *transitions) add(st BreakerState) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.log = append(tr.log, st)
+}
+
+func (tr *transitions) String() string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	s := ""
+	for _, st := range tr.log {
+		s += st.String() + " "
+	}
+	return s
+}
+
+func waitState(t *testing.T, s *Store, want BreakerState) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for s.BreakerState() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("breaker %v, want %v", s.BreakerState(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestBreakerStateMachine(t *testing.T) {
+	srv := valkeytest.Start(t)
+	s, tr := newTestBreaker(t, srv.Addr, Breaker{Failures: 3})
+	b := s.breaker
+	ctx := context.Background()
+
+	// Failures must be consecutive: a success starts the count again.
+	for _, resps := range [][]valkey.ValkeyResult{netErr, timeout, ok, netErr, timeout} {
+		trial, err := b.allow()
+		if trial || err != nil {
+			t.Fatalf("closed: allow = %v, %v", trial, err)
+		}
+		b.record(ctx, false, resps)
+	}
+	if st := s.BreakerState(); st != BreakerClosed {
+		t.Fatalf("breaker %v after 2 consecutive failures of 3", st)
+	}
+	b.record(ctx, false, netErr)
+	if st := s.BreakerState(); st != BreakerOpen {
+		t.Fatalf("breaker %v after 3 consecutive failures", st)
+	}
+	_, err := b.allow()
+	if !errors.Is(err, ErrCircuitOpen) || !errors.Is(err, sluice.ErrStoreUnavailable) || !errors.Is(err, io.EOF) {
+		t.Fatalf("open: %v; want ErrCircuitOpen, sluice.ErrStoreUnavailable and the cause", err)
+	}
+	t.Logf("open: %v", err)
+
+	// The server answers: the probe turns the breaker half-open, and exactly
+	// one caller gets the trial.
+	waitState(t, s, BreakerHalfOpen)
+	var trials atomic.Int32
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			trial, err := b.allow()
+			if trial {
+				trials.Add(1)
+			} else if !errors.Is(err, ErrCircuitOpen) {
+				t.Errorf("half-open, not the trial: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := trials.Load(); n != 1 {
+		t.Fatalf("%d trials at once, want 1", n)
+	}
+
+	// A trial canceled by its caller says nothing: still half-open, and the
+	// next call is the trial.
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	b.record(canceled, true, []valkey.ValkeyResult{valkey.NewErrorResult(context.Canceled)})
+	if st := s.BreakerState(); st != BreakerHalfOpen {
+		t.Fatalf("breaker %v after a canceled trial, want half-open", st)
+	}
+	// A failed trial opens it again, with a new probe, which sees the
+	// server and turns it half-open again.
+	if trial, _ := b.allow(); !trial {
+		t.Fatal("half-open: no trial")
+	}
+	b.record(ctx, true, timeout)
+	if st := s.BreakerState(); st != BreakerOpen {
+		t.Fatalf("breaker %v after a failed trial, want open", st)
+	}
+	waitState(t, s, BreakerHalfOpen)
+	// A trial that succeeds closes it.
+	if trial, _ := b.allow(); !trial {
+		t.Fatal("half-open: no trial")
+	}
+	b.record(ctx, true, ok)
+	if st := s.BreakerState(); st != BreakerClosed {
+		t.Fatalf("breaker %v after a good trial, want closed", st)
+	}
+	if got, want := tr.String(), "open half-open open half-open closed "; got != want {
+		t.Errorf("transitions %q, want %q", got, want)
+	}
+}
+
+// TestBreakerProbeBackoff: against a closed port the probe keeps trying
+// with growing waits, up to MaxProbeInterval.
+func TestBreakerProbeBackoff(t *testing.T) {
+	var pings atomic.Int32
+	addr := valkeytest.ClosedAddr(t)
+	s, _ := newTestBreaker(t, addr, Breaker{Failures: 1, MinProbeInterval: 5 * time.Millisecond, MaxProbeInterval: 40 * time.Millisecond})
+	s.breaker.client = countingClient{Client: s.breaker.client, n: &pings}
+	s.breaker.record(context.Background(), false, netErr)
+	time.Sleep(400 * time.Millisecond)
+	// Waits of about 5, 10, 20, 40, 40, ... ms (less up to a fifth): about
+	// 12 probes in 400ms; without backoff at 5ms there would be 80.
+	if n := pings.Load(); n < 6 || n > 20 {
+		t.Errorf("%d probes in 400ms, want about 12", n)
+	}
+	if st := s.BreakerState(); st != BreakerOpen {
+		t.Errorf("breaker %v, want open", st)
+	}
+}
+
+// countingClient counts the probe's calls to Nodes (one per probe).
+type countingClient struct {
+	valkey.Client
+	n *atomic.Int32
+}
+
+func (c countingClient) Nodes() map[string]valkey.Client {
+	c.n.Add(1)
+	return c.Client.Nodes()
+}
+
+func TestClassify(t *testing.T) {
+	ctx := context.Background()
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, tc := range []struct {
+		ctx  context.Context
+		err  error
+		want outcome
+	}{
+		{ctx, nil, succeeded},
+		{ctx, io.EOF, failed},
+		{ctx, context.DeadlineExceeded, failed},
+		{ctx, errors.New("dial tcp: connection refused"), failed},
+		{canceled, context.Canceled, neutral},
+		{ctx, context.Canceled, failed}, // canceled, but not by the caller
+		{ctx, valkey.ErrClosing, neutral},
+	} {
+		if got := classify(tc.ctx, tc.err); got != tc.want {
+			t.Errorf("classify(%v) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestBreakerOptions(t *testing.T) {
+	c := valkeytest.ClientTo(t, valkeytest.ClosedAddr(t))
+	for _, b := range []Breaker{
+		{Failures: -1},
+		{MinProbeInterval: time.Second, MaxProbeInterval: time.Millisecond},
+		{ProbeTimeout: -time.Second},
+	} {
+		if _, err := New(c, WithBreaker(b)); err == nil {
+			t.Errorf("%+v: no error", b)
+		}
+	}
+	s, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.breaker.cfg
+	if got.Failures != DefaultBreakerFailures || got.MinProbeInterval != DefaultBreakerMinProbeInterval ||
+		got.MaxProbeInterval != DefaultBreakerMaxProbeInterval || got.ProbeTimeout != DefaultBreakerProbeTimeout {
+		t.Errorf("defaults: %+v", got)
+	}
+	s, err = New(c, WithoutBreaker())
+	if err != nil || s.breaker != nil || s.BreakerState() != BreakerClosed {
+		t.Errorf("WithoutBreaker: %v, %v", s.breaker, err)
+	}
+}
