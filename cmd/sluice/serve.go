@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
@@ -92,16 +93,17 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	var overrideAddrs []string
 	if set["valkey"] {
-		addrs := splitAddrs(*valkeyAddrs)
-		if len(addrs) == 0 {
+		overrideAddrs = splitAddrs(*valkeyAddrs)
+		if len(overrideAddrs) == 0 {
 			fmt.Fprintln(stderr, "sluice serve: --valkey: no address given")
 			return 2
 		}
 		if cfg.Valkey == nil {
-			cfg.Valkey = &config.Valkey{Timeout: 50 * time.Millisecond, ConnectTimeout: config.DefaultConnectTimeout}
+			cfg.Valkey = &config.Valkey{Timeout: sluice.DefaultTimeout, ConnectTimeout: config.DefaultConnectTimeout}
 		}
-		cfg.Valkey.Addresses = addrs
+		cfg.Valkey.Addresses = overrideAddrs
 	}
 	if cfg.Valkey != nil && len(cfg.Valkey.Addresses) == 0 {
 		fmt.Fprintf(stderr, "sluice serve: %s: the valkey section lists no addresses; add addresses or pass --valkey host:port\n", cfg.Source)
@@ -111,7 +113,7 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	grpcAddr := pick(set["grpc-listen"], *grpcListen, cfg.GRPCListen, defaultGRPCListen)
 
 	// The store.
-	opts := server.Options{Logger: logger, Env: env}
+	opts := server.Options{Logger: logger, Env: env, ValkeyAddresses: overrideAddrs}
 	if cfg.Valkey != nil {
 		copt, err := server.ClientOption(cfg.Valkey, env)
 		if err != nil {

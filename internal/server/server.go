@@ -50,6 +50,9 @@ type Options struct {
 	Env func(string) (string, bool)
 	// MaxBodyBytes caps request bodies (default DefaultMaxBodyBytes).
 	MaxBodyBytes int64
+	// ValkeyAddresses, from the command line, replace the configuration's
+	// valkey addresses, in every configuration applied.
+	ValkeyAddresses []string
 }
 
 // Server answers decisions for the policies of its current configuration.
@@ -126,13 +129,23 @@ func (s *Server) Config() *config.Config { return s.state.Load().cfg }
 func (s *Server) Apply(cfg *config.Config) error {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
+	if len(s.opts.ValkeyAddresses) > 0 && cfg != nil {
+		cp := *cfg
+		v := config.Valkey{Timeout: sluice.DefaultTimeout, ConnectTimeout: config.DefaultConnectTimeout}
+		if cfg.Valkey != nil {
+			v = *cfg.Valkey
+		}
+		v.Addresses = s.opts.ValkeyAddresses
+		cp.Valkey = &v
+		cfg = &cp
+	}
 	st, err := s.build(cfg)
 	if err != nil {
 		return err
 	}
 	if old := s.state.Load(); old != nil {
 		if !sameValkey(old.cfg.Valkey, cfg.Valkey) {
-			s.log.Warn("the valkey section changed; the connection is kept until a restart",
+			s.log.Warn("the valkey connection settings changed; the store in use is kept until a restart",
 				"source", cfg.Source)
 		}
 	}
@@ -142,6 +155,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 	return nil
 }
 
+// sameValkey reports whether a and b connect to Valkey the same way.
 func sameValkey(a, b *config.Valkey) bool {
 	if (a == nil) != (b == nil) {
 		return false
@@ -149,7 +163,14 @@ func sameValkey(a, b *config.Valkey) bool {
 	if a == nil {
 		return true
 	}
-	return fmt.Sprint(*a) == fmt.Sprint(*b) && fmt.Sprint(a.TLS) == fmt.Sprint(b.TLS)
+	ta, tb := a.TLS, b.TLS
+	ca, cb := *a, *b
+	ca.TLS, cb.TLS = nil, nil
+	ca.Timeout, cb.Timeout = 0, 0 // per decision: applied on reload
+	if (ta == nil) != (tb == nil) || ta != nil && *ta != *tb {
+		return false
+	}
+	return fmt.Sprint(ca) == fmt.Sprint(cb)
 }
 
 func (s *Server) build(cfg *config.Config) (*state, error) {
