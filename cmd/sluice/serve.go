@@ -21,8 +21,6 @@ import (
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 const (
@@ -169,10 +167,7 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 			logger.Error("cannot listen for gRPC", "addr", grpcAddr, "err", err.Error())
 			return 1
 		}
-		gs = grpc.NewServer(grpc.MaxRecvMsgSize(1<<20), grpc.MaxConcurrentStreams(1024))
-		srv.RegisterGRPC(gs)
-		hs := health.NewServer()
-		healthpb.RegisterHealthServer(gs, hs)
+		gs = srv.NewGRPCServer()
 	}
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)

@@ -18,6 +18,8 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -28,6 +30,31 @@ const (
 	maxDescriptors = 64
 	maxEntries     = 32
 )
+
+// NewGRPCServer returns a gRPC server with Envoy's RateLimitService and the
+// standard health service registered, requests capped at 1 MiB, and a
+// panic in a handler turned into an Internal error instead of a crash.
+func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	opts = append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(1 << 20),
+		grpc.MaxConcurrentStreams(1024),
+		grpc.ChainUnaryInterceptor(s.recoverUnary),
+	}, opts...)
+	g := grpc.NewServer(opts...)
+	s.RegisterGRPC(g)
+	healthpb.RegisterHealthServer(g, health.NewServer())
+	return g
+}
+
+func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("panic in gRPC handler", "method", info.FullMethod, "panic", fmt.Sprint(v))
+			resp, err = nil, status.Error(codes.Internal, "internal error")
+		}
+	}()
+	return h(ctx, req)
+}
 
 // RegisterGRPC registers Envoy's RateLimitService
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) on g.

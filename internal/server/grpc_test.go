@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -42,6 +43,11 @@ descriptors:
 // startGRPC serves s over real TCP and returns a client.
 func startGRPC(t *testing.T, yaml string) rlsv3.RateLimitServiceClient {
 	t.Helper()
+	return rlsv3.NewRateLimitServiceClient(startGRPCConn(t, yaml))
+}
+
+func startGRPCConn(t *testing.T, yaml string) *grpc.ClientConn {
+	t.Helper()
 	cfg, err := config.Parse("envoy.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
@@ -54,8 +60,7 @@ func startGRPC(t *testing.T, yaml string) rlsv3.RateLimitServiceClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
-	s.RegisterGRPC(g)
+	g := s.NewGRPCServer()
 	go g.Serve(l)
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -63,7 +68,15 @@ func startGRPC(t *testing.T, yaml string) rlsv3.RateLimitServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn)
+	return conn
+}
+
+func TestGRPCHealth(t *testing.T) {
+	conn := startGRPCConn(t, envoyYAML)
+	r, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("%v %v", r, err)
+	}
 }
 
 func desc(kv ...string) *commonrl.RateLimitDescriptor {
