@@ -12,8 +12,6 @@ type metrics struct {
 	httpRequests *prometheus.CounterVec
 	httpDuration *prometheus.HistogramVec
 	grpcRequests *prometheus.CounterVec
-	decisions    *prometheus.CounterVec
-	decisionDur  *prometheus.HistogramVec
 	reloads      *prometheus.CounterVec
 	reloadOK     prometheus.Gauge
 	loadedAt     prometheus.Gauge
@@ -41,15 +39,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_server_grpc_requests_total",
 			Help: "Envoy ShouldRateLimit calls, by overall code (OK, OVER_LIMIT) or gRPC error code.",
 		}, []string{"code"}),
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_server_decisions_total",
-			Help: "Decisions by limiter and outcome: allowed, refused, shadowed (refused but allowed in shadow mode), degraded_allowed, degraded_refused (the store could not decide).",
-		}, []string{"limiter", "outcome"}),
-		decisionDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "sluice_server_decision_duration_seconds",
-			Help:    "Time the limiter spent deciding, store round trip included, by limiter.",
-			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
-		}, []string{"limiter"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_server_config_reloads_total",
 			Help: "Configuration reloads, by result (success, failure). A failed reload keeps the last good configuration.",
@@ -67,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Policies in the configuration being served.",
 		}),
 	}
-	reg.MustRegister(m.httpRequests, m.httpDuration, m.grpcRequests, m.decisions, m.decisionDur,
+	reg.MustRegister(m.httpRequests, m.httpDuration, m.grpcRequests,
 		m.reloads, m.reloadOK, m.loadedAt, m.policies)
 	m.reloadOK.Set(1)
 	m.reloads.WithLabelValues("success")
@@ -75,27 +64,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// observer feeds the server's decision metrics and passes decisions on.
-type observer struct {
-	m    *metrics
-	next sluice.Observer
-}
+// observers passes each decision to several observers.
+type observers []sluice.Observer
 
-func (o observer) ObserveDecision(limiter string, res sluice.Result, err error, latency time.Duration) {
-	outcome := "allowed"
-	switch {
-	case res.Degraded && res.Allowed:
-		outcome = "degraded_allowed"
-	case res.Degraded:
-		outcome = "degraded_refused"
-	case res.Shadowed:
-		outcome = "shadowed"
-	case !res.Allowed:
-		outcome = "refused"
-	}
-	o.m.decisions.WithLabelValues(limiter, outcome).Inc()
-	o.m.decisionDur.WithLabelValues(limiter).Observe(latency.Seconds())
-	if o.next != nil {
-		o.next.ObserveDecision(limiter, res, err, latency)
+func (o observers) ObserveDecision(limiter string, res sluice.Result, err error, latency time.Duration) {
+	for _, x := range o {
+		x.ObserveDecision(limiter, res, err, latency)
 	}
 }

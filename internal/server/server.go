@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/sluiceprom"
 )
 
 // Defaults for Options.
@@ -43,7 +44,7 @@ type Options struct {
 	// the Go and process collectors). Handler serves it on /metrics.
 	Registry *prometheus.Registry
 	// Observer, when set, is told of every decision besides the server's
-	// own metrics (package sluiceprom).
+	// own metrics (package sluiceprom, registered in Registry).
 	Observer sluice.Observer
 	// Env looks up environment variables for secrets named by the config
 	// (default os.LookupEnv).
@@ -114,7 +115,17 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		s.reg = newRegistry()
 	}
 	s.metrics = newMetrics(s.reg)
-	s.obs = observer{m: s.metrics, next: opts.Observer}
+	// Decisions by limiter and outcome, store errors and decision latency:
+	// sluice_decisions_total, sluice_store_errors_total,
+	// sluice_decision_duration_seconds.
+	pm, err := sluiceprom.New(s.reg)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.obs = pm
+	if opts.Observer != nil {
+		s.obs = observers{pm, opts.Observer}
+	}
 	if err := s.Apply(cfg); err != nil {
 		return nil, err
 	}

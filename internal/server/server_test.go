@@ -317,7 +317,8 @@ func TestHealthAndMetrics(t *testing.T) {
 	do(t, "POST", ts.URL+"/v1/check", `{"policy":"api","key":"m"}`)
 	r := do(t, "GET", ts.URL+"/metrics", "")
 	for _, want := range []string{
-		`sluice_server_decisions_total{limiter="api.token_bucket",outcome="allowed"} 1`,
+		`sluice_decisions_total{limiter="api.token_bucket",outcome="allowed"} 1`,
+		`sluice_decision_duration_seconds_bucket`,
 		`sluice_server_http_requests_total{code="200",route="check"} 1`,
 		`sluice_server_config_reloads_total{result="failure"} 0`,
 		`go_goroutines`,
