@@ -11,6 +11,7 @@ const usage = `usage: sluice <command> [flags]
 commands:
   serve             answer rate-limit decisions over HTTP JSON and Envoy gRPC
   validate-config   check configuration files and exit non-zero on errors
+  bench             load a Valkey or Valkey Cluster with decisions
 
 Run "sluice <command> -h" for a command's flags.
 `
@@ -30,8 +31,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 		return runValidate(ctx, rest, stdout, stderr)
 	case "bench":
 		return runBench(ctx, rest, stdout, stderr)
-	// One line per further command, such as:
-	// case "bench": return runBench(ctx, rest, stdout, stderr)
+	// A further command is one more case here.
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
