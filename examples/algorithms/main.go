@@ -11,6 +11,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -22,13 +23,13 @@ import (
 )
 
 func main() {
-	if err := run(os.Getenv("VALKEY_ADDR")); err != nil {
+	if err := run(os.Stdout, os.Getenv("VALKEY_ADDR")); err != nil {
 		fmt.Fprintln(os.Stderr, "algorithms:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr string) error {
+func run(w io.Writer, addr string) error {
 	var store sluice.Store = memstore.New()
 	where := "the in-process store"
 	if addr != "" {
@@ -42,8 +43,8 @@ func run(addr string) error {
 		}
 		where = "Valkey at " + addr
 	}
-	fmt.Printf("Ten requests 10ms before a window edge, ten 10ms after, then one every 50ms for a second.\nLimit: 10 per second. Store: %s.\n\n", where)
-	fmt.Printf("%-16s %8s %8s %9s  %s\n", "algorithm", "before", "after", "trickle", "first refusal after the edge")
+	fmt.Fprintf(w, "Ten requests 10ms before a window edge, ten 10ms after, then one every 50ms for a second.\nLimit: 10 per second. Store: %s.\n\n", where)
+	fmt.Fprintf(w, "%-16s %8s %8s %9s  %s\n", "algorithm", "before", "after", "trickle", "first refusal after the edge")
 
 	// A fake clock makes the run exact and repeatable; the prefix keeps
 	// this run's keys apart from any other's.
@@ -105,7 +106,7 @@ func run(addr string) error {
 		if first.RetryAfter > 0 {
 			note = fmt.Sprintf("retry after %v, fully reset after %v", first.RetryAfter, first.ResetAfter)
 		}
-		fmt.Printf("%-16s %5d/10 %5d/10 %6d/20  %s\n", l.Rule().Algorithm, before, after, trickle, note)
+		fmt.Fprintf(w, "%-16s %5d/10 %5d/10 %6d/20  %s\n", l.Rule().Algorithm, before, after, trickle, note)
 	}
 	return nil
 }
