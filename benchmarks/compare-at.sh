@@ -13,15 +13,4 @@ if [ $# -lt 1 ]; then
 fi
 rev=$1
 shift
-here=$(cd "$(dirname "$0")" && pwd)
-id=$(git -C "$here/.." rev-parse --short=12 "$rev^{commit}")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT INT TERM
-mkdir "$tmp/src"
-git -C "$here/.." archive "$id" | tar -x -C "$tmp/src"
-cp "$here/go.mod" "$tmp/compare.mod"
-cp "$here/go.sum" "$tmp/compare.sum"
-go mod edit -modfile="$tmp/compare.mod" -replace "github.com/sluicehq/sluice=$tmp/src"
-cd "$here"
-go run -mod=mod -modfile="$tmp/compare.mod" ./cmd/compare -sluice-rev "commit $id" \
-	-command "cd benchmarks && ./compare-at.sh $rev $*" "$@"
+exec "$(dirname "$0")/at.sh" "$rev" go run ./cmd/compare -command "cd benchmarks && ./compare-at.sh $rev $*" "$@"

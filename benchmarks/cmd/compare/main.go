@@ -84,7 +84,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.timeout, "sluice-timeout", time.Second, "Sluice's decision timeout; decisions past it are counted as degraded")
 	fs.StringVar(&o.out, "out", "", "also write the report to this file")
 	fs.StringVar(&o.command, "command", "", "the command shown in the report (default: go run ./cmd/compare with these flags)")
-	fs.StringVar(&o.rev, "sluice-rev", "", "describes the Sluice source under test in the report (default: git describe of ..)")
+	fs.StringVar(&o.rev, "sluice-rev", os.Getenv("SLUICE_REV"), "describes the Sluice source under test in the report (default: $SLUICE_REV, set by at.sh, else git describe of ..)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
