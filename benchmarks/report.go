@@ -23,6 +23,22 @@ type Result struct {
 	Scenario    Scenario
 	Concurrency int
 	Stats       *Stats
+	// ClientCPU and ServerCPU are the CPU time the harness process and
+	// valkey-server used during the run (zero when unknown).
+	ClientCPU, ServerCPU time.Duration
+}
+
+// cpuPerDecision formats d spread over the run's decisions, in µs.
+func (r Result) cpuPerDecision(d time.Duration) string {
+	n := r.Stats.Decisions
+	if d <= 0 || n == 0 {
+		return "-"
+	}
+	us := float64(d) / 1e3 / float64(n)
+	if us < 1 {
+		return fmt.Sprintf("%.2f", us)
+	}
+	return fmt.Sprintf("%.1f", us)
 }
 
 // Memory is the state one target keeps in Valkey.
@@ -87,18 +103,18 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 			continue
 		}
 		fmt.Fprintf(w, "\n### %s\n\n", scenarioTitle(sc))
-		fmt.Fprintln(w, "| library | algorithm | client | conc | decisions/s | p50 | p99 | allowed | denied | errors |")
-		fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| library | algorithm | client | conc | decisions/s | p50 | p99 | allowed | denied | errors | client CPU µs/decision | server CPU µs/decision |")
+		fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, res := range rows {
 			st := res.Stats
 			errs := fmt.Sprint(st.Errors)
 			if st.Degraded > 0 {
 				errs += fmt.Sprintf(" (+%d degraded)", st.Degraded)
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %s | %d | %d | %s |\n",
+			fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %s | %d | %d | %s | %s | %s |\n",
 				res.Target.Name, res.Target.Algorithm, res.Target.Client, res.Concurrency,
 				FormatRate(st.Rate()), FormatDuration(st.Latency.Quantile(0.50)), FormatDuration(st.Latency.Quantile(0.99)),
-				st.Allowed, st.Denied, errs)
+				st.Allowed, st.Denied, errs, res.cpuPerDecision(res.ClientCPU), res.cpuPerDecision(res.ServerCPU))
 		}
 	}
 	if len(r.Memory) > 0 {

@@ -168,6 +168,28 @@ func (a *Admin) UsedMemory(ctx context.Context) (int64, error) {
 	return infoField(info, "used_memory")
 }
 
+// ServerCPU returns the CPU time (used_cpu_sys + used_cpu_user, main
+// thread and I/O threads) the server has used.
+func (a *Admin) ServerCPU(ctx context.Context) (time.Duration, error) {
+	info, err := a.c.Do(ctx, a.c.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, f+":"); ok {
+				x, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return 0, fmt.Errorf("INFO cpu %s: %w", f, err)
+				}
+				total += x
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
 // DBSize returns the number of keys.
 func (a *Admin) DBSize(ctx context.Context) (int64, error) {
 	return a.c.Do(ctx, a.c.B().Dbsize().Build()).AsInt64()

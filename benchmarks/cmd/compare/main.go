@@ -340,8 +340,7 @@ func (h *harness) spread(ctx context.Context) []benchmarks.Result {
 			if !ready[i] || ctx.Err() != nil {
 				continue
 			}
-			st := benchmarks.Run(ctx, ds[i], benchmarks.Load{Concurrency: c, Duration: h.o.duration, Keys: keys})
-			res[i] = benchmarks.Result{Target: ts[i], Scenario: benchmarks.ScenarioSpread, Concurrency: c, Stats: st}
+			res[i] = h.timed(ctx, ts[i], ds[i], benchmarks.ScenarioSpread, c, keys)
 			h.logRun(res[i])
 		}
 		round++
@@ -389,8 +388,7 @@ func (h *harness) hotRuns(ctx context.Context, ts []benchmarks.Target, ds []benc
 			if h.o.warmup > 0 {
 				benchmarks.Run(ctx, ds[i], benchmarks.Load{Concurrency: c, Duration: h.o.warmup, Keys: keys})
 			}
-			st := benchmarks.Run(ctx, ds[i], benchmarks.Load{Concurrency: c, Duration: h.o.duration, Keys: keys})
-			res[i] = benchmarks.Result{Target: ts[i], Scenario: sc, Concurrency: c, Stats: st}
+			res[i] = h.timed(ctx, ts[i], ds[i], sc, c, keys)
 			h.logRun(res[i])
 		}
 		for _, r := range res {
@@ -402,10 +400,23 @@ func (h *harness) hotRuns(ctx context.Context, ts []benchmarks.Target, ds []benc
 	return out
 }
 
+// timed is one timed run, with the CPU time this process and the server
+// used during it.
+func (h *harness) timed(ctx context.Context, t benchmarks.Target, d benchmarks.Decider, sc benchmarks.Scenario, c int, keys []string) benchmarks.Result {
+	srv0, srvErr := h.admin.ServerCPU(ctx)
+	cli0 := benchmarks.ProcessCPU()
+	st := benchmarks.Run(ctx, d, benchmarks.Load{Concurrency: c, Duration: h.o.duration, Keys: keys})
+	r := benchmarks.Result{Target: t, Scenario: sc, Concurrency: c, Stats: st, ClientCPU: benchmarks.ProcessCPU() - cli0}
+	if srv1, err := h.admin.ServerCPU(ctx); err == nil && srvErr == nil {
+		r.ServerCPU = srv1 - srv0
+	}
+	return r
+}
+
 func (h *harness) logRun(r benchmarks.Result) {
 	st := r.Stats
-	h.logf("%-15s %-30s c=%-4d %10s/s  p50 %-8s p99 %-8s allowed %d denied %d errors %d degraded %d",
+	h.logf("%-15s %-30s c=%-4d %10s/s  p50 %-8s p99 %-8s allowed %d denied %d errors %d degraded %d  cpu client %v server %v",
 		r.Scenario, r.Target.Label(), r.Concurrency, benchmarks.FormatRate(st.Rate()),
 		benchmarks.FormatDuration(st.Latency.Quantile(0.5)), benchmarks.FormatDuration(st.Latency.Quantile(0.99)),
-		st.Allowed, st.Denied, st.Errors, st.Degraded)
+		st.Allowed, st.Denied, st.Errors, st.Degraded, r.ClientCPU.Round(time.Millisecond), r.ServerCPU.Round(time.Millisecond))
 }
