@@ -53,7 +53,7 @@ func (d Decision) RetryAfter() time.Duration {
 // windows pass; it is logged.
 //
 // Degraded checks follow their limiter's fail mode; shadow-mode checks never
-// refuse. The timeout is the longest of the limiters' timeouts.
+// refuse. Each check has its limiter's timeout.
 func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
 	d := Decision{Results: make([]Result, len(checks))}
 	if len(checks) == 0 {
@@ -93,6 +93,10 @@ func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
 		}
 	}
 	if len(refunds) > 0 {
+		now := time.Now()
+		for i := range refunds {
+			refunds[i].Deadline = now.Add(refundChecks[i].Limiter.cfg.timeout)
+		}
 		if err := storeGroups(ctx, refundChecks, refunds); err != nil {
 			return d, nil
 		}
@@ -113,10 +117,11 @@ func runGrouped(ctx context.Context, checks []Check, ops []Op) error {
 	start := time.Now()
 	sent := make([]int64, len(ops))
 	for i, c := range checks {
-		sent[i] = c.Limiter.mono()
+		sent[i] = c.Limiter.monoAt(start)
 		if c.Limiter.cfg.clock != nil {
 			ops[i].Now = c.Limiter.cfg.clock()
 		}
+		ops[i].Deadline = start.Add(c.Limiter.cfg.timeout)
 	}
 	if err := storeGroups(ctx, checks, ops); err != nil && ctx.Err() != nil {
 		return fmt.Errorf("sluice: %w", ctx.Err())
@@ -132,13 +137,6 @@ func runGrouped(ctx context.Context, checks []Check, ops []Op) error {
 // storeGroups sends ops to their stores, one Do per distinct store, the
 // stores in parallel. Errors are recorded on the Ops.
 func storeGroups(ctx context.Context, checks []Check, ops []Op) error {
-	timeout := time.Duration(0)
-	for _, c := range checks {
-		timeout = max(timeout, c.Limiter.cfg.timeout)
-	}
-	tctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-
 	type group struct {
 		store Store
 		idx   []int
@@ -159,7 +157,7 @@ outer:
 		for j, i := range g.idx {
 			batch[j] = ops[i]
 		}
-		err := g.store.Do(tctx, batch)
+		err := g.store.Do(ctx, batch)
 		for j, i := range g.idx {
 			ops[i] = batch[j]
 			if ops[i].Err == nil && err != nil {

@@ -232,14 +232,14 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	if err := l.check(key, n); err != nil {
 		return Result{}, err
 	}
+	var buf [192]byte
+	k := AppendKey(buf[:0], l.cfg.prefix, l.cfg.name, key)
 	if l.deny != nil {
-		var buf [192]byte
-		k := AppendKey(buf[:0], l.cfg.prefix, l.cfg.name, key)
 		if res, ok := l.deny.get(k, n, l.mono()); ok {
 			return l.local(res), nil
 		}
 	}
-	batch := [1]Op{{Key: l.Key(key), Rule: l.rule, Cost: n}}
+	batch := [1]Op{{Key: string(k), Rule: l.rule, Cost: n}}
 	if err := l.do(ctx, batch[:]); err != nil {
 		return Result{}, err
 	}
@@ -257,6 +257,14 @@ func (l *Limiter) mono() int64 {
 		return l.cfg.clock().UnixNano()
 	}
 	return int64(time.Since(processStart))
+}
+
+// monoAt is mono at t, a reading of the local clock just taken.
+func (l *Limiter) monoAt(t time.Time) int64 {
+	if l.cfg.clock != nil {
+		return l.cfg.clock().UnixNano()
+	}
+	return int64(t.Sub(processStart))
 }
 
 // local completes a refusal from the deny cache as finish would.
@@ -292,12 +300,13 @@ func (l *Limiter) do(ctx context.Context, ops []Op) error {
 			ops[i].Now = now
 		}
 	}
-	sent := l.mono()
 	start := time.Now()
-	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
-	err := l.store.Do(tctx, ops)
-	cancel()
-	return l.finish(ctx, ops, err, start, sent)
+	deadline := start.Add(l.cfg.timeout)
+	for i := range ops {
+		ops[i].Deadline = deadline
+	}
+	err := l.store.Do(ctx, ops)
+	return l.finish(ctx, ops, err, start, l.monoAt(start))
 }
 
 // finish completes the Results of ops after the store ran them: start is

@@ -16,8 +16,16 @@ type brokenStore struct{ block bool }
 
 func (s brokenStore) Do(ctx context.Context, batch []sluice.Op) error {
 	if s.block {
-		<-ctx.Done()
-		return ctx.Err()
+		// A store that never hears back still returns by the Ops' deadline,
+		// as the Store contract requires.
+		t := time.NewTimer(time.Until(batch[0].Deadline))
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return context.DeadlineExceeded
+		}
 	}
 	for i := range batch {
 		batch[i].Err = errors.New("connection refused")

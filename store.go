@@ -11,8 +11,10 @@ import (
 type Store interface {
 	// Do runs every Op of batch and fills in its Result or Err. Each Op is
 	// one atomic decision; different Ops of one batch are independent and
-	// may run in any order. Do returns an error only when nothing could be
-	// attempted (such as a canceled context); otherwise errors are per Op.
+	// may run in any order. Do must return by the earliest Deadline of its
+	// Ops (failing those it could not decide), and when ctx ends. It returns
+	// an error only when nothing could be attempted (such as a canceled
+	// context); otherwise errors are per Op.
 	Do(ctx context.Context, batch []Op) error
 
 	// Delete removes all state kept under the given keys.
@@ -40,6 +42,11 @@ type Op struct {
 	// Now is the time of the decision. The zero Time means the store's own
 	// clock (Valkey's TIME).
 	Now time.Time
+	// Deadline is when the decision is due (the limiter's timeout); the zero
+	// Time means only ctx bounds it. It travels with the Op rather than as a
+	// context, so that a store that merges concurrent decisions pays for
+	// one timer per merged call instead of one per decision.
+	Deadline time.Time
 
 	// Result is filled in by the store (without Limit, Degraded or Shadowed).
 	Result Result

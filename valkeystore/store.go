@@ -90,6 +90,16 @@ func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
 	if s.batcher != nil {
 		return s.batcher.do(ctx, batch)
 	}
+	return s.doBy(ctx, batch, earliest(batch))
+}
+
+// doBy is do bounded by the deadline dl (none when zero).
+func (s *Store) doBy(ctx context.Context, batch []sluice.Op, dl time.Time) error {
+	if !dl.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl)
+		defer cancel()
+	}
 	return s.do(ctx, batch)
 }
 

@@ -50,7 +50,7 @@ for i = 1, #KEYS do
     if reset <= 0 then
       redis.call('DEL', key)
     else
-      redis.call('SET', key, string.format('%d', tat), 'PX', math.ceil(reset / 1000) + TTL_MARGIN_MS)
+      redis.call('SET', key, tat, 'PX', math.ceil(reset / 1000) + TTL_MARGIN_MS)
     end
   end
   out[#out + 1] = allowed

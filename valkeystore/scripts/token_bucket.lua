@@ -57,7 +57,7 @@ for i = 1, #KEYS do
     if reset <= 0 then
       redis.call('DEL', key)
     else
-      redis.call('HSET', key, 't', string.format('%.17g', tokens), 'ts', now)
+      redis.call('HSET', key, 't', tokens, 'ts', now)
       redis.call('PEXPIRE', key, math.ceil(reset / 1000) + TTL_MARGIN_MS)
     end
   end
