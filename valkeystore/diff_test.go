@@ -109,6 +109,7 @@ func FuzzDifferential(f *testing.F) {
 	c := valkeytest.Shared(f).Client(f)
 	vk := newStore(f, c)
 	mem := memstore.New()
+	base := sluicetest.Prefix(f) // unique per call of FuzzDifferential in this process
 	var run int
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 3 {
@@ -117,7 +118,7 @@ func FuzzDifferential(f *testing.F) {
 		run++
 		rng := rand.New(rand.NewPCG(uint64(data[0]), uint64(data[1])<<8|uint64(data[2])))
 		rule := randomRule(rng, int(data[0]%5))
-		d := &differ{t: t, mem: mem, vk: vk, prefix: fmt.Sprintf("fz%d-%d", os.Getpid(), run)}
+		d := &differ{t: t, mem: mem, vk: vk, prefix: fmt.Sprintf("%s-%d-%d", base, os.Getpid(), run)}
 		key := sluice.Key(d.prefix, "f", "k")
 		now := sluicetest.Epoch
 		for i := 3; i+1 < len(data) && i < 3+2*200; i += 2 {
