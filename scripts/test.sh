@@ -19,3 +19,5 @@ echo "== go vet"
 go vet ./...
 echo "== go test"
 go test -race -shuffle=on -count=1 -timeout 15m ./... "$@"
+echo "== benchmarks module (vet, and its tests: the harness, not the measurements)"
+(cd benchmarks && go vet ./... && go test -count=1 -timeout 5m ./...)
