@@ -190,14 +190,18 @@ func (b *batcher) handoff() {
 // decisions, and wakes its other callers.
 func (b *batcher) lead(batch []*request) {
 	n := 0
+	var dl time.Time // the earliest of the requests' deadlines (theirs and their callers')
 	for _, r := range batch {
 		n += len(r.ops)
+		if !r.deadline.IsZero() && (dl.IsZero() || r.deadline.Before(dl)) {
+			dl = r.deadline
+		}
 	}
 	merged := make([]sluice.Op, 0, n)
 	for _, r := range batch {
 		merged = append(merged, r.ops...)
 	}
-	err := b.s.doBy(context.Background(), merged, earliest(merged))
+	err := b.s.doBy(context.Background(), merged, dl)
 	i := 0
 	for _, r := range batch {
 		for j := range r.ops {
