@@ -35,7 +35,7 @@ repeat() { k=$1; shift; i=0; while [ $i -lt "$k" ]; do printf '%s ' "$@"; i=$((i
 
 printf '| script | keys | keys per call | calls/s | decisions/s |\n|---|---|---:|---:|---:|\n'
 for alg in gcra token_bucket; do
-	sha=$(cli script load "$(cat "$here/../valkeystore/scripts/$alg.lua")")
+	sha=$(cli script load "$(cat "$here/../valkeystore/scripts/prelude.lua" "$here/../valkeystore/scripts/$alg.lua" "$here/../valkeystore/scripts/batch.lua")")
 	case $alg in
 	gcra) argv="0 1000000 1 1 0" ;;          # burst 1e6, interval 1µs: never refuses
 	token_bucket) argv="0 1000000 1 1 0" ;;  # capacity 1e6, 1 token/µs

@@ -8,11 +8,16 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// The scripts, one per algorithm. Each decides any number of keys in one
-// call: KEYS[i] with five ARGV each (now, limit, parameter, cost, flag), and
-// replies with four integers per key (allowed, remaining, retry after and
-// reset after in microseconds). See the header of each file.
+// The scripts, one per algorithm: prelude.lua, the algorithm's decide
+// function (scripts/<algorithm>.lua) and the driver batch.lua, which decides
+// any number of keys in one call: KEYS[i] with five ARGV each (now, limit,
+// parameter, cost, flag), and replies with four integers per key (allowed,
+// remaining, retry after and reset after in microseconds).
 var (
+	//go:embed scripts/prelude.lua
+	preludeLua string
+	//go:embed scripts/batch.lua
+	batchLua string
 	//go:embed scripts/fixed_window.lua
 	fixedWindowLua string
 	//go:embed scripts/sliding_log.lua
@@ -31,7 +36,8 @@ type script struct {
 	sha string
 }
 
-func newScript(src string) *script {
+func newScript(decide string) *script {
+	src := preludeLua + decide + batchLua
 	sum := sha1.Sum([]byte(src))
 	return &script{src: src, sha: hex.EncodeToString(sum[:])}
 }

@@ -1,25 +1,12 @@
 -- GCRA: the theoretical arrival time (TAT) of the next request.
--- KEYS[i]: the key of decision i (a string: TAT in microseconds).
--- ARGV, 5 per key: now (microseconds; 0 = server TIME), burst, interval
---   (microseconds between requests), cost (0 peeks, negative refunds), unused.
--- Reply, 4 per key: allowed (1/0), remaining, retry_after_us, reset_after_us.
+-- State under key: a string, the TAT in microseconds.
+-- decide(key, now, burst, interval, cost): interval in microseconds between
+-- requests.
+-- now is in microseconds; cost 0 peeks, a negative cost refunds. decide
+-- returns allowed (1/0), remaining, retry_after_us and reset_after_us; the
+-- driver (batch.lua) runs it for every key of a call, after prelude.lua.
 -- Mirrors gcra in memstore/algo.go.
--- Keys live until their state is no longer needed, plus a margin (as in
--- memstore/algo.go) that keeps state across small clock differences.
-local TTL_MARGIN_MS = 1000
-local out, snow = {}, nil
-for i = 1, #KEYS do
-  local key, b = KEYS[i], (i - 1) * 5
-  local now = tonumber(ARGV[b + 1])
-  if now == 0 then
-    if not snow then
-      local t = redis.call('TIME')
-      snow = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    end
-    now = snow
-  end
-  local burst, interval, cost = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
-
+local function decide(key, now, burst, interval, cost, _)
   local tat = now
   local v = redis.call('GET', key)
   if v then
@@ -53,9 +40,5 @@ for i = 1, #KEYS do
       redis.call('SET', key, tat, 'PX', math.ceil(reset / 1000) + TTL_MARGIN_MS)
     end
   end
-  out[#out + 1] = allowed
-  out[#out + 1] = math.max(0, math.floor((now - tat + tau) / interval))
-  out[#out + 1] = retry
-  out[#out + 1] = reset
+  return allowed, math.max(0, math.floor((now - tat + tau) / interval)), retry, reset
 end
-return out

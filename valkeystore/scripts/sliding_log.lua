@@ -1,26 +1,14 @@
 -- Sliding log: the time of every unit taken in the last window.
--- KEYS[i]: the key of decision i (a sorted set; score = time in
---   microseconds, member = "<time>-<seq>", unique).
--- ARGV, 5 per key: now (microseconds; 0 = server TIME), limit, window
---   (microseconds), cost (0 peeks, negative refunds), count_rejected (1/0).
--- Reply, 4 per key: allowed (1/0), remaining, retry_after_us, reset_after_us.
+-- State under key: a sorted set; score = time in microseconds, member =
+-- "<time>-<seq>", unique.
+-- decide(key, now, limit, window, cost, flag): window in microseconds; flag
+-- '1' logs refused requests too (count_rejected).
+-- now is in microseconds; cost 0 peeks, a negative cost refunds. decide
+-- returns allowed (1/0), remaining, retry_after_us and reset_after_us; the
+-- driver (batch.lua) runs it for every key of a call, after prelude.lua.
 -- Mirrors slidingLog in memstore/algo.go.
--- Keys live until their state is no longer needed, plus a margin (as in
--- memstore/algo.go) that keeps state across small clock differences.
-local TTL_MARGIN_MS = 1000
-local out, snow = {}, nil
-for i = 1, #KEYS do
-  local key, b = KEYS[i], (i - 1) * 5
-  local now = tonumber(ARGV[b + 1])
-  if now == 0 then
-    if not snow then
-      local t = redis.call('TIME')
-      snow = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    end
-    now = snow
-  end
-  local limit, window, cost = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
-  local countRejected = ARGV[b + 5] == '1'
+local function decide(key, now, limit, window, cost, flag)
+  local countRejected = flag == '1'
 
   local write = redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window) > 0
   local count = redis.call('ZCARD', key)
@@ -70,9 +58,5 @@ for i = 1, #KEYS do
     reset = tonumber(e[2]) + window - now
     if write then redis.call('PEXPIRE', key, math.ceil(reset / 1000) + TTL_MARGIN_MS) end
   end
-  out[#out + 1] = allowed
-  out[#out + 1] = math.max(0, limit - count)
-  out[#out + 1] = retry
-  out[#out + 1] = reset
+  return allowed, math.max(0, limit - count), retry, reset
 end
-return out

@@ -1,29 +1,15 @@
 -- Sliding window counter: the current and the previous aligned window's
 -- counts, the previous one weighted by its overlap with the sliding window.
--- KEYS[i]: the key of decision i (a hash {w = window number of c,
---   c = count in window w, p = count in window w-1}).
--- ARGV, 5 per key: now (microseconds; 0 = server TIME), limit, window
---   (microseconds), cost (0 peeks, negative refunds), unused.
--- Reply, 4 per key: allowed (1/0), remaining, retry_after_us, reset_after_us.
+-- State under key: a hash {w = window number of c, c = count in window w,
+-- p = count in window w-1}.
+-- decide(key, now, limit, window, cost): window in microseconds.
+-- now is in microseconds; cost 0 peeks, a negative cost refunds. decide
+-- returns allowed (1/0), remaining, retry_after_us and reset_after_us; the
+-- driver (batch.lua) runs it for every key of a call, after prelude.lua.
 -- Mirrors slidingWindow and swRetry in memstore/algo.go, operation for
 -- operation, so that both compute the same doubles.
-local LOOPS = 64
--- Keys live until their state is no longer needed, plus a margin (as in
--- memstore/algo.go) that keeps state across small clock differences.
-local TTL_MARGIN_MS = 1000
-local out, snow = {}, nil
-for i = 1, #KEYS do
-  local key, b = KEYS[i], (i - 1) * 5
-  local now = tonumber(ARGV[b + 1])
-  if now == 0 then
-    if not snow then
-      local t = redis.call('TIME')
-      snow = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    end
-    now = snow
-  end
-  local limit, window, cost = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
-
+local LOOPS = 64 -- bound of the search for the first allowed microsecond
+local function decide(key, now, limit, window, cost, _)
   local idx = math.floor(now / window)
   local elapsed = now - idx * window
   local cur, prev = 0, 0
@@ -96,9 +82,5 @@ for i = 1, #KEYS do
       redis.call('PEXPIRE', key, math.ceil(reset / 1000) + TTL_MARGIN_MS)
     end
   end
-  out[#out + 1] = allowed
-  out[#out + 1] = remaining
-  out[#out + 1] = retry
-  out[#out + 1] = reset
+  return allowed, remaining, retry, reset
 end
-return out

@@ -1,27 +1,12 @@
 -- Token bucket: up to capacity tokens, earned continuously at rate.
--- KEYS[i]: the key of decision i (a hash {t = tokens, ts = time of t}).
--- ARGV, 5 per key: now (microseconds; 0 = server TIME), capacity, rate
---   (tokens per microsecond, a float as "%.17g"), cost (0 peeks, negative
---   refunds), unused.
--- Reply, 4 per key: allowed (1/0), remaining, retry_after_us, reset_after_us.
+-- State under key: a hash {t = tokens, ts = time of t}.
+-- decide(key, now, capacity, rate, cost): rate in tokens per microsecond.
+-- now is in microseconds; cost 0 peeks, a negative cost refunds. decide
+-- returns allowed (1/0), remaining, retry_after_us and reset_after_us; the
+-- driver (batch.lua) runs it for every key of a call, after prelude.lua.
 -- Mirrors tokenBucket in memstore/algo.go, operation for operation.
-local LOOPS = 64
--- Keys live until their state is no longer needed, plus a margin (as in
--- memstore/algo.go) that keeps state across small clock differences.
-local TTL_MARGIN_MS = 1000
-local out, snow = {}, nil
-for i = 1, #KEYS do
-  local key, b = KEYS[i], (i - 1) * 5
-  local now = tonumber(ARGV[b + 1])
-  if now == 0 then
-    if not snow then
-      local t = redis.call('TIME')
-      snow = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    end
-    now = snow
-  end
-  local cap, rate, cost = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
-
+local LOOPS = 64 -- bound of the search for the first allowed microsecond
+local function decide(key, now, cap, rate, cost, _)
   local st = redis.call('HMGET', key, 't', 'ts')
   local tokens, stored, from = cap, cap, now
   if st[1] then
@@ -61,9 +46,5 @@ for i = 1, #KEYS do
       redis.call('PEXPIRE', key, math.ceil(reset / 1000) + TTL_MARGIN_MS)
     end
   end
-  out[#out + 1] = allowed
-  out[#out + 1] = math.floor(tokens)
-  out[#out + 1] = retry
-  out[#out + 1] = reset
+  return allowed, math.floor(tokens), retry, reset
 end
-return out

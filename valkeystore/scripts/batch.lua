@@ -1,0 +1,25 @@
+-- The driver of every script: one call decides any number of keys.
+-- KEYS[i]: the key of decision i.
+-- ARGV, 5 per key: now (microseconds; 0 = the server's TIME, read once per
+--   call), limit, the algorithm's parameter, cost, flag.
+-- Reply, 4 integers per key: allowed (1/0), remaining, retry_after_us,
+--   reset_after_us.
+local out, snow = {}, nil
+for i = 1, #KEYS do
+  local b = (i - 1) * 5
+  local now = tonumber(ARGV[b + 1])
+  if now == 0 then
+    if not snow then
+      local t = redis.call('TIME')
+      snow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    now = snow
+  end
+  local allowed, remaining, retry, reset = decide(KEYS[i], now,
+    tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), ARGV[b + 5])
+  out[#out + 1] = allowed
+  out[#out + 1] = remaining
+  out[#out + 1] = retry
+  out[#out + 1] = reset
+end
+return out
