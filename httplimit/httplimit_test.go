@@ -10,34 +10,20 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // clock is a fake clock for limiters.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// clock is sluicetest's fake clock.
+type clock = sluicetest.Clock
 
-func newClock() *clock { return &clock{now: time.Unix(1_700_000_000, 0)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *clock { return sluicetest.NewClockAt(time.Unix(1_700_000_000, 0)) }
 
 func newLimiter(t testing.TB, store sluice.Store, p sluice.Policy, name string, c *clock, opts ...sluice.Option) *sluice.Limiter {
 	t.Helper()

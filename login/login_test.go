@@ -5,36 +5,22 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 var secret = []byte("0123456789abcdef0123456789abcdef")
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+// clock is sluicetest's fake clock.
+type clock = sluicetest.Clock
 
 func newGuard(t testing.TB, store sluice.Store, cfg Config) (*Guard, *clock) {
 	t.Helper()
-	c := &clock{now: time.Unix(1_700_000_000, 0)}
+	c := sluicetest.NewClockAt(time.Unix(1_700_000_000, 0))
 	cfg.Store = store
 	if cfg.Secret == nil {
 		cfg.Secret = secret

@@ -39,3 +39,6 @@ func (c *Clock) Set(d time.Duration) {
 	c.now = Epoch.Add(d)
 	c.mu.Unlock()
 }
+
+// NewClockAt returns a Clock at t.
+func NewClockAt(t time.Time) *Clock { return &Clock{now: t} }
