@@ -126,3 +126,44 @@ func TestBatchingAbandoned(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestDenyCacheFlood floods one refused key on a real Valkey: the deny
+// cache keeps all but a handful of the refusals off the server.
+func TestDenyCacheFlood(t *testing.T) {
+	srv := valkeytest.Start(t)
+	c := srv.Client(t)
+	s, err := valkeystore.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := sluice.New(s, sluice.GCRA{Rate: 1, Per: time.Hour, Burst: 3}, sluice.WithTimeout(5*time.Second))
+	ctx := context.Background()
+	for range 3 {
+		l.Allow(ctx, "flooded")
+	}
+	before := scriptCalls(t, c)
+	var wg sync.WaitGroup
+	var allowed atomic.Int64
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 1000 {
+				if res, _ := l.Allow(ctx, "flooded"); res.Allowed {
+					allowed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	calls := scriptCalls(t, c) - before
+	t.Logf("16,000 refused requests made %d script calls", calls)
+	if allowed.Load() != 0 {
+		t.Fatalf("%d requests allowed past the limit", allowed.Load())
+	}
+	// The first refusals race to the server before one of them fills the
+	// cache: at most one per goroutine.
+	if calls > 16 {
+		t.Fatalf("16,000 refused requests made %d script calls, want at most 16", calls)
+	}
+}
