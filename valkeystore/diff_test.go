@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,4 +129,59 @@ func FuzzDifferential(f *testing.F) {
 				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now})
 		}
 	})
+}
+
+// TestDifferentialBatches sends random batches in which keys repeat (a hot
+// key's queued requests, decided in one script call) to both stores: every
+// Result must match memstore's, which decides a batch one Op at a time.
+func TestDifferentialBatches(t *testing.T) {
+	c := valkeytest.Shared(t).Client(t)
+	mem, vk := memstore.New(), newStore(t, c)
+	prefix := sluicetest.Prefix(t)
+	ctx := context.Background()
+	rules := map[string]sluice.Rule{}
+	defer func() {
+		// Keys written once at the end of a call still expire in time.
+		ttls, err := valkeytest.TTLs(ctx, c, prefix+":*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, ttl := range ttls {
+			name := strings.SplitN(strings.TrimPrefix(k, prefix+":"), ":", 2)[0]
+			if bound := sluicetest.TTLBound(rules[name]); ttl != valkeytest.Gone && (ttl <= 0 || ttl > bound) {
+				t.Errorf("key %s has TTL %v, want in (0, %v]", k, ttl, bound)
+			}
+		}
+	}()
+	for seed := range uint64(30) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		rule := randomRule(rng, int(seed%5))
+		rules[fmt.Sprintf("s%d", seed)] = rule
+		now := sluicetest.Epoch
+		for round := range 20 {
+			now = now.Add(time.Duration(rng.Int64N(int64(max(rule.Window, rule.Interval*time.Duration(rule.Limit)))/1000+1)) * time.Microsecond)
+			batch := make([]sluice.Op, 1+rng.IntN(12))
+			for i := range batch {
+				cost := int64(rng.IntN(int(rule.Limit) + 1))
+				if rng.IntN(8) == 0 {
+					cost = -1
+				}
+				batch[i] = sluice.Op{Key: sluice.Key(prefix, fmt.Sprintf("s%d", seed), fmt.Sprint(rng.IntN(2))), Rule: rule, Cost: cost, Now: now}
+			}
+			a := append([]sluice.Op(nil), batch...)
+			b := append([]sluice.Op(nil), batch...)
+			if err := mem.Do(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			if err := vk.Do(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+			for i := range batch {
+				if a[i].Err != nil || b[i].Err != nil || a[i].Result != b[i].Result {
+					t.Fatalf("seed %d round %d op %d (%v, cost %d, key %s):\nmemstore    %+v %v\nvalkeystore %+v %v",
+						seed, round, i, rule, batch[i].Cost, batch[i].Key, a[i].Result, a[i].Err, b[i].Result, b[i].Err)
+				}
+			}
+		}
+	}
 }

@@ -4,6 +4,8 @@
 --   call), limit, the algorithm's parameter, cost, flag.
 -- Reply, 4 integers per key: allowed (1/0), remaining, retry_after_us,
 --   reset_after_us.
+-- Each algorithm defines decide(key, now, limit, parameter, cost, flag) and
+-- flush(), which writes what decide kept to write once at the end.
 local out, snow = {}, nil
 for i = 1, #KEYS do
   local b = (i - 1) * 5
@@ -22,4 +24,5 @@ for i = 1, #KEYS do
   out[#out + 1] = retry
   out[#out + 1] = reset
 end
+flush() -- the state the algorithm kept for the end of the call
 return out

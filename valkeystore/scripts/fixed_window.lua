@@ -32,3 +32,5 @@ local function decide(key, now, limit, window, cost, _)
   if c == 0 then reset = 0 end
   return allowed, limit - c, retry, reset
 end
+
+local function flush() end -- every decision wrote its own state

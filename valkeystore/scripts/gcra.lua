@@ -6,13 +6,19 @@
 -- returns allowed (1/0), remaining, retry_after_us and reset_after_us; the
 -- driver (batch.lua) runs it for every key of a call, after prelude.lua.
 -- Mirrors gcra in memstore/algo.go.
+-- A key decided several times in one call (a hot key's queued requests) is
+-- read once and written once, by flush: tats[key] is the TAT, or false for
+-- none; pending[key] the PX to write, or 0 to delete.
+local tats, pending = {}, {}
 local function decide(key, now, burst, interval, cost, _)
   local tat = now
-  local v = redis.call('GET', key)
-  if v then
-    v = tonumber(v)
-    if v > now then tat = v end
+  local v = tats[key]
+  if v == nil then
+    v = redis.call('GET', key)
+    v = v and tonumber(v) or false
+    tats[key] = v
   end
+  if v and v > now then tat = v end
   local tau = interval * burst
   local allowed, retry, write = 0, 0, false
   if cost < 0 then
@@ -35,10 +41,20 @@ local function decide(key, now, burst, interval, cost, _)
   local reset = tat - now
   if write then
     if reset <= 0 then
-      redis.call('DEL', key)
+      tats[key], pending[key] = false, 0
     else
-      redis.call('SET', key, tat, 'PX', math.ceil(reset / 1000) + TTL_MARGIN_MS)
+      tats[key], pending[key] = tat, math.ceil(reset / 1000) + TTL_MARGIN_MS
     end
   end
   return allowed, math.max(0, math.floor((now - tat + tau) / interval)), retry, reset
+end
+
+local function flush()
+  for key, px in pairs(pending) do
+    if px == 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('SET', key, tats[key], 'PX', px)
+    end
+  end
 end

@@ -60,3 +60,5 @@ local function decide(key, now, limit, window, cost, flag)
   end
   return allowed, math.max(0, limit - count), retry, reset
 end
+
+local function flush() end -- every decision wrote its own state

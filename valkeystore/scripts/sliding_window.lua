@@ -84,3 +84,5 @@ local function decide(key, now, limit, window, cost, _)
   end
   return allowed, remaining, retry, reset
 end
+
+local function flush() end -- every decision wrote its own state

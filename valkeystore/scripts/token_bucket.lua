@@ -6,11 +6,20 @@
 -- driver (batch.lua) runs it for every key of a call, after prelude.lua.
 -- Mirrors tokenBucket in memstore/algo.go, operation for operation.
 local LOOPS = 64 -- bound of the search for the first allowed microsecond
+-- A key decided several times in one call (a hot key's queued requests) is
+-- read once and written once, by flush: states[key] is {tokens, ts}, or
+-- false for none; pending[key] the PEXPIRE to write, or 0 to delete.
+local states, pending = {}, {}
 local function decide(key, now, cap, rate, cost, _)
-  local st = redis.call('HMGET', key, 't', 'ts')
+  local st = states[key]
+  if st == nil then
+    local h = redis.call('HMGET', key, 't', 'ts')
+    st = h[1] and { tonumber(h[1]), tonumber(h[2]) } or false
+    states[key] = st
+  end
   local tokens, stored, from = cap, cap, now
-  if st[1] then
-    stored, from = tonumber(st[1]), tonumber(st[2])
+  if st then
+    stored, from = st[1], st[2]
     tokens = math.min(cap, stored + math.max(0, now - from) * rate)
   end
   local allowed, retry, write = 0, 0, false
@@ -40,11 +49,21 @@ local function decide(key, now, cap, rate, cost, _)
   local reset = math.ceil((cap - tokens) / rate)
   if write then
     if reset <= 0 then
-      redis.call('DEL', key)
+      states[key], pending[key] = false, 0
     else
-      redis.call('HSET', key, 't', tokens, 'ts', now)
-      redis.call('PEXPIRE', key, math.ceil(reset / 1000) + TTL_MARGIN_MS)
+      states[key], pending[key] = { tokens, now }, math.ceil(reset / 1000) + TTL_MARGIN_MS
     end
   end
   return allowed, math.floor(tokens), retry, reset
+end
+
+local function flush()
+  for key, px in pairs(pending) do
+    if px == 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('HSET', key, 't', states[key][1], 'ts', states[key][2])
+      redis.call('PEXPIRE', key, px)
+    end
+  end
 end
