@@ -5,17 +5,26 @@
 -- returns allowed (1/0), remaining, retry_after_us and reset_after_us; the
 -- driver (batch.lua) runs it for every key of a call, after prelude.lua.
 -- Mirrors fixedWindow in memstore/algo.go.
+-- A key decided several times in one call (a hot key's queued requests) is
+-- read once and written once, by flush: states[key] is {w, c}, or false for
+-- none; pending[key] the PEXPIRE to write, or 0 to delete.
+local states, pending = {}, {}
 local function decide(key, now, limit, window, cost, _)
   local idx = math.floor(now / window)
-  local st = redis.call('HMGET', key, 'w', 'c')
+  local st = states[key]
+  if st == nil then
+    local h = redis.call('HMGET', key, 'w', 'c')
+    st = h[1] and { tonumber(h[1]), tonumber(h[2]) } or false
+    states[key] = st
+  end
   local c = 0
-  if st[1] and tonumber(st[1]) == idx then c = tonumber(st[2]) end
+  if st and st[1] == idx then c = st[2] end
   local reset = (idx + 1) * window - now
   local allowed, retry, write = 0, 0, false
   if cost < 0 then
     c = math.max(0, c + cost)
     allowed = 1
-    if c > 0 then write = true else redis.call('DEL', key) end
+    if c > 0 then write = true else states[key], pending[key] = false, 0 end
   elseif c + math.max(cost, 1) <= limit then
     allowed = 1
     if cost > 0 then
@@ -26,11 +35,19 @@ local function decide(key, now, limit, window, cost, _)
     retry = reset
   end
   if write then
-    redis.call('HSET', key, 'w', idx, 'c', c)
-    redis.call('PEXPIRE', key, math.ceil(reset / 1000) + TTL_MARGIN_MS)
+    states[key], pending[key] = { idx, c }, math.ceil(reset / 1000) + TTL_MARGIN_MS
   end
   if c == 0 then reset = 0 end
   return allowed, limit - c, retry, reset
 end
 
-local function flush() end -- every decision wrote its own state
+local function flush()
+  for key, px in pairs(pending) do
+    if px == 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('HSET', key, 'w', states[key][1], 'c', states[key][2])
+      redis.call('PEXPIRE', key, px)
+    end
+  end
+end

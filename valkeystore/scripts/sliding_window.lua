@@ -9,21 +9,32 @@
 -- Mirrors slidingWindow and swRetry in memstore/algo.go, operation for
 -- operation, so that both compute the same doubles.
 local LOOPS = 64 -- bound of the search for the first allowed microsecond
-local function decide(key, now, limit, window, cost, _)
+-- A key decided several times in one call (a hot key's queued requests) is
+-- read once and written once, by flush: states[key] is {w, c, p}, or false
+-- for none; pending[key] the PEXPIRE to write, or 0 to delete.
+local states, pending = {}, {}
+local window -- of the decision being made, for estimate
+local function estimate(p, c, e)
+  return p * ((window - e) / window) + c
+end
+local function decide(key, now, limit, win, cost, _)
+  window = win
   local idx = math.floor(now / window)
   local elapsed = now - idx * window
   local cur, prev = 0, 0
-  local st = redis.call('HMGET', key, 'w', 'c', 'p')
-  if st[1] then
-    local w = tonumber(st[1])
-    if w >= idx then -- w > idx only when a client clock went back
-      cur, prev = tonumber(st[2]), tonumber(st[3])
-    elseif w == idx - 1 then
-      prev = tonumber(st[2])
-    end
+  local st = states[key]
+  if st == nil then
+    local h = redis.call('HMGET', key, 'w', 'c', 'p')
+    st = h[1] and { tonumber(h[1]), tonumber(h[2]), tonumber(h[3]) } or false
+    states[key] = st
   end
-  local function estimate(p, c, e)
-    return p * ((window - e) / window) + c
+  if st then
+    local w = st[1]
+    if w >= idx then -- w > idx only when a client clock went back
+      cur, prev = st[2], st[3]
+    elseif w == idx - 1 then
+      prev = st[2]
+    end
   end
   local allowed, retry, write = 0, 0, false
   if cost < 0 then
@@ -76,13 +87,22 @@ local function decide(key, now, limit, window, cost, _)
   end
   if write then
     if reset == 0 then
-      redis.call('DEL', key)
+      states[key], pending[key] = false, 0
     else
-      redis.call('HSET', key, 'w', idx, 'c', cur, 'p', prev)
-      redis.call('PEXPIRE', key, math.ceil(reset / 1000) + TTL_MARGIN_MS)
+      states[key], pending[key] = { idx, cur, prev }, math.ceil(reset / 1000) + TTL_MARGIN_MS
     end
   end
   return allowed, remaining, retry, reset
 end
 
-local function flush() end -- every decision wrote its own state
+local function flush()
+  for key, px in pairs(pending) do
+    if px == 0 then
+      redis.call('DEL', key)
+    else
+      local st = states[key]
+      redis.call('HSET', key, 'w', st[1], 'c', st[2], 'p', st[3])
+      redis.call('PEXPIRE', key, px)
+    end
+  end
+end
