@@ -172,6 +172,12 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// Reloads: SIGHUP, and changes of the file. SIGHUP is caught before the
+	// service says it is serving: until then its default action would kill
+	// the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	errc := make(chan error, 2)
 	go func() { errc <- fmt.Errorf("http: %w", httpSrv.Serve(hl)) }()
 	grpcAddrShown := "off"
@@ -182,10 +188,6 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	logger.Info("serving", "http", hl.Addr().String(), "grpc", grpcAddrShown, "store", opts.StoreName,
 		"config", cfg.Source, "policies", len(cfg.Policies), "domains", len(cfg.Domains))
 
-	// Reloads: SIGHUP, and changes of the file.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	if *configPath != "" {
 		go func() {
 			if err := srv.Watch(ctx, *configPath); err != nil {
