@@ -415,8 +415,9 @@ func TestE2EReload(t *testing.T) {
 	p := serve(t, nil, "--config", cfg)
 	hasPolicy := func(name string) bool {
 		_, m := request(t, "GET", p.HTTP+"/v1/policies", "", "")
-		for _, x := range m["policies"].([]any) {
-			if x.(map[string]any)["name"] == name {
+		list, _ := m["policies"].([]any)
+		for _, x := range list {
+			if x, _ := x.(map[string]any); x["name"] == name {
 				return true
 			}
 		}
