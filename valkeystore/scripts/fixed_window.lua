@@ -41,13 +41,4 @@ local function decide(key, now, limit, window, cost, _)
   return allowed, limit - c, retry, reset
 end
 
-local function flush()
-  for key, px in pairs(pending) do
-    if px == 0 then
-      redis.call('DEL', key)
-    else
-      redis.call('HSET', key, 'w', states[key][1], 'c', states[key][2])
-      redis.call('PEXPIRE', key, px)
-    end
-  end
-end
+local function flush() flushHashes({ 'w', 'c' }, states, pending) end

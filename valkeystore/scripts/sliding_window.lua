@@ -95,14 +95,4 @@ local function decide(key, now, limit, win, cost, _)
   return allowed, remaining, retry, reset
 end
 
-local function flush()
-  for key, px in pairs(pending) do
-    if px == 0 then
-      redis.call('DEL', key)
-    else
-      local st = states[key]
-      redis.call('HSET', key, 'w', st[1], 'c', st[2], 'p', st[3])
-      redis.call('PEXPIRE', key, px)
-    end
-  end
-end
+local function flush() flushHashes({ 'w', 'c', 'p' }, states, pending) end

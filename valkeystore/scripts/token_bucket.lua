@@ -57,13 +57,4 @@ local function decide(key, now, cap, rate, cost, _)
   return allowed, math.floor(tokens), retry, reset
 end
 
-local function flush()
-  for key, px in pairs(pending) do
-    if px == 0 then
-      redis.call('DEL', key)
-    else
-      redis.call('HSET', key, 't', states[key][1], 'ts', states[key][2])
-      redis.call('PEXPIRE', key, px)
-    end
-  end
-end
+local function flush() flushHashes({ 't', 'ts' }, states, pending) end
