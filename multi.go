@@ -86,20 +86,16 @@ func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
 	// Give back what the allowing checks took. Degraded checks took nothing.
 	var refundChecks []Check
 	var refunds []Op
+	now := time.Now()
 	for i, op := range ops {
 		if op.Result.Allowed && !op.Result.Degraded && op.Cost > 0 && !op.Result.Shadowed {
 			refundChecks = append(refundChecks, checks[i])
-			refunds = append(refunds, Op{Key: op.Key, Rule: op.Rule, Cost: -op.Cost, Now: op.Now})
+			refunds = append(refunds, Op{Key: op.Key, Rule: op.Rule, Cost: -op.Cost, Now: op.Now,
+				Deadline: now.Add(checks[i].Limiter.cfg.timeout)})
 		}
 	}
 	if len(refunds) > 0 {
-		now := time.Now()
-		for i := range refunds {
-			refunds[i].Deadline = now.Add(refundChecks[i].Limiter.cfg.timeout)
-		}
-		if err := storeGroups(ctx, refundChecks, refunds); err != nil {
-			return d, nil
-		}
+		storeGroups(ctx, refundChecks, refunds) // errors are recorded per Op
 		for i, op := range refunds {
 			if op.Err != nil {
 				l := refundChecks[i].Limiter
