@@ -40,99 +40,39 @@ file is rejected and the last good configuration keeps serving.
 flags:
 `
 
-func runServe(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "configuration `file` (default: the embedded examples/sluice.yaml)")
-	listen := fs.String("listen", defaultListen, "HTTP `address`")
-	grpcListen := fs.String("grpc-listen", defaultGRPCListen, "gRPC `address` for Envoy's rate-limit protocol (\"off\" to disable)")
-	valkeyAddrs := fs.String("valkey", "", "Valkey `addresses`, comma-separated (several: a cluster); overrides the config's")
-	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "time to finish requests in flight on SIGTERM")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, serveUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice serve: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+// serveFlags are sluice serve's command line.
+type serveFlags struct {
+	configPath, listen, grpcListen, valkeyAddrs, logLevel string
+	shutdownTimeout                                       time.Duration
+	// set holds the flags given explicitly.
+	set map[string]bool
+}
 
+func runServe(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
+	f, code := parseServeFlags(args, stderr)
+	if f == nil {
+		return code
+	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		fmt.Fprintf(stderr, "sluice serve: --log-level: %v\n", err)
 		return 2
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-
-	// The configuration.
-	var cfg *config.Config
-	var data []byte
-	var err error
-	if *configPath != "" {
-		data, err = os.ReadFile(*configPath)
-		if err == nil {
-			cfg, err = config.Parse(*configPath, data)
-		}
-	} else {
-		data = config.DefaultYAML()
-		cfg, err = config.Default()
+	cfg, data, code := loadServeConfig(f, logger, stderr)
+	if cfg == nil {
+		return code
 	}
+	opts := server.Options{Logger: logger, Env: env}
+	if f.set["valkey"] {
+		opts.ValkeyAddresses = cfg.Valkey.Addresses
+	}
+	closeStore, err := openStore(cfg, &opts, env, logger)
 	if err != nil {
-		logger.Error("configuration rejected", "err", err.Error())
-		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	var overrideAddrs []string
-	if set["valkey"] {
-		overrideAddrs = splitAddrs(*valkeyAddrs)
-		if len(overrideAddrs) == 0 {
-			fmt.Fprintln(stderr, "sluice serve: --valkey: no address given")
-			return 2
-		}
-		if cfg.Valkey == nil {
-			cfg.Valkey = &config.Valkey{Timeout: sluice.DefaultTimeout, ConnectTimeout: config.DefaultConnectTimeout}
-		}
-		cfg.Valkey.Addresses = overrideAddrs
-	}
-	if cfg.Valkey != nil && len(cfg.Valkey.Addresses) == 0 {
-		fmt.Fprintf(stderr, "sluice serve: %s: the valkey section lists no addresses; add addresses or pass --valkey host:port\n", cfg.Source)
-		return 2
-	}
-	httpAddr := pick(set["listen"], *listen, cfg.Listen, defaultListen)
-	grpcAddr := pick(set["grpc-listen"], *grpcListen, cfg.GRPCListen, defaultGRPCListen)
-
-	// The store.
-	opts := server.Options{Logger: logger, Env: env, ValkeyAddresses: overrideAddrs}
-	if cfg.Valkey != nil {
-		copt, err := server.ClientOption(cfg.Valkey, env)
-		if err != nil {
-			logger.Error("valkey configuration", "err", err.Error())
-			return 1
-		}
-		vs := server.ConnectValkey(copt, logger)
-		defer vs.Close()
-		opts.Store, opts.StoreName = vs, "valkey"
-		mode := "standalone"
-		if len(cfg.Valkey.Addresses) > 1 {
-			mode = "cluster"
-		}
-		logger.Info("using valkey", "addresses", cfg.Valkey.Addresses, "mode", mode, "tls", cfg.Valkey.TLS != nil, "timeout", cfg.Valkey.Timeout.String())
-	} else {
-		opts.Store, opts.StoreName = memstore.New(), "memory"
-		logger.Warn("no valkey configured: using the in-process store, so limits are per process " +
-			"(each replica of this service counts on its own, and counts reset on restart); " +
-			"add a valkey section or --valkey host:port to share them")
-	}
-	if *configPath == "" {
+	defer closeStore()
+	if f.configPath == "" {
 		logger.Warn("no --config given: serving the embedded example configuration (examples/sluice.yaml)")
 	}
 	srv, err := server.New(cfg, opts)
@@ -142,14 +82,127 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 		return 1
 	}
 	srv.SetLoaded(data)
+	l, err := listen(srv, cfg, f, logger)
+	if err != nil {
+		return 1
+	}
+	return l.serve(ctx, srv, cfg, f, opts.StoreName, logger)
+}
 
-	// The listeners.
+// parseServeFlags parses the command line; nil and an exit code when the
+// command should stop (help, or a bad flag).
+func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f := &serveFlags{set: map[string]bool{}}
+	fs.StringVar(&f.configPath, "config", "", "configuration `file` (default: the embedded examples/sluice.yaml)")
+	fs.StringVar(&f.listen, "listen", defaultListen, "HTTP `address`")
+	fs.StringVar(&f.grpcListen, "grpc-listen", defaultGRPCListen, "gRPC `address` for Envoy's rate-limit protocol (\"off\" to disable)")
+	fs.StringVar(&f.valkeyAddrs, "valkey", "", "Valkey `addresses`, comma-separated (several: a cluster); overrides the config's")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "time to finish requests in flight on SIGTERM")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, serveUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, 0
+		}
+		return nil, 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice serve: unexpected argument %q\n", fs.Arg(0))
+		return nil, 2
+	}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	return f, 0
+}
+
+// loadServeConfig reads the configuration (the file, or the embedded
+// example) and applies --valkey; nil and an exit code when it is refused.
+func loadServeConfig(f *serveFlags, logger *slog.Logger, stderr io.Writer) (*config.Config, []byte, int) {
+	var cfg *config.Config
+	var data []byte
+	var err error
+	if f.configPath != "" {
+		data, err = os.ReadFile(f.configPath)
+		if err == nil {
+			cfg, err = config.Parse(f.configPath, data)
+		}
+	} else {
+		data = config.DefaultYAML()
+		cfg, err = config.Default()
+	}
+	if err != nil {
+		logger.Error("configuration rejected", "err", err.Error())
+		fmt.Fprintln(stderr, err)
+		return nil, nil, 1
+	}
+	if f.set["valkey"] {
+		addrs := splitAddrs(f.valkeyAddrs)
+		if len(addrs) == 0 {
+			fmt.Fprintln(stderr, "sluice serve: --valkey: no address given")
+			return nil, nil, 2
+		}
+		if cfg.Valkey == nil {
+			cfg.Valkey = &config.Valkey{Timeout: sluice.DefaultTimeout, ConnectTimeout: config.DefaultConnectTimeout}
+		}
+		cfg.Valkey.Addresses = addrs
+	}
+	if cfg.Valkey != nil && len(cfg.Valkey.Addresses) == 0 {
+		fmt.Fprintf(stderr, "sluice serve: %s: the valkey section lists no addresses; add addresses or pass --valkey host:port\n", cfg.Source)
+		return nil, nil, 2
+	}
+	return cfg, data, 0
+}
+
+// openStore sets opts.Store: Valkey when configured, else the in-process
+// store. The returned function closes it.
+func openStore(cfg *config.Config, opts *server.Options, env func(string) (string, bool), logger *slog.Logger) (func(), error) {
+	if cfg.Valkey == nil {
+		opts.Store, opts.StoreName = memstore.New(), "memory"
+		logger.Warn("no valkey configured: using the in-process store, so limits are per process " +
+			"(each replica of this service counts on its own, and counts reset on restart); " +
+			"add a valkey section or --valkey host:port to share them")
+		return func() {}, nil
+	}
+	copt, err := server.ClientOption(cfg.Valkey, env)
+	if err != nil {
+		logger.Error("valkey configuration", "err", err.Error())
+		return nil, err
+	}
+	vs := server.ConnectValkey(copt, logger)
+	opts.Store, opts.StoreName = vs, "valkey"
+	mode := "standalone"
+	if len(cfg.Valkey.Addresses) > 1 {
+		mode = "cluster"
+	}
+	logger.Info("using valkey", "addresses", cfg.Valkey.Addresses, "mode", mode, "tls", cfg.Valkey.TLS != nil, "timeout", cfg.Valkey.Timeout.String())
+	return vs.Close, nil
+}
+
+// listeners are the HTTP and gRPC servers with their sockets; grpc is nil
+// when gRPC is off.
+type listeners struct {
+	http     *http.Server
+	httpL    net.Listener
+	grpc     *grpc.Server
+	grpcL    net.Listener
+	shutdown time.Duration
+}
+
+// listen opens the sockets: the flag's address when given, else the
+// config's, else the default.
+func listen(srv *server.Server, cfg *config.Config, f *serveFlags, logger *slog.Logger) (*listeners, error) {
+	httpAddr := pick(f.set["listen"], f.listen, cfg.Listen, defaultListen)
+	grpcAddr := pick(f.set["grpc-listen"], f.grpcListen, cfg.GRPCListen, defaultGRPCListen)
 	hl, err := net.Listen("tcp", httpAddr)
 	if err != nil {
 		logger.Error("cannot listen for HTTP", "addr", httpAddr, "err", err.Error())
-		return 1
+		return nil, err
 	}
-	httpSrv := &http.Server{
+	l := &listeners{httpL: hl, shutdown: f.shutdownTimeout, http: &http.Server{
 		Handler:           srv.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -157,84 +210,92 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    32 << 10,
 		ErrorLog:          log.New(slogWriter{logger}, "", 0),
-	}
-	var gs *grpc.Server
-	var gl net.Listener
+	}}
 	if grpcAddr != "off" {
-		gl, err = net.Listen("tcp", grpcAddr)
+		l.grpcL, err = net.Listen("tcp", grpcAddr)
 		if err != nil {
 			hl.Close()
 			logger.Error("cannot listen for gRPC", "addr", grpcAddr, "err", err.Error())
-			return 1
+			return nil, err
 		}
-		gs = srv.NewGRPCServer()
+		l.grpc = srv.NewGRPCServer()
 	}
+	return l, nil
+}
 
+// serve runs until SIGTERM, SIGINT or a server error, reloading the
+// configuration on SIGHUP and when its file changes; it returns the exit
+// code.
+func (l *listeners) serve(ctx context.Context, srv *server.Server, cfg *config.Config, f *serveFlags, storeName string, logger *slog.Logger) int {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	// Reloads: SIGHUP, and changes of the file. SIGHUP is caught before the
-	// service says it is serving: until then its default action would kill
-	// the process.
+	// SIGHUP is caught before the service says it is serving: until then
+	// its default action would kill the process.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	errc := make(chan error, 2)
-	go func() { errc <- fmt.Errorf("http: %w", httpSrv.Serve(hl)) }()
+	go func() { errc <- fmt.Errorf("http: %w", l.http.Serve(l.httpL)) }()
 	grpcAddrShown := "off"
-	if gs != nil {
-		grpcAddrShown = gl.Addr().String()
-		go func() { errc <- fmt.Errorf("grpc: %w", gs.Serve(gl)) }()
+	if l.grpc != nil {
+		grpcAddrShown = l.grpcL.Addr().String()
+		go func() { errc <- fmt.Errorf("grpc: %w", l.grpc.Serve(l.grpcL)) }()
 	}
-	logger.Info("serving", "http", hl.Addr().String(), "grpc", grpcAddrShown, "store", opts.StoreName,
+	logger.Info("serving", "http", l.httpL.Addr().String(), "grpc", grpcAddrShown, "store", storeName,
 		"config", cfg.Source, "policies", len(cfg.Policies), "domains", len(cfg.Domains))
-
-	if *configPath != "" {
+	if f.configPath != "" {
 		go func() {
-			if err := srv.Watch(ctx, *configPath); err != nil {
-				logger.Warn("cannot watch the configuration file; reload with SIGHUP", "file", *configPath, "err", err.Error())
+			if err := srv.Watch(ctx, f.configPath); err != nil {
+				logger.Warn("cannot watch the configuration file; reload with SIGHUP", "file", f.configPath, "err", err.Error())
 			}
 		}()
 	}
+	code := l.wait(ctx, hup, errc, srv, f.configPath, logger)
+	l.stop(logger)
+	return code
+}
 
-	code := 0
-loop:
+// wait handles signals until the service is to stop; it returns the exit
+// code.
+func (l *listeners) wait(ctx context.Context, hup <-chan os.Signal, errc <-chan error, srv *server.Server, configPath string, logger *slog.Logger) int {
 	for {
 		select {
 		case <-ctx.Done():
-			logger.Info("shutting down", "grace", shutdownTimeout.String())
-			break loop
+			logger.Info("shutting down", "grace", l.shutdown.String())
+			return 0
 		case <-hup:
-			if *configPath == "" {
+			if configPath == "" {
 				logger.Info("SIGHUP: the embedded configuration has no file to reload")
 				continue
 			}
-			srv.Reload(*configPath, "SIGHUP")
+			srv.Reload(configPath, "SIGHUP")
 		case err := <-errc:
 			logger.Error("server stopped", "err", err.Error())
-			code = 1
-			break loop
+			return 1
 		}
 	}
+}
 
-	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+// stop lets requests in flight finish, within the shutdown timeout.
+func (l *listeners) stop(logger *slog.Logger) {
+	sctx, cancel := context.WithTimeout(context.Background(), l.shutdown)
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
-		if gs != nil {
-			gs.GracefulStop()
+		if l.grpc != nil {
+			l.grpc.GracefulStop()
 		}
 		close(done)
 	}()
-	if err := httpSrv.Shutdown(sctx); err != nil {
+	if err := l.http.Shutdown(sctx); err != nil {
 		logger.Warn("HTTP shutdown incomplete", "err", err.Error())
 	}
 	select {
 	case <-done:
 	case <-sctx.Done():
-		gs.Stop()
+		l.grpc.Stop()
 	}
 	logger.Info("stopped")
-	return code
 }
 
 // pick chooses the flag's value when it was given, else the config's, else

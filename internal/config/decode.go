@@ -1,0 +1,129 @@
+package config
+
+import (
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"go.yaml.in/yaml/v3"
+)
+
+// Decoding of the server sections of sluice's own format: listen addresses,
+// valkey, tls and admin.
+
+func (d *decoder) address(n *yaml.Node, what string) string {
+	s := d.str(n, what)
+	if s != "" && !strings.Contains(s, ":") {
+		d.errorf(n, "%s must be host:port, got %q", what, s)
+	}
+	return s
+}
+
+var valkeyFields = []string{"addresses", "address", "username", "password_env", "password_file", "tls", "timeout", "connect_timeout"}
+
+func (d *decoder) valkey(n *yaml.Node) *Valkey {
+	f := d.mapping(n, "valkey", valkeyFields...)
+	if f == nil {
+		return nil
+	}
+	v := &Valkey{Timeout: sluice.DefaultTimeout, ConnectTimeout: DefaultConnectTimeout}
+	if a, ok := f["address"]; ok {
+		v.Addresses = append(v.Addresses, d.address(a.val, "valkey.address"))
+	}
+	if a, ok := f["addresses"]; ok {
+		if _, both := f["address"]; both {
+			d.errorf(a.key, "valkey: set address or addresses, not both")
+		}
+		for _, x := range d.sequence(a.val, "valkey.addresses") {
+			v.Addresses = append(v.Addresses, d.address(x, "valkey.addresses item"))
+		}
+	}
+	if x, ok := f["username"]; ok {
+		v.Username = d.str(x.val, "valkey.username")
+	}
+	if x, ok := f["password_env"]; ok {
+		v.PasswordEnv = d.str(x.val, "valkey.password_env")
+	}
+	if x, ok := f["password_file"]; ok {
+		v.PasswordFile = d.str(x.val, "valkey.password_file")
+		if v.PasswordEnv != "" {
+			d.errorf(x.key, "valkey: set password_env or password_file, not both")
+		}
+	}
+	if x, ok := f["tls"]; ok {
+		v.TLS = d.tls(x.val)
+	}
+	if x, ok := f["timeout"]; ok {
+		v.Timeout = d.duration(x.val, "valkey.timeout", time.Millisecond, time.Minute)
+	}
+	if x, ok := f["connect_timeout"]; ok {
+		v.ConnectTimeout = d.duration(x.val, "valkey.connect_timeout", time.Millisecond, 5*time.Minute)
+	}
+	return v
+}
+
+func (d *decoder) tls(n *yaml.Node) *TLS {
+	n2 := d.resolve(n)
+	if n2 != nil && n2.Kind == yaml.ScalarNode && n2.ShortTag() == "!!bool" {
+		if d.boolean(n2, "valkey.tls") {
+			return &TLS{}
+		}
+		return nil
+	}
+	f := d.mapping(n, "valkey.tls", "ca_file", "cert_file", "key_file", "server_name")
+	if f == nil {
+		return nil
+	}
+	t := &TLS{}
+	if x, ok := f["ca_file"]; ok {
+		t.CAFile = d.str(x.val, "valkey.tls.ca_file")
+	}
+	if x, ok := f["cert_file"]; ok {
+		t.CertFile = d.str(x.val, "valkey.tls.cert_file")
+	}
+	if x, ok := f["key_file"]; ok {
+		t.KeyFile = d.str(x.val, "valkey.tls.key_file")
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		d.errorf(n, "valkey.tls: cert_file and key_file go together")
+	}
+	if x, ok := f["server_name"]; ok {
+		t.ServerName = d.str(x.val, "valkey.tls.server_name")
+	}
+	return t
+}
+
+func (d *decoder) admin(n *yaml.Node) *Admin {
+	f := d.mapping(n, "admin", "token_env", "token_file")
+	if f == nil {
+		return nil
+	}
+	a := &Admin{}
+	if x, ok := f["token_env"]; ok {
+		a.TokenEnv = d.str(x.val, "admin.token_env")
+	}
+	if x, ok := f["token_file"]; ok {
+		a.TokenFile = d.str(x.val, "admin.token_file")
+	}
+	if (a.TokenEnv == "") == (a.TokenFile == "") {
+		d.errorf(n, "admin: set exactly one of token_env and token_file (never the token itself)")
+	}
+	return a
+}
+
+func (d *decoder) duration(n *yaml.Node, what string, lo, hi time.Duration) time.Duration {
+	s, ok := d.scalar(n, what)
+	if !ok {
+		return 0
+	}
+	v, err := ParseDuration(s)
+	if err != nil {
+		d.errorf(n, "%s: %v", what, err)
+		return 0
+	}
+	if v < lo || v > hi {
+		d.errorf(n, "%s must be between %v and %v, got %v", what, lo, hi, v)
+		return 0
+	}
+	return v
+}

@@ -1,0 +1,152 @@
+package config
+
+import (
+	"math"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// The validated configuration's types.
+
+// Valkey says how to reach Valkey.
+type Valkey struct {
+	// Addresses of one server, or seed addresses of a cluster (several
+	// addresses: the client discovers the topology). Empty when they are to
+	// come from the command line (sluice serve --valkey).
+	Addresses []string
+	Username  string
+	// PasswordEnv names an environment variable holding the password;
+	// PasswordFile a file holding it (trailing newline removed). At most one.
+	PasswordEnv, PasswordFile string
+	// TLS is nil for plain TCP.
+	TLS *TLS
+	// Timeout bounds each decision (default sluice.DefaultTimeout, 50ms);
+	// when it passes, the policy's on_failure decides.
+	Timeout time.Duration
+	// ConnectTimeout bounds opening a connection (default 2s).
+	ConnectTimeout time.Duration
+}
+
+// TLS configures TLS to Valkey.
+type TLS struct {
+	// CAFile holds PEM certificates of the authorities to trust (default:
+	// the system's).
+	CAFile string
+	// CertFile and KeyFile are a client certificate (mutual TLS), optional.
+	CertFile, KeyFile string
+	// ServerName overrides the name checked in the server's certificate.
+	ServerName string
+}
+
+// Admin configures the admin routes' bearer token.
+type Admin struct {
+	// TokenEnv names an environment variable holding the token; TokenFile a
+	// file holding it. Exactly one is set.
+	TokenEnv, TokenFile string
+}
+
+// Headers selects the rate-limit response headers to send.
+type Headers uint8
+
+// The header families.
+const (
+	// HeadersXRateLimit: X-RateLimit-Limit, X-RateLimit-Remaining,
+	// X-RateLimit-Reset (seconds until the limit is fully restored).
+	HeadersXRateLimit Headers = 1 << iota
+	// HeadersIETF: the IETF draft's RateLimit-Policy and RateLimit fields.
+	HeadersIETF
+	// HeadersRetryAfter: Retry-After in whole seconds on refusals.
+	HeadersRetryAfter
+
+	HeadersAll  = HeadersXRateLimit | HeadersIETF | HeadersRetryAfter
+	HeadersNone = Headers(0)
+)
+
+var headerNames = []struct {
+	name string
+	h    Headers
+}{{"x-ratelimit", HeadersXRateLimit}, {"ietf", HeadersIETF}, {"retry-after", HeadersRetryAfter}}
+
+// Names lists the header families in h, such as [x-ratelimit retry-after].
+func (h Headers) Names() []string {
+	out := []string{}
+	for _, n := range headerNames {
+		if h&n.h != 0 {
+			out = append(out, n.name)
+		}
+	}
+	return out
+}
+
+// Policy is one named limit.
+type Policy struct {
+	Name string
+	// Limiter is the name of the limiter and the second part of its keys:
+	// the policy's name and its algorithm, such as "api.token_bucket", so
+	// that changing a policy's algorithm never meets the old state.
+	Limiter   string
+	Algorithm sluice.Algorithm
+	// Policy is the sluice policy, validated.
+	Policy sluice.Policy
+	// Limit is the limit, capacity or burst.
+	Limit    int64
+	FailMode sluice.FailMode
+	Shadow   bool
+	// Timeout bounds each decision (0: the valkey section's, or 50ms).
+	Timeout time.Duration
+	Headers Headers
+	// Description is free text shown by GET /v1/policies.
+	Description string
+	// Envoy reports a policy generated from an envoyproxy/ratelimit
+	// rate_limit; Domain is its domain.
+	Envoy  bool
+	Domain string
+	// Line is where the policy is defined.
+	Line int
+}
+
+// Window returns the period after which a fully used limit is fully
+// restored: the window, or the time to refill the bucket.
+func (p *Policy) Window() time.Duration {
+	r, err := p.Policy.Rule()
+	if err != nil {
+		return 0
+	}
+	switch r.Algorithm {
+	case sluice.AlgorithmTokenBucket:
+		return time.Duration(math.Round(float64(r.Limit)/r.Rate)) * time.Microsecond
+	case sluice.AlgorithmGCRA:
+		return time.Duration(r.Limit) * r.Interval
+	}
+	return r.Window
+}
+
+// Domain is an Envoy rate-limit domain: a tree of descriptors.
+type Domain struct {
+	Name        string
+	Descriptors []*Descriptor
+	Line        int
+}
+
+// Descriptor is one node of a domain's tree: a key, optionally a value (a
+// value ending in '*' matches by prefix; no value matches any value), and
+// what applies to requests whose descriptor ends here.
+type Descriptor struct {
+	Key, Value string
+	// Policy names the policy that applies, "" when none.
+	Policy string
+	// Unlimited descriptors are always allowed.
+	Unlimited bool
+	// Deny refuses every request (requests_per_unit: 0).
+	Deny bool
+	// Shadow: the limit is observed, never enforced (shadow_mode).
+	Shadow bool
+	// ShareThreshold: all values matching a wildcard value share one counter.
+	ShareThreshold bool
+	Children       []*Descriptor
+	Line           int
+}
+
+// Entry is one key/value pair of a request's descriptor.
+type Entry struct{ Key, Value string }

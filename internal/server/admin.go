@@ -1,0 +1,75 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+)
+
+// The admin routes: peek at and reset a key, behind a bearer token.
+
+// admin guards h with the admin bearer token. Without a configured token
+// the routes are off (404).
+func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		st := s.state.Load()
+		if st.adminHash == nil {
+			problem(w, http.StatusNotFound, "admin routes are off: configure admin.token_env or admin.token_file")
+			return
+		}
+		auth := r.Header.Get("Authorization")
+		scheme, token, ok := strings.Cut(auth, " ")
+		if auth == "" || !ok || !strings.EqualFold(scheme, "Bearer") {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+			problem(w, http.StatusUnauthorized, "an admin bearer token is required (Authorization: Bearer <token>)")
+			return
+		}
+		if !st.authorized(strings.TrimSpace(token)) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice", error="invalid_token"`)
+			s.log.Warn("admin request with a wrong token", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+			problem(w, http.StatusUnauthorized, "the admin token is wrong")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *Server) keyRoute(r *http.Request) (*policy, string, error) {
+	st := s.state.Load()
+	p, err := st.policy(r.PathValue("policy"), "")
+	if err != nil {
+		return nil, "", err
+	}
+	key := r.PathValue("key")
+	if key == "" || len(key) > MaxKeyLen {
+		return nil, "", bad(http.StatusBadRequest, "key must be 1 to %d bytes", MaxKeyLen)
+	}
+	return p, key, nil
+}
+
+func (s *Server) handlePeek(w http.ResponseWriter, r *http.Request) {
+	p, key, err := s.keyRoute(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	res, err := p.limiter.Peek(r.Context(), key)
+	if err != nil {
+		s.fail(w, r, s.decisionError(err, p))
+		return
+	}
+	writeJSON(w, http.StatusOK, toResult(p, key, res))
+}
+
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
+	p, key, err := s.keyRoute(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := p.limiter.Reset(r.Context(), key); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info("key reset", "policy", p.cfg.Name, "key", key, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, map[string]any{"policy": p.cfg.Name, "key": key, "reset": true})
+}

@@ -1,0 +1,220 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/sluicehq/sluice"
+)
+
+// POST /v1/check: one check, or several decided together.
+
+// checkItem is one check of POST /v1/check.
+type checkItem struct {
+	Policy string `json:"policy"`
+	Key    string `json:"key"`
+	// Cost is the number of units to take (default 1; 0 peeks).
+	Cost *int64 `json:"cost"`
+}
+
+type checkRequest struct {
+	checkItem
+	Checks []checkItem `json:"checks"`
+}
+
+// Result is the JSON form of a decision.
+type Result struct {
+	Policy       string            `json:"policy,omitempty"`
+	Key          string            `json:"key,omitempty"`
+	Allowed      bool              `json:"allowed"`
+	Limit        int64             `json:"limit"`
+	Remaining    int64             `json:"remaining"`
+	RetryAfterMS int64             `json:"retry_after_ms"`
+	ResetAfterMS int64             `json:"reset_after_ms"`
+	Degraded     bool              `json:"degraded"`
+	Shadow       bool              `json:"shadow"`
+	Headers      map[string]string `json:"headers,omitempty"`
+}
+
+// MultiResult is the answer to {"checks":[...]}.
+type MultiResult struct {
+	Allowed      bool     `json:"allowed"`
+	RetryAfterMS int64    `json:"retry_after_ms"`
+	Results      []Result `json:"results"`
+}
+
+func toResult(p *policy, key string, r sluice.Result) Result {
+	return Result{
+		Policy: p.cfg.Name, Key: key, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
+		RetryAfterMS: ceilMS(r.RetryAfter), ResetAfterMS: ceilMS(r.ResetAfter),
+		Degraded: r.Degraded, Shadow: r.Shadowed, Headers: headers(p.cfg, r),
+	}
+}
+
+// decodeCheck reads and validates a POST /v1/check body.
+func (s *Server) decodeCheck(w http.ResponseWriter, r *http.Request) (checkRequest, error) {
+	var req checkRequest
+	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+	data, err := io.ReadAll(body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return req, bad(http.StatusRequestEntityTooLarge, "the body is larger than %d bytes", s.opts.MaxBodyBytes)
+		}
+		return req, bad(http.StatusBadRequest, "reading the body: %v", err)
+	}
+	return req, parseCheck(data, &req)
+}
+
+// parseCheck decodes one JSON object strictly: unknown fields, trailing
+// data and mixed single/multi forms are refused.
+func parseCheck(data []byte, req *checkRequest) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return bad(http.StatusBadRequest, `the body is empty; send {"policy":"...","key":"...","cost":1}`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		return bad(http.StatusBadRequest, "malformed JSON body: %s", jsonError(err))
+	}
+	if dec.More() {
+		return bad(http.StatusBadRequest, "malformed JSON body: data after the object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return bad(http.StatusBadRequest, "malformed JSON body: data after the object")
+	}
+	if req.Checks != nil {
+		if req.Policy != "" || req.Key != "" || req.Cost != nil {
+			return bad(http.StatusBadRequest, `send either one check ({"policy","key","cost"}) or {"checks":[...]}, not both`)
+		}
+		if len(req.Checks) == 0 {
+			return bad(http.StatusBadRequest, "checks is empty")
+		}
+		if len(req.Checks) > MaxChecks {
+			return bad(http.StatusBadRequest, "at most %d checks per request, got %d", MaxChecks, len(req.Checks))
+		}
+		for i := range req.Checks {
+			if err := validItem(&req.Checks[i], fmt.Sprintf("checks[%d].", i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return validItem(&req.checkItem, "")
+}
+
+func jsonError(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("%v at byte %d", se, se.Offset)
+	case errors.As(err, &te):
+		if te.Field != "" {
+			return fmt.Sprintf("%s must be %s, got %s", strings.TrimPrefix(te.Field, "checkItem."), jsonType(te.Type.Kind().String()), te.Value)
+		}
+		return fmt.Sprintf("want a JSON object, got %s", te.Value)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "the JSON ends too early"
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+func jsonType(kind string) string {
+	switch kind {
+	case "int64", "int":
+		return "a whole number"
+	case "string":
+		return "a string"
+	case "slice":
+		return "a list"
+	}
+	return kind
+}
+
+func validItem(c *checkItem, where string) error {
+	if c.Policy == "" {
+		return bad(http.StatusBadRequest, "%spolicy is missing", where)
+	}
+	if c.Key == "" {
+		return bad(http.StatusBadRequest, "%skey is missing or empty", where)
+	}
+	if len(c.Key) > MaxKeyLen {
+		return bad(http.StatusBadRequest, "%skey is %d bytes; at most %d are accepted", where, len(c.Key), MaxKeyLen)
+	}
+	if c.Cost == nil {
+		one := int64(1)
+		c.Cost = &one
+	} else if *c.Cost < 0 {
+		return bad(http.StatusBadRequest, "%scost must not be negative, got %d", where, *c.Cost)
+	}
+	return nil
+}
+
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	req, err := s.decodeCheck(w, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	st := s.state.Load()
+	if req.Checks == nil {
+		p, err := st.policy(req.Policy, "")
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		res, err := p.limiter.AllowN(r.Context(), req.Key, *req.Cost)
+		if err != nil {
+			s.fail(w, r, s.decisionError(err, p))
+			return
+		}
+		out := toResult(p, "", res)
+		for k, v := range out.Headers {
+			w.Header()[k] = []string{v} // as spelled in the drafts, not canonicalized
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	checks := make([]sluice.Check, len(req.Checks))
+	pols := make([]*policy, len(req.Checks))
+	for i, c := range req.Checks {
+		p, err := st.policy(c.Policy, fmt.Sprintf("checks[%d].", i))
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if *c.Cost > p.cfg.Limit {
+			s.fail(w, r, bad(http.StatusBadRequest, "checks[%d].cost %d exceeds the limit %d of policy %q and could never be allowed", i, *c.Cost, p.cfg.Limit, p.cfg.Name))
+			return
+		}
+		pols[i] = p
+		checks[i] = sluice.Check{Limiter: p.limiter, Key: c.Key, Cost: *c.Cost}
+	}
+	d, err := sluice.AllowAll(r.Context(), checks)
+	if err != nil {
+		s.fail(w, r, s.decisionError(err, nil))
+		return
+	}
+	out := MultiResult{Allowed: d.Allowed, RetryAfterMS: ceilMS(d.RetryAfter()), Results: make([]Result, len(d.Results))}
+	for i, res := range d.Results {
+		out.Results[i] = toResult(pols[i], req.Checks[i].Key, res)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (st *state) policy(name, where string) (*policy, error) {
+	p := st.policies[name]
+	if p == nil {
+		if len(name) > 64 {
+			name = name[:64] + "..."
+		}
+		return nil, bad(http.StatusNotFound, "%spolicy %q is not configured (GET /v1/policies lists them)", where, name)
+	}
+	return p, nil
+}
