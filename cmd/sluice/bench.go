@@ -51,9 +51,10 @@ type benchConfig struct {
 	timeout     time.Duration
 }
 
-func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// parseBench reads bench's flags. A nil config with a nil error means -h
+// was asked for, and usage is printed on stdout.
+func parseBench(args []string, stdout io.Writer) (*benchConfig, error) {
+	fs := newFlags("bench")
 	addrs := fs.String("valkey", "", "Valkey `addresses`, comma-separated (several: a cluster); required")
 	alg := fs.String("algorithm", "gcra", "`algorithm`: gcra, token_bucket, fixed_window, sliding_window or sliding_log")
 	limit := fs.Int64("limit", 1_000_000, "units per window; the burst or capacity for gcra and token_bucket")
@@ -63,11 +64,11 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 	duration := fs.Duration("duration", 10*time.Second, "how long to run")
 	cost := fs.Int64("cost", 1, "units each decision takes")
 	timeout := fs.Duration("timeout", sluice.DefaultTimeout, "decision timeout: decisions past it are degraded (decided by fail mode open)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, benchUsage)
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(fs, benchUsage, stdout)
+			return nil, nil
+		}
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -116,13 +117,13 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 
 // runBench is "sluice bench": see benchUsage.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg, err := parseBench(args, stderr)
+	cfg, err := parseBench(args, stdout)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
+		fmt.Fprintf(stderr, "sluice bench: %v\nRun \"sluice bench -h\" for usage.\n", err)
 		return 2
+	}
+	if cfg == nil {
+		return 0
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()

@@ -4,38 +4,67 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 )
 
-const usage = `usage: sluice <command> [flags]
+// A command is one "sluice <name>". Its run function gets the arguments
+// after the name and returns the exit code: 0 success, 1 failure (something
+// checked was wrong, or could not be done), 2 bad usage. Every command
+// parses its flags with parseFlags, so -h behaves the same everywhere.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int
+}
 
-commands:
-  serve             answer rate-limit decisions over HTTP JSON and Envoy gRPC
-  validate-config   check configuration files and exit non-zero on errors
-  bench             load a Valkey or Valkey Cluster with decisions
+// commands lists every command, in the order usage shows them. A further
+// command is one more entry here.
+func commands() []command {
+	return []command{
+		{"serve", "answer rate-limit decisions over HTTP JSON and Envoy gRPC", runServe},
+		{"validate-config", "check configuration files and exit non-zero on errors", withoutEnv(runValidate)},
+		{"bench", "load a Valkey or Valkey Cluster with decisions", withoutEnv(runBench)},
+		{"version", "print the version and the revision this binary was built from", withoutEnv(runVersion)},
+	}
+}
 
-Run "sluice <command> -h" for a command's flags.
-`
+func withoutEnv(f func(context.Context, []string, io.Writer, io.Writer) int) func(context.Context, []string, func(string) (string, bool), io.Writer, io.Writer) int {
+	return func(ctx context.Context, args []string, _ func(string) (string, bool), stdout, stderr io.Writer) int {
+		return f(ctx, args, stdout, stderr)
+	}
+}
+
+// usage is the top-level help.
+func usage() string {
+	var b strings.Builder
+	b.WriteString("usage: sluice <command> [flags]\n\ncommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  %-17s %s\n", c.name, c.summary)
+	}
+	b.WriteString("\nRun \"sluice <command> -h\" for a command's flags; \"sluice --version\" for the version.\n")
+	return b.String()
+}
 
 // run is the whole program: main only calls it, so tests can too. env looks
 // up environment variables. It returns the exit code.
 func run(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return 2
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "serve":
-		return runServe(ctx, rest, env, stdout, stderr)
-	case "validate-config":
-		return runValidate(ctx, rest, stdout, stderr)
-	case "bench":
-		return runBench(ctx, rest, stdout, stderr)
-	// A further command is one more case here.
+	name, rest := args[0], args[1:]
+	switch name {
 	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usage())
 		return 0
+	case "-version", "--version":
+		name = "version"
 	}
-	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", cmd, usage)
+	for _, c := range commands() {
+		if c.name == name {
+			return c.run(ctx, rest, env, stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", name, usage())
 	return 2
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -27,6 +29,44 @@ func TestUsage(t *testing.T) {
 	}
 	if code, _, stderr := runCmd("serve", "--bogus"); code != 2 || !strings.Contains(stderr, "bogus") {
 		t.Errorf("serve --bogus: %d %q", code, stderr)
+	}
+}
+
+// TestHelp: every command answers -h, -help and --help with its usage on
+// stdout and exit code 0, and a bad flag with a message on stderr and exit
+// code 2.
+func TestHelp(t *testing.T) {
+	for _, c := range commands() {
+		for _, h := range []string{"-h", "-help", "--help"} {
+			code, stdout, stderr := runCmd(c.name, h)
+			if code != 0 || !strings.HasPrefix(stdout, "usage: sluice "+c.name) || stderr != "" {
+				t.Errorf("sluice %s %s: exit %d, stdout %q, stderr %q", c.name, h, code, stdout, stderr)
+			}
+		}
+		code, stdout, stderr := runCmd(c.name, "--no-such-flag")
+		if code != 2 || stdout != "" || !strings.Contains(stderr, "no-such-flag") || !strings.Contains(stderr, "sluice "+c.name+" -h") {
+			t.Errorf("sluice %s --no-such-flag: exit %d, stdout %q, stderr %q", c.name, code, stdout, stderr)
+		}
+		if !strings.Contains(usage(), "  "+c.name+" ") {
+			t.Errorf("usage does not list %s:\n%s", c.name, usage())
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		code, stdout, stderr := runCmd(args...)
+		if code != 0 || !strings.HasPrefix(stdout, "sluice ") || !strings.Contains(stdout, runtime.Version()) || stderr != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+	code, stdout, _ := runCmd("version", "--json")
+	var v map[string]any
+	if code != 0 || json.Unmarshal([]byte(stdout), &v) != nil || v["go"] != runtime.Version() || v["version"] == "" {
+		t.Errorf("version --json: exit %d, %q", code, stdout)
+	}
+	if code, _, stderr := runCmd("version", "extra"); code != 2 || !strings.Contains(stderr, `unexpected argument "extra"`) {
+		t.Errorf("version extra: exit %d, stderr %q", code, stderr)
 	}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -49,7 +48,7 @@ type serveFlags struct {
 }
 
 func runServe(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
-	f, code := parseServeFlags(args, stderr)
+	f, code := parseServeFlags(args, stdout, stderr)
 	if f == nil {
 		return code
 	}
@@ -91,9 +90,8 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 
 // parseServeFlags parses the command line; nil and an exit code when the
 // command should stop (help, or a bad flag).
-func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int) {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, int) {
+	fs := newFlags("serve")
 	f := &serveFlags{set: map[string]bool{}}
 	fs.StringVar(&f.configPath, "config", "", "configuration `file` (default: the embedded examples/sluice.yaml)")
 	fs.StringVar(&f.listen, "listen", defaultListen, "HTTP `address`")
@@ -101,19 +99,11 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int) {
 	fs.StringVar(&f.valkeyAddrs, "valkey", "", "Valkey `addresses`, comma-separated (several: a cluster); overrides the config's")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "time to finish requests in flight on SIGTERM")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, serveUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, 0
-		}
-		return nil, 2
+	if code, ok := parseFlags(fs, serveUsage, args, stdout, stderr); !ok {
+		return nil, code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice serve: unexpected argument %q\n", fs.Arg(0))
-		return nil, 2
+		return nil, usageError(fs, stderr, "unexpected argument %q", fs.Arg(0))
 	}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	return f, 0

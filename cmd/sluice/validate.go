@@ -2,29 +2,29 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 
 	"github.com/sluicehq/sluice/internal/config"
 )
 
+const validateUsage = `usage: sluice validate-config FILE [FILE...]
+
+Checks each configuration file as sluice serve would load it and reports
+every problem with file:line:column. Exit code 0 when all files are valid,
+1 when one is not.
+`
+
 // runValidate checks each file given and reports every problem with
 // file:line. Exit code 0 when all files are valid, 1 when one is not, 2 for
 // bad usage.
 func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("validate-config", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice validate-config FILE [FILE...]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs := newFlags("validate-config")
+	if code, ok := parseFlags(fs, validateUsage, args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() == 0 {
-		fs.Usage()
-		return 2
+		return usageError(fs, stderr, "no configuration file given")
 	}
 	code := 0
 	for _, name := range fs.Args() {

@@ -1,11 +1,13 @@
 package server
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/buildinfo"
 )
 
 type metrics struct {
@@ -22,6 +24,17 @@ func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
+}
+
+// buildInfoGauge is sluice_build_info: always 1, with the build's version,
+// revision and toolchain as labels (the same values sluice version prints).
+func buildInfoGauge(bi buildinfo.Info) prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sluice_build_info",
+		Help: "The running build: always 1; version is the module version, revision the commit it was built from (with modified=true for uncommitted changes).",
+	}, []string{"version", "revision", "modified", "goversion"})
+	g.WithLabelValues(bi.Version, bi.Revision, fmt.Sprint(bi.Modified), bi.GoVersion).Set(1)
+	return g
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -57,7 +70,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.grpcRequests,
-		m.reloads, m.reloadOK, m.loadedAt, m.policies)
+		m.reloads, m.reloadOK, m.loadedAt, m.policies, buildInfoGauge(buildinfo.Read()))
 	m.reloadOK.Set(1)
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")

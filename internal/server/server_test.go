@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -322,6 +323,7 @@ func TestHealthAndMetrics(t *testing.T) {
 		`sluice_server_http_requests_total{code="200",route="check"} 1`,
 		`sluice_server_config_reloads_total{result="failure"} 0`,
 		`go_goroutines`,
+		`sluice_build_info{goversion="` + runtime.Version() + `",`,
 	} {
 		if !strings.Contains(r.raw, want) {
 			t.Errorf("metrics lack %q", want)

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+)
+
+// newFlags returns the flag set of "sluice <name>". It prints nothing by
+// itself: parseFlags says what went wrong, and where.
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parseFlags parses args into fs, the same way for every command: -h, -help
+// and --help print usage (the command's text, then its flags) on stdout and
+// give exit code 0; a bad flag prints the error and a pointer to -h on
+// stderr and gives exit code 2. ok is true when the command is to run.
+func parseFlags(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	err := fs.Parse(args)
+	if err == nil {
+		return 0, true
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(fs, usage, stdout)
+		return 0, false
+	}
+	return usageError(fs, stderr, "%v", err), false
+}
+
+// printUsage writes usage and fs's flags to w.
+func printUsage(fs *flag.FlagSet, usage string, w io.Writer) {
+	fmt.Fprint(w, usage)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// usageError reports a misuse of "sluice <fs.Name()>" on stderr and returns
+// the exit code for it, 2.
+func usageError(fs *flag.FlagSet, stderr io.Writer, format string, args ...any) int {
+	fmt.Fprintf(stderr, "sluice %s: %s\nRun \"sluice %s -h\" for usage.\n", fs.Name(), fmt.Sprintf(format, args...), fs.Name())
+	return 2
+}

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/sluicehq/sluice/internal/buildinfo"
+)
+
+const versionUsage = `usage: sluice version [--json]
+
+Prints the module version, the version-control revision and commit time
+this binary was built from, and the Go toolchain, as recorded by the Go
+toolchain in the binary. "sluice --version" is the same. sluice serve
+exports the same values as the sluice_build_info metric.
+
+flags:
+`
+
+func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("version")
+	asJSON := fs.Bool("json", false, "print JSON: module, version, revision, time, modified, go")
+	if code, ok := parseFlags(fs, versionUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(0))
+	}
+	bi := buildinfo.Read()
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(bi)
+		return 0
+	}
+	fmt.Fprintln(stdout, bi)
+	return 0
+}
