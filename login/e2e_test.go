@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/internal/valkeytest"
 	"github.com/sluicehq/sluice/valkeystore"
 )
@@ -21,10 +20,10 @@ func TestMain(m *testing.M) { valkeytest.Main(m) }
 
 // loginHandler is a minimal sign-in endpoint: the guard first, then the
 // password, the same answer for a wrong password and an unknown account.
-func loginHandler(g *Guard, res *clientip.Resolver, users map[string]string) http.Handler {
+func loginHandler(g *Guard, users map[string]string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		user, pass := r.PostFormValue("username"), r.PostFormValue("password")
-		v, err := g.Attempt(r.Context(), user, res.Key(r))
+		v, err := g.AttemptRequest(r, user)
 		if err != nil {
 			http.Error(w, "error", http.StatusInternalServerError)
 			return
@@ -65,8 +64,7 @@ func TestEndToEndValkey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := clientip.MustNew(clientip.Config{})
-	hs := httptest.NewServer(loginHandler(g, res, map[string]string{"alice@example.com": "correct horse"}))
+	hs := httptest.NewServer(loginHandler(g, map[string]string{"alice@example.com": "correct horse"}))
 	defer hs.Close()
 
 	post := func(user, pass string) (int, string) {

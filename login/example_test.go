@@ -3,6 +3,7 @@ package login_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -24,7 +25,7 @@ func Example() {
 	}
 	ctx := context.Background()
 	try := func(user, addr string, passwordOK bool) {
-		v, err := guard.Attempt(ctx, user, addr)
+		v, err := guard.Attempt(ctx, user, netip.MustParseAddr(addr)) // or guard.AttemptRequest(r, user)
 		if err != nil {
 			panic(err)
 		}

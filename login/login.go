@@ -7,9 +7,9 @@
 //   - per client address, which catches one address trying many accounts
 //     (credential stuffing, password spraying).
 //
-// Call Guard.Attempt before checking the password, with the username as
-// typed and the client's address key (see package clientip), and stop when
-// it refuses. Call Guard.Success after a correct password to clear the
+// Call Guard.Attempt (or Guard.AttemptRequest) before checking the
+// password, with the username as typed and the client's parsed address, and
+// stop when it refuses. Call Guard.Success after a correct password to clear the
 // username's count, so that a user who mistypes a few times and then gets
 // in starts afresh.
 //
@@ -18,6 +18,11 @@
 // accounts exist. Keep the rest of the handler equally uninformative: answer
 // "wrong username or password" for both cases, and spend the same time on
 // both (verify against a dummy hash when there is no account).
+//
+// Addresses are counted as package clientip groups them: an IPv4 address
+// alone, an IPv6 address with its /64 (Config.ClientIP), so a client cannot
+// take a fresh budget with a fresh port or a fresh address of its own
+// prefix.
 //
 // Usernames are normalised (see Normalize) and hashed with HMAC-SHA256
 // under a secret before they become keys, so e-mail addresses never reach
@@ -41,10 +46,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/netip"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/clientip"
 	"golang.org/x/text/cases"
 	"golang.org/x/text/unicode/norm"
 )
@@ -81,7 +90,20 @@ type Config struct {
 	// Normalize maps a username to its canonical form before hashing
 	// (default Normalize). Usernames with the same canonical form share a
 	// count.
+	//
+	// It must be at least as coarse as the account lookup: any two
+	// spellings that reach the same account must normalise alike, or each
+	// spelling gets its own budget and a locked-out account can be attacked
+	// again under another spelling. Use the same function (or a finer one)
+	// to find accounts, or replace this one with the lookup's canonical
+	// form. Coarser is safe: two accounts that share a form share a budget.
 	Normalize func(string) string
+
+	// ClientIP groups client addresses into per-address keys (IPv6 by
+	// prefix) and, for AttemptRequest, finds the client behind trusted
+	// proxies. Default: a clientip.Resolver of the zero clientip.Config,
+	// which trusts no proxy and groups IPv6 by /64.
+	ClientIP *clientip.Resolver
 
 	// Options are passed to both limiters after the guard's own, such as
 	// sluice.WithPrefix, sluice.WithTimeout or sluice.WithObserver.
@@ -100,6 +122,7 @@ type Guard struct {
 	user, addr *sluice.Limiter
 	secret     []byte
 	normalize  func(string) string
+	clientIP   *clientip.Resolver
 }
 
 // New returns a Guard for cfg. It fails without a store, with a short
@@ -123,6 +146,13 @@ func New(cfg Config) (*Guard, error) {
 	if cfg.Normalize == nil {
 		cfg.Normalize = Normalize
 	}
+	if cfg.ClientIP == nil {
+		r, err := clientip.New(clientip.Config{})
+		if err != nil {
+			return nil, fmt.Errorf("login: %w", err)
+		}
+		cfg.ClientIP = r
+	}
 	mode := sluice.FailClosed
 	if cfg.FailOpen {
 		mode = sluice.FailOpen
@@ -138,7 +168,7 @@ func New(cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("login: per-address limit: %w", err)
 	}
-	return &Guard{user: user, addr: addr, secret: append([]byte(nil), cfg.Secret...), normalize: cfg.Normalize}, nil
+	return &Guard{user: user, addr: addr, secret: append([]byte(nil), cfg.Secret...), normalize: cfg.Normalize, clientIP: cfg.ClientIP}, nil
 }
 
 // Tripped says which limits refused an attempt.
@@ -182,19 +212,37 @@ type Verdict struct {
 	Username, Address sluice.Result
 }
 
+// ErrNoClientAddr is returned (wrapped) by AttemptRequest when the
+// request's client address cannot be parsed, such as over a Unix socket.
+var ErrNoClientAddr = errors.New("login: client address unknown")
+
+// AttemptRequest is Attempt for the client of r, as Config.ClientIP finds
+// it (the TCP peer, or the client behind trusted proxies), with r's
+// context. It fails with ErrNoClientAddr when the address cannot be
+// parsed.
+func (g *Guard) AttemptRequest(r *http.Request, username string) (Verdict, error) {
+	a, ok := g.clientIP.Addr(r)
+	if !ok {
+		return Verdict{}, fmt.Errorf("%w: peer %q", ErrNoClientAddr, r.RemoteAddr)
+	}
+	return g.Attempt(r.Context(), username, a)
+}
+
 // Attempt counts one login attempt for username (as typed) from the client
-// address key addr (clientip.Resolver.Key; any non-empty string that
-// identifies the client), and reports whether it may proceed. Both limits
-// are checked together (sluice.AllowAll): a refused attempt takes nothing
-// from the limit that allowed it. The error is non-nil only for an empty
-// addr or when ctx ends.
-func (g *Guard) Attempt(ctx context.Context, username, addr string) (Verdict, error) {
-	if addr == "" {
-		return Verdict{}, fmt.Errorf("login: empty address: %w", sluice.ErrInvalidKey)
+// address addr, and reports whether it may proceed. The address is counted
+// under its group (Config.ClientIP: IPv6 by prefix), never with a port:
+// parse r.RemoteAddr with clientip, or use AttemptRequest. Both limits are
+// checked together (sluice.AllowAll): a refused attempt takes nothing from
+// the limit that allowed it. The error is non-nil only for an invalid
+// (zero) addr or when ctx ends.
+func (g *Guard) Attempt(ctx context.Context, username string, addr netip.Addr) (Verdict, error) {
+	key, err := g.addressKey(addr)
+	if err != nil {
+		return Verdict{}, err
 	}
 	d, err := sluice.AllowAll(ctx, []sluice.Check{
 		{Limiter: g.user, Key: g.UsernameKey(username), Cost: 1},
-		{Limiter: g.addr, Key: addressKey(addr), Cost: 1},
+		{Limiter: g.addr, Key: key, Cost: 1},
 	})
 	if err != nil {
 		return Verdict{}, fmt.Errorf("login: %w", err)
@@ -226,13 +274,14 @@ func (g *Guard) Success(ctx context.Context, username string) error {
 	return nil
 }
 
-// ResetAddress clears the per-address count of addr, for operators
-// unlocking an office behind one NAT address.
-func (g *Guard) ResetAddress(ctx context.Context, addr string) error {
-	if addr == "" {
-		return fmt.Errorf("login: empty address: %w", sluice.ErrInvalidKey)
+// ResetAddress clears the per-address count of addr (of its whole group,
+// for IPv6), for operators unlocking an office behind one NAT address.
+func (g *Guard) ResetAddress(ctx context.Context, addr netip.Addr) error {
+	key, err := g.addressKey(addr)
+	if err != nil {
+		return err
 	}
-	if err := g.addr.Reset(ctx, addressKey(addr)); err != nil {
+	if err := g.addr.Reset(ctx, key); err != nil {
 		return fmt.Errorf("login: %w", err)
 	}
 	return nil
@@ -248,19 +297,83 @@ func (g *Guard) UsernameKey(username string) string {
 	return sluice.Identity("user", hex.EncodeToString(mac.Sum(nil)))
 }
 
-func addressKey(addr string) string { return sluice.Identity("ip", addr) }
+// addressKey returns the identity addr is counted under: its clientip
+// group, such as "ip:192.0.2.7" or "ip:2001:db8:1:2::/64".
+func (g *Guard) addressKey(addr netip.Addr) (string, error) {
+	if !addr.IsValid() {
+		return "", fmt.Errorf("login: invalid client address: %w", sluice.ErrInvalidKey)
+	}
+	return sluice.Identity("ip", g.clientIP.KeyOf(addr)), nil
+}
 
 // Limiters returns the per-username and per-address limiters, for metrics,
 // inspection or resets by key.
 func (g *Guard) Limiters() (perUsername, perAddress *sluice.Limiter) { return g.user, g.addr }
 
-// Normalize returns the canonical form of a username: Unicode NFKC
-// (full-width and compatibility characters become their plain forms), case
-// folded ("Alice@Example.COM" and "alice@example.com" are one user, as are
-// "Straße" and "STRASSE"), surrounding white space removed.
+// Normalize returns the canonical form of a username, Unicode's
+// NFKC_Casefold with surrounding white space removed:
+//
+//   - default-ignorable code points (zero-width space U+200B, soft hyphen
+//     U+00AD, U+FEFF, word joiner U+2060, variation selectors, tags, ...:
+//     the whole Default_Ignorable_Code_Point set) are removed, since they
+//     are invisible and an account lookup may drop them too;
+//   - compatibility characters become their plain forms (NFKC: full-width
+//     "ＡＤＭＩＮ" is "admin");
+//   - case is folded ("Alice@Example.COM" and "alice@example.com" are one
+//     user, as are "Straße" and "STRASSE").
+//
+// Normalize is idempotent. Usernames the account lookup treats as one must
+// normalise alike (see Config.Normalize).
 func Normalize(username string) string {
-	s := norm.NFKC.String(username)
-	s = cases.Fold().String(s)
-	s = norm.NFKC.String(s)
-	return strings.TrimSpace(s)
+	// The steps of NFKC_Casefold's definition (ignorables removed, NFKC,
+	// full case folding, NFKC again), repeated until the result is stable
+	// so that Normalize is idempotent; two rounds suffice in practice, the
+	// bound only caps the work. Invalid UTF-8 becomes U+FFFD first, so
+	// that every later step sees the same runes.
+	s := strings.ToValidUTF8(username, "\uFFFD")
+	for range 4 {
+		n := removeIgnorable(s)
+		n = norm.NFKC.String(n)
+		n = cases.Fold().String(n)
+		n = norm.NFKC.String(removeIgnorable(n))
+		n = strings.TrimSpace(n)
+		if n == s {
+			break
+		}
+		s = n
+	}
+	return s
+}
+
+// removeIgnorable returns s without its default-ignorable code points.
+func removeIgnorable(s string) string {
+	if strings.IndexFunc(s, isDefaultIgnorable) < 0 {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if isDefaultIgnorable(r) {
+			return -1
+		}
+		return r
+	}, s)
+}
+
+// isDefaultIgnorable reports whether r has Unicode's
+// Default_Ignorable_Code_Point property, derived from the standard
+// library's tables exactly as DerivedCoreProperties.txt derives it:
+// Other_Default_Ignorable_Code_Point, format characters (Cf) and variation
+// selectors, minus white space, the interlinear annotation characters
+// U+FFF9..U+FFFB, the Egyptian hieroglyph format controls U+13430..U+1343F
+// and the prepended concatenation marks.
+func isDefaultIgnorable(r rune) bool {
+	if r < 0xAD {
+		return false // fast path for ASCII and Latin-1 before the soft hyphen
+	}
+	if !unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Cf, unicode.Variation_Selector) {
+		return false
+	}
+	return !unicode.Is(unicode.White_Space, r) &&
+		!(0xFFF9 <= r && r <= 0xFFFB) &&
+		!(0x13430 <= r && r <= 0x1343F) &&
+		!unicode.Is(unicode.Prepended_Concatenation_Mark, r)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,8 @@ import (
 )
 
 var secret = []byte("0123456789abcdef0123456789abcdef")
+
+func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 // clock is sluicetest's fake clock.
 type clock = sluicetest.Clock
@@ -63,7 +66,7 @@ func TestPerUsernameAndPerAddress(t *testing.T) {
 		{"alice", "198.51.100.9", false, TrippedUsername | TrippedAddress},
 	}
 	for i, s := range steps {
-		v, err := g.Attempt(ctx, s.user, s.addr)
+		v, err := g.Attempt(ctx, s.user, ip(s.addr))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +78,7 @@ func TestPerUsernameAndPerAddress(t *testing.T) {
 		}
 	}
 	// The refused attempt of u6 took nothing from u6's own count.
-	v, _ := g.Attempt(ctx, "u6", "192.0.2.200")
+	v, _ := g.Attempt(ctx, "u6", ip("192.0.2.200"))
 	if !v.Allowed || v.Username.Remaining != 2 {
 		t.Fatalf("u6 from elsewhere: %+v", v)
 	}
@@ -83,22 +86,22 @@ func TestPerUsernameAndPerAddress(t *testing.T) {
 	if err := g.Success(ctx, "  alice"); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := g.Attempt(ctx, "alice", "192.0.2.5"); !v.Allowed || v.Username.Remaining != 2 {
+	if v, _ := g.Attempt(ctx, "alice", ip("192.0.2.5")); !v.Allowed || v.Username.Remaining != 2 {
 		t.Fatalf("after success: %+v", v)
 	}
-	if v, _ := g.Attempt(ctx, "zed", "198.51.100.9"); v.Tripped != TrippedAddress {
+	if v, _ := g.Attempt(ctx, "zed", ip("198.51.100.9")); v.Tripped != TrippedAddress {
 		t.Fatalf("address count cleared by a username success: %+v", v)
 	}
-	if err := g.ResetAddress(ctx, "198.51.100.9"); err != nil {
+	if err := g.ResetAddress(ctx, ip("198.51.100.9")); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := g.Attempt(ctx, "zed", "198.51.100.9"); !v.Allowed {
+	if v, _ := g.Attempt(ctx, "zed", ip("198.51.100.9")); !v.Allowed {
 		t.Fatalf("after ResetAddress: %+v", v)
 	}
 	// The window passes.
 	c.Advance(time.Minute)
 	for i := range 3 {
-		if v, _ := g.Attempt(ctx, "mallory", "192.0.2.9"); !v.Allowed {
+		if v, _ := g.Attempt(ctx, "mallory", ip("192.0.2.9")); !v.Allowed {
 			t.Fatalf("after the window, attempt %d refused: %+v", i, v)
 		}
 	}
@@ -111,11 +114,11 @@ func TestSameAnswerForUnknownAccounts(t *testing.T) {
 	g, _ := newGuard(t, store, Config{})
 	ctx := context.Background()
 	for i := range 8 {
-		real, err := g.Attempt(ctx, "alice@example.com", "192.0.2.1")
+		real, err := g.Attempt(ctx, "alice@example.com", ip("192.0.2.1"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ghost, err := g.Attempt(ctx, "nobody@example.com", "192.0.2.2")
+		ghost, err := g.Attempt(ctx, "nobody@example.com", ip("192.0.2.2"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +132,7 @@ func TestKeysHideUsernames(t *testing.T) {
 	store := memstore.New()
 	g, _ := newGuard(t, store, Config{})
 	ctx := context.Background()
-	if _, err := g.Attempt(ctx, "Alice@Example.com", "2001:db8::/64"); err != nil {
+	if _, err := g.Attempt(ctx, "Alice@Example.com", ip("2001:db8::1")); err != nil {
 		t.Fatal(err)
 	}
 	keys := store.TTLs("rl:")
@@ -185,7 +188,7 @@ func (failing) Delete(context.Context, ...string) error { return errors.New("con
 func TestFailClosedByDefault(t *testing.T) {
 	ctx := context.Background()
 	g, _ := newGuard(t, failing{}, Config{})
-	v, err := g.Attempt(ctx, "alice", "192.0.2.1")
+	v, err := g.Attempt(ctx, "alice", ip("192.0.2.1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +199,7 @@ func TestFailClosedByDefault(t *testing.T) {
 		t.Fatalf("Success on a dead store: %v", err)
 	}
 	g, _ = newGuard(t, failing{}, Config{FailOpen: true})
-	if v, _ := g.Attempt(ctx, "alice", "192.0.2.1"); !v.Allowed || !v.Degraded {
+	if v, _ := g.Attempt(ctx, "alice", ip("192.0.2.1")); !v.Allowed || !v.Degraded {
 		t.Fatalf("fail open: %+v", v)
 	}
 }
@@ -216,8 +219,11 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 	g, _ := newGuard(t, store, Config{})
-	if _, err := g.Attempt(context.Background(), "alice", ""); !errors.Is(err, sluice.ErrInvalidKey) {
-		t.Errorf("empty address: %v", err)
+	if _, err := g.Attempt(context.Background(), "alice", netip.Addr{}); !errors.Is(err, sluice.ErrInvalidKey) {
+		t.Errorf("zero address: %v", err)
+	}
+	if err := g.ResetAddress(context.Background(), netip.Addr{}); !errors.Is(err, sluice.ErrInvalidKey) {
+		t.Errorf("ResetAddress of the zero address: %v", err)
 	}
 	if u, a := g.Limiters(); u.Name() != "login-user" || a.Name() != "login-addr" || u.FailMode() != sluice.FailClosed {
 		t.Errorf("limiters %s %s %v", u.Name(), a.Name(), u.FailMode())

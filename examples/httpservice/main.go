@@ -174,7 +174,7 @@ func newHandler(store sluice.Store, resolver *clientip.Resolver, secret []byte, 
 	if err != nil {
 		return nil, err
 	}
-	guard, err := login.New(login.Config{Store: store, Secret: secret})
+	guard, err := login.New(login.Config{Store: store, Secret: secret, ClientIP: resolver})
 	if err != nil {
 		return nil, err
 	}
@@ -189,16 +189,16 @@ func newHandler(store sluice.Store, resolver *clientip.Resolver, secret []byte, 
 	mux.Handle("GET /api/search", searchMW.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "no results for %q\n", r.URL.Query().Get("q"))
 	})))
-	mux.Handle("POST /login", loginHandler(guard, resolver, users))
+	mux.Handle("POST /login", loginHandler(guard, users))
 	return mux, nil
 }
 
 // loginHandler checks the guard before the password, and answers a wrong
 // password and an unknown user alike.
-func loginHandler(guard *login.Guard, resolver *clientip.Resolver, users map[string]string) http.Handler {
+func loginHandler(guard *login.Guard, users map[string]string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		user, pass := r.PostFormValue("username"), r.PostFormValue("password")
-		v, err := guard.Attempt(r.Context(), user, resolver.Key(r))
+		v, err := guard.AttemptRequest(r, user)
 		if err != nil {
 			http.Error(w, "try again later", http.StatusServiceUnavailable)
 			return
