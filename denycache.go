@@ -16,9 +16,9 @@ import (
 // sent, so the local refusal ends no later than the store's would. Three
 // things can make the store allow earlier, and the cache does not see them
 // from other processes: a Reset (Limiter.Reset clears this process's entry),
-// a refund by AllowAll, and a limit changed at runtime. SlidingLog with
+// a refund by AllowAll, and a limit changed at runtime. A policy with
 // CountRejected never uses the cache: refused requests must reach the store
-// to extend the lockout.
+// to be counted.
 type denyCache struct {
 	seed   maphash.Seed
 	shards [denyShards]denyShard

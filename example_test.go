@@ -119,6 +119,6 @@ func ExampleAllowAll() {
 	// Output:
 	// request 1: allowed=true per-key remaining=99
 	// request 2: allowed=true per-key remaining=98
-	// request 3: allowed=false per-key remaining=97
+	// request 3: allowed=false per-key remaining=98
 	// per-key remaining after the refusal: 98
 }

@@ -44,7 +44,8 @@ func (d Decision) RetryAfter() time.Duration {
 // every check allows it. All checks whose limiters share a store go to it in
 // one batch (on Valkey, one pipelined round trip). When any check refuses,
 // the units taken by the checks that allowed are given back in a second
-// batch, so a refused request costs no budget anywhere.
+// batch, so a refused request costs no budget anywhere; their Results then
+// report what remains after the refund.
 //
 // Each check is atomic on its own, but the group is not: between the first
 // batch and the refund, another request may see the units as taken (it is
@@ -55,41 +56,19 @@ func (d Decision) RetryAfter() time.Duration {
 // Degraded checks follow their limiter's fail mode; shadow-mode checks never
 // refuse. Each check has its limiter's timeout.
 func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
-	d := Decision{Results: make([]Result, len(checks))}
-	if len(checks) == 0 {
-		d.Allowed = true
-		return d, nil
-	}
-	ops := make([]Op, len(checks))
-	for i, c := range checks {
-		if c.Limiter == nil {
-			return Decision{}, fmt.Errorf("%w: check %d has no limiter", ErrInvalidPolicy, i)
-		}
-		if err := c.Limiter.check(c.Key, c.Cost); err != nil {
-			return Decision{}, err
-		}
-		ops[i] = Op{Key: c.Limiter.Key(c.Key), Rule: c.Limiter.rule, Cost: c.Cost}
-	}
-	if err := runGrouped(ctx, checks, ops); err != nil {
-		return Decision{}, err
-	}
-	d.Allowed = true
-	for i := range ops {
-		d.Results[i] = ops[i].Result
-		if !ops[i].Result.Allowed {
-			d.Allowed = false
-		}
-	}
-	if d.Allowed {
-		return d, nil
+	d, ops, err := decideEach(ctx, checks)
+	if err != nil || d.Allowed {
+		return d, err
 	}
 	// Give back what the allowing checks took. Degraded checks took nothing.
 	var refundChecks []Check
 	var refunds []Op
+	var refunded []int // the index in checks of each refund
 	now := time.Now()
 	for i, op := range ops {
 		if op.Result.Allowed && !op.Result.Degraded && op.Cost > 0 && !op.Result.Shadowed {
 			refundChecks = append(refundChecks, checks[i])
+			refunded = append(refunded, i)
 			refunds = append(refunds, Op{Key: op.Key, Rule: op.Rule, Cost: -op.Cost, Now: op.Now,
 				Deadline: now.Add(checks[i].Limiter.cfg.timeout)})
 		}
@@ -101,10 +80,55 @@ func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
 				l := refundChecks[i].Limiter
 				l.cfg.logger.Warn("sluice: refund failed; the units stay taken until their window passes",
 					"limiter", l.cfg.name, "err", op.Err)
+				continue
 			}
+			// What is left once the units are back, not before.
+			d.Results[refunded[i]].Remaining = op.Result.Remaining
 		}
 	}
 	return d, nil
+}
+
+// AllowEach decides several checks independently: each takes its cost when
+// it allows (under CountRejected, in any case), whatever the others decide,
+// and nothing is given back. Decision.Allowed reports whether every check
+// allowed. Checks whose limiters share a store go to it in one batch, as in
+// AllowAll. Use it where each limit counts its own hits, as Envoy's
+// reference rate-limit service does; AllowAll where a refused request must
+// cost nothing.
+func AllowEach(ctx context.Context, checks []Check) (Decision, error) {
+	d, _, err := decideEach(ctx, checks)
+	return d, err
+}
+
+// decideEach runs every check once, in one batch per store.
+func decideEach(ctx context.Context, checks []Check) (Decision, []Op, error) {
+	d := Decision{Results: make([]Result, len(checks))}
+	if len(checks) == 0 {
+		d.Allowed = true
+		return d, nil, nil
+	}
+	ops := make([]Op, len(checks))
+	for i, c := range checks {
+		if c.Limiter == nil {
+			return Decision{}, nil, fmt.Errorf("%w: check %d has no limiter", ErrInvalidPolicy, i)
+		}
+		if err := c.Limiter.check(c.Key, c.Cost); err != nil {
+			return Decision{}, nil, err
+		}
+		ops[i] = Op{Key: c.Limiter.Key(c.Key), Rule: c.Limiter.rule, Cost: c.Cost}
+	}
+	if err := runGrouped(ctx, checks, ops); err != nil {
+		return Decision{}, nil, err
+	}
+	d.Allowed = true
+	for i := range ops {
+		d.Results[i] = ops[i].Result
+		if !ops[i].Result.Allowed {
+			d.Allowed = false
+		}
+	}
+	return d, ops, nil
 }
 
 // runGrouped runs ops through their limiters' stores, one batch per store,

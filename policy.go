@@ -66,7 +66,7 @@ type Rule struct {
 	Window        time.Duration // window algorithms
 	Interval      time.Duration // GCRA: emission interval; TokenBucket: informative
 	Rate          float64       // TokenBucket: tokens earned per microsecond
-	CountRejected bool          // SlidingLog: refused requests are logged too
+	CountRejected bool          // SlidingLog, FixedWindow: refused requests are counted too
 }
 
 // MinWindow is the shortest window or period a policy may have.
@@ -129,9 +129,16 @@ func checkRate(rate float64, per time.Duration) (float64, error) {
 // multiples of Window since the Unix epoch). Its state is one small counter
 // per key; a client may get up to 2×Limit in a short span across a window
 // edge.
+//
+// With CountRejected, refused requests are counted too (the counter only
+// grows within a window, as Envoy's reference rate-limit service counts):
+// a request is allowed when the count, its own cost included, is within
+// Limit. A cost above Limit is then accepted and refused, filling the
+// window. Remaining never goes below zero.
 type FixedWindow struct {
-	Limit  int64
-	Window time.Duration
+	Limit         int64
+	Window        time.Duration
+	CountRejected bool
 }
 
 // Rule implements Policy.
@@ -142,7 +149,7 @@ func (p FixedWindow) Rule() (Rule, error) {
 	if err := checkWindow("FixedWindow.Window", p.Window); err != nil {
 		return Rule{}, err
 	}
-	return Rule{Algorithm: AlgorithmFixedWindow, Limit: p.Limit, Window: p.Window}, nil
+	return Rule{Algorithm: AlgorithmFixedWindow, Limit: p.Limit, Window: p.Window, CountRejected: p.CountRejected}, nil
 }
 
 // SlidingLog allows Limit units in any span of Window, exactly, by keeping
@@ -295,6 +302,9 @@ func (r Rule) name() string {
 	case AlgorithmGCRA:
 		return fmt.Sprintf("gcra-%d-%d", r.Limit, r.Interval.Microseconds())
 	case AlgorithmFixedWindow:
+		if r.CountRejected {
+			return fmt.Sprintf("fwc-%d-%d", r.Limit, r.Window.Microseconds())
+		}
 		return fmt.Sprintf("fw-%d-%d", r.Limit, r.Window.Microseconds())
 	case AlgorithmSlidingLog:
 		if r.CountRejected {

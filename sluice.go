@@ -107,7 +107,7 @@ func WithShadow(on bool) Option {
 // hammering a refused key costs the store nothing. It is exact except after
 // a Reset, an AllowAll refund or a limit change made by another process,
 // which the cache cannot see (turn it off if that matters more than the
-// round trips). SlidingLog with CountRejected never uses it.
+// round trips). A policy with CountRejected never uses it.
 func WithDenyCache(on bool) Option {
 	return optionFunc(func(c *config) { c.noDeny = !on })
 }
@@ -220,7 +220,7 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
 
 // AllowN reports whether an event of cost n may happen now for key, and
 // takes n units if so. A refused request takes nothing (except under
-// SlidingLog.CountRejected). n = 0 peeks. A negative n, or an n larger than
+// CountRejected). n = 0 peeks. A negative n, or an n larger than
 // the policy's limit (which could never be allowed), is an error wrapping
 // ErrInvalidCost.
 //

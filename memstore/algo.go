@@ -43,7 +43,7 @@ func floorDiv(a, b int64) int64 { return int64(math.Floor(float64(a) / float64(b
 // existed; s is zero otherwise) and returns the reply, whether s is to be
 // written (with the time to live s.ttlMicro) and whether the key is to be
 // deleted.
-func fixedWindow(s *state, ok bool, now, limit, window, cost int64) (r reply, write, del bool) {
+func fixedWindow(s *state, ok bool, now, limit, window, cost int64, countRejected bool) (r reply, write, del bool) {
 	idx := floorDiv(now, window)
 	var c int64
 	if ok && s.w == idx {
@@ -52,7 +52,7 @@ func fixedWindow(s *state, ok bool, now, limit, window, cost int64) (r reply, wr
 	reset := (idx+1)*window - now
 	if cost < 0 {
 		c = max(0, c+cost)
-		r = reply{allowed: true, remaining: limit - c}
+		r = reply{allowed: true, remaining: max(0, limit-c)}
 		if c > 0 {
 			r.reset = reset
 			return r, writeFW(s, idx, c, reset), false
@@ -67,7 +67,11 @@ func fixedWindow(s *state, ok bool, now, limit, window, cost int64) (r reply, wr
 		}
 		r = reply{allowed: true, remaining: limit - c}
 	} else {
-		r = reply{remaining: limit - c, retry: reset}
+		if countRejected && cost > 0 {
+			c += cost
+			write = true
+		}
+		r = reply{remaining: max(0, limit-c), retry: reset}
 	}
 	if c > 0 {
 		r.reset = reset

@@ -121,7 +121,7 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	)
 	switch r.Algorithm {
 	case sluice.AlgorithmFixedWindow:
-		rep, write, del = fixedWindow(&st, ok, us, r.Limit, r.Window.Microseconds(), op.Cost)
+		rep, write, del = fixedWindow(&st, ok, us, r.Limit, r.Window.Microseconds(), op.Cost, r.CountRejected)
 	case sluice.AlgorithmSlidingLog:
 		rep, write, del = slidingLog(&st, ok, us, r.Limit, r.Window.Microseconds(), op.Cost, r.CountRejected)
 	case sluice.AlgorithmSlidingWindow:

@@ -177,6 +177,18 @@ func RunTimelines(t *testing.T, h Harness) {
 			{2200 * ms, 0, true, 3, 0, 0},
 		})
 	})
+	t.Run("FixedWindowCountRejected", func(t *testing.T) {
+		h.Timeline(t, sluice.FixedWindow{Limit: 3, Window: time.Second, CountRejected: true}, []Step{
+			{0, 2, true, 1, 0, 1000 * ms},
+			// Refused, and counted: the count is now 4, over the limit.
+			{100 * ms, 2, false, 0, 900 * ms, 900 * ms},
+			// Without CountRejected one unit would still fit.
+			{200 * ms, 1, false, 0, 800 * ms, 800 * ms},
+			{300 * ms, 0, false, 0, 700 * ms, 700 * ms},
+			// The next window starts from zero.
+			{1000 * ms, 3, true, 0, 0, 1000 * ms},
+		})
+	})
 	t.Run("SlidingLogCountRejected", func(t *testing.T) {
 		h.Timeline(t, sluice.SlidingLog{Limit: 2, Window: time.Second, CountRejected: true}, []Step{
 			{0, 1, true, 1, 0, 1000 * ms},

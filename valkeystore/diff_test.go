@@ -49,7 +49,7 @@ func randomRule(rng *rand.Rand, alg int) sluice.Rule {
 	var p sluice.Policy
 	switch alg {
 	case 0:
-		p = sluice.FixedWindow{Limit: limit, Window: window}
+		p = sluice.FixedWindow{Limit: limit, Window: window, CountRejected: rng.IntN(2) == 0}
 	case 1:
 		p = sluice.SlidingLog{Limit: limit, Window: window, CountRejected: rng.IntN(2) == 0}
 	case 2:

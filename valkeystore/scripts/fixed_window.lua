@@ -1,7 +1,9 @@
 -- Fixed window: a counter per aligned window.
 -- State under key: a hash {w = window number, c = count in window w}.
--- decide(key, now, limit, window, cost): window in microseconds.
--- now is in microseconds; cost 0 peeks, a negative cost refunds. decide
+-- decide(key, now, limit, window, cost, flag): window in microseconds.
+-- now is in microseconds; cost 0 peeks, a negative cost refunds. flag '1'
+-- counts refused requests too (CountRejected): the count then grows by
+-- every positive cost and may pass limit; remaining never goes below 0. decide
 -- returns allowed (1/0), remaining, retry_after_us and reset_after_us; the
 -- driver (batch.lua) runs it for every key of a call, after prelude.lua.
 -- Mirrors fixedWindow in memstore/algo.go.
@@ -9,7 +11,7 @@
 -- read once and written once, by flush: states[key] is {w, c}, or false for
 -- none; pending[key] the PEXPIRE to write, or 0 to delete.
 local states, pending = {}, {}
-local function decide(key, now, limit, window, cost, _)
+local function decide(key, now, limit, window, cost, flag)
   local idx = math.floor(now / window)
   local st = states[key]
   if st == nil then
@@ -33,12 +35,16 @@ local function decide(key, now, limit, window, cost, _)
     end
   else
     retry = reset
+    if flag == '1' and cost > 0 then
+      c = c + cost
+      write = true
+    end
   end
   if write then
     states[key], pending[key] = { idx, c }, math.ceil(reset / 1000) + TTL_MARGIN_MS
   end
   if c == 0 then reset = 0 end
-  return allowed, limit - c, retry, reset
+  return allowed, math.max(0, limit - c), retry, reset
 end
 
 local function flush() flushHashes({ 'w', 'c' }, states, pending) end
