@@ -109,6 +109,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Timelines", func(t *testing.T) { RunTimelines(t, h) })
 	t.Run("Recovery", func(t *testing.T) { RunRecovery(t, h) })
 	t.Run("Boundaries", func(t *testing.T) { RunBoundaries(t, h) })
+	t.Run("SlidingWindowWorstCase", func(t *testing.T) { RunSlidingWindowWorstCase(t, h) })
 	t.Run("PeekResetRefund", func(t *testing.T) { RunPeekResetRefund(t, h) })
 	t.Run("Concurrency", func(t *testing.T) { RunConcurrency(t, h) })
 	t.Run("RealTime", func(t *testing.T) { RunRealTime(t, h) })
@@ -365,6 +366,46 @@ func RunBoundaries(t *testing.T, h Harness) {
 				t.Fatalf("after the edge: %d allowed, want %d", n, c.wantAfter)
 			}
 		})
+	}
+}
+
+// RunSlidingWindowWorstCase shows the sliding window counter admitting
+// 2×Limit−1 within one window's span, its worst case: Limit in the last
+// microsecond of a window, then Limit−1 more two microseconds before the
+// next edge, when the previous window's weight has decayed to 2µs/Window.
+// The Limit-th unit of the second burst is refused: the estimate is then
+// Limit−1 + Limit×2µs/Window, and one more does not fit. An exact sliding
+// log never holds more than Limit in a span of one window.
+func RunSlidingWindowWorstCase(t *testing.T, h Harness) {
+	const limit = 10
+	w := time.Second
+	ctx := context.Background()
+	clock := NewClock()
+	l := h.NewLimiter(t, sluice.SlidingWindow{Limit: limit, Window: w}, sluice.WithClock(clock.Now))
+	burst := func(n int) int {
+		allowed := 0
+		for range n {
+			res, err := l.Allow(ctx, "worst")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Allowed {
+				allowed++
+			}
+		}
+		return allowed
+	}
+	first, second := w-time.Microsecond, 2*w-2*time.Microsecond
+	if second-first >= w {
+		t.Fatalf("the bursts at %v and %v are not within one window", first, second)
+	}
+	clock.Set(first)
+	if n := burst(limit); n != limit {
+		t.Fatalf("first burst: %d allowed, want %d", n, limit)
+	}
+	clock.Set(second)
+	if n := burst(limit); n != limit-1 {
+		t.Fatalf("second burst, %v later: %d allowed, want %d", second-first, n, limit-1)
 	}
 }
 
