@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -23,6 +24,14 @@ func TestREADMETable(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if window != time.Minute {
+		t.Fatalf("README.md says the limit is per minute; it is per %v", window)
+	}
+	for _, says := range []string{fmt.Sprintf("limit (%d per minute)", limit), fmt.Sprintf("%d windows per row", windows)} {
+		if !strings.Contains(strings.Join(strings.Fields(string(readme)), " "), says) {
+			t.Errorf("README.md does not say %q", says)
+		}
 	}
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		if strings.HasPrefix(line, "|") && !strings.Contains(string(readme), line+"\n") {
