@@ -25,7 +25,8 @@
 // # Keys
 //
 // A limiter named "api" keeps the state of identity "user:42" under
-// "rl:v1:api:{user:42}". The identity is escaped (so distinct identities
+// "rl:v1:api:gcra:{user:42}" (when it enforces a GCRA: the algorithm and
+// its state format, Rule.State, are part of the key). The identity is escaped (so distinct identities
 // never share a key), hashed with SHA-256 when long, and is the Valkey
 // Cluster hash tag, so all the state of one identity lives in one slot. Keys
 // holding e-mail addresses or other personal data should be hashed by the

@@ -8,33 +8,39 @@ import (
 )
 
 // DefaultPrefix is the prefix of every key unless WithPrefix says otherwise.
-// The version is part of it: a change of key layout or algorithm state is a
-// new prefix, never a migration.
+// The version is part of it: a change of key layout is a new prefix, never
+// a migration. A change of one algorithm's state format is a new
+// Rule.State, which is part of the key.
 const DefaultPrefix = "rl:v1"
 
 // MaxIdentityLen is the longest escaped identity kept verbatim in a key;
 // longer ones are replaced by their SHA-256.
 const MaxIdentityLen = 128
 
-// Key returns the store key for identity under the limiter named name:
+// Key returns the store key for identity under the limiter named name that
+// enforces rule:
 //
-//	<prefix>:<name>:{<identity>}
+//	<prefix>:<name>:<state>:{<identity>}
 //
+// where state is rule.State(), the algorithm and its state format: limiters
+// of different algorithms never share a key, even under one name.
 // The identity is escaped (%, {, }, #, space, control and non-ASCII bytes
 // are percent-encoded) and, when the escaped form is longer than
 // MaxIdentityLen, replaced by "#" and its SHA-256 in hex. Distinct
 // identities give distinct keys, and the braces make the identity the
 // Valkey Cluster hash tag. name must be a valid limiter name (see WithName);
 // prefix must not contain braces.
-func Key(prefix, name, identity string) string {
-	return string(AppendKey(make([]byte, 0, len(prefix)+len(name)+len(identity)+4), prefix, name, identity))
+func Key(prefix, name string, rule Rule, identity string) string {
+	return string(AppendKey(make([]byte, 0, len(prefix)+len(name)+len(identity)+10), prefix, name, rule, identity))
 }
 
-// AppendKey appends Key(prefix, name, identity) to dst.
-func AppendKey(dst []byte, prefix, name, identity string) []byte {
+// AppendKey appends Key(prefix, name, rule, identity) to dst.
+func AppendKey(dst []byte, prefix, name string, rule Rule, identity string) []byte {
 	dst = append(dst, prefix...)
 	dst = append(dst, ':')
 	dst = append(dst, name...)
+	dst = append(dst, ':')
+	dst = append(dst, rule.State()...)
 	dst = append(dst, ':', '{')
 	dst = appendIdentity(dst, identity)
 	return append(dst, '}')

@@ -53,22 +53,6 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	return 0, fmt.Errorf("%w: unknown algorithm %q (want fixed_window, sliding_log, sliding_window, token_bucket or gcra)", ErrInvalidPolicy, s)
 }
 
-// Rule is the validated form of a Policy that a Store executes. All
-// durations are whole microseconds.
-//
-// For the window algorithms, Limit units may be taken per Window. For
-// TokenBucket, Limit is the capacity and Interval the time to earn one token
-// (Per/Rate, kept exact as a float in Rate). For GCRA, Limit is the burst and
-// Interval the emission interval (Per/Rate rounded to the microsecond).
-type Rule struct {
-	Algorithm     Algorithm
-	Limit         int64
-	Window        time.Duration // window algorithms
-	Interval      time.Duration // GCRA: emission interval; TokenBucket: informative
-	Rate          float64       // TokenBucket: tokens earned per microsecond
-	CountRejected bool          // SlidingLog, FixedWindow: refused requests are counted too
-}
-
 // MinWindow is the shortest window or period a policy may have.
 const MinWindow = time.Millisecond
 
@@ -76,8 +60,19 @@ const MinWindow = time.Millisecond
 // Lua computes with.
 const maxLimit = 1 << 40
 
-// maxWindow keeps every microsecond timestamp and TTL exact in a float64.
-const maxWindow = 400 * 24 * time.Hour
+// MaxWindow is the longest window or period a policy may have, and the
+// longest time a TokenBucket or GCRA may take to refill from empty: it is
+// the longest time to live of a key, and keeps every microsecond timestamp
+// and time to live exact in the float64 numbers Lua computes with.
+const MaxWindow = 400 * 24 * time.Hour
+
+// MaxSlidingLogLimit is the largest SlidingLog limit, and so the largest
+// cost of one of its requests. The log keeps one sorted-set entry per unit
+// (about 100 bytes on Valkey, see README.md), and a script adds a request's
+// entries in one go while Valkey serves nobody else: the bound keeps a key
+// under about a megabyte and one decision to a few milliseconds. Use
+// SlidingWindow for larger limits.
+const MaxSlidingLogLimit = 10_000
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidPolicy}, args...)...)
@@ -97,8 +92,8 @@ func checkWindow(field string, d time.Duration) error {
 	if d < MinWindow {
 		return invalid("%s must be at least %v, got %v", field, MinWindow, d)
 	}
-	if d > maxWindow {
-		return invalid("%s must be at most %v, got %v", field, maxWindow, d)
+	if d > MaxWindow {
+		return invalid("%s must be at most MaxWindow (%v), got %v", field, MaxWindow, d)
 	}
 	if d%time.Microsecond != 0 {
 		return invalid("%s must be a whole number of microseconds, got %v", field, d)
@@ -107,8 +102,8 @@ func checkWindow(field string, d time.Duration) error {
 }
 
 // checkRate validates rate events per period and returns the interval
-// between two events in microseconds, as a float.
-func checkRate(rate float64, per time.Duration) (float64, error) {
+// between two events, Per/Rate rounded to the microsecond.
+func checkRate(rate float64, per time.Duration) (time.Duration, error) {
 	if math.IsNaN(rate) || math.IsInf(rate, 0) || rate <= 0 {
 		return 0, invalid("Rate must be a positive finite number, got %v", rate)
 	}
@@ -119,10 +114,10 @@ func checkRate(rate float64, per time.Duration) (float64, error) {
 	if interval < 1 {
 		return 0, invalid("Rate %v per %v is more than one per microsecond", rate, per)
 	}
-	if interval > float64(maxWindow.Microseconds()) {
-		return 0, invalid("Rate %v per %v is less than one per %v", rate, per, maxWindow)
+	if interval > float64(MaxWindow.Microseconds()) {
+		return 0, invalid("Rate %v per %v is less than one per %v", rate, per, MaxWindow)
 	}
-	return interval, nil
+	return time.Duration(math.Round(interval)) * time.Microsecond, nil
 }
 
 // FixedWindow allows Limit units per aligned Window (windows start at
@@ -170,8 +165,8 @@ func (p SlidingLog) Rule() (Rule, error) {
 	if err := checkLimit("SlidingLog.Limit", p.Limit); err != nil {
 		return Rule{}, err
 	}
-	if p.Limit > 1<<20 {
-		return Rule{}, invalid("SlidingLog.Limit must be at most %d (one entry is stored per unit; use SlidingWindow for large limits), got %d", 1<<20, p.Limit)
+	if p.Limit > MaxSlidingLogLimit {
+		return Rule{}, invalid("SlidingLog.Limit must be at most %d (MaxSlidingLogLimit: one entry is stored per unit; use SlidingWindow for large limits), got %d", MaxSlidingLogLimit, p.Limit)
 	}
 	if err := checkWindow("SlidingLog.Window", p.Window); err != nil {
 		return Rule{}, err
@@ -202,9 +197,12 @@ func (p SlidingWindow) Rule() (Rule, error) {
 	return Rule{Algorithm: AlgorithmSlidingWindow, Limit: p.Limit, Window: p.Window}, nil
 }
 
-// TokenBucket holds up to Capacity tokens and earns Rate tokens per Per
-// (continuously, in fractions). A request of cost n takes n tokens. A full
-// bucket allows a burst of Capacity, then Rate per Per.
+// TokenBucket holds up to Capacity tokens and earns Rate tokens per Per,
+// continuously: one token every Per/Rate, rounded to the microsecond (the
+// Rule's Interval), in fractions of a token down to the microsecond. A
+// request of cost n takes n tokens. A full bucket allows a burst of
+// Capacity, then Rate per Per. The arithmetic is exact (integers of
+// microseconds), so a request retried exactly RetryAfter later is allowed.
 type TokenBucket struct {
 	Capacity int64
 	Rate     float64
@@ -216,16 +214,14 @@ func (p TokenBucket) Rule() (Rule, error) {
 	if err := checkLimit("TokenBucket.Capacity", p.Capacity); err != nil {
 		return Rule{}, err
 	}
-	interval, err := checkRate(p.Rate, p.Per)
+	iv, err := checkRate(p.Rate, p.Per)
 	if err != nil {
 		return Rule{}, fmt.Errorf("TokenBucket: %w", err)
 	}
-	return Rule{
-		Algorithm: AlgorithmTokenBucket,
-		Limit:     p.Capacity,
-		Interval:  time.Duration(math.Ceil(interval)) * time.Microsecond,
-		Rate:      1 / interval,
-	}, nil
+	if err := checkRefill("TokenBucket: Capacity", p.Capacity, iv); err != nil {
+		return Rule{}, err
+	}
+	return Rule{Algorithm: AlgorithmTokenBucket, Limit: p.Capacity, Interval: iv}, nil
 }
 
 // GCRA is the generic cell rate algorithm: Rate requests per Per, with bursts
@@ -243,76 +239,71 @@ func (p GCRA) Rule() (Rule, error) {
 	if err := checkLimit("GCRA.Burst", p.Burst); err != nil {
 		return Rule{}, err
 	}
-	interval, err := checkRate(p.Rate, p.Per)
+	iv, err := checkRate(p.Rate, p.Per)
 	if err != nil {
 		return Rule{}, fmt.Errorf("GCRA: %w", err)
 	}
-	iv := time.Duration(math.Round(interval)) * time.Microsecond
-	if iv*time.Duration(p.Burst) > maxWindow || iv*time.Duration(p.Burst) < 0 {
-		return Rule{}, invalid("GCRA: Burst × Per/Rate must be at most %v", maxWindow)
+	if err := checkRefill("GCRA: Burst", p.Burst, iv); err != nil {
+		return Rule{}, err
 	}
 	return Rule{Algorithm: AlgorithmGCRA, Limit: p.Burst, Interval: iv}, nil
 }
 
-// Validate reports whether r can be executed by a store: it is what a Policy
-// returns. Stores call it on rules built by hand.
-func (r Rule) Validate() error {
-	if err := checkLimit("Limit", r.Limit); err != nil {
-		return err
+// checkRefill bounds the time to earn limit units back at one per interval:
+// it is the time to live of the keys, which must stay exact in Lua's
+// numbers and within what Valkey's PEXPIRE accepts.
+func checkRefill(field string, limit int64, interval time.Duration) error {
+	if interval > MaxWindow/time.Duration(limit) {
+		return invalid("%s × Per/Rate (the time to refill from empty, %d × %v) must be at most MaxWindow (%v), the longest time to live a key may have",
+			field, limit, interval, MaxWindow)
 	}
-	switch r.Algorithm {
-	case AlgorithmFixedWindow, AlgorithmSlidingLog, AlgorithmSlidingWindow:
-		return checkWindow("Window", r.Window)
-	case AlgorithmTokenBucket:
-		if math.IsNaN(r.Rate) || math.IsInf(r.Rate, 0) || r.Rate <= 0 || r.Rate > 1 {
-			return invalid("Rate must be in (0, 1] tokens per microsecond, got %v", r.Rate)
-		}
-		return nil
-	case AlgorithmGCRA:
-		if r.Interval < time.Microsecond || r.Interval%time.Microsecond != 0 {
-			return invalid("Interval must be a positive whole number of microseconds, got %v", r.Interval)
-		}
-		return nil
-	}
-	return invalid("unknown algorithm %v", r.Algorithm)
+	return nil
 }
 
-// String describes the rule, such as "gcra(burst=20, interval=200ms)".
-func (r Rule) String() string {
-	switch r.Algorithm {
-	case AlgorithmTokenBucket:
-		return fmt.Sprintf("token_bucket(capacity=%d, rate=%g/s)", r.Limit, r.Rate*1e6)
-	case AlgorithmGCRA:
-		return fmt.Sprintf("gcra(burst=%d, interval=%v)", r.Limit, r.Interval)
-	}
-	s := fmt.Sprintf("%v(limit=%d, window=%v", r.Algorithm, r.Limit, r.Window)
-	if r.CountRejected {
-		s += ", count_rejected"
-	}
-	return s + ")"
+// Params are the numbers a policy is made of, by the names a configuration
+// file gives them: Limit is the limit, capacity or burst; Window is for the
+// window algorithms, Rate and Per for TokenBucket and GCRA (see
+// Algorithm.Rated).
+type Params struct {
+	Limit         int64
+	Window        time.Duration
+	Rate          float64
+	Per           time.Duration
+	CountRejected bool // FixedWindow and SlidingLog only
 }
 
-// name is the default limiter name for a rule: distinct rules get distinct
-// names, so limiters that share a store do not share state unless their
-// policies are identical.
-func (r Rule) name() string {
-	switch r.Algorithm {
-	case AlgorithmTokenBucket:
-		return fmt.Sprintf("tb-%d-%s", r.Limit, strconv.FormatFloat(r.Rate*1e6, 'f', -1, 64))
-	case AlgorithmGCRA:
-		return fmt.Sprintf("gcra-%d-%d", r.Limit, r.Interval.Microseconds())
+// Policy returns the Policy of algorithm a with the numbers of p, validated.
+func (a Algorithm) Policy(p Params) (Policy, error) {
+	var pol Policy
+	switch a {
 	case AlgorithmFixedWindow:
-		if r.CountRejected {
-			return fmt.Sprintf("fwc-%d-%d", r.Limit, r.Window.Microseconds())
-		}
-		return fmt.Sprintf("fw-%d-%d", r.Limit, r.Window.Microseconds())
+		pol = FixedWindow{Limit: p.Limit, Window: p.Window, CountRejected: p.CountRejected}
 	case AlgorithmSlidingLog:
-		if r.CountRejected {
-			return fmt.Sprintf("slc-%d-%d", r.Limit, r.Window.Microseconds())
-		}
-		return fmt.Sprintf("sl-%d-%d", r.Limit, r.Window.Microseconds())
+		pol = SlidingLog{Limit: p.Limit, Window: p.Window, CountRejected: p.CountRejected}
 	case AlgorithmSlidingWindow:
-		return fmt.Sprintf("sw-%d-%d", r.Limit, r.Window.Microseconds())
+		pol = SlidingWindow{Limit: p.Limit, Window: p.Window}
+	case AlgorithmTokenBucket:
+		pol = TokenBucket{Capacity: p.Limit, Rate: p.Rate, Per: p.Per}
+	case AlgorithmGCRA:
+		pol = GCRA{Rate: p.Rate, Per: p.Per, Burst: p.Limit}
+	default:
+		return nil, invalid("unknown algorithm %v", a)
 	}
-	return "unknown"
+	if p.CountRejected && a != AlgorithmSlidingLog && a != AlgorithmFixedWindow {
+		return nil, invalid("CountRejected is only for %v and %v, not %v", AlgorithmFixedWindow, AlgorithmSlidingLog, a)
+	}
+	if a.Rated() && p.Window != 0 {
+		return nil, invalid("%v takes Rate and Per, not Window", a)
+	}
+	if !a.Rated() && (p.Rate != 0 || p.Per != 0) {
+		return nil, invalid("%v takes Window, not Rate and Per", a)
+	}
+	if _, err := pol.Rule(); err != nil {
+		return nil, err
+	}
+	return pol, nil
 }
+
+// Rated reports whether a's policies are given as a rate (Rate per Per:
+// TokenBucket, GCRA) rather than as a limit per window.
+func (a Algorithm) Rated() bool { return a == AlgorithmTokenBucket || a == AlgorithmGCRA }

@@ -170,7 +170,7 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		o.apply(&cfg)
 	}
 	if !cfg.nameSet {
-		cfg.name = rule.name()
+		cfg.name = rule.DefaultName()
 	}
 	if err := checkName(cfg.name); err != nil {
 		return nil, err
@@ -204,7 +204,7 @@ func (l *Limiter) Rule() Rule { return l.rule }
 func (l *Limiter) FailMode() FailMode { return l.cfg.failMode }
 
 // Key returns the store key that holds the state of key.
-func (l *Limiter) Key(key string) string { return Key(l.cfg.prefix, l.cfg.name, key) }
+func (l *Limiter) Key(key string) string { return Key(l.cfg.prefix, l.cfg.name, l.rule, key) }
 
 // Allow reports whether one event may happen now for key, and takes it if
 // so. It is AllowN(ctx, key, 1).
@@ -233,7 +233,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 		return Result{}, err
 	}
 	var buf [192]byte
-	k := AppendKey(buf[:0], l.cfg.prefix, l.cfg.name, key)
+	k := AppendKey(buf[:0], l.cfg.prefix, l.cfg.name, l.rule, key)
 	if l.deny != nil {
 		if res, ok := l.deny.get(k, n, l.mono()); ok {
 			return l.local(res), nil

@@ -145,20 +145,15 @@ func sluicePolicy(algorithm string, p Profile) (sluice.Policy, error) {
 	limit, window := windowLimit(p)
 	b, r, per := gcraLimit(p)
 	burst, rate := int64(b), float64(r)
-	switch alg {
-	case sluice.AlgorithmGCRA:
-		return sluice.GCRA{Rate: rate, Per: per, Burst: burst}, nil
-	case sluice.AlgorithmTokenBucket:
-		return sluice.TokenBucket{Capacity: burst, Rate: rate, Per: per}, nil
-	case sluice.AlgorithmFixedWindow:
-		return sluice.FixedWindow{Limit: limit, Window: window}, nil
-	case sluice.AlgorithmSlidingWindow:
-		return sluice.SlidingWindow{Limit: limit, Window: window}, nil
-	default:
-		// One entry per unit: the log holds at most 1<<20, and every hot
-		// run starts on a fresh key.
-		return sluice.SlidingLog{Limit: min(limit, 1<<20), Window: window}, nil
+	if alg.Rated() {
+		return alg.Policy(sluice.Params{Limit: burst, Rate: rate, Per: per})
 	}
+	if alg == sluice.AlgorithmSlidingLog {
+		// One entry per unit: the log holds at most MaxSlidingLogLimit, and
+		// every hot run starts on a fresh key.
+		limit = min(limit, sluice.MaxSlidingLogLimit)
+	}
+	return alg.Policy(sluice.Params{Limit: limit, Window: window})
 }
 
 func newValkeyClient(addr string) (valkey.Client, error) {

@@ -176,8 +176,8 @@ func New(cfg Config) (*Middleware, error) {
 			return nil, fmt.Errorf("httplimit: limit %d: %w", i, err)
 		}
 		rule := l.Limiter.Rule()
-		li := limit{Limit: l, name: name, quota: rule.Limit, window: Window(rule)}
-		li.policy = sfString(name) + ";q=" + strconv.FormatInt(li.quota, 10) + ";w=" + strconv.FormatInt(seconds(li.window), 10)
+		li := limit{Limit: l, name: name, quota: rule.Quota(), window: rule.Period()}
+		li.policy = sfString(name) + ";q=" + strconv.FormatInt(li.quota, 10) + ";w=" + strconv.FormatInt(rule.PeriodSeconds(), 10)
 		m.limits = append(m.limits, li)
 	}
 	if m.cfg.Now == nil {
@@ -196,19 +196,8 @@ func New(cfg Config) (*Middleware, error) {
 }
 
 // Window returns the span a rule's quota is measured over, as RateLimit-Policy
-// advertises it: the window of the window algorithms, and for TokenBucket and
-// GCRA the time to earn the whole burst back from empty.
-func Window(rule sluice.Rule) time.Duration {
-	switch rule.Algorithm {
-	case sluice.AlgorithmTokenBucket:
-		if rule.Rate > 0 {
-			return time.Duration(float64(rule.Limit)/rule.Rate) * time.Microsecond
-		}
-	case sluice.AlgorithmGCRA:
-		return time.Duration(rule.Limit) * rule.Interval
-	}
-	return rule.Window
-}
+// advertises it: rule.Period.
+func Window(rule sluice.Rule) time.Duration { return rule.Period() }
 
 // Handler returns next wrapped by the limits: next runs only for allowed
 // requests, with the request's Status in its context (see FromContext).

@@ -26,8 +26,8 @@ type reply struct {
 type state struct {
 	alg      sluice.Algorithm
 	w, c, p  int64   // fixed and sliding window: window number, count, previous count
-	tokens   float64 // token bucket
-	ts       int64   // token bucket: time of tokens
+	credit   int64   // token bucket: microseconds of credit
+	ts       int64   // token bucket: time of credit
 	tat      int64   // GCRA: theoretical arrival time
 	log      []int64 // sliding log: sorted times
 	ttlMicro int64   // time to live from now, set by the algorithm when it writes
@@ -217,46 +217,41 @@ func swRetry(prev, cur, elapsed, window, limit, need int64, estimate func(int64,
 	return left + window
 }
 
-func tokenBucket(s *state, ok bool, now, capacity int64, rate float64, cost int64) (r reply, write, del bool) {
-	fc := float64(capacity)
-	tokens := fc
-	var last int64
+// tokenBucket keeps the credit in microseconds (interval per token, at
+// most capacity × interval) and the time of that credit: integers, exact.
+func tokenBucket(s *state, ok bool, now, capacity, interval, cost int64) (r reply, write, del bool) {
+	full := capacity * interval
+	base, from := full, now // the credit at time from
 	if ok {
-		last = s.ts
-		tokens = math.Min(fc, s.tokens+float64(max(0, now-last))*rate)
+		base, from = s.credit, s.ts
 	}
+	credit := min(full, base+max(0, now-from))
 	if cost < 0 {
-		tokens = math.Min(fc, tokens-float64(cost))
+		credit = min(full, credit-cost*interval)
 		r.allowed = true
 		write = true
 	} else {
-		need := float64(max(cost, 1))
-		if tokens >= need {
+		need := max(cost, 1) * interval
+		if credit >= need {
 			r.allowed = true
 			if cost > 0 {
-				tokens -= float64(cost)
+				credit -= cost * interval
 				write = true
 			}
 		} else {
-			t := int64(math.Ceil((need - tokens) / rate))
-			// The next call recomputes from the stored state: check there.
-			stored, from := fc, now
-			if ok {
-				stored, from = s.tokens, last
-			}
-			for i := 0; i < retryLoops && math.Min(fc, stored+float64(max(0, now+t-from))*rate) < need; i++ {
-				t++
-			}
-			r.retry = t
+			r.retry = from + need - base - now
 		}
 	}
-	r.remaining = int64(math.Floor(tokens))
-	r.reset = int64(math.Ceil((fc - tokens) / rate))
 	if write {
-		if r.reset <= 0 {
+		base, from = credit, now
+	}
+	r.remaining = credit / interval
+	r.reset = max(0, from+full-base-now)
+	if write {
+		if r.reset == 0 {
 			return r, false, ok
 		}
-		s.tokens, s.ts, s.ttlMicro = tokens, now, r.reset
+		s.credit, s.ts, s.ttlMicro = credit, now, r.reset
 	}
 	return r, write, false
 }
@@ -285,7 +280,7 @@ func gcra(s *state, ok bool, now, burst, interval, cost int64) (r reply, write, 
 			r.retry = -diff
 		}
 	}
-	r.remaining = max(0, floorDiv(now-tat+tau, interval))
+	r.remaining = max(0, now-tat+tau) / interval
 	r.reset = tat - now
 	if write {
 		if r.reset <= 0 {

@@ -121,15 +121,15 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	)
 	switch r.Algorithm {
 	case sluice.AlgorithmFixedWindow:
-		rep, write, del = fixedWindow(&st, ok, us, r.Limit, r.Window.Microseconds(), op.Cost, r.CountRejected)
+		rep, write, del = fixedWindow(&st, ok, us, r.Limit, r.Param(), op.Cost, r.CountRejected)
 	case sluice.AlgorithmSlidingLog:
-		rep, write, del = slidingLog(&st, ok, us, r.Limit, r.Window.Microseconds(), op.Cost, r.CountRejected)
+		rep, write, del = slidingLog(&st, ok, us, r.Limit, r.Param(), op.Cost, r.CountRejected)
 	case sluice.AlgorithmSlidingWindow:
-		rep, write, del = slidingWindow(&st, ok, us, r.Limit, r.Window.Microseconds(), op.Cost)
+		rep, write, del = slidingWindow(&st, ok, us, r.Limit, r.Param(), op.Cost)
 	case sluice.AlgorithmTokenBucket:
-		rep, write, del = tokenBucket(&st, ok, us, r.Limit, r.Rate, op.Cost)
+		rep, write, del = tokenBucket(&st, ok, us, r.Limit, r.Param(), op.Cost)
 	case sluice.AlgorithmGCRA:
-		rep, write, del = gcra(&st, ok, us, r.Limit, r.Interval.Microseconds(), op.Cost)
+		rep, write, del = gcra(&st, ok, us, r.Limit, r.Param(), op.Cost)
 	}
 	switch {
 	case del:

@@ -74,20 +74,7 @@ func (h Harness) NewLimiter(t testing.TB, p sluice.Policy, opts ...sluice.Option
 
 // TTLBound is the longest time to live a key of rule may have: what the
 // algorithm needs, in whole milliseconds, plus sluice.KeyTTLMargin.
-func TTLBound(r sluice.Rule) time.Duration {
-	var us float64
-	switch r.Algorithm {
-	case sluice.AlgorithmFixedWindow, sluice.AlgorithmSlidingLog:
-		us = float64(r.Window.Microseconds())
-	case sluice.AlgorithmSlidingWindow:
-		us = 2 * float64(r.Window.Microseconds())
-	case sluice.AlgorithmTokenBucket:
-		us = math.Ceil(float64(r.Limit) / r.Rate)
-	case sluice.AlgorithmGCRA:
-		us = float64(r.Limit * r.Interval.Microseconds())
-	}
-	return time.Duration(math.Ceil(us/1000))*time.Millisecond + sluice.KeyTTLMargin
-}
+func TTLBound(r sluice.Rule) time.Duration { return r.TTL() }
 
 // CheckTTLs fails t unless every key under prefix expires, within
 // TTLBound(rule).

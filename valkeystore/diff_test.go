@@ -76,9 +76,9 @@ func TestDifferential(t *testing.T) {
 		alg := int(seed % 5)
 		rule := randomRule(rng, alg)
 		now := sluicetest.Epoch.Add(time.Duration(rng.IntN(1e6)) * time.Microsecond)
-		w := max(rule.Window, rule.Interval*time.Duration(rule.Limit))
+		w := rule.Period()
 		for i := range 150 {
-			key := sluice.Key(d.prefix, fmt.Sprintf("s%d", seed), fmt.Sprint(rng.IntN(3)))
+			key := sluice.Key(d.prefix, fmt.Sprintf("s%d", seed), rule, fmt.Sprint(rng.IntN(3)))
 			switch rng.IntN(6) {
 			case 0: // stay at the same microsecond
 			case 1:
@@ -120,7 +120,7 @@ func FuzzDifferential(f *testing.F) {
 		rng := rand.New(rand.NewPCG(uint64(data[0]), uint64(data[1])<<8|uint64(data[2])))
 		rule := randomRule(rng, int(data[0]%5))
 		d := &differ{t: t, mem: mem, vk: vk, prefix: fmt.Sprintf("%s-%d-%d", base, os.Getpid(), run)}
-		key := sluice.Key(d.prefix, "f", "k")
+		key := sluice.Key(d.prefix, "f", rule, "k")
 		now := sluicetest.Epoch
 		for i := 3; i+1 < len(data) && i < 3+2*200; i += 2 {
 			cost := int64(data[i]%byte(rule.Limit+2)) - 1 // -1 .. limit
@@ -159,14 +159,14 @@ func TestDifferentialBatches(t *testing.T) {
 		rules[fmt.Sprintf("s%d", seed)] = rule
 		now := sluicetest.Epoch
 		for round := range 20 {
-			now = now.Add(time.Duration(rng.Int64N(int64(max(rule.Window, rule.Interval*time.Duration(rule.Limit)))/1000+1)) * time.Microsecond)
+			now = now.Add(time.Duration(rng.Int64N(int64(rule.Period())/1000+1)) * time.Microsecond)
 			batch := make([]sluice.Op, 1+rng.IntN(12))
 			for i := range batch {
 				cost := int64(rng.IntN(int(rule.Limit) + 1))
 				if rng.IntN(8) == 0 {
 					cost = -1
 				}
-				batch[i] = sluice.Op{Key: sluice.Key(prefix, fmt.Sprintf("s%d", seed), fmt.Sprint(rng.IntN(2))), Rule: rule, Cost: cost, Now: now}
+				batch[i] = sluice.Op{Key: sluice.Key(prefix, fmt.Sprintf("s%d", seed), rule, fmt.Sprint(rng.IntN(2))), Rule: rule, Cost: cost, Now: now}
 			}
 			a := append([]sluice.Op(nil), batch...)
 			b := append([]sluice.Op(nil), batch...)

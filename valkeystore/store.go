@@ -226,16 +226,7 @@ func (s *Store) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 			a[0] = num(op.Now.UnixMicro())
 		}
 		a[1] = num(r.Limit)
-		switch r.Algorithm {
-		case sluice.AlgorithmTokenBucket:
-			from := len(buf)
-			buf = strconv.AppendFloat(buf, r.Rate, 'g', 17, 64)
-			a[2] = str(from)
-		case sluice.AlgorithmGCRA:
-			a[2] = num(r.Interval.Microseconds())
-		default:
-			a[2] = num(r.Window.Microseconds())
-		}
+		a[2] = num(r.Param())
 		a[3] = num(op.Cost)
 		a[4] = "0"
 		if r.CountRejected {
@@ -250,8 +241,8 @@ func (s *Store) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 }
 
 // maxDigits bounds the length of one formatted number: an int64 takes at
-// most 20 bytes, a float64 in %.17g at most 24.
-const maxDigits = 24
+// most 20 bytes.
+const maxDigits = 20
 
 // decode fills in the Results of one call from its reply.
 func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {

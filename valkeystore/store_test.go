@@ -86,7 +86,7 @@ func TestBatch(t *testing.T) {
 			for pi, p := range sluicetest.Policies() {
 				r, _ := p.Rule()
 				for k := range 40 {
-					key := sluice.Key(prefix, fmt.Sprintf("p%d-%d", pi, k%7), "id"+strconv.Itoa(k%13))
+					key := sluice.Key(prefix, fmt.Sprintf("p%d-%d", pi, k%7), r, "id"+strconv.Itoa(k%13))
 					ops = append(ops, sluice.Op{Key: key, Rule: r, Cost: 1, Now: sluicetest.Epoch})
 				}
 			}

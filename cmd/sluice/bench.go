@@ -96,20 +96,12 @@ func parseBench(args []string, stdout io.Writer) (*benchConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--algorithm: %w", err)
 	}
-	rate := float64(*limit)
-	switch a {
-	case sluice.AlgorithmGCRA:
-		c.policy = sluice.GCRA{Rate: rate, Per: *window, Burst: *limit}
-	case sluice.AlgorithmTokenBucket:
-		c.policy = sluice.TokenBucket{Capacity: *limit, Rate: rate, Per: *window}
-	case sluice.AlgorithmFixedWindow:
-		c.policy = sluice.FixedWindow{Limit: *limit, Window: *window}
-	case sluice.AlgorithmSlidingWindow:
-		c.policy = sluice.SlidingWindow{Limit: *limit, Window: *window}
-	case sluice.AlgorithmSlidingLog:
-		c.policy = sluice.SlidingLog{Limit: *limit, Window: *window}
+	params := sluice.Params{Limit: *limit, Window: *window}
+	if a.Rated() { // limit per window
+		params = sluice.Params{Limit: *limit, Rate: float64(*limit), Per: *window}
 	}
-	if _, err := c.policy.Rule(); err != nil {
+	c.policy, err = a.Policy(params)
+	if err != nil {
 		return nil, err
 	}
 	return c, nil

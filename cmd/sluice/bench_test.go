@@ -35,7 +35,7 @@ func TestBenchStandalone(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range keys {
-		if !strings.HasPrefix(k, "sluice-bench:bench-gcra:{k") {
+		if !strings.HasPrefix(k, "sluice-bench:bench-gcra:gcra:{k") {
 			t.Errorf("unexpected key %q", k)
 		}
 	}

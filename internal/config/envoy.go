@@ -156,6 +156,7 @@ func (d *decoder) rateLimit(c *Config, dom *Domain, desc *Descriptor, n *yaml.No
 	p := &Policy{
 		Algorithm: sluice.AlgorithmFixedWindow,
 		Policy:    sluice.FixedWindow{Limit: rpu, Window: window},
+		Params:    sluice.Params{Limit: rpu, Window: window},
 		Limit:     rpu,
 		Shadow:    desc.Shadow,
 		Headers:   HeadersAll,

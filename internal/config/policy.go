@@ -118,22 +118,13 @@ func (d *decoder) policy(n *yaml.Node, c *Config, defaultTimeout time.Duration) 
 	if len(d.errs) > errsBefore {
 		return nil
 	}
-	switch alg {
-	case sluice.AlgorithmFixedWindow:
-		p.Policy = sluice.FixedWindow{Limit: limit, Window: window}
-	case sluice.AlgorithmSlidingWindow:
-		p.Policy = sluice.SlidingWindow{Limit: limit, Window: window}
-	case sluice.AlgorithmSlidingLog:
-		p.Policy = sluice.SlidingLog{Limit: limit, Window: window, CountRejected: countRejected}
-	case sluice.AlgorithmTokenBucket:
-		p.Policy = sluice.TokenBucket{Capacity: limit, Rate: rate, Per: per}
-	case sluice.AlgorithmGCRA:
-		p.Policy = sluice.GCRA{Rate: rate, Per: per, Burst: limit}
-	}
-	if _, err := p.Policy.Rule(); err != nil {
+	p.Params = sluice.Params{Limit: limit, Window: window, Rate: rate, Per: per, CountRejected: countRejected}
+	pol, err := alg.Policy(p.Params)
+	if err != nil {
 		d.errorf(n, "policy %q: %s", p.Name, strings.TrimPrefix(err.Error(), sluice.ErrInvalidPolicy.Error()+": "))
 		return nil
 	}
+	p.Policy = pol
 	p.Limit = limit
 	p.Limiter = p.Name + "." + alg.String()
 	return p

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"math"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -89,6 +88,8 @@ type Policy struct {
 	Algorithm sluice.Algorithm
 	// Policy is the sluice policy, validated.
 	Policy sluice.Policy
+	// Params are the numbers Policy was made of.
+	Params sluice.Params
 	// Limit is the limit, capacity or burst.
 	Limit    int64
 	FailMode sluice.FailMode
@@ -106,20 +107,14 @@ type Policy struct {
 	Line int
 }
 
-// Window returns the period after which a fully used limit is fully
-// restored: the window, or the time to refill the bucket.
+// Window returns the span the policy's limit is measured over, as shown to
+// clients: its Rule's Period.
 func (p *Policy) Window() time.Duration {
 	r, err := p.Policy.Rule()
 	if err != nil {
 		return 0
 	}
-	switch r.Algorithm {
-	case sluice.AlgorithmTokenBucket:
-		return time.Duration(math.Round(float64(r.Limit)/r.Rate)) * time.Microsecond
-	case sluice.AlgorithmGCRA:
-		return time.Duration(r.Limit) * r.Interval
-	}
-	return r.Window
+	return r.Period()
 }
 
 // Domain is an Envoy rate-limit domain: a tree of descriptors.

@@ -294,6 +294,7 @@ func (c *overrideCache) get(s *Server, st *state, base *policy, ov *commonrl.Rat
 	cp.Limiter = "override-" + hex.EncodeToString(sum[:12]) + ".fixed_window"
 	cp.Algorithm = sluice.AlgorithmFixedWindow
 	cp.Policy = sluice.FixedWindow{Limit: int64(ov.GetRequestsPerUnit()), Window: window}
+	cp.Params = sluice.Params{Limit: int64(ov.GetRequestsPerUnit()), Window: window}
 	cp.Limit = int64(ov.GetRequestsPerUnit())
 	opts := []sluice.Option{
 		sluice.WithName(cp.Limiter), sluice.WithPrefix(st.cfg.Prefix), sluice.WithFailMode(cp.FailMode),

@@ -46,12 +46,9 @@ func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
 		if c.Timeout > 0 {
 			info.Timeout = c.Timeout.String()
 		}
-		switch pol := c.Policy.(type) {
-		case sluice.TokenBucket:
-			info.Rate = fmt.Sprintf("%g/%s", pol.Rate, unitName(pol.Per))
-		case sluice.GCRA:
-			info.Rate = fmt.Sprintf("%g/%s", pol.Rate, unitName(pol.Per))
-		default:
+		if c.Algorithm.Rated() {
+			info.Rate = fmt.Sprintf("%g/%s", c.Params.Rate, unitName(c.Params.Per))
+		} else {
 			info.Window = c.Window().String()
 		}
 		out.Policies = append(out.Policies, info)

@@ -46,7 +46,7 @@ local function decide(key, now, burst, interval, cost, _)
       tats[key], pending[key] = tat, math.ceil(reset / 1000) + TTL_MARGIN_MS
     end
   end
-  return allowed, math.max(0, math.floor((now - tat + tau) / interval)), retry, reset
+  return allowed, math.max(0, idiv(math.max(0, now - tat + tau), interval)), retry, reset
 end
 
 local function flush()

@@ -20,3 +20,11 @@ local function flushHashes(fields, states, pending)
     end
   end
 end
+
+-- idiv is floor(a / b) for integers a >= 0 and b > 0, exact where a / b in
+-- doubles would round up to the next integer.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end

@@ -1,0 +1,150 @@
+package sluice
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Rule is the validated form of a Policy that a Store executes, and the one
+// owner of what each algorithm means: the period shown to clients, the time
+// to live of keys, the parameter a store's script takes, the default name
+// and the state a key holds. All durations are whole microseconds.
+//
+// For the window algorithms, Limit units may be taken per Window. For
+// TokenBucket, Limit is the capacity and Interval the time to earn one token;
+// for GCRA, Limit is the burst and Interval the emission interval (both
+// Per/Rate rounded to the microsecond).
+type Rule struct {
+	Algorithm     Algorithm
+	Limit         int64
+	Window        time.Duration // window algorithms
+	Interval      time.Duration // TokenBucket, GCRA: time per unit
+	CountRejected bool          // SlidingLog, FixedWindow: refused requests are counted too
+}
+
+// Validate reports whether r can be executed by a store: it is what a Policy
+// returns. Stores call it on rules built by hand.
+func (r Rule) Validate() error {
+	if err := checkLimit("Limit", r.Limit); err != nil {
+		return err
+	}
+	if r.CountRejected && r.Algorithm != AlgorithmSlidingLog && r.Algorithm != AlgorithmFixedWindow {
+		return invalid("CountRejected is only for %v and %v, not %v", AlgorithmFixedWindow, AlgorithmSlidingLog, r.Algorithm)
+	}
+	switch r.Algorithm {
+	case AlgorithmFixedWindow, AlgorithmSlidingWindow:
+		return checkWindow("Window", r.Window)
+	case AlgorithmSlidingLog:
+		if r.Limit > MaxSlidingLogLimit {
+			return invalid("SlidingLog Limit must be at most %d (MaxSlidingLogLimit), got %d", MaxSlidingLogLimit, r.Limit)
+		}
+		return checkWindow("Window", r.Window)
+	case AlgorithmTokenBucket, AlgorithmGCRA:
+		if r.Interval < time.Microsecond || r.Interval%time.Microsecond != 0 {
+			return invalid("Interval must be a positive whole number of microseconds, got %v", r.Interval)
+		}
+		return checkRefill("Limit", r.Limit, r.Interval)
+	}
+	return invalid("unknown algorithm %v", r.Algorithm)
+}
+
+// Period is the span the limit is measured over, as shown to clients: the
+// window of the window algorithms, and for TokenBucket and GCRA the time to
+// earn the whole limit back from empty (Limit × Interval). It is exact.
+func (r Rule) Period() time.Duration {
+	if r.Algorithm.Rated() {
+		return time.Duration(r.Limit) * r.Interval
+	}
+	return r.Window
+}
+
+// PeriodSeconds is Period in whole seconds, rounded up and at least 1: the
+// window a header such as RateLimit-Policy's "w" shows.
+func (r Rule) PeriodSeconds() int64 {
+	return max(1, int64((r.Period()+time.Second-1)/time.Second))
+}
+
+// Quota is the number of units a client may take in one Period, starting
+// from a fresh key: the quota a header such as RateLimit-Policy's "q" shows.
+func (r Rule) Quota() int64 { return r.Limit }
+
+// keyLife is the longest time a key's state is needed after its last
+// write: a window (two for SlidingWindow, whose previous window still
+// counts), or the time to refill from empty.
+func (r Rule) keyLife() time.Duration {
+	if r.Algorithm == AlgorithmSlidingWindow {
+		return 2 * r.Window
+	}
+	return r.Period()
+}
+
+// TTL is the longest time to live a key of r may have: the time its state
+// is needed, in whole milliseconds rounded up (PEXPIRE's unit), plus
+// KeyTTLMargin. Stores never set a longer one.
+func (r Rule) TTL() time.Duration {
+	return ceilMilli(r.keyLife()) + KeyTTLMargin
+}
+
+// ceilMilli is d rounded up to a whole millisecond.
+func ceilMilli(d time.Duration) time.Duration {
+	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+}
+
+// Param is the algorithm's parameter as a store's script takes it, in
+// microseconds: the window, or the interval of TokenBucket and GCRA.
+func (r Rule) Param() int64 {
+	if r.Algorithm.Rated() {
+		return r.Interval.Microseconds()
+	}
+	return r.Window.Microseconds()
+}
+
+// State names the layout of the state a key of r holds: the algorithm and
+// the version of its state format. It is part of every key (see Key), so
+// limiters of different algorithms never read each other's state, even
+// under one name (a rolling deploy that changes a limiter's algorithm runs
+// both on separate state), and a changed state format starts afresh.
+func (r Rule) State() string {
+	switch r.Algorithm {
+	case AlgorithmFixedWindow:
+		return "fw"
+	case AlgorithmSlidingLog:
+		return "sl"
+	case AlgorithmSlidingWindow:
+		return "sw"
+	case AlgorithmTokenBucket:
+		return "tb2" // "tb" held float tokens; tb2 holds microseconds of credit
+	case AlgorithmGCRA:
+		return "gcra"
+	}
+	return "x" + strconv.Itoa(int(r.Algorithm))
+}
+
+// String describes the rule, such as "gcra(burst=20, interval=200ms)".
+func (r Rule) String() string {
+	switch r.Algorithm {
+	case AlgorithmTokenBucket:
+		return fmt.Sprintf("token_bucket(capacity=%d, interval=%v)", r.Limit, r.Interval)
+	case AlgorithmGCRA:
+		return fmt.Sprintf("gcra(burst=%d, interval=%v)", r.Limit, r.Interval)
+	}
+	s := fmt.Sprintf("%v(limit=%d, window=%v", r.Algorithm, r.Limit, r.Window)
+	if r.CountRejected {
+		s += ", count_rejected"
+	}
+	return s + ")"
+}
+
+// DefaultName is the limiter name New gives r unless WithName says
+// otherwise, such as "gcra-20-200000": distinct rules get distinct names, so
+// limiters that share a store do not share state unless their policies are
+// identical.
+func (r Rule) DefaultName() string {
+	short := map[Algorithm]string{AlgorithmFixedWindow: "fw", AlgorithmSlidingLog: "sl",
+		AlgorithmSlidingWindow: "sw", AlgorithmTokenBucket: "tb", AlgorithmGCRA: "gcra"}[r.Algorithm]
+	if r.CountRejected {
+		short += "c" // fwc, slc
+	}
+	return short + "-" + strconv.FormatInt(r.Limit, 10) + "-" + strconv.FormatInt(r.Param(), 10)
+}

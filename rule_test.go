@@ -1,0 +1,114 @@
+package sluice_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+func mustRule(t *testing.T, p sluice.Policy) sluice.Rule {
+	t.Helper()
+	r, err := p.Rule()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestRulePeriod: one rounding of the period shown to clients, exact.
+func TestRulePeriod(t *testing.T) {
+	for _, c := range []struct {
+		p       sluice.Policy
+		period  time.Duration
+		seconds int64
+		ttl     time.Duration
+	}{
+		{sluice.TokenBucket{Capacity: 10, Rate: 10, Per: time.Second}, time.Second, 1, 2 * time.Second},
+		{sluice.TokenBucket{Capacity: 3, Rate: 3, Per: time.Second}, 999999 * time.Microsecond, 1, 2 * time.Second},
+		{sluice.GCRA{Rate: 10, Per: time.Second, Burst: 25}, 2500 * time.Millisecond, 3, 3500 * time.Millisecond},
+		{sluice.FixedWindow{Limit: 5, Window: 1500 * time.Microsecond}, 1500 * time.Microsecond, 1, 1002 * time.Millisecond},
+		{sluice.SlidingWindow{Limit: 5, Window: time.Minute}, time.Minute, 60, 2*time.Minute + time.Second},
+		{sluice.SlidingLog{Limit: 5, Window: time.Minute}, time.Minute, 60, time.Minute + time.Second},
+	} {
+		r := mustRule(t, c.p)
+		if r.Period() != c.period || r.PeriodSeconds() != c.seconds || r.TTL() != c.ttl || r.Quota() != r.Limit {
+			t.Errorf("%v: Period %v, PeriodSeconds %d, TTL %v; want %v, %d, %v", r, r.Period(), r.PeriodSeconds(), r.TTL(), c.period, c.seconds, c.ttl)
+		}
+	}
+}
+
+// TestRuleStateAndName: every algorithm keeps its state under its own key
+// part, and default names differ when policies do.
+func TestRuleStateAndName(t *testing.T) {
+	states, names := map[string]sluice.Rule{}, map[string]sluice.Rule{}
+	for _, p := range []sluice.Policy{
+		sluice.FixedWindow{Limit: 5, Window: time.Second},
+		sluice.SlidingLog{Limit: 5, Window: time.Second},
+		sluice.SlidingWindow{Limit: 5, Window: time.Second},
+		sluice.TokenBucket{Capacity: 5, Rate: 5, Per: time.Second},
+		sluice.GCRA{Rate: 5, Per: time.Second, Burst: 5},
+	} {
+		r := mustRule(t, p)
+		if o, ok := states[r.State()]; ok {
+			t.Errorf("%v and %v share the state %q", r, o, r.State())
+		}
+		states[r.State()] = r
+		if o, ok := names[r.DefaultName()]; ok {
+			t.Errorf("%v and %v share the name %q", r, o, r.DefaultName())
+		}
+		names[r.DefaultName()] = r
+		if err := r.Validate(); err != nil {
+			t.Errorf("%v: %v", r, err)
+		}
+		k1 := sluice.Key("p", "n", r, "id")
+		for _, o := range states {
+			if o.Algorithm != r.Algorithm && sluice.Key("p", "n", o, "id") == k1 {
+				t.Errorf("%v and %v share the key %q", r, o, k1)
+			}
+		}
+	}
+	slc := mustRule(t, sluice.SlidingLog{Limit: 5, Window: time.Second, CountRejected: true})
+	if slc.DefaultName() == names[slc.State()].DefaultName() {
+		t.Errorf("count_rejected shares the default name %q", slc.DefaultName())
+	}
+}
+
+// TestAlgorithmPolicy: the builder refuses numbers its algorithm does not
+// use, rather than ignoring them.
+func TestAlgorithmPolicy(t *testing.T) {
+	ok := []struct {
+		a sluice.Algorithm
+		p sluice.Params
+	}{
+		{sluice.AlgorithmFixedWindow, sluice.Params{Limit: 3, Window: time.Second}},
+		{sluice.AlgorithmSlidingLog, sluice.Params{Limit: 3, Window: time.Second, CountRejected: true}},
+		{sluice.AlgorithmSlidingWindow, sluice.Params{Limit: 3, Window: time.Second}},
+		{sluice.AlgorithmTokenBucket, sluice.Params{Limit: 3, Rate: 1, Per: time.Second}},
+		{sluice.AlgorithmGCRA, sluice.Params{Limit: 3, Rate: 1, Per: time.Second}},
+	}
+	for _, c := range ok {
+		pol, err := c.a.Policy(c.p)
+		if err != nil {
+			t.Fatalf("%v %+v: %v", c.a, c.p, err)
+		}
+		if r := mustRule(t, pol); r.Algorithm != c.a || r.Limit != 3 {
+			t.Errorf("%v %+v: rule %v", c.a, c.p, r)
+		}
+	}
+	for _, c := range []struct {
+		a sluice.Algorithm
+		p sluice.Params
+	}{
+		{sluice.AlgorithmFixedWindow, sluice.Params{Limit: 3, Window: time.Second, Rate: 1}},
+		{sluice.AlgorithmSlidingWindow, sluice.Params{Limit: 3, Window: time.Second, CountRejected: true}},
+		{sluice.AlgorithmTokenBucket, sluice.Params{Limit: 3, Rate: 1, Per: time.Second, Window: time.Second}},
+		{sluice.AlgorithmGCRA, sluice.Params{Limit: 3}},
+		{sluice.Algorithm(99), sluice.Params{Limit: 3, Window: time.Second}},
+	} {
+		if _, err := c.a.Policy(c.p); !errors.Is(err, sluice.ErrInvalidPolicy) {
+			t.Errorf("%v %+v: %v, want ErrInvalidPolicy", c.a, c.p, err)
+		}
+	}
+}
