@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-valkey.sh
+bash scripts/install-systemd-analyze.sh
+bash scripts/install-proxies.sh
 export PATH="$PATH:/usr/sbin:/usr/bin"
 valkey-server --version
 
