@@ -13,6 +13,10 @@ var (
 	// refusing it silently would hide a bug).
 	ErrInvalidCost = errors.New("sluice: invalid cost")
 
+	// ErrNotCreated is returned by every decision of a Limiter that New did
+	// not make: a nil *Limiter or the zero Limiter, which has no store.
+	ErrNotCreated = errors.New("sluice: Limiter not made by New")
+
 	// ErrInvalidKey is returned for an empty key.
 	ErrInvalidKey = errors.New("sluice: invalid key")
 

@@ -154,6 +154,11 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidPolicy)
 	}
+	if v := reflect.ValueOf(store); nillable[v.Kind()] && v.IsNil() {
+		// Such as a nil *valkeystore.Store from a valkeystore.New that
+		// failed: it would panic on the first decision.
+		return nil, fmt.Errorf("%w: store is a nil %T", ErrInvalidPolicy, store)
+	}
 	if !reflect.TypeOf(store).Comparable() {
 		// AllowAll groups checks by store with ==.
 		return nil, fmt.Errorf("%w: store of type %T is not comparable: pass a pointer", ErrInvalidPolicy, store)
@@ -194,17 +199,53 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
-// Name returns the limiter's name, the second part of its keys.
-func (l *Limiter) Name() string { return l.cfg.name }
+// nillable are the kinds whose nil values reflect.Value.IsNil reports.
+var nillable = map[reflect.Kind]bool{reflect.Pointer: true, reflect.Map: true, reflect.Slice: true,
+	reflect.Func: true, reflect.Chan: true, reflect.Interface: true, reflect.UnsafePointer: true}
 
-// Rule returns the validated rule the limiter enforces.
-func (l *Limiter) Rule() Rule { return l.rule }
+// ready reports an error for a Limiter that New did not make (nil, or the
+// zero Limiter), which has no store to decide with.
+func (l *Limiter) ready() error {
+	if l == nil || l.store == nil {
+		return ErrNotCreated
+	}
+	return nil
+}
+
+// Name returns the limiter's name, the second part of its keys ("" for a
+// Limiter New did not make).
+func (l *Limiter) Name() string {
+	if l.ready() != nil {
+		return ""
+	}
+	return l.cfg.name
+}
+
+// Rule returns the validated rule the limiter enforces (the zero Rule for a
+// Limiter New did not make).
+func (l *Limiter) Rule() Rule {
+	if l.ready() != nil {
+		return Rule{}
+	}
+	return l.rule
+}
 
 // FailMode returns what the limiter decides when the store cannot.
-func (l *Limiter) FailMode() FailMode { return l.cfg.failMode }
+func (l *Limiter) FailMode() FailMode {
+	if l.ready() != nil {
+		return FailClosed
+	}
+	return l.cfg.failMode
+}
 
-// Key returns the store key that holds the state of key.
-func (l *Limiter) Key(key string) string { return Key(l.cfg.prefix, l.cfg.name, l.rule, key) }
+// Key returns the store key that holds the state of key ("" for a Limiter
+// New did not make).
+func (l *Limiter) Key(key string) string {
+	if l.ready() != nil {
+		return ""
+	}
+	return Key(l.cfg.prefix, l.cfg.name, l.rule, key)
+}
 
 // Allow reports whether one event may happen now for key, and takes it if
 // so. It is AllowN(ctx, key, 1).
@@ -279,6 +320,9 @@ func (l *Limiter) local(res Result) Result {
 }
 
 func (l *Limiter) check(key string, n int64) error {
+	if err := l.ready(); err != nil {
+		return err
+	}
 	if key == "" {
 		return ErrInvalidKey
 	}
@@ -375,6 +419,9 @@ func (l *Limiter) degrade(op *Op) {
 // Reset forgets all state of key, as if it had never been seen: the next
 // request starts with the full limit ("unlock this user").
 func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if err := l.ready(); err != nil {
+		return err
+	}
 	if key == "" {
 		return ErrInvalidKey
 	}

@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -120,3 +121,44 @@ func TestWaitDeadline(t *testing.T) {
 		t.Fatal("Wait waited for the deadline instead of returning at once")
 	}
 }
+
+// TestTypedNilStoreAndZeroLimiter: a nil store of any type is refused by
+// New, and a Limiter New did not make never panics.
+func TestTypedNilStoreAndZeroLimiter(t *testing.T) {
+	var ms *memstore.Store // as a failed valkeystore.New returns a nil *Store
+	var fs storeFunc
+	p := sluice.GCRA{Rate: 1, Per: time.Second, Burst: 1}
+	for _, s := range []sluice.Store{ms, fs} {
+		if _, err := sluice.New(s, p); !errors.Is(err, sluice.ErrInvalidPolicy) || !strings.Contains(err.Error(), "nil") {
+			t.Errorf("New(%T(nil)): %v, want ErrInvalidPolicy naming the nil store", s, err)
+		}
+	}
+	ctx := context.Background()
+	for name, l := range map[string]*sluice.Limiter{"zero": {}, "nil": nil} {
+		if _, err := l.Peek(ctx, "k"); !errors.Is(err, sluice.ErrNotCreated) {
+			t.Errorf("%s Limiter: Peek: %v", name, err)
+		}
+		if _, err := l.Allow(ctx, "k"); !errors.Is(err, sluice.ErrNotCreated) {
+			t.Errorf("%s Limiter: Allow: %v", name, err)
+		}
+		if err := l.Wait(ctx, "k"); !errors.Is(err, sluice.ErrNotCreated) {
+			t.Errorf("%s Limiter: Wait: %v", name, err)
+		}
+		if err := l.Reset(ctx, "k"); !errors.Is(err, sluice.ErrNotCreated) {
+			t.Errorf("%s Limiter: Reset: %v", name, err)
+		}
+		if _, err := sluice.AllowAll(ctx, []sluice.Check{{Limiter: l, Key: "k", Cost: 1}}); err == nil {
+			t.Errorf("%s Limiter: AllowAll: no error", name)
+		}
+		if _, err := sluice.AllowEach(ctx, []sluice.Check{{Limiter: l, Key: "k", Cost: 1}}); err == nil {
+			t.Errorf("%s Limiter: AllowEach: no error", name)
+		}
+		_, _, _, _ = l.Name(), l.Rule(), l.FailMode(), l.Key("k")
+	}
+}
+
+// storeFunc is a Store of a func type, whose nil is typed too.
+type storeFunc func(ctx context.Context, batch []sluice.Op) error
+
+func (f storeFunc) Do(ctx context.Context, batch []sluice.Op) error { return f(ctx, batch) }
+func (f storeFunc) Delete(context.Context, ...string) error         { return nil }
