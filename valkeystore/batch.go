@@ -9,26 +9,40 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// The batcher merges concurrent decisions into shared script calls. Up to
-// max calls are in flight at once; a decision that arrives while all are
-// busy queues, and when a call returns, everything queued meanwhile leaves
-// together as the next call (one EVALSHA deciding many keys, split only by
-// algorithm and, on a cluster, by slot). A lone decision never waits: when a
-// slot is free it goes out at once. Requests for one hot key that queue
-// together are decided in one script call, one after the other, exactly as
-// if they had come one by one.
+// The batcher merges concurrent decisions for one node into shared script
+// calls. Up to max calls are in flight at once; a decision that arrives
+// while all are busy queues, and when a call returns, what queued
+// meanwhile leaves together as the next call (one EVALSHA deciding many
+// keys, split only by algorithm and, on a cluster, by slot). Requests for
+// one hot key that queue together are decided in one script call, one
+// after the other, exactly as if they had come one by one.
 //
 // No goroutine is started: the caller whose call returns hands the queue to
 // one of the queued callers, which sends it and wakes the others.
 //
-// Deadlines travel in the Ops (sluice.Op.Deadline), so a queued decision
-// costs no timer: a merged call is bounded by the earliest deadline of its
-// decisions, and a queued decision whose deadline passes is failed when the
-// queue is handed on. A queued decision only arms a timer of its own when
-// a call in flight may outlive its deadline (limiters with different
-// timeouts sharing the store).
+// Invariants:
+//   - A lone decision never waits: when fewer than max calls are in flight
+//     it goes out at once.
+//   - Every caller returns by its own deadline (the earliest of its Ops'
+//     Deadlines and its ctx's), whatever the calls in flight do: a merged
+//     call is bounded by the earliest deadline among its requests (and the
+//     deadline layer, deadline.go, returns it by then); a queued request
+//     whose deadline passes is failed when the queue is handed on, or by a
+//     timer of its own when it may wait for a call that outlives its
+//     deadline (armed when it queues behind such a call, or when such a
+//     call leaves without it).
+//   - A decision's own deadline decides it: requests are merged only with
+//     requests whose deadlines are close to theirs (within an eighth of
+//     the time left), so a decision with a long timeout is never cut short
+//     by a merged call bounded by a much shorter one. Requests without a
+//     deadline merge only with each other.
+//   - A caller that gives up (its ctx ends) while queued is never sent;
+//     once sent, it waits for the reply, which the call may already have
+//     acted on.
+//   - The batcher serves one node, so a dead node's calls fill only its
+//     own slots in flight, never those of a healthy node.
 type batcher struct {
-	s      *Store
+	n      *node
 	max    int // calls in flight at once
 	maxOps int // decisions per merged batch
 
@@ -43,7 +57,14 @@ type request struct {
 	ops      []sluice.Op // a copy: the caller may give up and return
 	deadline time.Time   // the earliest of the ops' deadlines; zero: none
 	state    atomic.Int32
-	wake     chan []*request // a batch to send (the caller leads it), or nil when done
+	rearmed  bool          // a rearm was sent (under batcher.mu)
+	wake     chan wakeCall // a batch to send (the caller leads it), done, or rearm
+}
+
+// wakeCall is what a queued caller is woken for.
+type wakeCall struct {
+	batch []*request // non-nil: lead this batch
+	rearm bool       // arm a timer for the deadline and go on waiting
 }
 
 const (
@@ -55,10 +76,11 @@ const (
 // never stands for "no deadline" among the calls in flight.
 var never = time.Unix(1<<62, 0)
 
-var requestPool = sync.Pool{New: func() any { return &request{wake: make(chan []*request, 1)} }}
+// Room for a rearm and the final wake, so that neither send blocks.
+var requestPool = sync.Pool{New: func() any { return &request{wake: make(chan wakeCall, 2)} }}
 
-func newBatcher(s *Store, max int) *batcher {
-	return &batcher{s: s, max: max, maxOps: 16 * s.maxBatch}
+func newBatcher(e *engine, n *node, max int) *batcher {
+	return &batcher{n: n, max: max, maxOps: 16 * e.maxBatch}
 }
 
 // earliest returns the earliest deadline of ops, or the zero Time.
@@ -91,37 +113,61 @@ func (b *batcher) do(ctx context.Context, ops []sluice.Op) error {
 			b.latest = orNever(dl)
 		}
 		b.mu.Unlock()
-		err := b.s.doBy(ctx, ops, dl)
+		err := b.n.doBy(ctx, ops, dl)
 		b.handoff()
 		return err
 	}
 	r := requestPool.Get().(*request)
 	r.ops = append(r.ops[:0], ops...)
 	r.deadline = dl
+	r.rearmed = false
 	r.state.Store(queued)
 	b.pending = append(b.pending, r)
 	needTimer := !dl.IsZero() && dl.Before(b.latest)
 	b.mu.Unlock()
 
-	var expired <-chan time.Time
-	if needTimer {
-		t := time.NewTimer(time.Until(dl))
-		defer t.Stop()
-		expired = t.C
+	var (
+		timer   *time.Timer
+		expired <-chan time.Time
+	)
+	arm := func() {
+		timer = time.NewTimer(time.Until(dl))
+		expired = timer.C
 	}
+	if needTimer {
+		arm()
+	}
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	var batch []*request
-	select {
-	case batch = <-r.wake:
-	case <-ctx.Done():
-		if r.state.CompareAndSwap(queued, abandoned) {
-			return ctx.Err() // never sent; the sender skips it
+wait:
+	for {
+		select {
+		case w := <-r.wake:
+			if w.rearm {
+				if expired == nil {
+					arm()
+				}
+				continue
+			}
+			batch = w.batch
+			break wait
+		case <-ctx.Done():
+			if r.state.CompareAndSwap(queued, abandoned) {
+				return ctx.Err() // never sent; the sender skips it
+			}
+			batch = b.final(r) // already sent: wait for the answer
+			break wait
+		case <-expired:
+			if r.state.CompareAndSwap(queued, abandoned) {
+				return context.DeadlineExceeded
+			}
+			batch = b.final(r)
+			break wait
 		}
-		batch = <-r.wake // already sent: wait for the answer
-	case <-expired:
-		if r.state.CompareAndSwap(queued, abandoned) {
-			return context.DeadlineExceeded
-		}
-		batch = <-r.wake
 	}
 	if batch != nil {
 		b.lead(batch)
@@ -132,7 +178,20 @@ func (b *batcher) do(ctx context.Context, ops []sluice.Op) error {
 	return nil
 }
 
+// final waits for the wake that ends r's wait (a batch to lead, or done),
+// skipping rearms: r was taken into a call.
+func (b *batcher) final(r *request) []*request {
+	for {
+		if w := <-r.wake; !w.rearm {
+			return w.batch
+		}
+	}
+}
+
 // handoff gives the queue to one of the queued callers, or frees the slot.
+// The batch it hands on is the first live request in the queue and the
+// requests after it whose deadlines are close to its own (mergeable); the
+// others stay queued, in order, for the next call.
 func (b *batcher) handoff() {
 	for {
 		b.mu.Lock()
@@ -144,46 +203,77 @@ func (b *batcher) handoff() {
 			b.mu.Unlock()
 			return
 		}
-		n, ops := 0, 0
-		for n < len(b.pending) && ops < b.maxOps {
-			ops += len(b.pending[n].ops)
-			n++
-		}
-		batch := make([]*request, n)
-		copy(batch, b.pending)
-		rest := copy(b.pending, b.pending[n:])
-		clear(b.pending[rest:])
-		b.pending = b.pending[:rest]
-
 		now := time.Now()
-		live := batch[:0]
-		var dl time.Time
-		for _, r := range batch {
-			if !r.state.CompareAndSwap(queued, taken) {
+		var (
+			live     []*request
+			anchor   time.Time // the deadline of the batch's first request
+			anchored bool
+			dl       time.Time // the earliest deadline in the batch
+			ops      int
+		)
+		keep := b.pending[:0] // filtered in place: keep never passes the reader
+		for _, r := range b.pending {
+			if r.state.Load() != queued {
 				continue // its caller gave up
 			}
 			if !r.deadline.IsZero() && !now.Before(r.deadline) {
-				for i := range r.ops {
-					r.ops[i].Err = context.DeadlineExceeded
+				if r.state.CompareAndSwap(queued, taken) {
+					for i := range r.ops {
+						r.ops[i].Err = context.DeadlineExceeded
+					}
+					r.wake <- wakeCall{}
 				}
-				r.wake <- nil
 				continue
 			}
+			if ops >= b.maxOps || anchored && !mergeable(anchor, r.deadline, now) {
+				keep = append(keep, r)
+				continue
+			}
+			if !r.state.CompareAndSwap(queued, taken) {
+				continue
+			}
+			if !anchored {
+				anchor, anchored = r.deadline, true
+			}
 			live = append(live, r)
+			ops += len(r.ops)
 			if !r.deadline.IsZero() && (dl.IsZero() || r.deadline.Before(dl)) {
 				dl = r.deadline
 			}
 		}
-		if len(live) > 0 {
-			if orNever(dl).After(b.latest) {
-				b.latest = orNever(dl)
-			}
+		clear(b.pending[len(keep):])
+		b.pending = keep
+		if len(live) == 0 {
 			b.mu.Unlock()
-			live[0].wake <- live // the slot passes to the leader
-			return
+			continue
+		}
+		if orNever(dl).After(b.latest) {
+			b.latest = orNever(dl)
+		}
+		// A request left queued behind a call that outlives its deadline
+		// must not wait for that call without a timer of its own.
+		for _, r := range keep {
+			if !r.rearmed && !r.deadline.IsZero() && r.deadline.Before(orNever(dl)) {
+				r.rearmed = true
+				r.wake <- wakeCall{rearm: true}
+			}
 		}
 		b.mu.Unlock()
+		live[0].wake <- wakeCall{batch: live} // the slot passes to the leader
+		return
 	}
+}
+
+// mergeable reports whether a request with deadline d may share a call
+// with one whose deadline is anchor: both without a deadline, or d within
+// an eighth of the time left (at least a millisecond) of anchor.
+func mergeable(anchor, d, now time.Time) bool {
+	if anchor.IsZero() || d.IsZero() {
+		return anchor.IsZero() && d.IsZero()
+	}
+	tol := max(anchor.Sub(now)/8, time.Millisecond)
+	diff := d.Sub(anchor)
+	return -tol <= diff && diff <= tol
 }
 
 // lead sends batch as one merged Do, by the earliest deadline of its
@@ -201,7 +291,7 @@ func (b *batcher) lead(batch []*request) {
 	for _, r := range batch {
 		merged = append(merged, r.ops...)
 	}
-	err := b.s.doBy(context.Background(), merged, dl)
+	err := b.n.doBy(context.Background(), merged, dl)
 	i := 0
 	for _, r := range batch {
 		for j := range r.ops {
@@ -213,7 +303,7 @@ func (b *batcher) lead(batch []*request) {
 		}
 	}
 	for _, r := range batch[1:] {
-		r.wake <- nil
+		r.wake <- wakeCall{}
 	}
 	b.handoff()
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,10 +15,10 @@ import (
 	"github.com/valkey-io/valkey-go"
 )
 
-// ErrCircuitOpen is the error of every call made while the Store's circuit
-// breaker is open: the call was refused without touching the network. It
-// wraps sluice.ErrStoreUnavailable, and the error a call returns also wraps
-// the last failure that opened the breaker.
+// ErrCircuitOpen is the error of every call made while the circuit breaker
+// of the call's node is open: the call was refused without touching the
+// network. It wraps sluice.ErrStoreUnavailable, and the error a call
+// returns also wraps the last failure that opened the breaker.
 var ErrCircuitOpen error = errCircuitOpen{}
 
 type errCircuitOpen struct{}
@@ -26,33 +26,48 @@ type errCircuitOpen struct{}
 func (errCircuitOpen) Error() string { return "valkeystore: circuit breaker open" }
 func (errCircuitOpen) Unwrap() error { return sluice.ErrStoreUnavailable }
 
-// Breaker configures the Store's circuit breaker, which is on by default
+// Breaker configures the Store's circuit breakers, which are on by default
 // with the defaults below. Zero fields take their defaults.
 //
-// The breaker counts consecutive failed calls: network errors (connection
-// refused or reset, a failed dial), timeouts (the context's deadline passed
-// before Valkey answered), and the replies by which a server says it cannot
-// serve at all (LOADING, BUSY, MASTERDOWN, CLUSTERDOWN). Any other reply
-// counts as a success, errors included: WRONGTYPE, a script error or OOM
-// under maxmemory-policy noeviction mean the server answered at once, and
-// refusing calls would only hide when it recovers. A call whose context was
-// canceled by its caller counts as neither.
+// There is one breaker per node: the server of a standalone client (or the
+// master a Sentinel client follows), and each primary of a cluster, which
+// guards the decisions whose slots that primary serves. A dead primary
+// opens only its own breaker; decisions on the other primaries go on.
 //
-// After Failures consecutive failures the breaker opens: Do and Delete fail
-// at once with an error wrapping ErrCircuitOpen, so the limiters decide by
-// their fail mode in microseconds instead of each waiting for its timeout,
-// and a dead or hung Valkey is not sent the request rate. A single
-// background goroutine then PINGs Valkey (every primary of a cluster), first
-// after MinProbeInterval, then with a wait doubling up to MaxProbeInterval.
-// When Valkey answers, the breaker turns half-open and the probe ends: the
-// next call goes to Valkey as a trial while the others still fail fast. A
-// trial that succeeds closes the breaker; one that fails opens it again and
-// starts a new probe. No goroutine runs while the breaker is closed or
-// half-open, and the probe also ends when the Store is garbage collected.
+// A breaker counts consecutive failed calls: network errors (connection
+// refused or reset, a failed dial), timeouts (the decision's deadline
+// passed before Valkey answered), and the replies by which a server says
+// it cannot serve at all (LOADING, BUSY, MASTERDOWN, CLUSTERDOWN). Any
+// other reply counts as a success, errors included: WRONGTYPE, a script
+// error or OOM under maxmemory-policy noeviction mean the server answered
+// at once, and refusing calls would only hide when it recovers. A call
+// whose context was canceled by its caller counts as neither.
 //
-// The breaker is one per Store. On a cluster with one primary down, calls
-// to the other primaries keep succeeding, so the breaker rarely opens;
-// calls to the dead primary are still bounded by the limiters' timeouts.
+// After Failures consecutive failures the breaker opens: decisions on its
+// node fail at once with an error wrapping ErrCircuitOpen, so the limiters
+// decide by their fail mode in microseconds instead of each waiting for
+// its timeout, and a dead or hung node is not sent the request rate.
+//
+// A timeout shows the node too slow for that call's deadline, not for a
+// longer one: each limiter has its own timeout (sluice.WithTimeout), and a
+// node that takes 100ms is dead to a 50ms limiter and healthy to a 1s one.
+// So a breaker opened by timeouts refuses only the calls whose time left
+// is not clearly more (by half) than that of the calls that timed out; a
+// call with more time goes to Valkey, and if it times out too, the bar
+// rises to its time.
+// A breaker opened by any other failure refuses every call.
+//
+// While a breaker is open, a single background goroutine probes its node,
+// first after MinProbeInterval, then with a wait doubling up to
+// MaxProbeInterval. A probe PINGs a standalone server; on a cluster it
+// reads the slot map again and asks one of the node's slots, through the
+// cluster client (so a replica promoted in the node's place answers), and
+// when the node serves no slot any more the breaker closes. When the node
+// answers, the breaker turns half-open and the probe ends: the next call
+// goes to Valkey as a trial while the others still fail fast. A trial that
+// succeeds closes the breaker; one that fails opens it again and starts a
+// new probe. No goroutine runs while the breakers are closed or half-open,
+// and the probes also end when the Store is garbage collected.
 type Breaker struct {
 	// Failures is the number of consecutive failed calls that opens the
 	// breaker (default 5). Fewer open it sooner on a dead server, but also
@@ -74,10 +89,10 @@ type Breaker struct {
 	// server waits that long before the next wait begins.
 	ProbeTimeout time.Duration
 
-	// OnStateChange, if set, is called with the new state at every
-	// transition, in order, for logs and metrics. It must be fast and must
-	// not call the Store.
-	OnStateChange func(BreakerState)
+	// OnStateChange, if set, is called with the node (its address) and its
+	// new state at every transition of that node's breaker, in order, for
+	// logs and metrics. It must be fast and must not call the Store.
+	OnStateChange func(node string, st BreakerState)
 }
 
 // Breaker defaults.
@@ -88,24 +103,20 @@ const (
 	DefaultBreakerProbeTimeout     = 500 * time.Millisecond
 )
 
-// WithBreaker configures the circuit breaker (see Breaker; it is on by
+// WithBreaker configures the circuit breakers (see Breaker; they are on by
 // default with the default Breaker).
 func WithBreaker(b Breaker) Option {
-	return func(s *Store) {
-		if s.breaker == nil {
-			s.breaker = &breaker{}
-		}
-		s.breaker.cfg = b
-	}
+	return func(e *engine) { e.breakerCfg = &b }
 }
 
-// WithoutBreaker turns the circuit breaker off: every call goes to Valkey
-// and, while Valkey is down or hung, waits for its timeout.
+// WithoutBreaker turns the circuit breakers off: every call goes to Valkey
+// and, while a node is down or hung, waits for its timeout (the deadline
+// layer still returns every call by its deadline).
 func WithoutBreaker() Option {
-	return func(s *Store) { s.breaker = nil }
+	return func(e *engine) { e.breakerCfg = nil }
 }
 
-// BreakerState is the state of a Store's circuit breaker.
+// BreakerState is the state of a circuit breaker.
 type BreakerState int32
 
 const (
@@ -132,42 +143,37 @@ func (st BreakerState) String() string {
 	}
 }
 
-// BreakerState returns the state of the circuit breaker, for health checks
-// and metrics.
+// BreakerState returns the worst state among the Store's breakers (open,
+// then half-open, then closed), for health checks. Breakers gives them
+// per node.
 func (s *Store) BreakerState() BreakerState {
-	if s.breaker == nil {
-		return BreakerClosed
+	worst := BreakerClosed
+	for _, st := range s.Breakers() {
+		if st == BreakerOpen || st == BreakerHalfOpen && worst == BreakerClosed {
+			worst = st
+		}
 	}
-	return BreakerState(s.breaker.state.Load())
+	return worst
 }
 
-// breaker is the circuit breaker of one Store. A nil *breaker is off: its
-// methods let every call through.
-//
-// The hot path (closed, no failures) is two atomic loads per call; the
-// mutex is taken only on transitions and in the half-open state.
-type breaker struct {
-	cfg    Breaker
-	client valkey.Client // for the probe, which must not hold the Store
-	done   chan struct{} // closed when the Store is garbage collected
-
-	state   atomic.Int32              // a BreakerState
-	fails   atomic.Int32              // consecutive failures while closed
-	openErr atomic.Pointer[openError] // the error of refused calls
-
-	mu    sync.Mutex
-	trial bool // half-open: the trial call is in flight
+// Breakers returns the state of the breaker of every node that serves
+// slots, by node address (one node for a standalone client), for metrics.
+// It is empty when the breakers are off.
+func (s *Store) Breakers() map[string]BreakerState {
+	out := make(map[string]BreakerState)
+	for _, n := range s.e.nodes() {
+		if n.breaker == nil {
+			continue
+		}
+		if _, serves := s.e.slotsOf(n); serves || BreakerState(n.breaker.state.Load()) != BreakerClosed {
+			out[n.name] = BreakerState(n.breaker.state.Load())
+		}
+	}
+	return out
 }
 
-type openError struct{ err error }
-
-// init applies the defaults and checks the configuration of the breaker of
-// s, and arranges for its probe to end when s is garbage collected.
-func (b *breaker) init(s *Store) error {
-	if b == nil {
-		return nil
-	}
-	c := &b.cfg
+// initBreaker applies the defaults to c and checks it.
+func initBreaker(c *Breaker) error {
 	if c.Failures == 0 {
 		c.Failures = DefaultBreakerFailures
 	}
@@ -188,75 +194,156 @@ func (b *breaker) init(s *Store) error {
 	case c.ProbeTimeout < 0:
 		return fmt.Errorf("valkeystore: breaker probe timeout must be positive, got %v", c.ProbeTimeout)
 	}
-	b.client = s.client
-	b.done = make(chan struct{})
-	runtime.AddCleanup(s, func(done chan struct{}) { close(done) }, b.done)
 	return nil
 }
 
-// allow reports whether a call may go to Valkey: nil, and trial set when
-// the call is the half-open trial (whose outcome record must then be
-// told). Otherwise it returns the error of the open breaker.
-func (b *breaker) allow() (trial bool, err error) {
+// breaker is the circuit breaker of one node. A nil *breaker is off: its
+// methods let every call through.
+//
+// The hot path (closed, no failures) is two atomic loads per call; the
+// mutex is taken only on transitions and in the half-open state.
+type breaker struct {
+	cfg *Breaker
+	n   *node // for the probe, which must not hold the Store
+
+	state     atomic.Int32              // a BreakerState
+	fails     atomic.Int32              // consecutive failures while closed
+	failLevel atomic.Int64              // the largest budget among them (hard: any failure but a timeout)
+	level     atomic.Int64              // open, half-open: calls with a larger budget go through
+	openErr   atomic.Pointer[openError] // the error of refused calls
+
+	mu        sync.Mutex
+	trial     bool   // half-open: the trial call is in flight
+	probeKey  string // cluster: a key of probeSlot
+	probeSlot uint16
+}
+
+type openError struct{ err error }
+
+// hard is the level of failures other than timeouts: no budget is above it.
+const hard = math.MaxInt64
+
+// A pass says how a call got through its breaker.
+type pass uint8
+
+const (
+	normal pass = iota // closed
+	trial              // half-open: the trial
+	above              // open or half-open, but the call has more time than those that timed out
+)
+
+func newBreaker(cfg *Breaker, n *node) *breaker {
+	return &breaker{cfg: cfg, n: n}
+}
+
+// budgetOf returns the time left until dl (hard when zero: no deadline).
+func budgetOf(dl time.Time) int64 {
+	if dl.IsZero() {
+		return hard
+	}
+	return int64(time.Until(dl))
+}
+
+// allow reports whether a call with budget (its time left) may go to
+// Valkey, and how (record must then be told its outcome). Otherwise it
+// returns the error of the open breaker.
+func (b *breaker) allow(budget int64) (pass, error) {
 	if b == nil {
-		return false, nil
+		return normal, nil
 	}
 	switch BreakerState(b.state.Load()) {
 	case BreakerClosed:
-		return false, nil
+		return normal, nil
 	case BreakerOpen:
-		return false, b.openErr.Load().err
+		if exceeds(budget, b.level.Load()) {
+			return above, nil
+		}
+		return normal, b.openErr.Load().err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch BreakerState(b.state.Load()) {
 	case BreakerClosed:
-		return false, nil
+		return normal, nil
 	case BreakerHalfOpen:
 		if !b.trial {
 			b.trial = true
-			return true, nil
+			return trial, nil
 		}
 	}
-	return false, b.openErr.Load().err
+	if exceeds(budget, b.level.Load()) {
+		return above, nil
+	}
+	return normal, b.openErr.Load().err
 }
 
-// record takes the outcome of a call allow let through: the replies of its
-// pipelined commands, made under ctx.
-func (b *breaker) record(ctx context.Context, trial bool, resps []valkey.ValkeyResult) {
+// exceeds reports whether budget is clearly more than level: by half. The
+// time left of calls made with one timeout varies a little with when they
+// are sent; only a longer timeout gets through.
+func exceeds(budget, level int64) bool {
+	return level != hard && budget > level+level/2
+}
+
+// record takes the outcome of a call allow let through with p: the replies
+// of its pipelined commands, made under ctx with budget.
+func (b *breaker) record(ctx context.Context, p pass, budget int64, resps []valkey.ValkeyResult) {
 	if b == nil {
 		return
 	}
-	out, cause := outcomeOf(ctx, resps)
-	if trial {
+	out, cause, timedOut := outcomeOf(ctx, resps)
+	lvl := int64(hard)
+	if timedOut {
+		lvl = budget
+	}
+	switch p {
+	case trial:
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		b.trial = false
 		switch out {
 		case succeeded:
 			b.fails.Store(0)
+			b.failLevel.Store(0)
 			b.setLocked(BreakerClosed)
 		case failed:
+			b.level.Store(lvl)
 			b.openLocked(cause)
 		}
 		// neutral: stay half-open; the next call is the trial.
-		return
+	case above:
+		if out == failed {
+			raise(&b.level, lvl)
+		}
+	default:
+		switch out {
+		case succeeded:
+			if b.fails.Load() != 0 {
+				b.fails.Store(0)
+				b.failLevel.Store(0)
+			}
+		case failed:
+			raise(&b.failLevel, lvl)
+			if b.fails.Add(1) < int32(b.cfg.Failures) {
+				return
+			}
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			// Calls that began before the breaker opened may end after: only
+			// the first to reach the threshold opens it.
+			if BreakerState(b.state.Load()) == BreakerClosed && b.fails.Load() >= int32(b.cfg.Failures) {
+				b.level.Store(b.failLevel.Load())
+				b.openLocked(cause)
+			}
+		}
 	}
-	switch out {
-	case succeeded:
-		if b.fails.Load() != 0 {
-			b.fails.Store(0)
-		}
-	case failed:
-		if b.fails.Add(1) < int32(b.cfg.Failures) {
+}
+
+// raise sets v to x if x is larger.
+func raise(v *atomic.Int64, x int64) {
+	for {
+		old := v.Load()
+		if x <= old || v.CompareAndSwap(old, x) {
 			return
-		}
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		// Calls that began before the breaker opened may end after: only
-		// the first to reach the threshold opens it.
-		if BreakerState(b.state.Load()) == BreakerClosed && b.fails.Load() >= int32(b.cfg.Failures) {
-			b.openLocked(cause)
 		}
 	}
 }
@@ -266,9 +353,9 @@ func (b *breaker) record(ctx context.Context, trial bool, resps []valkey.ValkeyR
 func (b *breaker) openLocked(cause error) {
 	var err error
 	if BreakerState(b.state.Load()) == BreakerHalfOpen {
-		err = fmt.Errorf("%w again after a failed trial: %w", ErrCircuitOpen, cause)
+		err = fmt.Errorf("%w (node %s) again after a failed trial: %w", ErrCircuitOpen, b.n.name, cause)
 	} else {
-		err = fmt.Errorf("%w after %d consecutive failures, the last: %w", ErrCircuitOpen, b.fails.Load(), cause)
+		err = fmt.Errorf("%w (node %s) after %d consecutive failures, the last: %w", ErrCircuitOpen, b.n.name, b.fails.Load(), cause)
 	}
 	b.openErr.Store(&openError{err})
 	b.setLocked(BreakerOpen)
@@ -277,33 +364,35 @@ func (b *breaker) openLocked(cause error) {
 
 func (b *breaker) setLocked(st BreakerState) {
 	if BreakerState(b.state.Swap(int32(st))) != st && b.cfg.OnStateChange != nil {
-		b.cfg.OnStateChange(st)
+		b.cfg.OnStateChange(b.n.name, st)
 	}
 }
 
-// probe PINGs Valkey with backoff until it answers, then turns the breaker
-// half-open and returns. It also returns, closing the breaker, when the
-// client is closed (calls then fail with the client's own error), and when
-// the Store is garbage collected.
+// probe asks the node with backoff until it answers, then turns the
+// breaker half-open and returns. It also returns, closing the breaker,
+// when the node serves no slot any more, when the client is closed (calls
+// then fail with the client's own error), and when the Store is garbage
+// collected.
 func (b *breaker) probe() {
 	wait := b.cfg.MinProbeInterval
 	timer := time.NewTimer(jitter(wait))
 	defer timer.Stop()
 	for {
 		select {
-		case <-b.done:
+		case <-b.n.e.done:
 			return
 		case <-timer.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ProbeTimeout)
-		err := ping(ctx, b.client)
+		gone, err := b.ask(ctx)
 		cancel()
-		if err == nil || errors.Is(err, valkey.ErrClosing) {
+		if err == nil || gone || errors.Is(err, valkey.ErrClosing) {
 			b.mu.Lock()
-			if err == nil {
+			if err == nil && !gone {
 				b.setLocked(BreakerHalfOpen)
 			} else {
 				b.fails.Store(0)
+				b.failLevel.Store(0)
 				b.setLocked(BreakerClosed)
 			}
 			b.mu.Unlock()
@@ -314,7 +403,26 @@ func (b *breaker) probe() {
 	}
 }
 
-// ping PINGs every node of c (every primary of a cluster).
+// ask is one probe: whether the node answers, or serves no slot (gone).
+func (b *breaker) ask(ctx context.Context) (gone bool, err error) {
+	e := b.n.e
+	if !e.cluster {
+		return false, ping(ctx, e.client)
+	}
+	e.refresh(ctx) // a failure leaves the map as it was
+	sl, serves := e.slotsOf(b.n)
+	if !serves {
+		return true, nil
+	}
+	if b.probeKey == "" || b.probeSlot != sl { // only the probe reads them
+		b.probeKey, b.probeSlot = keyInSlot(sl), sl
+	}
+	// Through the cluster client, which routes the slot to whichever node
+	// serves it now, and refreshes its own map when that node fails.
+	return false, e.client.Do(ctx, e.client.B().Exists().Key(b.probeKey).Build()).Error()
+}
+
+// ping PINGs every node of c (the server of a standalone client).
 func ping(ctx context.Context, c valkey.Client) error {
 	for addr, n := range c.Nodes() {
 		if err := n.Do(ctx, n.B().Ping().Build()).Error(); err != nil {
@@ -341,19 +449,26 @@ const (
 )
 
 // outcomeOf classifies a call by its replies: failed if any failed (with
-// that error), else succeeded if any was answered.
-func outcomeOf(ctx context.Context, resps []valkey.ValkeyResult) (outcome, error) {
-	out := neutral
+// the first such error, and whether every failure was a timeout), else
+// succeeded if any was answered.
+func outcomeOf(ctx context.Context, resps []valkey.ValkeyResult) (out outcome, cause error, timedOut bool) {
 	for _, r := range resps {
 		err := r.Error()
 		switch classify(ctx, err) {
 		case failed:
-			return failed, err
+			if out != failed {
+				out, cause, timedOut = failed, err, true
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				timedOut = false
+			}
 		case succeeded:
-			out = succeeded
+			if out == neutral {
+				out = succeeded
+			}
 		}
 	}
-	return out, nil
+	return out, cause, timedOut
 }
 
 // classify tells whether err, the error of one command sent under ctx,
@@ -376,52 +491,4 @@ func classify(ctx context.Context, err error) outcome {
 		return neutral // the caller gave up, not Valkey
 	}
 	return failed // timeout, refused, reset, EOF, dial error
-}
-
-// Guarded calls. valkey-go (v1.0.79) does not always return by the
-// context's deadline: when a new connection's handshake times out against
-// a server that accepts and never answers (paused, hung, a black hole),
-// closing that connection may block for about a second. A connection is
-// made anew only after one failed, so while the breaker has seen a failure
-// (and for the half-open trial) calls run on a goroutine of their own and
-// return when the context ends; the goroutine ends when valkey-go returns.
-// Healthy calls go straight to the client.
-
-// suspect reports whether calls must be guarded.
-func (b *breaker) suspect(ctx context.Context, trial bool) bool {
-	return b != nil && ctx.Done() != nil && (trial || b.fails.Load() != 0)
-}
-
-// do is c.Do(ctx, cmd), guarded while Valkey is suspect.
-func (b *breaker) do(ctx context.Context, c valkey.Client, trial bool, cmd valkey.Completed) valkey.ValkeyResult {
-	if !b.suspect(ctx, trial) {
-		return c.Do(ctx, cmd)
-	}
-	ch := make(chan valkey.ValkeyResult, 1)
-	go func() { ch <- c.Do(ctx, cmd) }()
-	select {
-	case r := <-ch:
-		return r
-	case <-ctx.Done():
-		return valkey.NewErrorResult(ctx.Err())
-	}
-}
-
-// doMulti is c.DoMulti(ctx, cmds...), guarded while Valkey is suspect.
-func (b *breaker) doMulti(ctx context.Context, c valkey.Client, trial bool, cmds valkey.Commands) []valkey.ValkeyResult {
-	if !b.suspect(ctx, trial) {
-		return c.DoMulti(ctx, cmds...)
-	}
-	ch := make(chan []valkey.ValkeyResult, 1)
-	go func() { ch <- c.DoMulti(ctx, cmds...) }()
-	select {
-	case r := <-ch:
-		return r
-	case <-ctx.Done():
-		out := make([]valkey.ValkeyResult, len(cmds))
-		for i := range out {
-			out[i] = valkey.NewErrorResult(ctx.Err())
-		}
-		return out
-	}
 }

@@ -41,7 +41,7 @@ type transitions struct {
 	log []BreakerState
 }
 
-func (tr *transitions) add(st BreakerState) {
+func (tr *transitions) add(_ string, st BreakerState) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	tr.log = append(tr.log, st)
@@ -71,25 +71,25 @@ func waitState(t *testing.T, s *Store, want BreakerState) {
 func TestBreakerStateMachine(t *testing.T) {
 	srv := valkeytest.Start(t)
 	s, tr := newTestBreaker(t, srv.Addr, Breaker{Failures: 3})
-	b := s.breaker
+	b := s.e.topo.single.breaker
 	ctx := context.Background()
 
 	// Failures must be consecutive: a success starts the count again.
 	for _, resps := range [][]valkey.ValkeyResult{netErr, timeout, ok, netErr, timeout} {
-		trial, err := b.allow()
-		if trial || err != nil {
+		p, err := b.allow(hard)
+		if p != normal || err != nil {
 			t.Fatalf("closed: allow = %v, %v", trial, err)
 		}
-		b.record(ctx, false, resps)
+		b.record(ctx, normal, hard, resps)
 	}
 	if st := s.BreakerState(); st != BreakerClosed {
 		t.Fatalf("breaker %v after 2 consecutive failures of 3", st)
 	}
-	b.record(ctx, false, netErr)
+	b.record(ctx, normal, hard, netErr)
 	if st := s.BreakerState(); st != BreakerOpen {
 		t.Fatalf("breaker %v after 3 consecutive failures", st)
 	}
-	_, err := b.allow()
+	_, err := b.allow(hard)
 	if !errors.Is(err, ErrCircuitOpen) || !errors.Is(err, sluice.ErrStoreUnavailable) || !errors.Is(err, io.EOF) {
 		t.Fatalf("open: %v; want ErrCircuitOpen, sluice.ErrStoreUnavailable and the cause", err)
 	}
@@ -104,8 +104,8 @@ func TestBreakerStateMachine(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			trial, err := b.allow()
-			if trial {
+			p, err := b.allow(hard)
+			if p == trial {
 				trials.Add(1)
 			} else if !errors.Is(err, ErrCircuitOpen) {
 				t.Errorf("half-open, not the trial: %v", err)
@@ -121,25 +121,25 @@ func TestBreakerStateMachine(t *testing.T) {
 	// next call is the trial.
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
-	b.record(canceled, true, []valkey.ValkeyResult{valkey.NewErrorResult(context.Canceled)})
+	b.record(canceled, trial, hard, []valkey.ValkeyResult{valkey.NewErrorResult(context.Canceled)})
 	if st := s.BreakerState(); st != BreakerHalfOpen {
 		t.Fatalf("breaker %v after a canceled trial, want half-open", st)
 	}
 	// A failed trial opens it again, with a new probe, which sees the
 	// server and turns it half-open again.
-	if trial, _ := b.allow(); !trial {
+	if p, _ := b.allow(hard); p != trial {
 		t.Fatal("half-open: no trial")
 	}
-	b.record(ctx, true, timeout)
+	b.record(ctx, trial, hard, timeout)
 	if st := s.BreakerState(); st != BreakerOpen {
 		t.Fatalf("breaker %v after a failed trial, want open", st)
 	}
 	waitState(t, s, BreakerHalfOpen)
 	// A trial that succeeds closes it.
-	if trial, _ := b.allow(); !trial {
+	if p, _ := b.allow(hard); p != trial {
 		t.Fatal("half-open: no trial")
 	}
-	b.record(ctx, true, ok)
+	b.record(ctx, trial, hard, ok)
 	if st := s.BreakerState(); st != BreakerClosed {
 		t.Fatalf("breaker %v after a good trial, want closed", st)
 	}
@@ -154,8 +154,8 @@ func TestBreakerProbeBackoff(t *testing.T) {
 	var pings atomic.Int32
 	addr := valkeytest.ClosedAddr(t)
 	s, _ := newTestBreaker(t, addr, Breaker{Failures: 1, MinProbeInterval: 5 * time.Millisecond, MaxProbeInterval: 40 * time.Millisecond})
-	s.breaker.client = countingClient{Client: s.breaker.client, n: &pings}
-	s.breaker.record(context.Background(), false, netErr)
+	s.e.client = countingClient{Client: s.e.client, n: &pings}
+	s.e.topo.single.breaker.record(context.Background(), normal, hard, netErr)
 	time.Sleep(400 * time.Millisecond)
 	// Waits of about 5, 10, 20, 40, 40, ... ms (less up to a fifth): about
 	// 12 probes in 400ms; without backoff at 5ms there would be 80.
@@ -216,13 +216,13 @@ func TestBreakerOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := s.breaker.cfg
+	got := *s.e.breakerCfg
 	if got.Failures != DefaultBreakerFailures || got.MinProbeInterval != DefaultBreakerMinProbeInterval ||
 		got.MaxProbeInterval != DefaultBreakerMaxProbeInterval || got.ProbeTimeout != DefaultBreakerProbeTimeout {
 		t.Errorf("defaults: %+v", got)
 	}
 	s, err = New(c, WithoutBreaker())
-	if err != nil || s.breaker != nil || s.BreakerState() != BreakerClosed {
-		t.Errorf("WithoutBreaker: %v, %v", s.breaker, err)
+	if err != nil || s.e.topo.single.breaker != nil || s.BreakerState() != BreakerClosed {
+		t.Errorf("WithoutBreaker: %v, %v", s.e.topo.single.breaker, err)
 	}
 }

@@ -15,7 +15,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -25,57 +27,72 @@ import (
 
 // Store is a sluice.Store on Valkey. It is safe for concurrent use.
 type Store struct {
-	client   valkey.Client
-	maxBatch int
-	breaker  *breaker // nil when off; see breaker.go
-	inflight int      // WithBatching
-	cluster  bool     // keys of a script call must share a slot
-	batcher  *batcher // nil when off; see batch.go
+	e *engine
+}
+
+// engine is the Store's machinery. It is apart from the Store so that the
+// probes of open breakers, which hold the engine, do not keep a Store that
+// nobody holds from being garbage collected (which ends them).
+type engine struct {
+	client     valkey.Client
+	maxBatch   int
+	breakerCfg *Breaker // nil when off; see breaker.go
+	inflight   int      // WithBatching; see batch.go
+	cluster    bool     // keys of a script call must share a slot
+	topo       topology // nodes and the slots they serve; see nodes.go
+	done       chan struct{}
 }
 
 // An Option configures a Store.
-type Option func(*Store)
+type Option func(*engine)
 
 // WithMaxKeysPerCall bounds how many decisions of one batch share one
 // script call (default 64). A script blocks the server while it runs, so
 // larger calls trade others' latency for throughput.
 func WithMaxKeysPerCall(n int) Option {
-	return func(s *Store) { s.maxBatch = n }
+	return func(e *engine) { e.maxBatch = n }
 }
 
 // WithBatching sets how many script calls the store keeps in flight at once
-// (default 4; 0 turns batching off). Decisions that arrive while that many
-// are in flight queue, and leave together in the next call: one script call
-// then decides many keys, which is what lets one Valkey make several times
-// more decisions per second than one call per decision. A lone decision
-// never waits for company.
+// to each node (default 4; 0 turns batching off). Decisions that arrive
+// while that many are in flight queue, and leave together in the next
+// call: one script call then decides many keys, which is what lets one
+// Valkey make several times more decisions per second than one call per
+// decision. A lone decision never waits for company.
 func WithBatching(inflight int) Option {
-	return func(s *Store) { s.inflight = inflight }
+	return func(e *engine) { e.inflight = inflight }
 }
 
-// New returns a Store on client, which may be a standalone or a cluster
-// client. The Store does not own the client: closing it is the caller's job.
+// New returns a Store on client, which may be a standalone, Sentinel or
+// cluster client. The Store does not own the client: closing it is the
+// caller's job. On a cluster, New reads the slot map (CLUSTER SLOTS), for
+// up to a second.
 func New(client valkey.Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("valkeystore: nil client")
 	}
-	s := &Store{client: client, maxBatch: 64, breaker: &breaker{}, inflight: 4}
+	e := &engine{client: client, maxBatch: 64, breakerCfg: &Breaker{}, inflight: 4}
 	for _, o := range opts {
-		o(s)
+		o(e)
 	}
-	if err := s.breaker.init(s); err != nil {
-		return nil, err
+	if e.breakerCfg != nil {
+		cfg := *e.breakerCfg
+		if err := initBreaker(&cfg); err != nil {
+			return nil, err
+		}
+		e.breakerCfg = &cfg
 	}
-	if s.maxBatch < 1 {
-		return nil, fmt.Errorf("valkeystore: max keys per call must be positive, got %d", s.maxBatch)
+	if e.maxBatch < 1 {
+		return nil, fmt.Errorf("valkeystore: max keys per call must be positive, got %d", e.maxBatch)
 	}
-	if s.inflight < 0 {
-		return nil, fmt.Errorf("valkeystore: calls in flight must be zero (no batching) or positive, got %d", s.inflight)
+	if e.inflight < 0 {
+		return nil, fmt.Errorf("valkeystore: calls in flight must be zero (no batching) or positive, got %d", e.inflight)
 	}
-	if s.inflight > 0 {
-		s.batcher = newBatcher(s, s.inflight)
-	}
-	s.cluster = client.Mode() == valkey.ClientModeCluster
+	e.cluster = client.Mode() == valkey.ClientModeCluster
+	e.done = make(chan struct{})
+	e.initTopology()
+	s := &Store{e: e}
+	runtime.AddCleanup(s, func(done chan struct{}) { close(done) }, e.done)
 	return s, nil
 }
 
@@ -85,80 +102,107 @@ type call struct {
 	ops []int
 }
 
-// Do implements sluice.Store.
+// Do implements sluice.Store. The Ops go to the nodes that serve their
+// keys; the Ops of different nodes are decided concurrently, each node's
+// by its own batcher, breaker and deadline.
 func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
-	if s.batcher != nil {
-		return s.batcher.do(ctx, batch)
+	e := s.e
+	if len(batch) == 0 {
+		return nil
 	}
-	return s.doBy(ctx, batch, earliest(batch))
+	n := e.nodeOf(batch[0].Key)
+	if len(batch) == 1 || !e.cluster {
+		return n.do(ctx, batch)
+	}
+	byNode := map[*node][]int{}
+	for i := range batch {
+		m := e.nodeOf(batch[i].Key)
+		byNode[m] = append(byNode[m], i)
+	}
+	if len(byNode) == 1 {
+		return n.do(ctx, batch)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for m, idx := range byNode {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			part := make([]sluice.Op, len(idx))
+			for j, i := range idx {
+				part[j] = batch[i]
+			}
+			err := m.do(ctx, part)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
+			}
+			for j, i := range idx {
+				batch[i] = part[j]
+			}
+		}()
+	}
+	wg.Wait()
+	return first
 }
 
-// doBy is do bounded by the deadline dl (none when zero).
-func (s *Store) doBy(ctx context.Context, batch []sluice.Op, dl time.Time) error {
+// do decides ops, all of this node: through its batcher, or at once.
+func (n *node) do(ctx context.Context, ops []sluice.Op) error {
+	if n.batcher != nil {
+		return n.batcher.do(ctx, ops)
+	}
+	return n.doBy(ctx, ops, earliest(ops))
+}
+
+// doBy is send bounded by the deadline dl (none when zero).
+func (n *node) doBy(ctx context.Context, batch []sluice.Op, dl time.Time) error {
 	if !dl.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, dl)
 		defer cancel()
 	}
-	return s.do(ctx, batch)
+	return n.send(ctx, batch)
 }
 
-// do sends batch: its script calls in one pipelined round trip.
-func (s *Store) do(ctx context.Context, batch []sluice.Op) error {
+// send sends batch: its script calls in one pipelined round trip, then
+// those that must be sent again (see exchange).
+func (n *node) send(ctx context.Context, batch []sluice.Op) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	e := n.e
 	var one [1]call
-	calls := s.plan(batch, one[:0])
+	calls := e.plan(batch, one[:0])
 	if len(calls) == 0 {
 		return nil
 	}
-	trial, err := s.breaker.allow()
+	dl, _ := ctx.Deadline()
+	budget := budgetOf(dl)
+	p, err := n.breaker.allow(budget)
 	if err != nil {
-		return err // the circuit breaker is open: fail fast, no network
+		return err // the node's circuit breaker is open: fail fast, no network
 	}
-	if len(calls) == 1 { // one script call: no slices of commands
-		var resps [1]valkey.ValkeyResult
-		resps[0] = s.breaker.do(ctx, s.client, trial, s.command(batch, calls[0], true))
-		if isNoScript(resps[0]) {
-			resps[0] = s.breaker.do(ctx, s.client, trial, s.command(batch, calls[0], false))
-		}
-		s.breaker.record(ctx, trial, resps[:])
-		decode(batch, calls[0], resps[0])
-		return nil
+	var resps []valkey.ValkeyResult
+	var oneResp [1]valkey.ValkeyResult
+	if len(calls) == 1 {
+		resps = oneResp[:]
+	} else {
+		resps = make([]valkey.ValkeyResult, len(calls))
 	}
-	cmds := make(valkey.Commands, len(calls))
+	n.exchange(ctx, batch, calls, resps)
+	n.guard.note(ctx, resps)
+	n.breaker.record(ctx, p, budget, resps)
 	for i, c := range calls {
-		cmds[i] = s.command(batch, c, true)
-	}
-	resps := s.breaker.doMulti(ctx, s.client, trial, cmds)
-
-	// Scripts lost to a restart or SCRIPT FLUSH: send the source once.
-	var retry []int
-	for i, r := range resps {
-		if isNoScript(r) {
-			retry = append(retry, i)
+		if resps[i].Error() != nil && classify(ctx, resps[i].Error()) == failed {
+			e.refreshIfOlder(refreshAfterFailure)
 		}
-	}
-	if len(retry) > 0 {
-		evals := make(valkey.Commands, len(retry))
-		for j, i := range retry {
-			evals[j] = s.command(batch, calls[i], false)
-		}
-		for j, r := range s.breaker.doMulti(ctx, s.client, trial, evals) {
-			resps[retry[j]] = r
-		}
-	}
-	s.breaker.record(ctx, trial, resps)
-	for i, c := range calls {
 		decode(batch, c, resps[i])
 	}
 	return nil
-}
-
-func isNoScript(r valkey.ValkeyResult) bool {
-	verr, ok := valkey.IsValkeyErr(r.Error())
-	return ok && verr.IsNoScript()
 }
 
 // firstOp is the ops of a call that decides batch[0] alone. Read only.
@@ -166,7 +210,7 @@ var firstOp = []int{0}
 
 // plan groups the valid Ops of batch into script calls: one per algorithm
 // and slot, split at maxBatch keys. Invalid Ops get their error.
-func (s *Store) plan(batch []sluice.Op, dst []call) []call {
+func (e *engine) plan(batch []sluice.Op, dst []call) []call {
 	if len(batch) == 1 { // the common case, without maps or allocations
 		if err := batch[0].Rule.Validate(); err != nil {
 			batch[0].Err = err
@@ -187,11 +231,11 @@ func (s *Store) plan(batch []sluice.Op, dst []call) []call {
 			continue
 		}
 		g := group{alg: op.Rule.Algorithm}
-		if s.cluster {
+		if e.cluster {
 			g.slot = slot(op.Key)
 		}
 		ci, ok := index[g]
-		if !ok || len(calls[ci].ops) >= s.maxBatch {
+		if !ok || len(calls[ci].ops) >= e.maxBatch {
 			ci = len(calls)
 			index[g] = ci
 			calls = append(calls, call{alg: g.alg})
@@ -202,7 +246,7 @@ func (s *Store) plan(batch []sluice.Op, dst []call) []call {
 }
 
 // command builds the EVALSHA (or EVAL) of one call.
-func (s *Store) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
+func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 	n := len(c.ops)
 	// One allocation for the keys and arguments, one for the digits of all
 	// the numbers. buf is made large enough never to grow (a number takes at
@@ -235,9 +279,9 @@ func (s *Store) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 	}
 	sc := scripts[c.alg]
 	if sha {
-		return s.client.B().Evalsha().Sha1(sc.sha).Numkeys(int64(n)).Key(keys...).Arg(args...).Build()
+		return e.client.B().Evalsha().Sha1(sc.sha).Numkeys(int64(n)).Key(keys...).Arg(args...).Build()
 	}
-	return s.client.B().Eval().Script(sc.src).Numkeys(int64(n)).Key(keys...).Arg(args...).Build()
+	return e.client.B().Eval().Script(sc.src).Numkeys(int64(n)).Key(keys...).Arg(args...).Build()
 }
 
 // maxDigits bounds the length of one formatted number: an int64 takes at
@@ -290,35 +334,66 @@ func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
-// Delete implements sluice.Store: one DEL per key, pipelined (keys of
-// different slots cannot share a command on a cluster).
+// Delete implements sluice.Store: one DEL per key, pipelined to each
+// node (keys of different slots cannot share a command on a cluster).
 func (s *Store) Delete(ctx context.Context, keys ...string) error {
-	if len(keys) == 0 {
-		return nil
+	e := s.e
+	byNode := map[*node]valkey.Commands{}
+	var order []*node
+	for _, k := range keys {
+		n := e.nodeOf(k)
+		if _, ok := byNode[n]; !ok {
+			order = append(order, n)
+		}
+		byNode[n] = append(byNode[n], e.client.B().Del().Key(k).Build())
 	}
-	trial, err := s.breaker.allow()
-	if err != nil {
-		return fmt.Errorf("valkeystore: delete: %w", err)
-	}
-	cmds := make(valkey.Commands, len(keys))
-	for i, k := range keys {
-		cmds[i] = s.client.B().Del().Key(k).Build()
-	}
-	resps := s.breaker.doMulti(ctx, s.client, trial, cmds)
-	s.breaker.record(ctx, trial, resps)
-	for _, r := range resps {
-		if err := r.Error(); err != nil {
+	for _, n := range order {
+		dl, _ := ctx.Deadline()
+		budget := budgetOf(dl)
+		p, err := n.breaker.allow(budget)
+		if err != nil {
 			return fmt.Errorf("valkeystore: delete: %w", err)
+		}
+		resps := n.guard.doMulti(ctx, e.client, byNode[n])
+		n.guard.note(ctx, resps)
+		n.breaker.record(ctx, p, budget, resps)
+		for _, r := range resps {
+			if err := r.Error(); err != nil {
+				return fmt.Errorf("valkeystore: delete: %w", err)
+			}
 		}
 	}
 	return nil
 }
 
-// Ping reports whether the store answers (PING on every primary).
+// Ping reports whether the store can decide for every key: PING on a
+// standalone server; on a cluster, every slot has a primary in the slot
+// map (read again), and every primary answers PING. Replicas are not
+// asked: losing one costs no decision.
 func (s *Store) Ping(ctx context.Context) error {
-	for addr, n := range s.client.Nodes() {
-		if err := n.Do(ctx, n.B().Ping().Build()).Error(); err != nil {
-			return fmt.Errorf("valkeystore: ping %s: %w", addr, err)
+	e := s.e
+	if !e.cluster {
+		return ping(ctx, e.client)
+	}
+	if err := e.refresh(ctx); err != nil {
+		return err
+	}
+	tab := e.topo.table.Load()
+	primaries := map[*node]bool{}
+	for sl, n := range tab {
+		if n == nil {
+			return fmt.Errorf("valkeystore: slot %d has no primary", sl)
+		}
+		primaries[n] = true
+	}
+	clients := e.client.Nodes()
+	for n := range primaries {
+		c, ok := clients[n.name]
+		if !ok {
+			return fmt.Errorf("valkeystore: primary %s: not known to the client yet", n.name)
+		}
+		if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+			return fmt.Errorf("valkeystore: ping primary %s: %w", n.name, err)
 		}
 	}
 	return nil

@@ -1,0 +1,137 @@
+package valkeystore
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/valkey-io/valkey-go"
+)
+
+// Retries. A script call is sent again only on a reply that proves it did
+// not run; never after a timeout or a broken connection, after which it
+// may have run, and a retry would count twice.
+//
+// What valkey-go (v1.0.79) does by itself, for a script call (EVALSHA and
+// EVAL are not marked retryable in valkey-go, so its own retries of
+// read-only commands never apply to them):
+//   - MOVED and ASK: followed at once, to the node named in the reply, and
+//     MOVED updates its slot map. The store never sees them unless the
+//     client's MaxMovedRedirections is exceeded.
+//   - TRYAGAIN, CLUSTERDOWN, LOADING: returned, with a refresh of the slot
+//     map scheduled (after a random delay of up to a second).
+//   - READONLY (a primary demoted to replica): returned, and nothing else;
+//     its slot map stays as it was.
+//   - a network error: returned, with a refresh scheduled.
+//
+// The store sends a call again once, within its deadline, when its reply
+// is one of those refusals (and NOSCRIPT, answered with the script's
+// source; see exchange), after a short wait that lets a failover, a
+// resharding step or a refresh of the client's map progress.
+
+// notRun reports whether r is a refusal that proves the script did not run
+// and may succeed if sent again: MOVED, ASK, TRYAGAIN, CLUSTERDOWN,
+// READONLY, LOADING, MASTERDOWN.
+func notRun(r valkey.ValkeyResult) bool {
+	verr, ok := valkey.IsValkeyErr(r.Error())
+	if !ok {
+		return false
+	}
+	msg := verr.Error()
+	for _, p := range retryable {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+var retryable = [...]string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "LOADING", "MASTERDOWN"}
+
+func isNoScript(r valkey.ValkeyResult) bool {
+	verr, ok := valkey.IsValkeyErr(r.Error())
+	return ok && verr.IsNoScript()
+}
+
+// Retry timing: the wait before the one retry is a third of the time left,
+// at most retryMaxWait; no retry when less than retryMinLeft would be left
+// after the wait.
+const (
+	retryMaxWait = 25 * time.Millisecond
+	retryMinLeft = time.Millisecond
+)
+
+// exchange sends the script calls of batch and fills in their replies:
+// EVALSHA first, EVAL for the scripts the server lost (NOSCRIPT), and one
+// more round for the calls refused by a reply that proves they did not
+// run (notRun), when the deadline leaves time for it.
+func (n *node) exchange(ctx context.Context, batch []sluice.Op, calls []call, resps []valkey.ValkeyResult) {
+	n.round(ctx, batch, calls, resps, nil, true)
+	if redo := pick(resps, isNoScript); redo != nil {
+		n.round(ctx, batch, calls, resps, redo, false)
+	}
+	redo := pick(resps, notRun)
+	if redo == nil || !retryWait(ctx) {
+		return
+	}
+	n.round(ctx, batch, calls, resps, redo, true)
+	if again := pick(resps, isNoScript); again != nil {
+		n.round(ctx, batch, calls, resps, again, false)
+	}
+}
+
+// round sends the calls listed in only (all when nil) in one pipelined
+// round trip, by EVALSHA or EVAL, and stores their replies in resps.
+func (n *node) round(ctx context.Context, batch []sluice.Op, calls []call, resps []valkey.ValkeyResult, only []int, sha bool) {
+	e := n.e
+	if only == nil && len(calls) == 1 { // no slices of commands
+		resps[0] = n.guard.do(ctx, e.client, e.command(batch, calls[0], sha))
+		return
+	}
+	if only == nil {
+		only = make([]int, len(calls))
+		for i := range only {
+			only[i] = i
+		}
+	}
+	cmds := make(valkey.Commands, len(only))
+	for j, i := range only {
+		cmds[j] = e.command(batch, calls[i], sha)
+	}
+	for j, r := range n.guard.doMulti(ctx, e.client, cmds) {
+		resps[only[j]] = r
+	}
+}
+
+// pick returns the indices of the replies for which match holds, or nil.
+func pick(resps []valkey.ValkeyResult, match func(valkey.ValkeyResult) bool) []int {
+	var out []int
+	for i, r := range resps {
+		if r.Error() != nil && match(r) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// retryWait waits before a retry and reports whether the deadline of ctx
+// leaves time for it.
+func retryWait(ctx context.Context) bool {
+	wait := retryMaxWait
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		wait = min(wait, left/3)
+		if left-wait < retryMinLeft {
+			return false
+		}
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
