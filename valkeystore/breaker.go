@@ -212,10 +212,8 @@ type breaker struct {
 	level     atomic.Int64              // open, half-open: calls with a larger budget go through
 	openErr   atomic.Pointer[openError] // the error of refused calls
 
-	mu        sync.Mutex
-	trial     bool   // half-open: the trial call is in flight
-	probeKey  string // cluster: a key of probeSlot
-	probeSlot uint16
+	mu    sync.Mutex
+	trial bool // half-open: the trial call is in flight
 }
 
 type openError struct{ err error }
@@ -410,16 +408,7 @@ func (b *breaker) ask(ctx context.Context) (gone bool, err error) {
 		return false, ping(ctx, e.client)
 	}
 	e.refresh(ctx) // a failure leaves the map as it was
-	sl, serves := e.slotsOf(b.n)
-	if !serves {
-		return true, nil
-	}
-	if b.probeKey == "" || b.probeSlot != sl { // only the probe reads them
-		b.probeKey, b.probeSlot = keyInSlot(sl), sl
-	}
-	// Through the cluster client, which routes the slot to whichever node
-	// serves it now, and refreshes its own map when that node fails.
-	return false, e.client.Do(ctx, e.client.B().Exists().Key(b.probeKey).Build()).Error()
+	return b.n.askSlot(ctx)
 }
 
 // ping PINGs every node of c (the server of a standalone client).

@@ -38,6 +38,10 @@ type node struct {
 	breaker *breaker // nil when the breaker is off
 	batcher *batcher // nil when batching is off
 	guard   guard    // the deadline layer; see deadline.go
+
+	mu     sync.Mutex
+	askKey string // a key of askOf, for askSlot
+	askOf  uint16
 }
 
 func (e *engine) newNode(name string) *node {
@@ -238,6 +242,25 @@ func parseSlots(r valkey.ValkeyResult, from string) (map[string][][2]int64, erro
 		owners[addr] = append(owners[addr], [2]int64{lo, hi})
 	}
 	return owners, nil
+}
+
+// askSlot asks one of the slots n serves (EXISTS on a key that is never
+// written) through the cluster client, which routes it to whichever node
+// serves the slot now and refreshes its own map when that node fails. It
+// reports gone when n serves no slot in the current map.
+func (n *node) askSlot(ctx context.Context) (gone bool, err error) {
+	e := n.e
+	sl, serves := e.slotsOf(n)
+	if !serves {
+		return true, nil
+	}
+	n.mu.Lock()
+	if n.askKey == "" || n.askOf != sl {
+		n.askKey, n.askOf = keyInSlot(sl), sl
+	}
+	key := n.askKey
+	n.mu.Unlock()
+	return false, e.client.Do(ctx, e.client.B().Exists().Key(key).Build()).Error()
 }
 
 // keyInSlot returns a key of slot sl. The probe reads it to see whether

@@ -368,7 +368,7 @@ func (s *Store) Delete(ctx context.Context, keys ...string) error {
 
 // Ping reports whether the store can decide for every key: PING on a
 // standalone server; on a cluster, every slot has a primary in the slot
-// map (read again), and every primary answers PING. Replicas are not
+// map (read again), and a slot of every primary answers. Replicas are not
 // asked: losing one costs no decision.
 func (s *Store) Ping(ctx context.Context) error {
 	e := s.e
@@ -386,14 +386,9 @@ func (s *Store) Ping(ctx context.Context) error {
 		}
 		primaries[n] = true
 	}
-	clients := e.client.Nodes()
 	for n := range primaries {
-		c, ok := clients[n.name]
-		if !ok {
-			return fmt.Errorf("valkeystore: primary %s: not known to the client yet", n.name)
-		}
-		if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
-			return fmt.Errorf("valkeystore: ping primary %s: %w", n.name, err)
+		if _, err := n.askSlot(ctx); err != nil {
+			return fmt.Errorf("valkeystore: primary %s: %w", n.name, err)
 		}
 	}
 	return nil

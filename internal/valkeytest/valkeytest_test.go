@@ -305,3 +305,17 @@ func TestClosedAddr(t *testing.T) {
 		t.Fatalf("PING to a closed port: %v, want connection refused", err)
 	}
 }
+
+// TestSlot: known slots (from the cluster specification's examples and
+// CLUSTER KEYSLOT) and hash tags.
+func TestSlot(t *testing.T) {
+	for key, want := range map[string]int{
+		"foo": 12182, "bar": 5061, "123456789": 12739,
+		"{user1000}.following": 3443, "{user1000}.followers": 3443, "user1000": 3443,
+		"foo{}{bar}": 8363, "foo{{bar}}zap": 4015, "foo{bar}{zap}": 5061,
+	} {
+		if got := valkeytest.Slot(key); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}

@@ -1,0 +1,180 @@
+package valkeytest
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Changes of a running cluster's layout, for failover tests: a manual
+// failover, a promotion awaited after a primary was killed, slots moved
+// between primaries.
+
+// Slot returns the cluster hash slot of key: CRC16 (XMODEM) of its hash
+// tag, or of the whole key, modulo 16384. (An implementation of its own,
+// so that tests check the store's against it.)
+func Slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	crc := 0
+	for _, b := range []byte(key) {
+		crc ^= int(b) << 8
+		for range 8 {
+			crc <<= 1
+			if crc&0x10000 != 0 {
+				crc ^= 0x11021
+			}
+		}
+	}
+	return crc & 16383
+}
+
+// PrimaryOf returns the index in Primaries of the primary that served slot
+// when the cluster was formed.
+func (c *Cluster) PrimaryOf(slot int) int {
+	for i := range c.Primaries {
+		if lo, hi := slotRange(i, len(c.Primaries)); lo <= slot && slot <= hi {
+			return i
+		}
+	}
+	return -1
+}
+
+// Do sends one command to s on a connection of its own: a string for
+// simple and bulk replies, an int64, []any for arrays, nil for a null.
+func (s *Server) Do(args ...string) (any, error) {
+	rc, err := dialRESP(s.Addr, 2*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return rc.Do(args...)
+}
+
+// ID returns s's cluster node ID.
+func (s *Server) ID(t testing.TB) string {
+	t.Helper()
+	v, err := s.Do("CLUSTER", "MYID")
+	id, ok := v.(string)
+	if err != nil || !ok {
+		t.Fatalf("valkeytest: %s: CLUSTER MYID: %v %v", s.Addr, v, err)
+	}
+	return id
+}
+
+// Owner returns the address of the primary that serves slot in s's view
+// (CLUSTER SLOTS), or "".
+func (s *Server) Owner(slot int) (string, error) {
+	v, err := s.Do("CLUSTER", "SLOTS")
+	if err != nil {
+		return "", err
+	}
+	entries, _ := v.([]any)
+	for _, e := range entries {
+		f, _ := e.([]any)
+		if len(f) < 3 {
+			continue
+		}
+		lo, _ := f[0].(int64)
+		hi, _ := f[1].(int64)
+		p, _ := f[2].([]any)
+		if int64(slot) < lo || int64(slot) > hi || len(p) < 2 {
+			continue
+		}
+		host, _ := p[0].(string)
+		port, _ := p[1].(int64)
+		return host + ":" + strconv.FormatInt(port, 10), nil
+	}
+	return "", nil
+}
+
+// WaitOwner waits until every running node of c says that want serves
+// slot and is reachable (cluster_state:ok), and returns how long that
+// took. It fails t after timeout.
+func (c *Cluster) WaitOwner(t testing.TB, slot int, want *Server, timeout time.Duration) time.Duration {
+	t.Helper()
+	begin := time.Now()
+	for {
+		ok := true
+		var views []string
+		for _, s := range c.nodes() {
+			if !s.Running() {
+				continue
+			}
+			owner, err := s.Owner(slot)
+			info, err2 := s.Do("CLUSTER", "INFO")
+			state, _ := info.(string)
+			if err != nil || err2 != nil || owner != want.Addr || !strings.Contains(state, "cluster_state:ok") {
+				ok = false
+				views = append(views, fmt.Sprintf("%s: owner %q, %v %v", s.Addr, owner, err, err2))
+			}
+		}
+		if ok {
+			return time.Since(begin)
+		}
+		if time.Since(begin) > timeout {
+			t.Fatalf("valkeytest: %s does not serve slot %d after %v: %s", want.Addr, slot, timeout, strings.Join(views, "; "))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Failover runs CLUSTER FAILOVER on replica (a graceful, coordinated
+// failover: its primary stops taking writes until the replica has caught
+// up) and waits until every node sees the replica as the primary of slot.
+func (c *Cluster) Failover(t testing.TB, replica *Server, slot int) time.Duration {
+	t.Helper()
+	begin := time.Now()
+	if _, err := replica.Do("CLUSTER", "FAILOVER"); err != nil {
+		t.Fatalf("valkeytest: %s: CLUSTER FAILOVER: %v", replica.Addr, err)
+	}
+	c.WaitOwner(t, slot, replica, clusterTimeout)
+	return time.Since(begin)
+}
+
+// MoveSlots moves slots lo to hi, with their keys, from the primary from
+// to the primary to, one slot at a time, the way valkey-cli --cluster
+// reshard does: IMPORTING and MIGRATING, MIGRATE of the keys in batches,
+// then SETSLOT NODE on both and on every other primary. Clients meanwhile
+// get ASK for keys already moved and TRYAGAIN for commands on several keys
+// split between the two.
+func (c *Cluster) MoveSlots(t testing.TB, from, to *Server, lo, hi int) {
+	t.Helper()
+	fromID, toID := from.ID(t), to.ID(t)
+	must := func(s *Server, args ...string) any {
+		v, err := s.Do(args...)
+		if err != nil {
+			t.Fatalf("valkeytest: %s: %s: %v", s.Addr, strings.Join(args, " "), err)
+		}
+		return v
+	}
+	toHost, toPort, _ := strings.Cut(to.Addr, ":")
+	for sl := lo; sl <= hi; sl++ {
+		slot := strconv.Itoa(sl)
+		must(to, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID)
+		must(from, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
+		for {
+			keys, _ := must(from, "CLUSTER", "GETKEYSINSLOT", slot, "100").([]any)
+			if len(keys) == 0 {
+				break
+			}
+			args := []string{"MIGRATE", toHost, toPort, "", "0", "5000", "REPLACE", "KEYS"}
+			for _, k := range keys {
+				args = append(args, k.(string))
+			}
+			must(from, args...)
+		}
+		must(to, "CLUSTER", "SETSLOT", slot, "NODE", toID)
+		must(from, "CLUSTER", "SETSLOT", slot, "NODE", toID)
+		for _, p := range c.Primaries {
+			if p != from && p != to && p.Running() {
+				p.Do("CLUSTER", "SETSLOT", slot, "NODE", toID) // gossip would tell them too
+			}
+		}
+	}
+}
