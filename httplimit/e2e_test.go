@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/internal/sfvtest"
 	"github.com/sluicehq/sluice/internal/valkeytest"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
@@ -95,11 +96,11 @@ func TestEndToEnd(t *testing.T) {
 		if got := resp.Header.Get("X-RateLimit-Remaining"); got != strconv.Itoa(2-i) {
 			t.Fatalf("request %d: X-RateLimit-Remaining %q", i, got)
 		}
-		items, err := parseSFList(resp.Header.Get(HeaderRateLimit))
+		items, err := sfvtest.ParseList(resp.Header.Get(HeaderRateLimit))
 		if err != nil || len(items) != 2 {
 			t.Fatalf("request %d: RateLimit %q: %v", i, resp.Header.Get(HeaderRateLimit), err)
 		}
-		if _, err := parseSFList(resp.Header.Get(HeaderPolicy)); err != nil {
+		if _, err := sfvtest.ParseList(resp.Header.Get(HeaderPolicy)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/sfvtest"
 )
 
 // FuzzFields checks that for any policy name New accepts, and any result,
@@ -31,7 +32,7 @@ func FuzzFields(f *testing.F) {
 		}}}
 		st.Limits = append(st.Limits, st.Limits[0])
 		for _, field := range []string{st.policyField(), st.rateLimitField()} {
-			items, err := parseSFList(field)
+			items, err := sfvtest.ParseList(field)
 			if err != nil {
 				t.Fatalf("%q: %v", field, err)
 			}

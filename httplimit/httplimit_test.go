@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/internal/sfvtest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -63,7 +64,7 @@ func serve(h http.Handler, peer string, headers ...string) *httptest.ResponseRec
 }
 
 // fields parses a structured-field List header of w strictly.
-func fields(t *testing.T, w *httptest.ResponseRecorder, name string) []sfItem {
+func fields(t *testing.T, w *httptest.ResponseRecorder, name string) []sfvtest.Item {
 	t.Helper()
 	v := w.Header().Values(name)
 	if len(v) > 1 {
@@ -72,7 +73,7 @@ func fields(t *testing.T, w *httptest.ResponseRecorder, name string) []sfItem {
 	if len(v) == 0 {
 		return nil
 	}
-	items, err := parseSFList(v[0])
+	items, err := sfvtest.ParseList(v[0])
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
@@ -84,8 +85,8 @@ func summary(t *testing.T, w *httptest.ResponseRecorder) (policy, ratelimit []st
 	t.Helper()
 	for _, it := range fields(t, w, HeaderPolicy) {
 		name, ok := it.Value.(string)
-		q, _ := it.param("q")
-		wv, _ := it.param("w")
+		q, _ := it.Param("q")
+		wv, _ := it.Param("w")
 		if !ok || len(it.Params) != 2 {
 			t.Fatalf("RateLimit-Policy item %+v", it)
 		}
@@ -93,8 +94,8 @@ func summary(t *testing.T, w *httptest.ResponseRecorder) (policy, ratelimit []st
 	}
 	for _, it := range fields(t, w, HeaderRateLimit) {
 		name, ok := it.Value.(string)
-		r, _ := it.param("r")
-		tv, _ := it.param("t")
+		r, _ := it.Param("r")
+		tv, _ := it.Param("t")
 		if !ok || len(it.Params) != 2 {
 			t.Fatalf("RateLimit item %+v", it)
 		}

@@ -1,32 +1,38 @@
-package httplimit
+// Package sfvtest is a strict parser of RFC 9651 (Structured Field Values
+// for HTTP), written from the parsing algorithms of its section 4.2 and
+// sharing no code with the writers it checks, and a checker of every
+// rate-limit header Sluice sends (see CheckHeaders). It is for tests of
+// package httplimit and of sluice serve.
+package sfvtest
 
 import (
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"testing"
 )
 
-// A strict parser of RFC 9651 (Structured Field Values) Lists, following
-// the parsing algorithms of its section 4.2, to check that the fields the
-// Middleware writes are well formed.
+// Token is a parsed Token bare item.
+type Token string
 
-type sfToken string
+// Bytes is a parsed Byte Sequence, still in base64.
+type Bytes string
 
-type sfBytes string
-
-type sfItem struct {
-	Value  any // int64, float64, string, sfToken, sfBytes, bool, or []sfItem (inner list)
-	Params []sfParam
+// An Item is a bare item with its parameters; an inner list is an Item
+// whose Value is []Item.
+type Item struct {
+	Value  any // int64, float64, string, Token, Bytes, bool, or []Item (inner list)
+	Params []Param
 }
 
-type sfParam struct {
+// A Param is one parameter of an Item.
+type Param struct {
 	Key   string
 	Value any
 }
 
-func (it sfItem) param(key string) (any, bool) {
+// Param returns the value of the parameter key.
+func (it Item) Param(key string) (any, bool) {
 	for _, p := range it.Params {
 		if p.Key == key {
 			return p.Value, true
@@ -35,37 +41,38 @@ func (it sfItem) param(key string) (any, bool) {
 	return nil, false
 }
 
-type sfParser struct {
+type parser struct {
 	s string
 	i int
 }
 
-var errSF = errors.New("structured field")
+// ErrSyntax is wrapped by every parse error.
+var ErrSyntax = errors.New("structured field")
 
-func (p *sfParser) fail(format string, args ...any) error {
-	return fmt.Errorf("%w: at %d of %q: %s", errSF, p.i, p.s, fmt.Sprintf(format, args...))
+func (p *parser) fail(format string, args ...any) error {
+	return fmt.Errorf("%w: at %d of %q: %s", ErrSyntax, p.i, p.s, fmt.Sprintf(format, args...))
 }
 
-func (p *sfParser) eof() bool  { return p.i >= len(p.s) }
-func (p *sfParser) peek() byte { return p.s[p.i] }
+func (p *parser) eof() bool  { return p.i >= len(p.s) }
+func (p *parser) peek() byte { return p.s[p.i] }
 
-func (p *sfParser) skipSP() {
+func (p *parser) skipSP() {
 	for !p.eof() && p.peek() == ' ' {
 		p.i++
 	}
 }
 
-func (p *sfParser) skipOWS() {
+func (p *parser) skipOWS() {
 	for !p.eof() && (p.peek() == ' ' || p.peek() == '\t') {
 		p.i++
 	}
 }
 
-// parseSFList parses a whole List field value.
-func parseSFList(s string) ([]sfItem, error) {
-	p := &sfParser{s: s}
+// ParseList parses a whole List field value (RFC 9651, section 4.2.1).
+func ParseList(s string) ([]Item, error) {
+	p := &parser{s: s}
 	p.skipSP()
-	var items []sfItem
+	var items []Item
 	for !p.eof() {
 		it, err := p.itemOrInnerList()
 		if err != nil {
@@ -88,44 +95,44 @@ func parseSFList(s string) ([]sfItem, error) {
 	return items, nil
 }
 
-func (p *sfParser) itemOrInnerList() (sfItem, error) {
+func (p *parser) itemOrInnerList() (Item, error) {
 	if !p.eof() && p.peek() == '(' {
 		p.i++
-		var inner []sfItem
+		var inner []Item
 		for {
 			p.skipSP()
 			if p.eof() {
-				return sfItem{}, p.fail("unterminated inner list")
+				return Item{}, p.fail("unterminated inner list")
 			}
 			if p.peek() == ')' {
 				p.i++
 				params, err := p.params()
-				return sfItem{Value: inner, Params: params}, err
+				return Item{Value: inner, Params: params}, err
 			}
 			it, err := p.item()
 			if err != nil {
-				return sfItem{}, err
+				return Item{}, err
 			}
 			inner = append(inner, it)
 			if p.eof() || (p.peek() != ' ' && p.peek() != ')') {
-				return sfItem{}, p.fail("want ' ' or ')' in inner list")
+				return Item{}, p.fail("want ' ' or ')' in inner list")
 			}
 		}
 	}
 	return p.item()
 }
 
-func (p *sfParser) item() (sfItem, error) {
+func (p *parser) item() (Item, error) {
 	v, err := p.bareItem()
 	if err != nil {
-		return sfItem{}, err
+		return Item{}, err
 	}
 	params, err := p.params()
-	return sfItem{Value: v, Params: params}, err
+	return Item{Value: v, Params: params}, err
 }
 
-func (p *sfParser) params() ([]sfParam, error) {
-	var ps []sfParam
+func (p *parser) params() ([]Param, error) {
+	var ps []Param
 	for !p.eof() && p.peek() == ';' {
 		p.i++
 		p.skipSP()
@@ -147,7 +154,7 @@ func (p *sfParser) params() ([]sfParam, error) {
 			}
 		}
 		if !replaced {
-			ps = append(ps, sfParam{k, v})
+			ps = append(ps, Param{k, v})
 		}
 	}
 	return ps, nil
@@ -160,7 +167,7 @@ func isTChar(c byte) bool {
 	return isAlpha(c) || isDigit(c) || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
-func (p *sfParser) key() (string, error) {
+func (p *parser) key() (string, error) {
 	if p.eof() || !(isLCAlpha(p.peek()) || p.peek() == '*') {
 		return "", p.fail("bad key start")
 	}
@@ -175,7 +182,7 @@ func (p *sfParser) key() (string, error) {
 	return p.s[start:p.i], nil
 }
 
-func (p *sfParser) bareItem() (any, error) {
+func (p *parser) bareItem() (any, error) {
 	if p.eof() {
 		return nil, p.fail("missing bare item")
 	}
@@ -190,7 +197,7 @@ func (p *sfParser) bareItem() (any, error) {
 		for !p.eof() && (isTChar(p.peek()) || p.peek() == ':' || p.peek() == '/') {
 			p.i++
 		}
-		return sfToken(p.s[start:p.i]), nil
+		return Token(p.s[start:p.i]), nil
 	case c == ':':
 		p.i++
 		end := strings.IndexByte(p.s[p.i:], ':')
@@ -204,7 +211,7 @@ func (p *sfParser) bareItem() (any, error) {
 			}
 		}
 		p.i += end + 1
-		return sfBytes(b), nil
+		return Bytes(b), nil
 	case c == '?':
 		p.i++
 		if p.eof() || (p.peek() != '0' && p.peek() != '1') {
@@ -223,7 +230,7 @@ func (p *sfParser) bareItem() (any, error) {
 	return nil, p.fail("unknown bare item")
 }
 
-func (p *sfParser) number() (any, error) {
+func (p *parser) number() (any, error) {
 	start := p.i
 	if p.peek() == '-' {
 		p.i++
@@ -267,7 +274,7 @@ func (p *sfParser) number() (any, error) {
 	return f, nil
 }
 
-func (p *sfParser) str() (string, error) {
+func (p *parser) str() (string, error) {
 	p.i++ // opening quote
 	var b strings.Builder
 	for !p.eof() {
@@ -289,29 +296,4 @@ func (p *sfParser) str() (string, error) {
 		}
 	}
 	return "", p.fail("unterminated string")
-}
-
-func TestSFParser(t *testing.T) {
-	good := map[string]int{
-		`"api";q=100;w=60`:                  1,
-		`"a";r=1;t=2, "b";r=0;t=17`:         2,
-		`  tok, 1.5, ?1, :aGk=:, ("x" y);p`: 5,
-		`"es\"c\\"`:                         1,
-		`-999999999999999`:                  1,
-		`a;b;c=?0`:                          1,
-	}
-	for s, n := range good {
-		items, err := parseSFList(s)
-		if err != nil || len(items) != n {
-			t.Errorf("parseSFList(%q) = %d items, %v; want %d", s, len(items), err, n)
-		}
-	}
-	for _, s := range []string{
-		`"api";q=100,`, `"api" "x"`, `"unterminated`, `"bad\e"`, `api;Q=1`, `1234567890123456`,
-		`1.2345`, `1.`, `"a",,"b"`, `"tab	"`, `;q=1`, `"a";q=`, "\"\x7f\"", `(a b`, `?2`,
-	} {
-		if _, err := parseSFList(s); err == nil {
-			t.Errorf("parseSFList(%q) succeeded", s)
-		}
-	}
 }

@@ -1,0 +1,247 @@
+package sfvtest
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Headers is what CheckHeaders read from a response's rate-limit headers.
+// A field that was absent has its Has flag false.
+type Headers struct {
+	Policies []Policy // RateLimit-Policy, in order
+	Limits   []Limit  // RateLimit, in order
+
+	HasX                       bool // X-RateLimit-Limit, -Remaining and -Reset
+	XLimit, XRemaining, XReset int64
+
+	HasRetryAfter bool
+	RetryAfter    int64 // seconds
+}
+
+// A Policy is one item of RateLimit-Policy.
+type Policy struct {
+	Name string
+	Q    int64 // quota
+	W    int64 // window in seconds; 0 when absent
+}
+
+// A Limit is one item of RateLimit.
+type Limit struct {
+	Name string
+	R    int64 // remaining
+	T    int64 // seconds until more quota; meaningful when HasT
+	HasT bool
+}
+
+// Limit returns the RateLimit item named name.
+func (h *Headers) Limit(name string) (Limit, bool) {
+	for _, l := range h.Limits {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return Limit{}, false
+}
+
+// Policy returns the RateLimit-Policy item named name.
+func (h *Headers) Policy(name string) (Policy, bool) {
+	for _, p := range h.Policies {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Policy{}, false
+}
+
+// values returns the lines of the field name, matched case-insensitively:
+// sluice serve reports headers spelled as the drafts spell them, which
+// http.Header's canonical form does not.
+func values(h http.Header, name string) []string {
+	var out []string
+	for k, v := range h {
+		if strings.EqualFold(k, name) {
+			out = append(out, v...)
+		}
+	}
+	return out
+}
+
+// nonNegative parses a delay-seconds style value: 1 to 15 digits.
+func nonNegative(name, s string) (int64, error) {
+	if s == "" || len(s) > 15 || strings.Trim(s, "0123456789") != "" {
+		return 0, fmt.Errorf("%s: %q is not a non-negative integer", name, s)
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+func single(h http.Header, name string) (string, bool, error) {
+	v := values(h, name)
+	switch len(v) {
+	case 0:
+		return "", false, nil
+	case 1:
+		return v[0], true, nil
+	}
+	return "", false, fmt.Errorf("%s: %d lines, want one", name, len(v))
+}
+
+func intParam(it Item, field, key string, required bool) (int64, bool, error) {
+	v, ok := it.Param(key)
+	if !ok {
+		if required {
+			return 0, false, fmt.Errorf("%s: item %q lacks %q", field, it.Value, key)
+		}
+		return 0, false, nil
+	}
+	n, isInt := v.(int64)
+	if !isInt || n < 0 {
+		return 0, false, fmt.Errorf("%s: item %q: %s=%v is not a non-negative Integer", field, it.Value, key, v)
+	}
+	return n, true, nil
+}
+
+// list parses the lines of a List field as one List (RFC 9651, section
+// 3.1: lines are joined with commas) of String items with only the
+// parameters allowed, and unique names.
+func list(h http.Header, field string, allowed ...string) ([]Item, error) {
+	lines := values(h, field)
+	if len(lines) == 0 {
+		return nil, nil
+	}
+	items, err := ParseList(strings.Join(lines, ", "))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	if len(items) == 0 {
+		return nil, fmt.Errorf("%s: empty list", field)
+	}
+	seen := map[string]bool{}
+	for _, it := range items {
+		name, ok := it.Value.(string)
+		if !ok {
+			return nil, fmt.Errorf("%s: item %v is not a String", field, it.Value)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("%s: two items named %q", field, name)
+		}
+		seen[name] = true
+		for _, p := range it.Params {
+			if !contains(allowed, p.Key) {
+				return nil, fmt.Errorf("%s: item %q has unknown parameter %q", field, name, p.Key)
+			}
+		}
+	}
+	return items, nil
+}
+
+func contains(s []string, x string) bool {
+	for _, y := range s {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckHeaders parses every rate-limit header of h strictly and checks
+// what draft-ietf-httpapi-ratelimit-headers and the conventions require:
+//
+//   - RateLimit-Policy: a List of String items with a non-negative Integer
+//     q and, when present, a positive Integer w; RateLimit: a List of String
+//     items with a non-negative Integer r and, when present, a non-negative
+//     Integer t; no other parameters; no name twice in one field; with both
+//     fields, every RateLimit item has its policy;
+//   - X-RateLimit-Limit, -Remaining and -Reset: all three or none,
+//     non-negative integers, Remaining at most Limit;
+//   - Retry-After: delay-seconds, at least 1, and never earlier than the t
+//     of a RateLimit item with no quota left (r=0).
+func CheckHeaders(h http.Header) (Headers, error) {
+	var out Headers
+	pol, err := list(h, "RateLimit-Policy", "q", "w")
+	if err != nil {
+		return out, err
+	}
+	for _, it := range pol {
+		p := Policy{Name: it.Value.(string)}
+		if p.Q, _, err = intParam(it, "RateLimit-Policy", "q", true); err != nil {
+			return out, err
+		}
+		var hasW bool
+		if p.W, hasW, err = intParam(it, "RateLimit-Policy", "w", false); err != nil {
+			return out, err
+		}
+		if hasW && p.W == 0 {
+			return out, fmt.Errorf("RateLimit-Policy: item %q: w must be positive", p.Name)
+		}
+		out.Policies = append(out.Policies, p)
+	}
+	lim, err := list(h, "RateLimit", "r", "t")
+	if err != nil {
+		return out, err
+	}
+	for _, it := range lim {
+		l := Limit{Name: it.Value.(string)}
+		if l.R, _, err = intParam(it, "RateLimit", "r", true); err != nil {
+			return out, err
+		}
+		if l.T, l.HasT, err = intParam(it, "RateLimit", "t", false); err != nil {
+			return out, err
+		}
+		if len(values(h, "RateLimit-Policy")) > 0 {
+			if _, ok := out.Policy(l.Name); !ok {
+				return out, fmt.Errorf("RateLimit: item %q has no RateLimit-Policy item", l.Name)
+			}
+		}
+		out.Limits = append(out.Limits, l)
+	}
+
+	var x [3]string
+	var n int
+	for i, name := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
+		v, ok, err := single(h, name)
+		if err != nil {
+			return out, err
+		}
+		if ok {
+			x[i] = v
+			n++
+		}
+	}
+	switch n {
+	case 0:
+	case 3:
+		out.HasX = true
+		for i, p := range []*int64{&out.XLimit, &out.XRemaining, &out.XReset} {
+			if *p, err = nonNegative([]string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}[i], x[i]); err != nil {
+				return out, err
+			}
+		}
+		if out.XRemaining > out.XLimit {
+			return out, fmt.Errorf("X-RateLimit-Remaining %d above X-RateLimit-Limit %d", out.XRemaining, out.XLimit)
+		}
+	default:
+		return out, fmt.Errorf("%d of the three X-RateLimit headers", n)
+	}
+
+	v, ok, err := single(h, "Retry-After")
+	if err != nil {
+		return out, err
+	}
+	if ok {
+		out.HasRetryAfter = true
+		if out.RetryAfter, err = nonNegative("Retry-After", v); err != nil {
+			return out, err
+		}
+		if out.RetryAfter < 1 {
+			return out, fmt.Errorf("Retry-After: 0 invites an immediate retry")
+		}
+		for _, l := range out.Limits {
+			if l.R == 0 && l.HasT && l.T > out.RetryAfter {
+				return out, fmt.Errorf("Retry-After %d is earlier than t=%d of exhausted policy %q", out.RetryAfter, l.T, l.Name)
+			}
+		}
+	}
+	return out, nil
+}
