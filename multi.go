@@ -45,7 +45,7 @@ func (d Decision) RetryAfter() time.Duration {
 // one batch (on Valkey, one pipelined round trip). When any check refuses,
 // the units taken by the checks that allowed are given back in a second
 // batch, so a refused request costs no budget anywhere; their Results then
-// report what remains after the refund.
+// report what remains after the refund (Remaining and ResetAfter).
 //
 // Each check is atomic on its own, but the group is not: between the first
 // batch and the refund, another request may see the units as taken (it is
@@ -82,8 +82,10 @@ func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
 					"limiter", l.cfg.name, "err", op.Err)
 				continue
 			}
-			// What is left once the units are back, not before.
+			// What is left once the units are back, not before, and
+			// when the limit is full again from there.
 			d.Results[refunded[i]].Remaining = op.Result.Remaining
+			d.Results[refunded[i]].ResetAfter = op.Result.ResetAfter
 		}
 	}
 	return d, nil

@@ -57,3 +57,48 @@ func TestAllowAllRemainingAfterRefund(t *testing.T) {
 		t.Errorf("a reports %d remaining after the refund, want 3", d.Results[0].Remaining)
 	}
 }
+
+// TestAllowAllRefundedResultIsAPeek: on a refused call, an allowing check's
+// Result (Remaining and ResetAfter) is what a peek at the same instant
+// answers once its units are back, for every algorithm.
+func TestAllowAllRefundedResultIsAPeek(t *testing.T) {
+	ctx := context.Background()
+	for _, p := range []sluice.Policy{
+		sluice.FixedWindow{Limit: 5, Window: time.Second},
+		sluice.SlidingLog{Limit: 5, Window: time.Second},
+		sluice.SlidingWindow{Limit: 5, Window: time.Second},
+		sluice.TokenBucket{Capacity: 5, Rate: 5, Per: time.Second},
+		sluice.GCRA{Rate: 5, Per: time.Second, Burst: 5},
+	} {
+		store := memstore.New()
+		now := time.Unix(1_800_000_000, 0)
+		clock := sluice.WithClock(func() time.Time { return now })
+		a, err := sluice.New(store, p, sluice.WithName("a"), clock, sluice.WithDenyCache(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := sluice.New(store, sluice.FixedWindow{Limit: 1, Window: time.Hour}, sluice.WithName("b"), clock)
+		// Take some of a at different times, then exhaust b.
+		for _, step := range []time.Duration{0, 130 * time.Millisecond, 170 * time.Millisecond} {
+			now = now.Add(step)
+			if _, err := a.Allow(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := b.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(90 * time.Millisecond)
+		d, err := sluice.AllowAll(ctx, []sluice.Check{{Limiter: a, Key: "k", Cost: 2}, {Limiter: b, Key: "k", Cost: 1}})
+		if err != nil || d.Allowed || !d.Results[0].Allowed {
+			t.Fatalf("%T: %+v %v", p, d, err)
+		}
+		peek, err := a.Peek(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := d.Results[0]; got.Remaining != peek.Remaining || got.ResetAfter != peek.ResetAfter {
+			t.Errorf("%T: refunded result %+v, a peek says %+v", p, got, peek)
+		}
+	}
+}

@@ -238,6 +238,12 @@ func (l *Limiter) FailMode() FailMode {
 	return l.cfg.failMode
 }
 
+// Shadow reports whether the limiter is in shadow mode (WithShadow): it
+// never refuses, and clients should not be shown its limit.
+func (l *Limiter) Shadow() bool {
+	return l.ready() == nil && l.cfg.shadow
+}
+
 // Key returns the store key that holds the state of key ("" for a Limiter
 // New did not make).
 func (l *Limiter) Key(key string) string {

@@ -92,6 +92,12 @@ func TestShadow(t *testing.T) {
 	rec := &recorder{}
 	l, _ := sluice.New(memstore.New(), sluice.FixedWindow{Limit: 1, Window: time.Minute}, sluice.WithShadow(true), sluice.WithObserver(rec))
 	ctx := context.Background()
+	if !l.Shadow() {
+		t.Error("Shadow() is false for a limiter in shadow mode")
+	}
+	if plain, _ := sluice.New(memstore.New(), sluice.FixedWindow{Limit: 1, Window: time.Minute}); plain.Shadow() || (&sluice.Limiter{}).Shadow() {
+		t.Error("Shadow() is true for a limiter not in shadow mode")
+	}
 	first, _ := l.Allow(ctx, "k")
 	second, _ := l.Allow(ctx, "k")
 	if !first.Allowed || first.Shadowed {
