@@ -148,3 +148,40 @@ func (r Rule) DefaultName() string {
 	}
 	return short + "-" + strconv.FormatInt(r.Limit, 10) + "-" + strconv.FormatInt(r.Param(), 10)
 }
+
+// NextUnit returns how long after res, a Result of r for a request of
+// cost, the key has more than res.Remaining units again: the "t" of the
+// RateLimit header field (draft-ietf-httpapi-ratelimit-headers: the time
+// until additional quota is made available). known is false when res does
+// not determine it:
+//
+//   - nothing is taken (Remaining is Limit), or res is Degraded;
+//   - for SlidingLog and SlidingWindow, whose Result does not say when the
+//     oldest counted unit leaves the window, except after a refusal of
+//     cost 1 or a peek (then it is RetryAfter) and, for SlidingLog, with a
+//     single unit logged (then it is ResetAfter).
+//
+// FixedWindow restores everything at the window's end (ResetAfter);
+// TokenBucket and GCRA earn the next unit within one Interval.
+func (r Rule) NextUnit(res Result, cost int64) (d time.Duration, known bool) {
+	if res.Degraded || res.Remaining >= r.Limit {
+		return 0, false
+	}
+	if !res.Allowed && cost <= 1 {
+		// One unit short: the time until one more is there.
+		return res.RetryAfter, res.RetryAfter > 0
+	}
+	switch r.Algorithm {
+	case AlgorithmFixedWindow:
+		d = res.ResetAfter
+	case AlgorithmTokenBucket, AlgorithmGCRA:
+		// ResetAfter earns Limit-Remaining units back, the last of them
+		// Interval apart: the first comes once the others' time is left.
+		d = res.ResetAfter - time.Duration(r.Limit-res.Remaining-1)*r.Interval
+	case AlgorithmSlidingLog:
+		if r.Limit-res.Remaining == 1 {
+			d = res.ResetAfter
+		}
+	}
+	return d, d > 0
+}
