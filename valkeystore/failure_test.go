@@ -299,7 +299,9 @@ func probes() int {
 
 // TestUnreachable: nothing listens on the address (connections refused),
 // or a listener accepts and never answers. Every decision is degraded,
-// within the bound, and the breaker opens.
+// within the bound, with the breaker on (which opens) and off (the
+// deadline layer alone keeps the bound), one at a time and 640 at once
+// through the batcher.
 func TestUnreachable(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -308,16 +310,57 @@ func TestUnreachable(t *testing.T) {
 		{"nothing-listening", valkeytest.ClosedAddr},
 		{"never-answers", valkeytest.Blackhole},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			noLeak(t)
-			r := newRig(t, valkeytest.ClientTo(t, tc.addr(t)))
-			slowest := r.degraded(t, 20)
-			if st := r.store.BreakerState(); st != valkeystore.BreakerOpen {
-				t.Errorf("breaker %v after 40 failed decisions, want open", st)
+		for _, breaker := range []bool{true, false} {
+			name := tc.name
+			var opts []valkeystore.Option
+			if !breaker {
+				name += "/without-breaker"
+				opts = append(opts, valkeystore.WithoutBreaker())
 			}
-			t.Logf("slowest of 40 decisions: %v; errors: %v", slowest, r.obs.summary())
-		})
+			t.Run(name, func(t *testing.T) {
+				noLeak(t)
+				r := newRig(t, valkeytest.ClientTo(t, tc.addr(t)), opts...)
+				slowest := r.degraded(t, 20)
+				if st := r.store.BreakerState(); breaker && st != valkeystore.BreakerOpen {
+					t.Errorf("breaker %v after 40 failed decisions, want open", st)
+				}
+				burst := r.burst(t, 32, 20)
+				t.Logf("slowest of 40 decisions: %v; of 640 at once: %v; errors: %v", slowest, burst, r.obs.summary())
+			})
+		}
 	}
+}
+
+// burst makes n decisions on each of workers goroutines at once, each
+// checked by decide (degraded, within the bound), and returns the slowest.
+func (r *rig) burst(t *testing.T, workers, n int) time.Duration {
+	t.Helper()
+	var slowest atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := r.open
+			if w%2 == 1 {
+				l = r.closed
+			}
+			for range n {
+				res, took := r.decide(t, l)
+				if !res.Degraded {
+					t.Errorf("%s: %+v; want a degraded decision", l.Name(), res)
+				}
+				for {
+					old := slowest.Load()
+					if int64(took) <= old || slowest.CompareAndSwap(old, int64(took)) {
+						break
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Duration(slowest.Load())
 }
 
 // TestOutageMidTraffic takes the server away under traffic (killed: nothing
@@ -572,6 +615,107 @@ func TestWithoutBreaker(t *testing.T) {
 	}
 }
 
+// TestTimeoutsPerPolicy: with Valkey answering in 100ms, limiters with a
+// 50ms timeout on the same store time out (degraded, and their timeouts
+// open the breaker), and a limiter with a 1s timeout is still decided by
+// Valkey: the breaker opened by 50ms calls refuses only calls with no more
+// time than those, and the batcher does not bound a 1s decision by a 50ms
+// one.
+func TestTimeoutsPerPolicy(t *testing.T) {
+	srv := valkeytest.Start(t)
+	p := startSlowProxy(t, srv.Addr, 100*time.Millisecond)
+	c := valkeytest.ClientTo(t, p.addr)
+	s, err := valkeystore.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := &errLog{}
+	prefix := "fail:" + t.Name()
+	mk := func(name string, timeout time.Duration, mode sluice.FailMode) *sluice.Limiter {
+		l, err := sluice.New(s, sluice.GCRA{Rate: 1e6, Per: time.Second, Burst: 1e6}, sluice.WithName(name),
+			sluice.WithPrefix(prefix), sluice.WithTimeout(timeout), sluice.WithFailMode(mode),
+			sluice.WithObserver(obs), sluice.WithLogger(discardLogger))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	fast := mk("fast", 50*time.Millisecond, sluice.FailOpen)
+	slow := mk("slow", time.Second, sluice.FailClosed)
+
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var fastN, fastDegraded atomic.Int64
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res, err := fast.Allow(context.Background(), fmt.Sprintf("k%d", rand.IntN(64)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				fastN.Add(1)
+				if res.Degraded {
+					fastDegraded.Add(1)
+				}
+			}
+		}()
+	}
+	var slowN, slowDegraded atomic.Int64
+	var slowest atomic.Int64
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				begin := time.Now()
+				res, err := slow.Allow(context.Background(), fmt.Sprintf("k%d", rand.IntN(64)))
+				took := time.Since(begin)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				slowN.Add(1)
+				if res.Degraded {
+					slowDegraded.Add(1)
+				}
+				for {
+					old := slowest.Load()
+					if int64(took) <= old || slowest.CompareAndSwap(old, int64(took)) {
+						break
+					}
+				}
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	close(stop)
+	wg.Wait()
+	t.Logf("50ms limiter: %d decisions, %d degraded; 1s limiter: %d decisions, %d degraded, slowest %v; breaker %v; errors %v",
+		fastN.Load(), fastDegraded.Load(), slowN.Load(), slowDegraded.Load(), time.Duration(slowest.Load()), s.BreakerState(), obs.summary())
+	if slowN.Load() < 5 {
+		t.Errorf("only %d decisions by the 1s limiter in 2s", slowN.Load())
+	}
+	if n := slowDegraded.Load(); n != 0 {
+		t.Errorf("%d of %d decisions of the 1s limiter degraded with Valkey answering in 100ms", n, slowN.Load())
+	}
+	if fastDegraded.Load() == 0 {
+		t.Errorf("no decision of the 50ms limiter degraded with Valkey answering in 100ms: is the proxy slow?")
+	}
+}
+
 // proxy forwards TCP connections to target and counts the connections,
 // the bytes sent towards target and the script calls (EVAL and EVALSHA)
 // among them. When target refuses, it closes the client's connection at
@@ -584,6 +728,13 @@ type proxy struct {
 }
 
 func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	return startSlowProxy(t, target, 0)
+}
+
+// startSlowProxy is startProxy with every reply held back by delay: a
+// slow server (or a long way to it) that still answers everything.
+func startSlowProxy(t *testing.T, target string, delay time.Duration) *proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -634,7 +785,11 @@ func startProxy(t *testing.T, target string) *proxy {
 			}()
 			go func() {
 				defer wg.Done()
-				io.Copy(in, out)
+				if delay > 0 {
+					delayedCopy(in, out, delay)
+				} else {
+					io.Copy(in, out)
+				}
 				in.Close()
 			}()
 		}
@@ -650,6 +805,38 @@ func startProxy(t *testing.T, target string) *proxy {
 		wg.Wait()
 	})
 	return p
+}
+
+// delayedCopy copies src to dst, each chunk delay after it was read.
+func delayedCopy(dst io.Writer, src io.Reader, delay time.Duration) {
+	type chunk struct {
+		at time.Time
+		b  []byte
+	}
+	ch := make(chan chunk, 4096)
+	go func() {
+		defer close(ch)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				ch <- chunk{time.Now(), buf[:n]}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	broken := false
+	for c := range ch {
+		if broken {
+			continue // drain until src ends
+		}
+		time.Sleep(time.Until(c.at.Add(delay)))
+		if _, err := dst.Write(c.b); err != nil {
+			broken = true
+		}
+	}
 }
 
 type countWriter struct {
