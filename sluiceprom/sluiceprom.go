@@ -30,10 +30,11 @@
 // outcome=~"degraded_.*" is every decision made without the store.
 //
 // store_errors_total counts the store errors behind degraded decisions, one
-// per decision, by reason: "timeout" (the decision timeout or the caller's
-// deadline passed first), "unavailable" (an error wrapping
+// per decision, by reason: "unavailable" (an error wrapping
 // sluice.ErrStoreUnavailable, such as valkeystore.ErrCircuitOpen: the store
-// refused without trying) and "error" (any other: connection refused, a
+// refused without trying, even when the failure that opened the breaker
+// was a timeout), "timeout" (the decision timeout or the caller's deadline
+// passed first) and "error" (any other: connection refused, a
 // server error such as OOM). The errors themselves go to the limiter's
 // rate-limited log.
 //
@@ -239,10 +240,10 @@ func outcome(res sluice.Result) int {
 // reason returns the index in reasons of err's reason.
 func reason(err error) int {
 	switch {
+	case errors.Is(err, sluice.ErrStoreUnavailable):
+		return 1 // first: an open breaker's error also wraps the timeout that opened it
 	case errors.Is(err, context.DeadlineExceeded):
 		return 0
-	case errors.Is(err, sluice.ErrStoreUnavailable):
-		return 1
 	default:
 		return 2
 	}

@@ -117,7 +117,10 @@ func TestOutcomes(t *testing.T) {
 			}
 		}
 	}
-	unavailable := newLimiter(failing{fmt.Errorf("circuit open: %w", sluice.ErrStoreUnavailable)}, "breaker")
+	// An open breaker's error wraps sluice.ErrStoreUnavailable and the
+	// failure that opened it, often a timeout: the decision is refused
+	// without trying, so its reason is unavailable.
+	unavailable := newLimiter(failing{fmt.Errorf("circuit open: %w: after: %w", sluice.ErrStoreUnavailable, context.DeadlineExceeded)}, "breaker")
 	broken := newLimiter(failing{errors.New("connection refused")}, "refused")
 	for range 2 {
 		unavailable.Allow(ctx, "k")
