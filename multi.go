@@ -51,7 +51,11 @@ func (d Decision) RetryAfter() time.Duration {
 // batch and the refund, another request may see the units as taken (it is
 // refused when it would have been allowed, never the reverse). A failed
 // refund (the store went away in between) leaves those units taken until the
-// windows pass; it is logged.
+// windows pass; it is logged. A refund gives back exactly what its check
+// took, in the window it took it from, or nothing: after the window has
+// passed (fixed and sliding window), once the entries have left the log,
+// or, for TokenBucket and GCRA, once another request has taken from the
+// same key since (README.md, "Refunds"). It never gives back more.
 //
 // Degraded checks follow their limiter's fail mode; shadow-mode checks never
 // refuse. Each check has its limiter's timeout.
@@ -66,11 +70,21 @@ func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
 	var refunded []int // the index in checks of each refund
 	now := time.Now()
 	for i, op := range ops {
-		if op.Result.Allowed && !op.Result.Degraded && op.Cost > 0 && !op.Result.Shadowed {
+		if op.Result.Allowed && !op.Result.Degraded && op.Cost > 0 && !op.Result.Shadowed && op.Receipt != 0 {
+			l := checks[i].Limiter
 			refundChecks = append(refundChecks, checks[i])
 			refunded = append(refunded, i)
-			refunds = append(refunds, Op{Key: op.Key, Rule: op.Rule, Cost: -op.Cost, Now: op.Now,
-				Deadline: now.Add(checks[i].Limiter.cfg.timeout)})
+			// The refund is decided now (on the limiter's clock, if it has
+			// one), and gives back what the take with op's Receipt took.
+			r := Op{Key: op.Key, Rule: op.Rule, Cost: -op.Cost, Receipt: op.Receipt, Deadline: now.Add(l.cfg.timeout)}
+			if l.cfg.clock != nil {
+				r.Now = l.cfg.clock()
+			}
+			refunds = append(refunds, r)
+			if l.deny != nil {
+				// A refusal cached before the refund may no longer hold.
+				l.deny.forget(op.Key)
+			}
 		}
 	}
 	if len(refunds) > 0 {

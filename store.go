@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -36,9 +37,16 @@ type Op struct {
 	Rule Rule
 	// Cost is the number of units to take. Zero peeks: the Result tells
 	// whether a cost of one would be allowed, and nothing is taken. A
-	// negative cost gives units back (a refund after a request was refused by
-	// another limit), up to the limit; its Result is always allowed.
+	// negative cost refunds the take whose Receipt the Op carries (after a
+	// request was refused by another limit): it gives back exactly what that
+	// take took, in the window it took it from, or nothing when that is no
+	// longer possible (see README.md, "Refunds"). Its Result is allowed.
 	Cost int64
+	// Receipt is filled in by the store for every decision. A refund
+	// (negative Cost) carries the Receipt of the take it gives back; it is
+	// the take's time in microseconds, or for GCRA the theoretical arrival
+	// time the take wrote.
+	Receipt int64
 	// Now is the time of the decision. The zero Time means the store's own
 	// clock (Valkey's TIME).
 	Now time.Time
@@ -52,4 +60,16 @@ type Op struct {
 	Result Result
 	// Err is the store's error for this Op, if any.
 	Err error
+}
+
+// Validate reports whether a store can execute op: its Rule is valid, and a
+// refund carries the Receipt of a take.
+func (op *Op) Validate() error {
+	if err := op.Rule.Validate(); err != nil {
+		return err
+	}
+	if op.Cost < 0 && op.Receipt == 0 {
+		return fmt.Errorf("%w: a refund (cost %d) needs the Receipt of the take it gives back", ErrInvalidCost, op.Cost)
+	}
+	return nil
 }

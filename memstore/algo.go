@@ -13,12 +13,13 @@ import (
 // identical inputs; the differential tests in package sluicetest hold them
 // to that. Times are microseconds since the Unix epoch.
 
-// reply is one decision: the four numbers a script returns per key.
+// reply is one decision: the five numbers a script returns per key.
 type reply struct {
 	allowed   bool
 	remaining int64
 	retry     int64 // microseconds
 	reset     int64 // microseconds
+	receipt   int64 // what a refund passes back; zero for the time of the decision
 }
 
 // state is the value kept under one key. Only the fields of the key's
@@ -43,7 +44,10 @@ func floorDiv(a, b int64) int64 { return int64(math.Floor(float64(a) / float64(b
 // existed; s is zero otherwise) and returns the reply, whether s is to be
 // written (with the time to live s.ttlMicro) and whether the key is to be
 // deleted.
-func fixedWindow(s *state, ok bool, now, limit, window, cost int64, countRejected bool) (r reply, write, del bool) {
+//
+// A negative cost refunds the take whose receipt is given: its time for
+// every algorithm but GCRA, whose receipt is the TAT the take wrote.
+func fixedWindow(s *state, ok bool, now, limit, window, cost int64, countRejected bool, receipt int64) (r reply, write, del bool) {
 	idx := floorDiv(now, window)
 	var c int64
 	if ok && s.w == idx {
@@ -51,13 +55,19 @@ func fixedWindow(s *state, ok bool, now, limit, window, cost int64, countRejecte
 	}
 	reset := (idx+1)*window - now
 	if cost < 0 {
-		c = max(0, c+cost)
+		// Only the units of this window, never a newer one's.
+		if c > 0 && floorDiv(receipt, window) == idx {
+			c = max(0, c+cost)
+			if c == 0 {
+				return reply{allowed: true, remaining: limit}, false, true
+			}
+			write = writeFW(s, idx, c, reset)
+		}
 		r = reply{allowed: true, remaining: max(0, limit-c)}
 		if c > 0 {
 			r.reset = reset
-			return r, writeFW(s, idx, c, reset), false
 		}
-		return r, false, ok
+		return r, write, false
 	}
 	need := max(cost, 1)
 	if c+need <= limit {
@@ -88,7 +98,7 @@ func writeFW(s *state, idx, c, ttl int64) bool {
 }
 
 // slidingLog keeps s.log sorted ascending.
-func slidingLog(s *state, ok bool, now, limit, window, cost int64, countRejected bool) (r reply, write, del bool) {
+func slidingLog(s *state, ok bool, now, limit, window, cost int64, countRejected bool, receipt int64) (r reply, write, del bool) {
 	// Drop entries at or before now-window.
 	cut := sort.Search(len(s.log), func(i int) bool { return s.log[i] > now-window })
 	if cut > 0 {
@@ -96,9 +106,16 @@ func slidingLog(s *state, ok bool, now, limit, window, cost int64, countRejected
 		write = true
 	}
 	if cost < 0 {
-		n := min(int64(len(s.log)), -cost)
-		s.log = s.log[:int64(len(s.log))-n]
-		write = write || n > 0
+		// The entries of the take's time, no others.
+		from := sort.Search(len(s.log), func(i int) bool { return s.log[i] >= receipt })
+		to := from
+		for to < len(s.log) && s.log[to] == receipt && int64(to-from) < -cost {
+			to++
+		}
+		if to > from {
+			s.log = append(s.log[:from], s.log[to:]...)
+			write = true
+		}
 	} else {
 		need := max(cost, 1)
 		count := int64(len(s.log))
@@ -139,7 +156,7 @@ func insertN(log []int64, t, n int64) []int64 {
 	return append(out, log[i:]...)
 }
 
-func slidingWindow(s *state, ok bool, now, limit, window, cost int64) (r reply, write, del bool) {
+func slidingWindow(s *state, ok bool, now, limit, window, cost int64, receipt int64) (r reply, write, del bool) {
 	idx := floorDiv(now, window)
 	elapsed := now - idx*window
 	var cur, prev int64
@@ -156,8 +173,16 @@ func slidingWindow(s *state, ok bool, now, limit, window, cost int64) (r reply, 
 		return float64(prev)*(float64(window-elapsed)/fw) + float64(cur)
 	}
 	if cost < 0 {
-		cur = max(0, cur+cost)
+		// Back to the window the take counted in, never a newer one.
 		r.allowed = true
+		switch from := floorDiv(receipt, window); {
+		case from == idx && cur > 0:
+			cur = max(0, cur+cost)
+			write = true
+		case from == idx-1 && prev > 0:
+			prev = max(0, prev+cost)
+			write = true
+		}
 	} else {
 		need := max(cost, 1)
 		if estimate(prev, cur, elapsed)+float64(need) <= float64(limit) {
@@ -169,9 +194,6 @@ func slidingWindow(s *state, ok bool, now, limit, window, cost int64) (r reply, 
 		} else {
 			r.retry = swRetry(prev, cur, elapsed, window, limit, need, estimate)
 		}
-	}
-	if cost < 0 {
-		write = true
 	}
 	r.remaining = max(0, int64(math.Floor(float64(limit)-estimate(prev, cur, elapsed))))
 	switch {
@@ -219,7 +241,7 @@ func swRetry(prev, cur, elapsed, window, limit, need int64, estimate func(int64,
 
 // tokenBucket keeps the credit in microseconds (interval per token, at
 // most capacity × interval) and the time of that credit: integers, exact.
-func tokenBucket(s *state, ok bool, now, capacity, interval, cost int64) (r reply, write, del bool) {
+func tokenBucket(s *state, ok bool, now, capacity, interval, cost, receipt int64) (r reply, write, del bool) {
 	full := capacity * interval
 	base, from := full, now // the credit at time from
 	if ok {
@@ -227,20 +249,32 @@ func tokenBucket(s *state, ok bool, now, capacity, interval, cost int64) (r repl
 	}
 	credit := min(full, base+max(0, now-from))
 	if cost < 0 {
-		credit = min(full, credit-cost*interval)
+		// Undo the take if no later decision wrote the key (the state is
+		// still of the take's time), as if it had not happened.
 		r.allowed = true
-		write = true
-	} else {
-		need := max(cost, 1) * interval
-		if credit >= need {
-			r.allowed = true
-			if cost > 0 {
-				credit -= cost * interval
+		if ok && from == receipt {
+			base = min(full, base-cost*interval)
+			credit = min(full, base+max(0, now-from))
+			if credit >= full {
+				del = true
+			} else {
 				write = true
+				s.credit, s.ts, s.ttlMicro = base, from, from+full-base-now
 			}
-		} else {
-			r.retry = from + need - base - now
 		}
+		r.remaining = credit / interval
+		r.reset = max(0, from+full-base-now)
+		return r, write, del
+	}
+	need := max(cost, 1) * interval
+	if credit >= need {
+		r.allowed = true
+		if cost > 0 {
+			credit -= cost * interval
+			write = true
+		}
+	} else {
+		r.retry = from + need - base - now
 	}
 	if write {
 		base, from = credit, now
@@ -256,16 +290,19 @@ func tokenBucket(s *state, ok bool, now, capacity, interval, cost int64) (r repl
 	return r, write, false
 }
 
-func gcra(s *state, ok bool, now, burst, interval, cost int64) (r reply, write, del bool) {
+func gcra(s *state, ok bool, now, burst, interval, cost, receipt int64) (r reply, write, del bool) {
 	tat := now
 	if ok && s.tat > now {
 		tat = s.tat
 	}
 	tau := interval * burst
 	if cost < 0 {
-		tat = max(now, tat+cost*interval)
+		// Undo the take if its TAT is still the TAT: no later take.
 		r.allowed = true
-		write = true
+		if ok && s.tat == receipt {
+			tat = max(now, tat+cost*interval)
+			write = true
+		}
 	} else {
 		need := max(cost, 1)
 		newTat := tat + need*interval
@@ -282,6 +319,7 @@ func gcra(s *state, ok bool, now, burst, interval, cost int64) (r reply, write, 
 	}
 	r.remaining = max(0, now-tat+tau) / interval
 	r.reset = tat - now
+	r.receipt = tat
 	if write {
 		if r.reset <= 0 {
 			return r, false, ok

@@ -83,7 +83,7 @@ func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
 }
 
 func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
-	if err := op.Rule.Validate(); err != nil {
+	if err := op.Validate(); err != nil {
 		return sluice.Result{}, err
 	}
 	sh := s.shard(op.Key)
@@ -121,15 +121,15 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	)
 	switch r.Algorithm {
 	case sluice.AlgorithmFixedWindow:
-		rep, write, del = fixedWindow(&st, ok, us, r.Limit, r.Param(), op.Cost, r.CountRejected)
+		rep, write, del = fixedWindow(&st, ok, us, r.Limit, r.Param(), op.Cost, r.CountRejected, op.Receipt)
 	case sluice.AlgorithmSlidingLog:
-		rep, write, del = slidingLog(&st, ok, us, r.Limit, r.Param(), op.Cost, r.CountRejected)
+		rep, write, del = slidingLog(&st, ok, us, r.Limit, r.Param(), op.Cost, r.CountRejected, op.Receipt)
 	case sluice.AlgorithmSlidingWindow:
-		rep, write, del = slidingWindow(&st, ok, us, r.Limit, r.Param(), op.Cost)
+		rep, write, del = slidingWindow(&st, ok, us, r.Limit, r.Param(), op.Cost, op.Receipt)
 	case sluice.AlgorithmTokenBucket:
-		rep, write, del = tokenBucket(&st, ok, us, r.Limit, r.Param(), op.Cost)
+		rep, write, del = tokenBucket(&st, ok, us, r.Limit, r.Param(), op.Cost, op.Receipt)
 	case sluice.AlgorithmGCRA:
-		rep, write, del = gcra(&st, ok, us, r.Limit, r.Param(), op.Cost)
+		rep, write, del = gcra(&st, ok, us, r.Limit, r.Param(), op.Cost, op.Receipt)
 	}
 	switch {
 	case del:
@@ -147,6 +147,10 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 		if sh.writes%sweepEvery == 0 {
 			sh.sweep(clockNow)
 		}
+	}
+	op.Receipt = us
+	if rep.receipt != 0 {
+		op.Receipt = rep.receipt
 	}
 	return sluice.Result{
 		Allowed:    rep.allowed,

@@ -18,14 +18,28 @@ import (
 // differ runs the same operations on memstore and on a Valkey store and
 // reports the first Result that differs.
 type differ struct {
-	t      testing.TB
-	mem    *memstore.Store
-	vk     sluice.Store
-	prefix string
+	t        testing.TB
+	mem      *memstore.Store
+	vk       sluice.Store
+	prefix   string
+	receipts map[string][]int64 // of the takes on each key
+}
+
+// receipt returns the receipt of one of key's takes (pick chooses which),
+// or, when pick is negative or there is none, a time that may match none.
+func (d *differ) receipt(key string, pick int, now time.Time) int64 {
+	rs := d.receipts[key]
+	if pick < 0 || len(rs) == 0 {
+		return now.UnixMicro()
+	}
+	return rs[pick%len(rs)]
 }
 
 func (d *differ) step(desc string, op sluice.Op) {
 	d.t.Helper()
+	if d.receipts == nil {
+		d.receipts = map[string][]int64{}
+	}
 	a, b := []sluice.Op{op}, []sluice.Op{op}
 	ctx := context.Background()
 	if err := d.mem.Do(ctx, a); err != nil || a[0].Err != nil {
@@ -34,8 +48,11 @@ func (d *differ) step(desc string, op sluice.Op) {
 	if err := d.vk.Do(ctx, b); err != nil || b[0].Err != nil {
 		d.t.Fatalf("%s: valkeystore: %v %v", desc, err, b[0].Err)
 	}
-	if a[0].Result != b[0].Result {
-		d.t.Fatalf("%s:\nmemstore    %+v\nvalkeystore %+v", desc, a[0].Result, b[0].Result)
+	if a[0].Result != b[0].Result || a[0].Receipt != b[0].Receipt {
+		d.t.Fatalf("%s:\nmemstore    %+v receipt %d\nvalkeystore %+v receipt %d", desc, a[0].Result, a[0].Receipt, b[0].Result, b[0].Receipt)
+	}
+	if op.Cost > 0 && a[0].Result.Allowed {
+		d.receipts[op.Key] = append(d.receipts[op.Key], a[0].Receipt)
 	}
 }
 
@@ -90,11 +107,13 @@ func TestDifferential(t *testing.T) {
 				now = now.Add(time.Duration(rng.Int64N(int64(w)*3/2/1000+1)) * time.Microsecond)
 			}
 			cost := int64(rng.IntN(int(rule.Limit) + 1))
+			var receipt int64
 			if rng.IntN(8) == 0 {
 				cost = -int64(1 + rng.IntN(2)) // a refund
+				receipt = d.receipt(key, rng.IntN(8)-1, now)
 			}
-			d.step(fmt.Sprintf("seed %d op %d (%v, cost %d, at +%v)", seed, i, rule, cost, now.Sub(sluicetest.Epoch)),
-				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now})
+			d.step(fmt.Sprintf("seed %d op %d (%v, cost %d, receipt %d, at +%v)", seed, i, rule, cost, receipt, now.Sub(sluicetest.Epoch)),
+				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now, Receipt: receipt})
 		}
 	}
 }
@@ -125,8 +144,12 @@ func FuzzDifferential(f *testing.F) {
 		for i := 3; i+1 < len(data) && i < 3+2*200; i += 2 {
 			cost := int64(data[i]%byte(rule.Limit+2)) - 1 // -1 .. limit
 			now = now.Add(time.Duration(data[i+1]) * time.Duration(data[i+1]) * 37 * time.Microsecond)
-			d.step(fmt.Sprintf("op %d (%v, cost %d, at +%v)", i, rule, cost, now.Sub(sluicetest.Epoch)),
-				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now})
+			var receipt int64
+			if cost < 0 {
+				receipt = d.receipt(key, int(data[i]/16)-1, now)
+			}
+			d.step(fmt.Sprintf("op %d (%v, cost %d, receipt %d, at +%v)", i, rule, cost, receipt, now.Sub(sluicetest.Epoch)),
+				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now, Receipt: receipt})
 		}
 	})
 }
@@ -140,6 +163,7 @@ func TestDifferentialBatches(t *testing.T) {
 	prefix := sluicetest.Prefix(t)
 	ctx := context.Background()
 	rules := map[string]sluice.Rule{}
+	receipts := map[string][]int64{} // of the takes on each key
 	defer func() {
 		// Keys written once at the end of a call still expire in time.
 		ttls, err := valkeytest.TTLs(ctx, c, prefix+":*")
@@ -163,10 +187,11 @@ func TestDifferentialBatches(t *testing.T) {
 			batch := make([]sluice.Op, 1+rng.IntN(12))
 			for i := range batch {
 				cost := int64(rng.IntN(int(rule.Limit) + 1))
-				if rng.IntN(8) == 0 {
-					cost = -1
+				key := sluice.Key(prefix, fmt.Sprintf("s%d", seed), rule, fmt.Sprint(rng.IntN(2)))
+				batch[i] = sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now}
+				if rs := receipts[key]; rng.IntN(8) == 0 && len(rs) > 0 {
+					batch[i].Cost, batch[i].Receipt = -1, rs[rng.IntN(len(rs))]
 				}
-				batch[i] = sluice.Op{Key: sluice.Key(prefix, fmt.Sprintf("s%d", seed), rule, fmt.Sprint(rng.IntN(2))), Rule: rule, Cost: cost, Now: now}
 			}
 			a := append([]sluice.Op(nil), batch...)
 			b := append([]sluice.Op(nil), batch...)
@@ -177,7 +202,10 @@ func TestDifferentialBatches(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := range batch {
-				if a[i].Err != nil || b[i].Err != nil || a[i].Result != b[i].Result {
+				if a[i].Cost > 0 && a[i].Result.Allowed {
+					receipts[a[i].Key] = append(receipts[a[i].Key], a[i].Receipt)
+				}
+				if a[i].Err != nil || b[i].Err != nil || a[i].Result != b[i].Result || a[i].Receipt != b[i].Receipt {
 					t.Fatalf("seed %d round %d op %d (%v, cost %d, key %s):\nmemstore    %+v %v\nvalkeystore %+v %v",
 						seed, round, i, rule, batch[i].Cost, batch[i].Key, a[i].Result, a[i].Err, b[i].Result, b[i].Err)
 				}

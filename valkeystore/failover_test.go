@@ -69,7 +69,7 @@ func newFleet(t *testing.T, cl *valkeytest.Cluster, s *valkeystore.Store) *fleet
 	policies := []sluice.Policy{
 		sluice.FixedWindow{Limit: 1e9, Window: time.Minute},
 		sluice.SlidingWindow{Limit: 1e9, Window: time.Minute},
-		sluice.SlidingLog{Limit: 1e6, Window: time.Second},
+		sluice.SlidingLog{Limit: sluice.MaxSlidingLogLimit, Window: time.Second},
 		sluice.TokenBucket{Capacity: 1e6, Rate: 1e6, Per: time.Second},
 		sluice.GCRA{Rate: 1e6, Per: time.Second, Burst: 1e6},
 	}

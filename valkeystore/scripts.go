@@ -10,9 +10,9 @@ import (
 
 // The scripts, one per algorithm: prelude.lua, the algorithm's decide
 // function (scripts/<algorithm>.lua) and the driver batch.lua, which decides
-// any number of keys in one call: KEYS[i] with five ARGV each (now, limit,
-// parameter, cost, flag), and replies with four integers per key (allowed,
-// remaining, retry after and reset after in microseconds).
+// any number of keys in one call: KEYS[i] with six ARGV each (now, limit,
+// parameter, cost, flag, receipt), and replies with five integers per key
+// (allowed, remaining, retry after and reset after in microseconds, receipt).
 var (
 	//go:embed scripts/prelude.lua
 	preludeLua string
@@ -51,6 +51,6 @@ var scripts = [...]*script{
 }
 
 const (
-	argsPerKey  = 5
-	replyPerKey = 4
+	argsPerKey  = 6
+	replyPerKey = 5
 )

@@ -212,7 +212,7 @@ var firstOp = []int{0}
 // and slot, split at maxBatch keys. Invalid Ops get their error.
 func (e *engine) plan(batch []sluice.Op, dst []call) []call {
 	if len(batch) == 1 { // the common case, without maps or allocations
-		if err := batch[0].Rule.Validate(); err != nil {
+		if err := batch[0].Validate(); err != nil {
 			batch[0].Err = err
 			return dst
 		}
@@ -226,7 +226,7 @@ func (e *engine) plan(batch []sluice.Op, dst []call) []call {
 	calls := dst
 	for i := range batch {
 		op := &batch[i]
-		if err := op.Rule.Validate(); err != nil {
+		if err := op.Validate(); err != nil {
 			op.Err = err
 			continue
 		}
@@ -276,6 +276,10 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 		if r.CountRejected {
 			a[4] = "1"
 		}
+		a[5] = "0"
+		if op.Cost < 0 {
+			a[5] = num(op.Receipt)
+		}
 	}
 	sc := scripts[c.alg]
 	if sha {
@@ -319,7 +323,7 @@ func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {
 			batch[i].Err = fmt.Errorf("valkeystore: %v script: unexpected reply: %w", c.alg, err)
 			continue
 		}
-		if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[2] < 0 || v[3] < 0 {
+		if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[2] < 0 || v[3] < 0 || v[4] <= 0 {
 			batch[i].Err = fmt.Errorf("valkeystore: %v script: reply out of range: %v", c.alg, v)
 			continue
 		}
@@ -329,6 +333,7 @@ func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {
 			RetryAfter: micros(v[2]),
 			ResetAfter: micros(v[3]),
 		}
+		batch[i].Receipt = v[4]
 	}
 }
 

@@ -1,7 +1,9 @@
 -- Fixed window: a counter per aligned window.
 -- State under key: a hash {w = window number, c = count in window w}.
 -- decide(key, now, limit, window, cost, flag): window in microseconds.
--- now is in microseconds; cost 0 peeks, a negative cost refunds. flag '1'
+-- now is in microseconds; cost 0 peeks, a negative cost refunds what the
+-- take with that receipt (its time) took, if that was in this window, else
+-- nothing: never a newer window's units. flag '1'
 -- counts refused requests too (CountRejected): the count then grows by
 -- every positive cost and may pass limit; remaining never goes below 0. decide
 -- returns allowed (1/0), remaining, retry_after_us and reset_after_us; the
@@ -11,7 +13,7 @@
 -- read once and written once, by flush: states[key] is {w, c}, or false for
 -- none; pending[key] the PEXPIRE to write, or 0 to delete.
 local states, pending = {}, {}
-local function decide(key, now, limit, window, cost, flag)
+local function decide(key, now, limit, window, cost, flag, receipt)
   local idx = math.floor(now / window)
   local st = states[key]
   if st == nil then
@@ -24,9 +26,11 @@ local function decide(key, now, limit, window, cost, flag)
   local reset = (idx + 1) * window - now
   local allowed, retry, write = 0, 0, false
   if cost < 0 then
-    c = math.max(0, c + cost)
     allowed = 1
-    if c > 0 then write = true else states[key], pending[key] = false, 0 end
+    if c > 0 and math.floor(receipt / window) == idx then
+      c = math.max(0, c + cost)
+      if c > 0 then write = true else states[key], pending[key] = false, 0 end
+    end
   elseif c + math.max(cost, 1) <= limit then
     allowed = 1
     if cost > 0 then

@@ -2,7 +2,8 @@
 -- State under key: a string, the TAT in microseconds.
 -- decide(key, now, burst, interval, cost): interval in microseconds between
 -- requests.
--- now is in microseconds; cost 0 peeks, a negative cost refunds. decide
+-- now is in microseconds; cost 0 peeks, a negative cost refunds the take
+-- whose receipt (the TAT it wrote) is still the TAT. decide
 -- returns allowed (1/0), remaining, retry_after_us and reset_after_us; the
 -- driver (batch.lua) runs it for every key of a call, after prelude.lua.
 -- Mirrors gcra in memstore/algo.go.
@@ -10,7 +11,7 @@
 -- read once and written once, by flush: tats[key] is the TAT, or false for
 -- none; pending[key] the PX to write, or 0 to delete.
 local tats, pending = {}, {}
-local function decide(key, now, burst, interval, cost, _)
+local function decide(key, now, burst, interval, cost, _, receipt)
   local tat = now
   local v = tats[key]
   if v == nil then
@@ -22,9 +23,13 @@ local function decide(key, now, burst, interval, cost, _)
   local tau = interval * burst
   local allowed, retry, write = 0, 0, false
   if cost < 0 then
-    tat = math.max(now, tat + cost * interval)
+    -- Undo the take whose receipt (the TAT it wrote) is still the TAT, as
+    -- if it had not happened; after any later take, nothing.
     allowed = 1
-    write = true
+    if v and v == receipt then
+      tat = math.max(now, tat + cost * interval)
+      write = true
+    end
   else
     local newTat = tat + math.max(cost, 1) * interval
     local diff = now - (newTat - tau)
@@ -46,7 +51,7 @@ local function decide(key, now, burst, interval, cost, _)
       tats[key], pending[key] = tat, math.ceil(reset / 1000) + TTL_MARGIN_MS
     end
   end
-  return allowed, math.max(0, idiv(math.max(0, now - tat + tau), interval)), retry, reset
+  return allowed, math.max(0, idiv(math.max(0, now - tat + tau), interval)), retry, reset, tat
 end
 
 local function flush()

@@ -3,22 +3,24 @@
 -- "<time>-<seq>", unique.
 -- decide(key, now, limit, window, cost, flag): window in microseconds; flag
 -- '1' logs refused requests too (count_rejected).
--- now is in microseconds; cost 0 peeks, a negative cost refunds. decide
+-- now is in microseconds; cost 0 peeks, a negative cost refunds: it removes
+-- up to -cost entries of the take's time (receipt), still in the log. decide
 -- returns allowed (1/0), remaining, retry_after_us and reset_after_us; the
 -- driver (batch.lua) runs it for every key of a call, after prelude.lua.
 -- Mirrors slidingLog in memstore/algo.go.
-local function decide(key, now, limit, window, cost, flag)
+local function decide(key, now, limit, window, cost, flag, receipt)
   local countRejected = flag == '1'
 
   local write = redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window) > 0
   local count = redis.call('ZCARD', key)
   local allowed, retry = 0, 0
   if cost < 0 then
+    -- Remove entries of the take's time (its receipt), no others.
     allowed = 1
-    local n = math.min(count, -cost)
-    if n > 0 then
-      redis.call('ZPOPMAX', key, n)
-      count = count - n
+    local taken = redis.call('ZRANGE', key, receipt, receipt, 'BYSCORE', 'LIMIT', 0, -cost)
+    if #taken > 0 then
+      redis.call('ZREM', key, unpack(taken))
+      count = count - #taken
       write = true
     end
   else

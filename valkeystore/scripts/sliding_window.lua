@@ -3,7 +3,8 @@
 -- State under key: a hash {w = window number of c, c = count in window w,
 -- p = count in window w-1}.
 -- decide(key, now, limit, window, cost): window in microseconds.
--- now is in microseconds; cost 0 peeks, a negative cost refunds. decide
+-- now is in microseconds; cost 0 peeks, a negative cost refunds the window
+-- its take (receipt: the take's time) counted in, if it still counts. decide
 -- returns allowed (1/0), remaining, retry_after_us and reset_after_us; the
 -- driver (batch.lua) runs it for every key of a call, after prelude.lua.
 -- Mirrors slidingWindow and swRetry in memstore/algo.go, operation for
@@ -17,7 +18,7 @@ local window -- of the decision being made, for estimate
 local function estimate(p, c, e)
   return p * ((window - e) / window) + c
 end
-local function decide(key, now, limit, win, cost, _)
+local function decide(key, now, limit, win, cost, _, receipt)
   window = win
   local idx = math.floor(now / window)
   local elapsed = now - idx * window
@@ -38,9 +39,17 @@ local function decide(key, now, limit, win, cost, _)
   end
   local allowed, retry, write = 0, 0, false
   if cost < 0 then
-    cur = math.max(0, cur + cost)
+    -- Back to the window the take counted in (receipt is its time), never
+    -- a newer one.
     allowed = 1
-    write = true
+    local from = math.floor(receipt / window)
+    if from == idx and cur > 0 then
+      cur = math.max(0, cur + cost)
+      write = true
+    elseif from == idx - 1 and prev > 0 then
+      prev = math.max(0, prev + cost)
+      write = true
+    end
   else
     local need = math.max(cost, 1)
     if estimate(prev, cur, elapsed) + need <= limit then

@@ -3,7 +3,8 @@
 -- State under key: a hash {u = credit in microseconds (interval per token,
 -- at most capacity × interval), ts = time of u}. A full bucket has no key.
 -- decide(key, now, capacity, interval, cost): interval in microseconds.
--- now is in microseconds; cost 0 peeks, a negative cost refunds. decide
+-- now is in microseconds; cost 0 peeks, a negative cost refunds the take
+-- with that receipt (its time) if no later decision wrote the key. decide
 -- returns allowed (1/0), remaining, retry_after_us and reset_after_us; the
 -- driver (batch.lua) runs it for every key of a call, after prelude.lua.
 -- Mirrors tokenBucket in memstore/algo.go.
@@ -11,7 +12,7 @@
 -- read once and written once, by flush: states[key] is {u, ts}, or false for
 -- none; pending[key] the PEXPIRE to write, or 0 to delete.
 local states, pending = {}, {}
-local function decide(key, now, cap, interval, cost, _)
+local function decide(key, now, cap, interval, cost, _, receipt)
   local st = states[key]
   if st == nil then
     local h = redis.call('HMGET', key, 'u', 'ts')
@@ -24,9 +25,19 @@ local function decide(key, now, cap, interval, cost, _)
   local credit = math.min(full, base + math.max(0, now - from))
   local allowed, retry, write = 0, 0, false
   if cost < 0 then
-    credit = math.min(full, credit - cost * interval)
+    -- Undo the take whose receipt (its time) is still the time of the
+    -- state, as if it had not happened; after any later write, nothing.
     allowed = 1
-    write = true
+    if st and from == receipt then
+      base = math.min(full, base - cost * interval)
+      credit = math.min(full, base + math.max(0, now - from))
+      states[key] = { base, from }
+      if credit >= full then
+        states[key], pending[key] = false, 0
+      else
+        pending[key] = math.ceil((from + full - base - now) / 1000) + TTL_MARGIN_MS
+      end
+    end
   else
     local need = math.max(cost, 1) * interval
     if credit >= need then
