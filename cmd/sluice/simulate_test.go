@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"image/png"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// readmeSimulate returns the arguments of the README's first simulate
+// example (a shell command over several lines).
+func readmeSimulate(t *testing.T) []string {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`go run ./cmd/sluice simulate((?:[^\n]*\\\n)*[^\n]*)`).FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README has no `go run ./cmd/sluice simulate` command")
+	}
+	return append([]string{"simulate"}, strings.Fields(strings.ReplaceAll(string(m[1]), "\\\n", " "))...)
+}
+
+// TestSimulateREADMEExample: the README's picture and numbers are what its
+// command makes.
+func TestSimulateREADMEExample(t *testing.T) {
+	args := readmeSimulate(t)
+	var out string
+	for i, a := range args {
+		if a == "--out" && i+1 < len(args) {
+			out = args[i+1]
+			args[i+1] = filepath.Join(t.TempDir(), "five")
+		}
+	}
+	if out != "docs/simulate/five-algorithms" {
+		t.Fatalf("the README's command writes %q, want docs/simulate/five-algorithms", out)
+	}
+	for i, a := range args {
+		if strings.HasPrefix(a, "examples/") {
+			args[i] = "../../" + a
+		}
+	}
+	code, stdout, stderr := runCmd(args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, stdout, stderr)
+	}
+	got, err := os.ReadFile(args[indexOf(args, "--out")+1] + ".csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("../../" + out + ".csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("the README command's CSV differs from the committed %s.csv: run it again", out)
+	}
+	gotPNG, err := os.ReadFile(args[indexOf(args, "--out")+1] + ".png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPNG, err := os.ReadFile("../../" + out + ".png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := png.Decode(bytes.NewReader(gotPNG)); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(gotPNG, wantPNG) {
+		t.Errorf("the README command's picture differs from the committed %s.png: run it again", out)
+	}
+	// The five algorithms, as the README's table of examples/algorithms
+	// says: the fixed window lets both bursts through.
+	for _, line := range []string{"fixed_window", "sliding_log", "sliding_window", "token_bucket", "gcra"} {
+		if !strings.Contains(stdout, line) {
+			t.Errorf("output lacks %s: %s", line, stdout)
+		}
+	}
+	if !regexp.MustCompile(`fixed_window\s+fixed_window\(limit=10, window=1s\)\s+40\s+21\s+19`).MatchString(stdout) {
+		t.Errorf("fixed window: want 21 of 40 allowed:\n%s", stdout)
+	}
+}
+
+func indexOf(list []string, s string) int {
+	for i, x := range list {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestSimulateCommand(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "run")
+	log := filepath.Join(dir, "decisions.jsonl")
+	code, stdout, stderr := runCmd("simulate", "--policy", "name=api,algorithm=gcra,burst=5,rate=5/s",
+		"--traffic", "steady:8/s", "--traffic", "retry:10/s,key=mobile", "--duration", "20s", "--out", out, "--decisions", log)
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, stdout, stderr)
+	}
+	for _, ext := range []string{".csv", ".svg", ".png"} {
+		if st, err := os.Stat(out + ext); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", ext, err)
+		}
+	}
+	// Replay under a looser limit: refusals flip to allowed.
+	changed := filepath.Join(dir, "changed.yaml")
+	os.WriteFile(changed, []byte("policies:\n  - {name: api, algorithm: gcra, burst: 5, rate: 20/s}\n"), 0o644)
+	code, stdout, stderr = runCmd("simulate", "--replay", log, "--config", changed, "--out", out)
+	if code != 0 || !regexp.MustCompile(`api\s+gcra\(burst=5, interval=50ms\)\s+\d+\s+\d+\s+\d+\s+0\s+[1-9]\d*\s+2`).MatchString(stdout) {
+		t.Errorf("replay: exit %d:\n%s%s", code, stdout, stderr)
+	}
+	if _, err := os.Stat(out + "-flips.csv"); err != nil {
+		t.Error(err)
+	}
+
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"--traffic", "steady:1/s"}, 2, "no policies"},
+		{[]string{"--policy", "algorithm=gcra,burst=1,rate=1/s"}, 2, "no traffic"},
+		{[]string{"--policy", "algorithm=gcra,burst=1,rate=1/s", "--traffic", "steady:1"}, 2, `"steady:1"`},
+		{[]string{"--policy", "algorithm=gcra,burst=1,rate=1/s", "--traffic", "steady:1000/s", "--duration", "7d"}, 1, "--max-decisions"},
+		{[]string{"--policy", "algorithm=gcra,burst=1,rate=1/s", "--traffic", "steady:1/s", "--duration", "10"}, 2, "--duration"},
+		{[]string{"--policy", "algorithm=gcra,burst=1,rate=1/s", "--traffic", "steady:1/s", "--format", "gif"}, 2, "gif"},
+		{[]string{"--replay", log}, 2, "--config"},
+		{[]string{"--replay", log, "--config", changed, "--traffic", "steady:1/s"}, 2, "--traffic does not apply"},
+	} {
+		code, stdout, stderr := runCmd(append([]string{"simulate", "--out", filepath.Join(dir, "bad")}, c.args...)...)
+		if code != c.code || !strings.Contains(stderr, c.msg) {
+			t.Errorf("%v: exit %d, stderr %q, want %d and %q", c.args, code, stderr, c.code, c.msg)
+		}
+		if c.code == 1 && strings.Contains(stdout, "done") {
+			t.Errorf("%v: ran before refusing: %s", c.args, stdout)
+		}
+	}
+	if matches, _ := filepath.Glob(filepath.Join(dir, "bad*")); len(matches) > 0 {
+		t.Errorf("refused runs wrote %v", matches)
+	}
+}

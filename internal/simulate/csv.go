@@ -1,0 +1,42 @@
+package simulate
+
+import (
+	"bufio"
+	"io"
+	"strconv"
+	"time"
+)
+
+// CSVHeader is the first line of WriteCSV's output.
+const CSVHeader = "policy,algorithm,bucket_start_s,requests,allowed,refused,allowed_units,remaining,admitted_per_s,nominal_per_s"
+
+// WriteCSV writes the result's numbers, one line per policy and bucket:
+// bucket_start_s is seconds from the start; remaining is the watched key's
+// at the end of the bucket; admitted_per_s the units allowed per second
+// over the policy's rate window ending with the bucket.
+func WriteCSV(w io.Writer, r *Result) error {
+	bw := bufio.NewWriter(w)
+	bw.WriteString(CSVHeader + "\n")
+	var b []byte
+	for _, p := range r.Policies {
+		for i, bk := range p.Buckets {
+			b = b[:0]
+			b = append(b, p.Name...)
+			b = append(b, ',')
+			b = append(b, p.Rule.Algorithm.String()...)
+			b = append(b, ',')
+			b = strconv.AppendFloat(b, (r.Bucket * time.Duration(i)).Seconds(), 'f', -1, 64)
+			for _, n := range []int64{bk.Requests, bk.Allowed, bk.Refused, bk.AllowedUnits, bk.Remaining} {
+				b = append(b, ',')
+				b = strconv.AppendInt(b, n, 10)
+			}
+			b = append(b, ',')
+			b = strconv.AppendFloat(b, bk.Admitted, 'f', 3, 64)
+			b = append(b, ',')
+			b = strconv.AppendFloat(b, p.Nominal, 'f', 3, 64)
+			b = append(b, '\n')
+			bw.Write(b)
+		}
+	}
+	return bw.Flush()
+}

@@ -1,0 +1,220 @@
+package simulate
+
+import (
+	"fmt"
+	"image/color"
+	"io"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+// Picture formats.
+const (
+	SVG = "svg"
+	PNG = "png"
+)
+
+var (
+	colAllowed  = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}
+	colRefused  = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
+	fillAllowed = color.RGBA{R: 0x98, G: 0xdf, B: 0x8a, A: 0xff}
+	fillRefused = color.RGBA{R: 0xff, G: 0x98, B: 0x96, A: 0xff}
+	colLine     = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
+	colNominal  = color.RGBA{R: 0x55, G: 0x55, B: 0x55, A: 0xff}
+)
+
+// Picture sizes: one row of three panels per policy.
+const (
+	picWidth  = 12 * vg.Inch
+	rowHeight = 1.9 * vg.Inch
+	titleH    = 0.45 * vg.Inch
+	pngDPI    = 80
+)
+
+// WritePicture draws the result, one row per policy, and writes it in
+// format (SVG or PNG). The columns are: requests allowed and refused per
+// bucket; the watched key's remaining units; the admitted rate over the
+// rate window against the nominal rate.
+func WritePicture(w io.Writer, r *Result, format string) error {
+	h := titleH + rowHeight*vg.Length(len(r.Policies))
+	var c interface {
+		vg.CanvasSizer
+		io.WriterTo
+	}
+	switch format {
+	case SVG:
+		c = vgsvg.New(picWidth, h)
+	case PNG:
+		img := vgimg.NewWith(vgimg.UseWH(picWidth, h), vgimg.UseDPI(pngDPI), vgimg.UseBackgroundColor(color.White))
+		c = vgimg.PngCanvas{Canvas: img}
+	default:
+		return fmt.Errorf("unknown picture format %q (want svg or png)", format)
+	}
+	dc := draw.New(c)
+	if err := drawResult(dc, r); err != nil {
+		return err
+	}
+	_, err := c.WriteTo(w)
+	return err
+}
+
+// timeUnit picks the unit of the time axis.
+func timeUnit(d time.Duration) (time.Duration, string) {
+	switch {
+	case d <= 3*time.Minute:
+		return time.Second, "s"
+	case d <= 3*time.Hour:
+		return time.Minute, "min"
+	}
+	return time.Hour, "h"
+}
+
+func drawResult(dc draw.Canvas, r *Result) error {
+	// The title across the top.
+	sty := text.Style{Color: color.Black, Font: plot.DefaultFont, Handler: plot.DefaultTextHandler}
+	sty.Font.Size = vg.Points(12)
+	title := fmt.Sprintf("%d policies on the same traffic: %s  (buckets of %v over %v)",
+		len(r.Policies), strings.Join(r.Traffic, " + "), r.Bucket, r.Duration)
+	if len(r.Policies) == 1 {
+		title = strings.Replace(title, "1 policies", "1 policy", 1)
+	}
+	sty.XAlign, sty.YAlign = draw.XCenter, draw.YCenter
+	dc.FillText(sty, vg.Point{X: (dc.Min.X + dc.Max.X) / 2, Y: dc.Max.Y - titleH/2}, title)
+	body := draw.Crop(dc, 0, 0, 0, -titleH)
+
+	unit, unitName := timeUnit(r.Duration)
+	xmax := float64(r.Duration) / float64(unit)
+	var maxReq, maxRate float64
+	for _, p := range r.Policies {
+		for _, b := range p.Buckets {
+			maxReq = max(maxReq, float64(b.Requests))
+			maxRate = max(maxRate, b.Admitted)
+		}
+		maxRate = max(maxRate, p.Nominal)
+	}
+	x := func(i int) float64 { return float64(r.Bucket*time.Duration(i)) / float64(unit) }
+	rows := make([][]*plot.Plot, len(r.Policies))
+	for row, p := range r.Policies {
+		n := len(p.Buckets)
+		total := make(plotter.XYs, n+1)
+		allowed := make(plotter.XYs, n+1)
+		remaining := make(plotter.XYs, n+1)
+		admitted := make(plotter.XYs, n)
+		for i, b := range p.Buckets {
+			total[i] = plotter.XY{X: x(i), Y: float64(b.Requests)}
+			allowed[i] = plotter.XY{X: x(i), Y: float64(b.Allowed)}
+			remaining[i] = plotter.XY{X: x(i + 1), Y: float64(b.Remaining)}
+			// Each admitted rate is measured up to the end of its bucket.
+			admitted[i] = plotter.XY{X: min(x(i+1), xmax), Y: b.Admitted}
+		}
+		// Close the steps at the end.
+		total[n] = plotter.XY{X: xmax, Y: total[n-1].Y}
+		allowed[n] = plotter.XY{X: xmax, Y: allowed[n-1].Y}
+		remaining = append(plotter.XYs{{X: 0, Y: float64(p.Rule.Limit)}}, remaining[:n]...)
+
+		shadow := ""
+		if p.Shadow {
+			shadow = " [shadow: drawn as enforced]"
+		}
+		head := fmt.Sprintf("%s: %v%s", p.Name, p.Rule, shadow)
+		if strings.HasPrefix(p.Rule.String(), p.Name+"(") {
+			head = p.Rule.String() + shadow
+		}
+
+		reqs := newPlot(head, "", unitName, xmax)
+		reqs.Y.Label.Text = "requests per bucket"
+		reqs.Y.Max = max(maxReq*1.08, 1)
+		lt, err := stepLine(total, colRefused, fillRefused)
+		if err != nil {
+			return err
+		}
+		la, err := stepLine(allowed, colAllowed, fillAllowed)
+		if err != nil {
+			return err
+		}
+		reqs.Add(lt, la)
+		reqs.Legend.Add(fmt.Sprintf("allowed (%d)", p.Allowed), la)
+		reqs.Legend.Add(fmt.Sprintf("refused (%d)", p.Refused), lt)
+		reqs.Legend.Top = true
+		reqs.Legend.Left = false
+
+		rem := newPlot(fmt.Sprintf("remaining for key %q at bucket ends", r.Watch), "", unitName, xmax)
+		rem.Y.Label.Text = "units"
+		rem.Y.Max = float64(p.Rule.Limit) * 1.08
+		lr, err := stepLine(remaining, colLine, nil)
+		if err != nil {
+			return err
+		}
+		rem.Add(lr)
+
+		rate := newPlot(fmt.Sprintf("admitted per second over %v", p.RateWindow), "", unitName, xmax)
+		rate.Y.Label.Text = "units/s"
+		rate.Y.Max = max(maxRate*1.1, 1)
+		lad, err := plotter.NewLine(admitted)
+		if err != nil {
+			return err
+		}
+		lad.Color = colAllowed
+		lad.Width = vg.Points(1.5)
+		nom, err := plotter.NewLine(plotter.XYs{{X: 0, Y: p.Nominal}, {X: xmax, Y: p.Nominal}})
+		if err != nil {
+			return err
+		}
+		nom.Color = colNominal
+		nom.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		rate.Add(nom, lad)
+		rate.Legend.Add("admitted", lad)
+		rate.Legend.Add(fmt.Sprintf("nominal %.4g/s", p.Nominal), nom)
+		rate.Legend.Top = true
+
+		rows[row] = []*plot.Plot{reqs, rem, rate}
+	}
+	tiles := draw.Tiles{Rows: len(rows), Cols: 3, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 3,
+		PadTop: vg.Millimeter, PadBottom: vg.Millimeter, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	canvases := plot.Align(rows, tiles, body)
+	for i := range rows {
+		for j := range rows[i] {
+			if canvases[i][j] != (draw.Canvas{}) {
+				rows[i][j].Draw(canvases[i][j])
+			}
+		}
+	}
+	return nil
+}
+
+func newPlot(title, ylabel, unit string, xmax float64) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.Title.TextStyle.Font.Size = vg.Points(9)
+	p.X.Label.Text = "time (" + unit + ")"
+	p.X.Label.TextStyle.Font.Size = vg.Points(8)
+	p.Y.Label.TextStyle.Font.Size = vg.Points(8)
+	p.X.Tick.Label.Font.Size = vg.Points(7)
+	p.Y.Tick.Label.Font.Size = vg.Points(7)
+	p.Legend.TextStyle.Font.Size = vg.Points(7)
+	p.X.Min, p.X.Max = 0, xmax
+	p.Y.Min = 0
+	p.Y.Label.Text = ylabel
+	return p
+}
+
+// stepLine draws xys as a step line, filled below with fill unless nil.
+func stepLine(xys plotter.XYs, c, fill color.Color) (*plotter.Line, error) {
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return nil, err
+	}
+	l.StepStyle = plotter.PostStep
+	l.Color = c
+	l.Width = vg.Points(1)
+	l.FillColor = fill
+	return l, nil
+}
