@@ -52,6 +52,8 @@ type Config struct {
 	Policies []*Policy
 	// Domains are the Envoy rate-limit domains.
 	Domains []*Domain
+	// ForwardAuth is nil when the forward-auth endpoints are off.
+	ForwardAuth *ForwardAuth
 }
 
 // Policy returns the policy named name, or nil.
@@ -139,7 +141,7 @@ func hasKey(m *yaml.Node, key string) bool {
 	return false
 }
 
-var topFields = []string{"prefix", "listen", "grpc_listen", "valkey", "admin", "policies", "domains"}
+var topFields = []string{"prefix", "listen", "grpc_listen", "valkey", "admin", "policies", "domains", "forward_auth"}
 
 func (d *decoder) sluice(c *Config, root *yaml.Node) {
 	f := d.mapping(root, "configuration", topFields...)
@@ -185,5 +187,8 @@ func (d *decoder) sluice(c *Config, root *yaml.Node) {
 				c.Domains = append(c.Domains, dom)
 			}
 		}
+	}
+	if v, ok := f["forward_auth"]; ok {
+		c.ForwardAuth = d.forwardAuth(v.val, c)
 	}
 }

@@ -16,6 +16,7 @@ import (
 //	GET    /v1/keys/{policy}/{key}   admin: peek without consuming
 //	DELETE /v1/keys/{policy}/{key}   admin: reset ("unlock this user")
 //	GET    /metrics /healthz /readyz
+//	*      /v1/forward-auth /v1/forward-auth/nginx   reverse proxies (forwardauth.go)
 //
 // Errors are application/problem+json; bad input is a 4xx, never a 500.
 func (s *Server) Handler() http.Handler {
@@ -31,6 +32,8 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	route("GET /readyz", "readyz", s.handleReady)
+	route("/v1/forward-auth", "forward_auth", s.handleForwardAuth(flavorForwarded))
+	route("/v1/forward-auth/nginx", "forward_auth_nginx", s.handleForwardAuth(flavorNginx))
 	metricsHandler := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
 	route("GET /metrics", "metrics", metricsHandler.ServeHTTP)
 

@@ -83,6 +83,8 @@ type state struct {
 	adminHash []byte
 	loadedAt  time.Time
 	overrides *overrideCache
+	// forward is nil when forward_auth is not configured.
+	forward *forwardAuth
 }
 
 // policy is a configured policy and its limiters.
@@ -213,6 +215,11 @@ func (s *Server) build(cfg *config.Config) (*state, error) {
 		st.policies[p.Name] = pol
 		st.order = append(st.order, pol)
 	}
+	fwd, err := newForwardAuth(cfg.ForwardAuth, st.policies)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Source, err)
+	}
+	st.forward = fwd
 	if cfg.Admin != nil {
 		tok, err := cfg.Admin.Token(s.opts.Env)
 		if err != nil {

@@ -1,0 +1,351 @@
+package config
+
+import (
+	"net/http"
+	"net/netip"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice/clientip"
+	"go.yaml.in/yaml/v3"
+)
+
+// The forward_auth section: route rules for reverse proxies that ask
+// sluice serve before passing a request on (nginx auth_request, Traefik
+// forwardAuth, Caddy forward_auth).
+
+// ForwardAuth configures GET /v1/forward-auth and /v1/forward-auth/nginx.
+type ForwardAuth struct {
+	// TrustedProxies are the networks of the proxies that call the
+	// endpoint. Only from them are the original request's method, URI,
+	// host, client address and claims read from headers; a request from any
+	// other peer is judged as itself, keyed by its own address.
+	TrustedProxies []netip.Prefix
+	// ClientIPHeader is the header the proxies put the client's address in
+	// (default X-Forwarded-For; or Forwarded, X-Real-IP, ...).
+	ClientIPHeader string
+	// Unmatched says what happens to a request no route applies to.
+	Unmatched Unmatched
+	// Routes are tried in order; the first that applies decides.
+	Routes []*Route
+}
+
+// Unmatched is the answer to a request that no route applies to.
+type Unmatched uint8
+
+const (
+	// UnmatchedAllow lets it through without a limit (the default).
+	UnmatchedAllow Unmatched = iota
+	// UnmatchedDeny refuses it.
+	UnmatchedDeny
+)
+
+// Route is one rule of forward_auth.routes. It applies to a request when
+// every condition set holds and each of its limits finds a key.
+type Route struct {
+	// Name identifies the route in logs (default "route N", N from 1).
+	Name string
+	// PathPrefix matches the normalised path (see CleanPath) segment by
+	// segment: "/api" (or "/api/") matches /api and /api/x, not /apix.
+	// "" and "/" match every path.
+	PathPrefix string
+	// Methods, upper case; empty matches every method.
+	Methods []string
+	// Host matches the host without port, case-insensitively; "*.example.com"
+	// matches any subdomain. "" matches every host.
+	Host   string
+	Limits []*RouteLimit
+	Line   int
+}
+
+// RouteLimit is one limit of a route: a policy and where its key comes from.
+type RouteLimit struct {
+	Policy string
+	// Keys are tried in order; the first present is the request's key.
+	Keys []KeySource
+}
+
+// KeySource is where a route limit's key comes from.
+type KeySource struct {
+	Kind KeyKind
+	// Name is the header's canonical name (KeyHeader, KeyClaim).
+	Name string
+}
+
+// KeyKind is the kind of a KeySource.
+type KeyKind uint8
+
+const (
+	// KeyClientIP: the client's address (behind trusted proxies), IPv6 by /64.
+	KeyClientIP KeyKind = iota
+	// KeyHeader: a header of the original request, hashed. Any client can
+	// send any value.
+	KeyHeader
+	// KeyClaim: a header a trusted proxy sets after authenticating the
+	// client (a JWT claim, a user id), hashed; ignored from other peers.
+	KeyClaim
+)
+
+// String returns the source as written in the configuration.
+func (k KeySource) String() string {
+	switch k.Kind {
+	case KeyHeader:
+		return "header:" + k.Name
+	case KeyClaim:
+		return "claim:" + k.Name
+	}
+	return "client_ip"
+}
+
+// Matches reports whether the route's conditions hold for a request with
+// this method, normalised path and host (port allowed).
+func (r *Route) Matches(method, cleanPath, host string) bool {
+	if len(r.Methods) > 0 {
+		ok := false
+		for _, m := range r.Methods {
+			ok = ok || m == method
+		}
+		if !ok {
+			return false
+		}
+	}
+	if r.Host != "" {
+		h := strings.ToLower(hostOnly(host))
+		if suffix, wild := strings.CutPrefix(r.Host, "*"); wild {
+			if !strings.HasSuffix(h, suffix) || len(h) == len(suffix) {
+				return false
+			}
+		} else if h != r.Host {
+			return false
+		}
+	}
+	if r.PathPrefix == "" || r.PathPrefix == "/" {
+		return true
+	}
+	if !strings.HasPrefix(cleanPath, r.PathPrefix) {
+		return false
+	}
+	return len(cleanPath) == len(r.PathPrefix) || cleanPath[len(r.PathPrefix)] == '/'
+}
+
+// hostOnly strips a port from host ("example.com:8443", "[::1]:80").
+func hostOnly(host string) string {
+	if strings.HasPrefix(host, "[") {
+		if i := strings.IndexByte(host, ']'); i > 0 {
+			return host[1:i]
+		}
+		return host
+	}
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && strings.Count(host, ":") == 1 {
+		return host[:i]
+	}
+	return host
+}
+
+// CleanPath returns the path of a request URI as a proxy routes it: the
+// query dropped, percent-escapes decoded, "." and ".." resolved, repeated
+// slashes merged, so that /a/../login and /%6Cogin are matched as /login.
+// A URI that cannot be decoded is matched as written, cleaned.
+func CleanPath(uri string) string {
+	if i := strings.IndexAny(uri, "?#"); i >= 0 {
+		uri = uri[:i]
+	}
+	// An absolute URI (GET http://host/path): its path.
+	if i := strings.Index(uri, "://"); i >= 0 {
+		rest := uri[i+3:]
+		if j := strings.IndexByte(rest, '/'); j >= 0 {
+			uri = rest[j:]
+		} else {
+			uri = "/"
+		}
+	}
+	if dec, err := url.PathUnescape(uri); err == nil {
+		uri = dec
+	}
+	return path.Clean("/" + uri)
+}
+
+var forwardAuthFields = []string{"trusted_proxies", "client_ip_header", "unmatched", "routes"}
+
+func (d *decoder) forwardAuth(n *yaml.Node, c *Config) *ForwardAuth {
+	f := d.mapping(n, "forward_auth", forwardAuthFields...)
+	if f == nil {
+		return nil
+	}
+	fa := &ForwardAuth{}
+	items := 0
+	if x, ok := f["trusted_proxies"]; ok {
+		for _, item := range d.sequence(x.val, "forward_auth.trusted_proxies") {
+			items++
+			s := d.str(item, "forward_auth.trusted_proxies item")
+			ps, err := clientip.ParsePrefixes(s)
+			if err != nil {
+				d.errorf(item, "forward_auth.trusted_proxies: %v", err)
+				continue
+			}
+			fa.TrustedProxies = append(fa.TrustedProxies, ps...)
+		}
+	}
+	if items == 0 {
+		d.errorf(n, "forward_auth.trusted_proxies is missing or empty: list the addresses of the proxies that call sluice (such as 127.0.0.1/32); without them the original request cannot be read")
+	}
+	if x, ok := f["client_ip_header"]; ok {
+		fa.ClientIPHeader = http.CanonicalHeaderKey(d.str(x.val, "forward_auth.client_ip_header"))
+	}
+	if _, err := clientip.New(clientip.Config{TrustedProxies: fa.TrustedProxies, Header: fa.ClientIPHeader}); err != nil && len(fa.TrustedProxies) > 0 {
+		d.errorf(n, "forward_auth: %v", err)
+	}
+	if x, ok := f["unmatched"]; ok {
+		switch s := d.str(x.val, "forward_auth.unmatched"); s {
+		case "allow":
+			fa.Unmatched = UnmatchedAllow
+		case "deny":
+			fa.Unmatched = UnmatchedDeny
+		default:
+			d.errorf(x.val, "forward_auth.unmatched must be allow (no limit) or deny, got %q", s)
+		}
+	}
+	x, ok := f["routes"]
+	if !ok {
+		d.errorf(n, "forward_auth.routes is missing: nothing would be limited")
+		return fa
+	}
+	for i, rn := range d.sequence(x.val, "forward_auth.routes") {
+		if r := d.route(rn, c, i+1); r != nil {
+			fa.Routes = append(fa.Routes, r)
+		}
+	}
+	return fa
+}
+
+var routeFields = []string{"name", "path_prefix", "methods", "host", "limits"}
+
+func (d *decoder) route(n *yaml.Node, c *Config, num int) *Route {
+	f := d.mapping(n, "route", routeFields...)
+	if f == nil {
+		return nil
+	}
+	r := &Route{Line: n.Line}
+	if x, ok := f["name"]; ok {
+		r.Name = d.str(x.val, "route name")
+	} else {
+		r.Name = "route " + strconv.Itoa(num)
+	}
+	what := "forward_auth route " + r.Name
+	if x, ok := f["path_prefix"]; ok {
+		r.PathPrefix = d.str(x.val, what+": path_prefix")
+		if !strings.HasPrefix(r.PathPrefix, "/") {
+			d.errorf(x.val, "%s: path_prefix must start with /, got %q", what, r.PathPrefix)
+		} else if clean := path.Clean(r.PathPrefix); clean != strings.TrimSuffix(r.PathPrefix, "/") && clean != r.PathPrefix {
+			d.errorf(x.val, "%s: path_prefix %q is not a clean path (requests are matched after resolving . and .. and merging slashes; write %q)", what, r.PathPrefix, clean)
+		} else {
+			r.PathPrefix = clean
+		}
+	}
+	if x, ok := f["methods"]; ok {
+		for _, m := range d.sequence(x.val, what+": methods") {
+			s := d.str(m, what+": method")
+			if s == "" || s != strings.ToUpper(s) || strings.ContainsAny(s, " \t/:") {
+				d.errorf(m, "%s: method must be an upper-case HTTP method such as GET or POST, got %q", what, s)
+				continue
+			}
+			r.Methods = append(r.Methods, s)
+		}
+	}
+	if x, ok := f["host"]; ok {
+		r.Host = strings.ToLower(d.str(x.val, what+": host"))
+		if r.Host == "" || strings.ContainsAny(r.Host, "/: ") || strings.Contains(r.Host[1:], "*") || (strings.HasPrefix(r.Host, "*") && !strings.HasPrefix(r.Host, "*.")) {
+			d.errorf(x.val, "%s: host must be a host name without port, or *.domain, got %q", what, r.Host)
+		}
+	}
+	x, ok := f["limits"]
+	if !ok {
+		d.errorf(n, "%s: limits is missing (a list of {policy, key})", what)
+		return nil
+	}
+	for _, ln := range d.sequence(x.val, what+": limits") {
+		if l := d.routeLimit(ln, c, what); l != nil {
+			r.Limits = append(r.Limits, l)
+		}
+	}
+	if len(r.Limits) == 0 {
+		d.errorf(x.val, "%s: limits is empty", what)
+		return nil
+	}
+	return r
+}
+
+func (d *decoder) routeLimit(n *yaml.Node, c *Config, what string) *RouteLimit {
+	f := d.mapping(n, what+": limit", "policy", "key")
+	if f == nil {
+		return nil
+	}
+	l := &RouteLimit{}
+	x, ok := f["policy"]
+	if !ok {
+		d.errorf(n, "%s: limit without a policy", what)
+		return nil
+	}
+	l.Policy = d.str(x.val, what+": policy")
+	if p := c.Policy(l.Policy); p == nil || p.Envoy {
+		d.errorf(x.val, "%s: policy %q is not defined in policies", what, l.Policy)
+	}
+	k, ok := f["key"]
+	if !ok {
+		d.errorf(n, "%s: limit %s has no key (client_ip, header:NAME or claim:NAME, or a list of them)", what, l.Policy)
+		return nil
+	}
+	var items []*yaml.Node
+	if kn := d.resolve(k.val); kn != nil && kn.Kind == yaml.SequenceNode {
+		items = d.sequence(kn, what+": key")
+	} else {
+		items = []*yaml.Node{k.val}
+	}
+	for _, item := range items {
+		s := d.str(item, what+": key")
+		src, ok := parseKeySource(s)
+		if !ok {
+			d.errorf(item, "%s: key %q must be client_ip, header:NAME or claim:NAME", what, s)
+			continue
+		}
+		l.Keys = append(l.Keys, src)
+	}
+	if len(l.Keys) == 0 {
+		d.errorf(k.val, "%s: key is empty", what)
+		return nil
+	}
+	return l
+}
+
+func parseKeySource(s string) (KeySource, bool) {
+	if s == "client_ip" {
+		return KeySource{Kind: KeyClientIP}, true
+	}
+	kind, name, ok := strings.Cut(s, ":")
+	if !ok || !validHeaderName(name) {
+		return KeySource{}, false
+	}
+	switch kind {
+	case "header":
+		return KeySource{Kind: KeyHeader, Name: http.CanonicalHeaderKey(name)}, true
+	case "claim":
+		return KeySource{Kind: KeyClaim, Name: http.CanonicalHeaderKey(name)}, true
+	}
+	return KeySource{}, false
+}
+
+// validHeaderName reports whether s is an HTTP token (RFC 9110, 5.6.2).
+func validHeaderName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,236 @@
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/config"
+)
+
+// Forward auth: a reverse proxy asks before passing a request on.
+//
+//	/v1/forward-auth         Traefik forwardAuth, Caddy forward_auth: the
+//	                         original request in X-Forwarded-Method, -Uri,
+//	                         -Host and -For; refused is 429.
+//	/v1/forward-auth/nginx   nginx auth_request: X-Original-Method, -URI,
+//	                         -Host and X-Forwarded-For; refused is 403 (the
+//	                         only refusal auth_request passes on; the shipped
+//	                         nginx configuration turns it into a 429).
+//
+// Any method is accepted (proxies differ in the method of the sub-request).
+
+// flavor is what one proxy family sends and expects.
+type flavor struct {
+	name              string
+	method, uri, host string
+	refused           int
+}
+
+var (
+	flavorForwarded = flavor{name: "forwarded", method: "X-Forwarded-Method", uri: "X-Forwarded-Uri", host: "X-Forwarded-Host", refused: http.StatusTooManyRequests}
+	flavorNginx     = flavor{name: "nginx", method: "X-Original-Method", uri: "X-Original-Uri", host: "X-Original-Host", refused: http.StatusForbidden}
+)
+
+// forwardAuth is forward_auth of one applied configuration.
+type forwardAuth struct {
+	cfg      *config.ForwardAuth
+	resolver *clientip.Resolver
+	clientIP httplimit.KeyFunc
+	routes   []fwdRoute
+	// lastUntrustedLog rate-limits the warning about forwarding headers
+	// from untrusted peers (unix nanoseconds).
+	lastUntrustedLog atomic.Int64
+}
+
+type fwdRoute struct {
+	cfg    *config.Route
+	limits []fwdLimit
+}
+
+type fwdLimit struct {
+	pol  *policy
+	keys []config.KeySource
+}
+
+func newForwardAuth(cfg *config.ForwardAuth, policies map[string]*policy) (*forwardAuth, error) {
+	if cfg == nil {
+		return nil, nil
+	}
+	res, err := clientip.New(clientip.Config{TrustedProxies: cfg.TrustedProxies, Header: cfg.ClientIPHeader})
+	if err != nil {
+		return nil, fmt.Errorf("forward_auth: %w", err)
+	}
+	fa := &forwardAuth{cfg: cfg, resolver: res, clientIP: httplimit.ClientAddr(res)}
+	for _, rc := range cfg.Routes {
+		r := fwdRoute{cfg: rc}
+		for _, lc := range rc.Limits {
+			p := policies[lc.Policy]
+			if p == nil {
+				return nil, fmt.Errorf("forward_auth route %s: policy %q is not defined", rc.Name, lc.Policy)
+			}
+			r.limits = append(r.limits, fwdLimit{pol: p, keys: lc.Keys})
+		}
+		fa.routes = append(fa.routes, r)
+	}
+	return fa, nil
+}
+
+// original is the request the proxy asks about.
+type original struct {
+	method, path, host string
+	// trusted: the peer is a trusted proxy, so the forwarded headers (and
+	// claims) were read.
+	trusted bool
+}
+
+// original reconstructs the proxied request from r: from the flavor's
+// headers when the peer is a trusted proxy, from r itself otherwise.
+func (fa *forwardAuth) original(r *http.Request, fl flavor) original {
+	peer, ok := clientip.ParseAddr(r.RemoteAddr)
+	trusted := false
+	if ok {
+		for _, p := range fa.cfg.TrustedProxies {
+			trusted = trusted || p.Contains(peer)
+		}
+	}
+	if !trusted {
+		return original{method: r.Method, path: config.CleanPath(r.RequestURI), host: r.Host}
+	}
+	o := original{method: r.Method, path: config.CleanPath(r.RequestURI), host: r.Host, trusted: true}
+	if v := r.Header.Get(fl.method); v != "" {
+		o.method = strings.ToUpper(v)
+	}
+	if v := r.Header.Get(fl.uri); v != "" {
+		o.path = config.CleanPath(v)
+	}
+	if v := r.Header.Get(fl.host); v != "" {
+		o.host = v
+	}
+	return o
+}
+
+// key returns the identity of the first source present, "" if none is.
+func (fa *forwardAuth) key(r *http.Request, o original, srcs []config.KeySource) string {
+	for _, src := range srcs {
+		var id string
+		switch src.Kind {
+		case config.KeyClientIP:
+			id = fa.clientIP(r)
+		case config.KeyHeader:
+			id = httplimit.Header(src.Name)(r)
+		case config.KeyClaim:
+			if v := r.Header.Get(src.Name); v != "" && o.trusted {
+				sum := sha256.Sum256([]byte(v))
+				id = sluice.Identity("claim", strings.ToLower(src.Name), hex.EncodeToString(sum[:]))
+			}
+		}
+		if id != "" {
+			return id
+		}
+	}
+	return ""
+}
+
+// resolve finds the first route that applies to o and builds its checks.
+func (fa *forwardAuth) resolve(r *http.Request, o original) (*fwdRoute, []sluice.Check, []*policy) {
+next:
+	for i := range fa.routes {
+		rt := &fa.routes[i]
+		if !rt.cfg.Matches(o.method, o.path, o.host) {
+			continue
+		}
+		checks := make([]sluice.Check, 0, len(rt.limits))
+		pols := make([]*policy, 0, len(rt.limits))
+		for _, l := range rt.limits {
+			k := fa.key(r, o, l.keys)
+			if k == "" {
+				continue next // this route needs a key the request lacks
+			}
+			checks = append(checks, sluice.Check{Limiter: l.pol.limiter, Key: k, Cost: 1})
+			pols = append(pols, l.pol)
+		}
+		return rt, checks, pols
+	}
+	return nil, nil, nil
+}
+
+// forwardedHeaders are the headers a request from an untrusted peer should
+// not carry: seeing them means a proxy is missing from trusted_proxies.
+var forwardedHeaders = []string{"X-Forwarded-For", "X-Forwarded-Uri", "X-Forwarded-Method", "X-Original-Uri", "X-Original-Method", "Forwarded"}
+
+func (s *Server) warnUntrusted(fa *forwardAuth, r *http.Request) {
+	for _, h := range forwardedHeaders {
+		if r.Header.Get(h) == "" {
+			continue
+		}
+		now := time.Now().UnixNano()
+		last := fa.lastUntrustedLog.Load()
+		if now-last > int64(10*time.Second) && fa.lastUntrustedLog.CompareAndSwap(last, now) {
+			s.log.Warn("forward auth: forwarding headers from a peer outside forward_auth.trusted_proxies were ignored; "+
+				"the request is judged as the peer's own (logged at most every 10s)", "peer", r.RemoteAddr, "header", h)
+		}
+		return
+	}
+}
+
+func (s *Server) handleForwardAuth(fl flavor) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		fa := s.state.Load().forward
+		if fa == nil {
+			problem(w, http.StatusNotFound, "forward auth is off: add a forward_auth section to the configuration")
+			return
+		}
+		o := fa.original(r, fl)
+		if !o.trusted {
+			s.warnUntrusted(fa, r)
+		}
+		rt, checks, pols := fa.resolve(r, o)
+		if rt == nil {
+			if fa.cfg.Unmatched == config.UnmatchedDeny {
+				problem(w, fl.refused, fmt.Sprintf("no forward_auth route applies to %s %s (forward_auth.unmatched: deny)", o.method, o.path))
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		d, err := sluice.AllowAll(r.Context(), checks)
+		if err != nil {
+			s.fail(w, r, s.decisionError(err, nil))
+			return
+		}
+		// The binding limit speaks for the decision: the refusing one that
+		// is refused longest, or the allowing one with the least left.
+		b := 0
+		for i, res := range d.Results {
+			cur := d.Results[b]
+			switch {
+			case d.Allowed && res.Remaining < cur.Remaining,
+				!d.Allowed && !res.Allowed && (cur.Allowed || res.RetryAfter > cur.RetryAfter):
+				b = i
+			}
+		}
+		res := d.Results[b]
+		if !res.Degraded {
+			for k, v := range headers(pols[b].cfg, res) {
+				w.Header()[k] = []string{v}
+			}
+		}
+		if d.Allowed {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		// Refused: Retry-After always, whatever the policy's headers say;
+		// the proxy hands it to the client.
+		w.Header()["Retry-After"] = []string{strconv.FormatInt(max(ceilSeconds(d.RetryAfter()), 1), 10)}
+		problem(w, fl.refused, fmt.Sprintf("rate limited by policy %q (forward_auth route %s)", pols[b].cfg.Name, rt.cfg.Name))
+	}
+}
