@@ -1,0 +1,266 @@
+package valkeytest
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// SplitProxy returns the address of a proxy to the Valkey at target that
+// breaks the atomicity of script calls, to show that a check catches
+// non-atomic limiting. Every EVAL and EVALSHA becomes two round trips: the
+// proxy first reads the state of the call's keys (DUMP and PTTL), waits
+// pause, and then, in one MULTI, writes that state back (RESTORE, or DEL
+// for a key that did not exist) and runs the script on it. Decisions made
+// by other connections between the read and the write are lost, as with a
+// limiter that reads a counter in one round trip and writes it in another.
+// Every other command is passed through unchanged. The proxy is for a
+// standalone server (it does not follow cluster redirections) and is
+// closed, with its connections, in t.Cleanup.
+func SplitProxy(t testing.TB, target string, pause time.Duration) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("valkeytest: split proxy: %v", err)
+	}
+	var (
+		mu     sync.Mutex
+		conns  []net.Conn
+		closed bool
+		wg     sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.DialTimeout("tcp", target, 5*time.Second)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			if closed {
+				mu.Unlock()
+				c.Close()
+				up.Close()
+				return
+			}
+			conns = append(conns, c, up)
+			wg.Add(1)
+			mu.Unlock()
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				defer up.Close()
+				splitConn(c, up, pause)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		closed = true
+		l.Close()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return l.Addr().String()
+}
+
+// splitConn serves one client connection, one request at a time.
+func splitConn(c, up net.Conn, pause time.Duration) {
+	cr, ur := bufio.NewReader(c), bufio.NewReader(up)
+	for {
+		raw, args, err := readRequest(cr)
+		if err != nil {
+			return
+		}
+		cmd := strings.ToUpper(string(firstOr(args)))
+		var reply []byte
+		if (cmd == "EVAL" || cmd == "EVALSHA") && len(args) >= 3 {
+			reply, err = splitScript(up, ur, raw, args, pause)
+		} else {
+			if _, err = up.Write(raw); err == nil {
+				reply, _, err = readValue(ur)
+			}
+		}
+		if err != nil {
+			return
+		}
+		if _, err := c.Write(reply); err != nil {
+			return
+		}
+	}
+}
+
+func firstOr(args [][]byte) []byte {
+	if len(args) == 0 {
+		return nil
+	}
+	return args[0]
+}
+
+// splitScript runs one script call as a read, a pause, and a write.
+func splitScript(up net.Conn, ur *bufio.Reader, raw []byte, args [][]byte, pause time.Duration) ([]byte, error) {
+	nkeys, err := strconv.Atoi(string(args[2]))
+	if err != nil || nkeys < 0 || 3+nkeys > len(args) {
+		return []byte("-ERR split proxy: bad numkeys\r\n"), nil
+	}
+	keys := args[3 : 3+nkeys]
+	// The read.
+	var req bytes.Buffer
+	for _, k := range keys {
+		writeCommand(&req, []byte("DUMP"), k)
+		writeCommand(&req, []byte("PTTL"), k)
+	}
+	if _, err := up.Write(req.Bytes()); err != nil {
+		return nil, err
+	}
+	dumps := make([][]byte, len(keys))
+	ttls := make([]int64, len(keys))
+	for i := range keys {
+		raw, _, err := readValue(ur)
+		if err != nil {
+			return nil, err
+		}
+		if raw[0] == '$' && !bytes.HasPrefix(raw, []byte("$-1")) {
+			dumps[i] = bulkBody(raw)
+		}
+		raw, _, err = readValue(ur)
+		if err != nil {
+			return nil, err
+		}
+		ttls[i], _ = strconv.ParseInt(strings.TrimSpace(string(raw[1:])), 10, 64)
+	}
+	time.Sleep(pause)
+	// The write: the state as read, then the script on it.
+	req.Reset()
+	writeCommand(&req, []byte("MULTI"))
+	for i, k := range keys {
+		if dumps[i] == nil {
+			writeCommand(&req, []byte("DEL"), k)
+		} else {
+			writeCommand(&req, []byte("RESTORE"), k, []byte(strconv.FormatInt(max(ttls[i], 0), 10)), dumps[i], []byte("REPLACE"))
+		}
+	}
+	req.Write(raw)
+	writeCommand(&req, []byte("EXEC"))
+	if _, err := up.Write(req.Bytes()); err != nil {
+		return nil, err
+	}
+	for range len(keys) + 2 { // +OK for MULTI, +QUEUED for each command
+		if _, _, err := readValue(ur); err != nil {
+			return nil, err
+		}
+	}
+	execRaw, children, err := readValue(ur)
+	if err != nil {
+		return nil, err
+	}
+	if len(children) != len(keys)+1 {
+		return execRaw, nil // EXECABORT or a null reply: pass it on
+	}
+	return children[len(children)-1], nil
+}
+
+func writeCommand(b *bytes.Buffer, args ...[]byte) {
+	fmt.Fprintf(b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(b, "$%d\r\n", len(a))
+		b.Write(a)
+		b.WriteString("\r\n")
+	}
+}
+
+// bulkBody is the payload of a raw bulk string.
+func bulkBody(raw []byte) []byte {
+	i := bytes.IndexByte(raw, '\n')
+	return raw[i+1 : len(raw)-2]
+}
+
+// readRequest reads one command: an array of bulk strings.
+func readRequest(r *bufio.Reader) (raw []byte, args [][]byte, err error) {
+	raw, children, err := readValue(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	if raw[0] != '*' {
+		return nil, nil, fmt.Errorf("split proxy: request is not an array: %q", raw)
+	}
+	for _, c := range children {
+		if c[0] != '$' {
+			return nil, nil, fmt.Errorf("split proxy: request argument is not a bulk string: %q", c)
+		}
+		args = append(args, bulkBody(c))
+	}
+	return raw, args, nil
+}
+
+// readValue reads one RESP2 or RESP3 value and returns its raw bytes and,
+// for an aggregate, the raw bytes of each element.
+func readValue(r *bufio.Reader) (raw []byte, children [][]byte, err error) {
+	line, err := r.ReadBytes('\n')
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return nil, nil, fmt.Errorf("split proxy: bad RESP line %q", line)
+	}
+	raw = line
+	body := string(line[1 : len(line)-2])
+	switch line[0] {
+	case '+', '-', ':', '_', ',', '#', '(':
+		return raw, nil, nil
+	case '$', '!', '=':
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return nil, nil, err
+		}
+		if n < 0 {
+			return raw, nil, nil
+		}
+		b := make([]byte, n+2)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, nil, err
+		}
+		return append(raw, b...), nil, nil
+	case '*', '~', '>', '%', '|':
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return nil, nil, err
+		}
+		if line[0] == '%' || line[0] == '|' {
+			n *= 2
+		}
+		for range max(n, 0) {
+			c, _, err := readValue(r)
+			if err != nil {
+				return nil, nil, err
+			}
+			children = append(children, c)
+			raw = append(raw, c...)
+		}
+		if line[0] == '|' { // an attribute precedes the value it describes
+			v, vc, err := readValue(r)
+			if err != nil {
+				return nil, nil, err
+			}
+			return append(raw, v...), vc, nil
+		}
+		return raw, children, nil
+	}
+	return nil, nil, fmt.Errorf("split proxy: unknown RESP type %q", line)
+}
