@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/verify"
 )
 
 // A command is one "sluice <name>". Its run function gets the arguments
@@ -24,6 +26,7 @@ func commands() []command {
 		{"serve", "answer rate-limit decisions over HTTP JSON and Envoy gRPC", runServe},
 		{"validate-config", "check configuration files and exit non-zero on errors", withoutEnv(runValidate)},
 		{"bench", "load a Valkey or Valkey Cluster with decisions", withoutEnv(runBench)},
+		{"verify", "prove this deployment limits as promised, against its own Valkey", runVerify},
 		{"version", "print the version and the revision this binary was built from", withoutEnv(runVersion)},
 		{"simulate", "draw what policies decide on simulated traffic; replay a decision log", withoutEnv(runSimulate)},
 	}
@@ -49,6 +52,9 @@ func usage() string {
 // run is the whole program: main only calls it, so tests can too. env looks
 // up environment variables. It returns the exit code.
 func run(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
+	if v, _ := env(verify.WorkerEnv); v == "1" {
+		return verifyWorker(ctx, stdout, stderr)
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage())
 		return 2

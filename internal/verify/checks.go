@@ -113,6 +113,9 @@ func (r *run) concurrency(ctx context.Context, p *config.Policy, chk *Check) {
 	chk.fig("goroutines", float64(r.opts.Goroutines))
 	chk.Detail = fmt.Sprintf("%d allowed of %d attempted from %d processes × %d goroutines, want exactly %d",
 		tally.Allowed, attempts, r.opts.Processes, r.opts.Goroutines, want)
+	if pre := rule.Limit - want; pre > 0 {
+		chk.Detail += fmt.Sprintf(" (after %d of the limit of %d were taken by one request)", pre, rule.Limit)
+	}
 	if err != nil {
 		chk.fail("%v", err)
 		return

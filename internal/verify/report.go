@@ -8,7 +8,7 @@ import (
 )
 
 // checkLine is one check as a line of text.
-func checkLine(policy string, c *Check) string {
+func checkLine(c *Check) string {
 	verdict := "PASS"
 	if !c.Passed {
 		verdict = "FAIL"
@@ -32,7 +32,7 @@ func (rep *Report) WriteText(w io.Writer) {
 			if !c.Passed {
 				failed++
 			}
-			fmt.Fprintln(w, checkLine(p.Name, c))
+			fmt.Fprintln(w, checkLine(c))
 		}
 	}
 	fmt.Fprintln(w)

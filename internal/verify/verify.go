@@ -84,8 +84,6 @@ type Options struct {
 	// this executable with WorkerEnv=1 in its environment, whose main must
 	// call ServeWorker when it sees WorkerEnv).
 	Worker func(ctx context.Context) *exec.Cmd
-	// Progress, when set, receives each check's line as it finishes.
-	Progress io.Writer
 }
 
 // ErrUnknownPolicy is returned (wrapped) for a policy name the
@@ -301,9 +299,6 @@ func (r *run) policy(ctx context.Context, p *config.Policy) *PolicyReport {
 			pr.Passed = false
 		}
 		pr.Checks = append(pr.Checks, chk)
-		if r.opts.Progress != nil {
-			fmt.Fprintln(r.opts.Progress, checkLine(p.Name, chk))
-		}
 	}
 	return pr
 }
