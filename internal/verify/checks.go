@@ -334,7 +334,7 @@ func (r *run) recovery(ctx context.Context, p *config.Policy, chk *Check) {
 // bound of its algorithm.
 func (r *run) ttl(ctx context.Context, p *config.Policy, chk *Check) {
 	rule, _ := p.Policy.Rule()
-	bound := ttlBound(rule)
+	bound := rule.TTL()
 	pattern := valkeyops.Glob(r.prefix+":"+p.Limiter+":") + "*"
 	var n int
 	var longest time.Duration
