@@ -52,4 +52,3 @@ type stringList []string
 
 func (l *stringList) String() string     { return fmt.Sprint(*l) }
 func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
-
