@@ -6,20 +6,23 @@ import (
 	"time"
 )
 
-// The deny cache remembers refusals: once the store refuses cost n for a key
-// with RetryAfter T, every request for that key of cost n or more is
-// refused locally, without a round trip, until T has passed.
+// The deny cache remembers refusals: once the store refuses a request for
+// a key, later requests for that key are answered locally, without a round
+// trip, while the store's answer to them follows from the refusal alone
+// (Rule.laterRefusal): the same Result the store would give at that
+// instant, RetryAfter, Remaining and ResetAfter included, for the same cost
+// or, where the algorithm allows it, another one. Otherwise, and once the
+// refusal's RetryAfter has passed, the request goes to the store.
 //
-// That is exact for every algorithm: RetryAfter is the earliest time the
-// same request could be allowed if nothing else is taken, and other
-// requests only take more. The clock starts when the refused request was
-// sent, so the local refusal ends no later than the store's would. Three
-// things can make the store allow earlier, and the cache does not see them
-// from other processes: a Reset (Limiter.Reset clears this process's entry),
-// a refund by AllowAll, and a limit changed at runtime. A policy with
-// CountRejected never uses the cache: refused requests must reach the store
-// to be counted.
+// Times run from when the refused request was sent, so a local answer never
+// refuses later than the store would. What can make the store allow earlier
+// is invisible to the cache when another process does it: a Reset
+// (Limiter.Reset clears this process's entry), an AllowAll refund (this
+// process's AllowAll clears its entries) and a limit changed at runtime. A
+// policy with CountRejected never uses the cache: refused requests must
+// reach the store to be counted.
 type denyCache struct {
+	rule   Rule
 	seed   maphash.Seed
 	shards [denyShards]denyShard
 }
@@ -29,6 +32,11 @@ const (
 	// denyMaxPerShard bounds the memory of the cache: past it, refusals are
 	// not cached (every request then reaches the store, as without a cache).
 	denyMaxPerShard = 4096
+	// denySweep bounds the work of one put into a full shard: it looks at
+	// this many entries (in the map's random order) for expired ones to
+	// drop, never the whole shard, so a flood of refusals of distinct keys
+	// costs O(1) per put.
+	denySweep = 16
 )
 
 type denyShard struct {
@@ -39,14 +47,14 @@ type denyShard struct {
 // Times in the cache are nanoseconds on the limiter's clock (see
 // Limiter.mono): monotonic, and cheaper to read than time.Now.
 type denyEntry struct {
-	until int64  // when the store may allow again
-	cost  int64  // the smallest refused cost (a peek counts as 1)
+	until int64  // when the refusal's RetryAfter ends
+	need  int64  // the refused cost (a peek counts as 1)
 	res   Result // the store's refusal
 	at    int64  // when the refused request was sent
 }
 
-func newDenyCache() *denyCache {
-	c := &denyCache{seed: maphash.MakeSeed()}
+func newDenyCache(rule Rule) *denyCache {
+	c := &denyCache{rule: rule, seed: maphash.MakeSeed()}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]denyEntry)
 	}
@@ -57,20 +65,20 @@ func (c *denyCache) shard(key string) *denyShard {
 	return &c.shards[maphash.String(c.seed, key)%denyShards]
 }
 
-// get returns the cached refusal of the store key key for cost at now,
-// with its durations brought up to date. It does not allocate.
+// get returns the store's answer to a request of cost for the store key key
+// at now, when a cached refusal determines it. It does not allocate.
 func (c *denyCache) get(key []byte, cost int64, now int64) (Result, bool) {
 	sh := &c.shards[maphash.Bytes(c.seed, key)%denyShards]
 	sh.mu.RLock()
 	e, ok := sh.m[string(key)]
 	sh.mu.RUnlock()
-	if !ok || max(cost, 1) < e.cost || now >= e.until {
+	if !ok || now >= e.until {
 		return Result{}, false
 	}
-	res := e.res
-	res.RetryAfter = time.Duration(e.until - now)
-	res.ResetAfter = max(res.ResetAfter-time.Duration(now-e.at), res.RetryAfter)
-	return res, true
+	// The cache's clock is nanoseconds; the store's answers are whole
+	// microseconds.
+	d := time.Duration(now-e.at) / time.Microsecond * time.Microsecond
+	return c.rule.laterRefusal(e.res, e.need, max(cost, 1), d)
 }
 
 // put caches a refusal of cost, decided by a request sent at sent.
@@ -81,17 +89,21 @@ func (c *denyCache) put(key string, cost int64, res Result, sent int64) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if len(sh.m) >= denyMaxPerShard {
+	if _, ok := sh.m[key]; !ok && len(sh.m) >= denyMaxPerShard {
+		n := 0
 		for k, e := range sh.m {
 			if sent >= e.until {
 				delete(sh.m, k)
+			}
+			if n++; n >= denySweep {
+				break
 			}
 		}
 		if len(sh.m) >= denyMaxPerShard {
 			return
 		}
 	}
-	sh.m[key] = denyEntry{until: sent + int64(res.RetryAfter), cost: max(cost, 1), res: res, at: sent}
+	sh.m[key] = denyEntry{until: sent + int64(res.RetryAfter), need: max(cost, 1), res: res, at: sent}
 }
 
 func (c *denyCache) forget(key string) {
@@ -99,4 +111,19 @@ func (c *denyCache) forget(key string) {
 	sh.mu.Lock()
 	delete(sh.m, key)
 	sh.mu.Unlock()
+}
+
+// forgetStale drops key's entry, if any, after the store allowed a take on
+// it: what the entry implies no longer holds. It takes the write lock only
+// when there is an entry.
+func (c *denyCache) forgetStale(key string) {
+	sh := c.shard(key)
+	sh.mu.RLock()
+	_, ok := sh.m[key]
+	sh.mu.RUnlock()
+	if ok {
+		sh.mu.Lock()
+		delete(sh.m, key)
+		sh.mu.Unlock()
+	}
 }

@@ -194,7 +194,7 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	}
 	l := &Limiter{store: store, rule: rule, cfg: cfg}
 	if !cfg.noDeny && !rule.CountRejected {
-		l.deny = newDenyCache()
+		l.deny = newDenyCache(rule)
 	}
 	return l, nil
 }
@@ -378,6 +378,10 @@ func (l *Limiter) finish(ctx context.Context, ops []Op, err error, start time.Ti
 			continue
 		}
 		op.Result.Limit = l.rule.Limit
+		if op.Result.Allowed && op.Cost > 0 && l.deny != nil {
+			// A take changes what a cached refusal of a larger cost implies.
+			l.deny.forgetStale(op.Key)
+		}
 		if !op.Result.Allowed {
 			if l.deny != nil && op.Cost >= 0 {
 				l.deny.put(op.Key, op.Cost, op.Result, sent)
