@@ -11,7 +11,11 @@ import (
 type Check struct {
 	Limiter *Limiter
 	Key     string
-	Cost    int64 // units to take; zero peeks
+	// Cost is the units to take; zero peeks. In AllowEach, a negative Cost
+	// gives units back to a FixedWindow's current window (as Envoy's
+	// is_negative_hits asks); its Result is allowed. AllowAll refuses
+	// negative costs.
+	Cost int64
 }
 
 // A Decision is the outcome of AllowAll.
@@ -60,7 +64,7 @@ func (d Decision) RetryAfter() time.Duration {
 // Degraded checks follow their limiter's fail mode; shadow-mode checks never
 // refuse. Each check has its limiter's timeout.
 func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
-	d, ops, err := decideEach(ctx, checks)
+	d, ops, err := decideEach(ctx, checks, false)
 	if err != nil || d.Allowed {
 		return d, err
 	}
@@ -113,12 +117,13 @@ func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
 // reference rate-limit service does; AllowAll where a refused request must
 // cost nothing.
 func AllowEach(ctx context.Context, checks []Check) (Decision, error) {
-	d, _, err := decideEach(ctx, checks)
+	d, _, err := decideEach(ctx, checks, true)
 	return d, err
 }
 
-// decideEach runs every check once, in one batch per store.
-func decideEach(ctx context.Context, checks []Check) (Decision, []Op, error) {
+// decideEach runs every check once, in one batch per store; refunds says
+// whether negative costs (give-backs) are accepted.
+func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []Op, error) {
 	d := Decision{Results: make([]Result, len(checks))}
 	if len(checks) == 0 {
 		d.Allowed = true
@@ -129,10 +134,26 @@ func decideEach(ctx context.Context, checks []Check) (Decision, []Op, error) {
 		if c.Limiter == nil {
 			return Decision{}, nil, fmt.Errorf("%w: check %d has no limiter", ErrInvalidPolicy, i)
 		}
-		if err := c.Limiter.check(c.Key, c.Cost); err != nil {
+		cost := c.Cost
+		if refunds && cost < 0 {
+			if c.Limiter.rule.Algorithm != AlgorithmFixedWindow {
+				return Decision{}, nil, fmt.Errorf("%w: check %d: a give-back without a take is only for %v", ErrInvalidCost, i, AlgorithmFixedWindow)
+			}
+			cost = 0 // checked as a peek: a give-back may be of any amount
+		}
+		if err := c.Limiter.check(c.Key, cost); err != nil {
 			return Decision{}, nil, err
 		}
 		ops[i] = Op{Key: c.Limiter.Key(c.Key), Rule: c.Limiter.rule, Cost: c.Cost}
+		if c.Cost < 0 {
+			// A fixed window gives back from the window of its receipt:
+			// the current one.
+			t := time.Now()
+			if c.Limiter.cfg.clock != nil {
+				t = c.Limiter.cfg.clock()
+			}
+			ops[i].Receipt = t.UnixMicro()
+		}
 	}
 	if err := runGrouped(ctx, checks, ops); err != nil {
 		return Decision{}, nil, err

@@ -102,3 +102,18 @@ func TestAllowAllRefundedResultIsAPeek(t *testing.T) {
 		}
 	}
 }
+
+// TestAllowEachRefund: a negative cost gives units back.
+func TestAllowEachRefund(t *testing.T) {
+	store := memstore.New()
+	l, _ := sluice.New(store, sluice.FixedWindow{Limit: 3, Window: time.Hour}, sluice.WithName("r"))
+	ctx := context.Background()
+	l.AllowN(ctx, "k", 3)
+	d, err := sluice.AllowEach(ctx, []sluice.Check{{Limiter: l, Key: "k", Cost: -2}})
+	if err != nil || !d.Allowed || d.Results[0].Remaining != 2 {
+		t.Fatalf("refund: %+v %v", d, err)
+	}
+	if _, err := sluice.AllowAll(ctx, []sluice.Check{{Limiter: l, Key: "k", Cost: -1}}); err == nil {
+		t.Error("AllowAll accepted a negative cost")
+	}
+}

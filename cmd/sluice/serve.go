@@ -43,6 +43,7 @@ flags:
 type serveFlags struct {
 	configPath, listen, grpcListen, valkeyAddrs, logLevel string
 	shutdownTimeout                                       time.Duration
+	maxDescriptors, maxOverrides                          int
 	// set holds the flags given explicitly.
 	set map[string]bool
 }
@@ -62,7 +63,8 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	if cfg == nil {
 		return code
 	}
-	opts := server.Options{Logger: logger, Env: env}
+	opts := server.Options{Logger: logger, Env: env,
+		Envoy: server.EnvoyOptions{MaxDescriptors: f.maxDescriptors, MaxOverrides: f.maxOverrides}}
 	if f.set["valkey"] {
 		opts.ValkeyAddresses = cfg.Valkey.Addresses
 	}
@@ -99,6 +101,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, int)
 	fs.StringVar(&f.valkeyAddrs, "valkey", "", "Valkey `addresses`, comma-separated (several: a cluster); overrides the config's")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "time to finish requests in flight on SIGTERM")
+	fs.IntVar(&f.maxDescriptors, "max-descriptors", server.DefaultMaxDescriptors, "most descriptors in one Envoy call (more: INVALID_ARGUMENT)")
+	fs.IntVar(&f.maxOverrides, "max-overrides", server.DefaultMaxOverrides, "most limiters cached for Envoy's per-request limit overrides (least recently used evicted)")
 	if code, ok := parseFlags(fs, serveUsage, args, stdout, stderr); !ok {
 		return nil, code
 	}

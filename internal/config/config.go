@@ -116,7 +116,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	c := &Config{Source: file, Prefix: sluice.DefaultPrefix}
 	if root.Kind == yaml.MappingNode && hasKey(root, "domain") {
 		f := d.mapping(root, "envoyproxy/ratelimit config", envoyDomainFields...)
-		c.Domains = append(c.Domains, d.domain(c, root, f))
+		c.Domains = append(c.Domains, d.domain(c, root, f, true))
 	} else {
 		d.sluice(c, root)
 	}
@@ -183,7 +183,7 @@ func (d *decoder) sluice(c *Config, root *yaml.Node) {
 			if df == nil {
 				continue
 			}
-			if dom := d.domain(c, n, df); dom != nil {
+			if dom := d.domain(c, n, df, false); dom != nil {
 				c.Domains = append(c.Domains, dom)
 			}
 		}

@@ -141,7 +141,7 @@ func TestErrors(t *testing.T) {
 		{"duplicate name", "policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n", `bad.yaml:3:12: policy name "a" is already used at line 2`},
 		{"bad name", "policies:\n  - {name: 'a b', algorithm: gcra, burst: 5, rate: 5/s}\n", `may hold only letters`},
 		{"on_failure", "policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s, on_failure: maybe}\n", `on_failure must be allow or deny`},
-		{"bool", "policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s, shadow: yes}\n", `shadow must be true or false`},
+		{"bool", "policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s, shadow: maybe}\n", `shadow must be true or false`},
 		{"headers", "policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s, headers: [x-ratelimit, foo]}\n", `headers: unknown "foo"`},
 		{"duplicate key", "policies: []\npolicies: []\n", `bad.yaml:2:1: configuration: "policies" is set twice`},
 		{"empty", "", `bad.yaml: the file is empty`},
@@ -155,7 +155,12 @@ func TestErrors(t *testing.T) {
 		{"envoy unknown", "domain: d\ndescriptors:\n  - key: k\n    rate_limt: {unit: second, requests_per_unit: 5}\n", `unknown field "rate_limt"`},
 		{"envoy dup", "domain: d\ndescriptors:\n  - {key: k, value: v}\n  - {key: k, value: v}\n", `already defined at line 3`},
 		{"envoy unknown policy", "policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\ndomains:\n  - domain: d\n    descriptors:\n      - {key: k, policy: b}\n", `unknown policy "b"`},
-		{"envoy replaces", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, replaces: [{name: x}]}\n", `replaces is not supported`},
+		{"envoy replaces itself", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, name: x, replaces: [{name: x}]}\n", `replaces names the limit itself`},
+		{"envoy replaces empty", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, replaces: [{name: ''}]}\n", `replaces entry needs a name`},
+		{"envoy key wildcard", "domain: d\ndescriptors:\n  - key: 'k*'\n    rate_limit: {unit: second, requests_per_unit: 5}\n", `a '*' in a key is not supported`},
+		{"envoy share_threshold", "domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true, rate_limit: {unit: second, requests_per_unit: 5}}\n", `share_threshold applies only to a wildcard value`},
+		{"envoy counting", "domain: d\ncounting: some\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 5}}\n", `counting must be each or all_or_nothing`},
+		{"envoy unlimited unit", "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unlimited: true, unit: second}}\n", `unit makes no sense with unlimited`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -14,21 +14,114 @@ import (
 // The envoyproxy/ratelimit format: a domain with nested descriptors whose
 // rate_limit entries become generated fixed-window policies.
 
-var envoyDomainFields = []string{"domain", "descriptors"}
+// Domain is an Envoy rate-limit domain: a tree of descriptors.
+type Domain struct {
+	Name        string
+	Descriptors []*Descriptor
+	// Counting says how the limits of one request's descriptors count.
+	Counting Counting
+	Line     int
+}
+
+// Counting says how the limits of one request's descriptors count.
+type Counting uint8
+
+const (
+	// CountEach: each descriptor counts its own hits, refused ones
+	// included, whatever the others decide (envoyproxy/ratelimit's way,
+	// the default for its format).
+	CountEach Counting = iota + 1
+	// CountAllOrNothing: a request refused by one descriptor takes nothing
+	// from the others (the default for domains in sluice's own format).
+	CountAllOrNothing
+)
+
+// String returns the configuration name: "each" or "all_or_nothing".
+func (c Counting) String() string {
+	if c == CountAllOrNothing {
+		return "all_or_nothing"
+	}
+	return "each"
+}
+
+// Descriptor is one node of a domain's tree: a key, optionally a value (a
+// value with '*' matches by wildcard; no value matches any value), and
+// what applies to requests whose descriptor ends here.
+type Descriptor struct {
+	Key, Value string
+	// Policy names the policy that applies, "" when none.
+	Policy string
+	// Unlimited descriptors are always allowed.
+	Unlimited bool
+	// Deny refuses every request (requests_per_unit: 0); Limit describes it.
+	Deny bool
+	// Limit is the rate_limit as written (nil without one, or with a named
+	// policy).
+	Limit *EnvoyLimit
+	// Shadow: the limit is observed, never enforced (shadow_mode).
+	Shadow bool
+	// QuotaMode: refusals of quota descriptors refuse the request only when
+	// every quota descriptor of it refuses (quota_mode).
+	QuotaMode bool
+	// ShareThreshold: all values matching a wildcard value share one counter.
+	ShareThreshold bool
+	// DetailedMetric: its metrics are labelled with the request's values
+	// (detailed_metric); ValueToMetric: with the request's value at this
+	// level (value_to_metric).
+	DetailedMetric, ValueToMetric bool
+	// Metadata is the descriptor's metadata, for dynamic metadata answers.
+	Metadata map[string]any
+	Children []*Descriptor
+	Line     int
+	// wildcard is Value split at each '*', nil when it has none.
+	wildcard []string
+}
+
+// StatName is the descriptor's part of its metrics' key: "key_value", or
+// "key" without a value, as envoyproxy/ratelimit names its statistics.
+func (d *Descriptor) StatName() string {
+	if d.Value == "" {
+		return d.Key
+	}
+	return d.Key + "_" + d.Value
+}
+
+// EnvoyLimit is an envoyproxy/ratelimit rate_limit: RequestsPerUnit per
+// Multiplier Units.
+type EnvoyLimit struct {
+	// Name is rate_limit.name, "" when unnamed.
+	Name string
+	// Unit is SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR.
+	Unit            string
+	Multiplier      int64
+	RequestsPerUnit int64
+	// Window is Multiplier Units (a month is 30 days, a year 365).
+	Window time.Duration
+	// Replaces names the limits this one replaces when both apply to one
+	// request.
+	Replaces []string
+}
+
+var envoyDomainFields = []string{"domain", "descriptors", "counting"}
 
 var envoyDescriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode",
-	"detailed_metric", "value_to_metric", "share_threshold", "policy"}
+	"detailed_metric", "value_to_metric", "share_threshold", "policy", "quota_mode", "metadata"}
 
 var envoyUnits = map[string]time.Duration{
 	"second": time.Second, "minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour,
 	"week": 7 * 24 * time.Hour, "month": 30 * 24 * time.Hour, "year": 365 * 24 * time.Hour,
 }
 
-func (d *decoder) domain(c *Config, n *yaml.Node, f map[string]field) *Domain {
+// domain decodes one domain; envoyFormat says it is a file of
+// envoyproxy/ratelimit's format, which sets the default counting.
+func (d *decoder) domain(c *Config, n *yaml.Node, f map[string]field, envoyFormat bool) *Domain {
 	if f == nil {
 		return nil
 	}
-	dom := &Domain{Line: n.Line}
+	dom := &Domain{Line: n.Line, Counting: CountAllOrNothing}
+	if envoyFormat {
+		dom.Counting = CountEach
+	}
 	if x, ok := f["domain"]; ok {
 		dom.Name = d.str(x.val, "domain")
 		if dom.Name == "" {
@@ -38,6 +131,16 @@ func (d *decoder) domain(c *Config, n *yaml.Node, f map[string]field) *Domain {
 		}
 	} else {
 		d.errorf(n, "domain is missing")
+	}
+	if x, ok := f["counting"]; ok {
+		switch s := d.str(x.val, "counting"); s {
+		case "each":
+			dom.Counting = CountEach
+		case "all_or_nothing":
+			dom.Counting = CountAllOrNothing
+		default:
+			d.errorf(x.val, "counting must be each or all_or_nothing, got %q", s)
+		}
 	}
 	if x, ok := f["descriptors"]; ok {
 		dom.Descriptors = d.descriptors(c, dom, x.val, nil)
@@ -57,12 +160,17 @@ func (d *decoder) descriptors(c *Config, dom *Domain, n *yaml.Node, path []strin
 			desc.Key = d.str(x.val, "descriptor key")
 			if desc.Key == "" {
 				d.errorf(x.val, "descriptor key must not be empty")
+			} else if strings.Contains(desc.Key, "*") {
+				d.errorf(x.val, "descriptor key %q: a '*' in a key is not supported (wildcards go in the value)", desc.Key)
 			}
 		} else {
 			d.errorf(item, "descriptor: key is missing")
 		}
 		if x, ok := f["value"]; ok {
 			desc.Value = d.str(x.val, "descriptor value")
+			if strings.Contains(desc.Value, "*") {
+				desc.wildcard = strings.Split(desc.Value, "*")
+			}
 		}
 		for _, prev := range out {
 			if prev.Key == desc.Key && prev.Value == desc.Value {
@@ -74,14 +182,21 @@ func (d *decoder) descriptors(c *Config, dom *Domain, n *yaml.Node, path []strin
 		}
 		if x, ok := f["share_threshold"]; ok {
 			desc.ShareThreshold = d.boolean(x.val, "share_threshold")
-			if desc.ShareThreshold && !strings.HasSuffix(desc.Value, "*") {
-				d.errorf(x.key, "share_threshold applies only to a wildcard value ending in '*'")
+			if desc.ShareThreshold && desc.wildcard == nil {
+				d.errorf(x.key, "share_threshold applies only to a wildcard value (one with '*')")
 			}
 		}
-		for _, ignored := range []string{"detailed_metric", "value_to_metric"} {
-			if x, ok := f[ignored]; ok {
-				d.boolean(x.val, ignored) // accepted for compatibility; metrics are per policy
-			}
+		if x, ok := f["quota_mode"]; ok {
+			desc.QuotaMode = d.boolean(x.val, "quota_mode")
+		}
+		if x, ok := f["metadata"]; ok {
+			desc.Metadata = d.metadata(x.val)
+		}
+		if x, ok := f["detailed_metric"]; ok {
+			desc.DetailedMetric = d.boolean(x.val, "detailed_metric")
+		}
+		if x, ok := f["value_to_metric"]; ok {
+			desc.ValueToMetric = d.boolean(x.val, "value_to_metric")
 		}
 		here := append(append([]string(nil), path...), desc.Key+"="+desc.Value)
 		rl, hasRL := f["rate_limit"]
@@ -105,20 +220,30 @@ func (d *decoder) descriptors(c *Config, dom *Domain, n *yaml.Node, path []strin
 }
 
 func (d *decoder) rateLimit(c *Config, dom *Domain, desc *Descriptor, n *yaml.Node, path []string) {
+	if r := d.resolve(n); r != nil && r.Kind == yaml.ScalarNode && r.ShortTag() == "!!null" {
+		return // "rate_limit:" with nothing: no limit, as envoyproxy/ratelimit reads it
+	}
 	f := d.mapping(n, "rate_limit", "unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces")
 	if f == nil {
 		return
 	}
+	lim := &EnvoyLimit{Multiplier: 1}
+	if x, ok := f["name"]; ok {
+		lim.Name = d.str(x.val, "rate_limit name")
+	}
 	if x, ok := f["replaces"]; ok {
-		d.errorf(x.key, "rate_limit: replaces is not supported by sluice; remove it or express the limit as its own descriptor")
+		lim.Replaces = d.replaces(x.val, lim.Name)
 	}
 	if x, ok := f["unlimited"]; ok && d.boolean(x.val, "unlimited") {
 		desc.Unlimited = true
-		for _, other := range []string{"unit", "requests_per_unit", "unit_multiplier"} {
+		// requests_per_unit is ignored with unlimited, as upstream does; a
+		// unit is refused, as upstream does.
+		for _, other := range []string{"unit", "unit_multiplier"} {
 			if y, ok := f[other]; ok {
 				d.errorf(y.key, "rate_limit: %s makes no sense with unlimited: true", other)
 			}
 		}
+		desc.Limit = lim
 		return
 	}
 	var unit time.Duration
@@ -128,41 +253,38 @@ func (d *decoder) rateLimit(c *Config, dom *Domain, desc *Descriptor, n *yaml.No
 		if unit == 0 {
 			d.errorf(x.val, "rate_limit: unknown unit %q (want second, minute, hour, day, week, month or year)", s)
 		}
+		lim.Unit = strings.ToUpper(s)
 	} else {
 		d.errorf(n, "rate_limit: unit is missing")
 	}
-	var rpu int64
 	if x, ok := f["requests_per_unit"]; ok {
-		rpu, _ = d.integer(x.val, "requests_per_unit", 0, 1<<32-1)
+		lim.RequestsPerUnit, _ = d.integer(x.val, "requests_per_unit", 0, 1<<32-1)
 	} else {
 		d.errorf(n, "rate_limit: requests_per_unit is missing")
 	}
-	mult := int64(1)
 	if x, ok := f["unit_multiplier"]; ok {
-		mult, _ = d.integer(x.val, "unit_multiplier", 1, 1<<20)
+		lim.Multiplier, _ = d.integer(x.val, "unit_multiplier", 1, 1<<20)
 	}
-	label := ""
-	if x, ok := f["name"]; ok {
-		label = d.str(x.val, "rate_limit name")
-	}
-	if unit == 0 || mult == 0 {
+	if unit == 0 || lim.Multiplier == 0 {
 		return
 	}
-	if rpu == 0 {
+	lim.Window = unit * time.Duration(lim.Multiplier)
+	desc.Limit = lim
+	if lim.RequestsPerUnit == 0 {
 		desc.Deny = true
 		return
 	}
-	window := unit * time.Duration(mult)
 	p := &Policy{
-		Algorithm: sluice.AlgorithmFixedWindow,
-		Policy:    sluice.FixedWindow{Limit: rpu, Window: window},
-		Params:    sluice.Params{Limit: rpu, Window: window},
-		Limit:     rpu,
-		Shadow:    desc.Shadow,
-		Headers:   HeadersAll,
-		Envoy:     true,
-		Domain:    dom.Name,
-		Line:      n.Line,
+		Algorithm:  sluice.AlgorithmFixedWindow,
+		Policy:     EnvoyWindow(lim.RequestsPerUnit, lim.Window, dom.Counting),
+		Params:     sluice.Params{Limit: lim.RequestsPerUnit, Window: lim.Window, CountRejected: dom.Counting != CountAllOrNothing},
+		Limit:      lim.RequestsPerUnit,
+		Shadow:     desc.Shadow,
+		Headers:    HeadersAll,
+		Envoy:      true,
+		Domain:     dom.Name,
+		Line:       n.Line,
+		EnvoyLimit: lim,
 	}
 	if c.Valkey != nil {
 		p.Timeout = c.Valkey.Timeout
@@ -171,11 +293,98 @@ func (d *decoder) rateLimit(c *Config, dom *Domain, desc *Descriptor, n *yaml.No
 		d.errorf(n, "rate_limit: %s", strings.TrimPrefix(err.Error(), sluice.ErrInvalidPolicy.Error()+": "))
 		return
 	}
-	p.Name = envoyName(c, dom.Name, path, label)
+	p.Name = envoyName(c, dom.Name, path, lim.Name)
 	p.Description = fmt.Sprintf("envoy domain %s: %s", dom.Name, strings.Join(path, " / "))
-	p.Limiter = p.Name + "." + p.Algorithm.String()
+	p.Limiter = EnvoyLimiter(lim.Window)
 	desc.Policy = p.Name
 	c.Policies = append(c.Policies, p)
+}
+
+// EnvoyWindow is the policy of an envoyproxy/ratelimit limit: a fixed
+// window aligned on the Unix epoch that, under CountEach, counts refused
+// hits too.
+func EnvoyWindow(limit int64, window time.Duration, counting Counting) sluice.FixedWindow {
+	return sluice.FixedWindow{Limit: limit, Window: window, CountRejected: counting != CountAllOrNothing}
+}
+
+// EnvoyLimiter names the counters of envoyproxy/ratelimit limits of one
+// window: as there, a descriptor's count lives under its domain, entries and
+// window, so a per-request override of the same unit shares it.
+func EnvoyLimiter(window time.Duration) string {
+	return fmt.Sprintf("envoy.%ds", window/time.Second)
+}
+
+func (d *decoder) replaces(n *yaml.Node, own string) []string {
+	var out []string
+	for _, item := range d.sequence(n, "replaces") {
+		f := d.mapping(item, "replaces item", "name")
+		if f == nil {
+			continue
+		}
+		name := ""
+		if x, ok := f["name"]; ok {
+			name = d.str(x.val, "replaces name")
+		}
+		switch {
+		case name == "":
+			d.errorf(item, "rate_limit: a replaces entry needs a name")
+		case name == own:
+			d.errorf(item, "rate_limit: replaces names the limit itself (%q)", name)
+		default:
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// metadata decodes a descriptor's metadata: any mapping, kept for the
+// answer's dynamic metadata.
+func (d *decoder) metadata(n *yaml.Node) map[string]any {
+	r := d.resolve(n)
+	if r == nil {
+		return nil
+	}
+	if r.Kind != yaml.MappingNode {
+		d.errorf(r, "metadata must be a mapping, got %s", describe(r))
+		return nil
+	}
+	var m map[string]any
+	if err := r.Decode(&m); err != nil {
+		d.errorf(r, "metadata: %v", err)
+		return nil
+	}
+	if err := plainValue(m, 0); err != nil {
+		d.errorf(r, "metadata: %v", err)
+		return nil
+	}
+	return m
+}
+
+// plainValue checks that v holds only what a protobuf Struct can: strings,
+// numbers, booleans, nulls, lists and mappings with string keys.
+func plainValue(v any, depth int) error {
+	if depth > 32 {
+		return fmt.Errorf("nested too deeply")
+	}
+	switch x := v.(type) {
+	case nil, string, bool, int, int64, uint64, float64:
+		return nil
+	case []any:
+		for _, e := range x {
+			if err := plainValue(e, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	case map[string]any:
+		for _, e := range x {
+			if err := plainValue(e, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("%v (%T) is not a string, number, boolean, list or mapping", v, v)
 }
 
 // envoyName derives a readable, unique policy name for an Envoy limit, such

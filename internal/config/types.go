@@ -103,6 +103,9 @@ type Policy struct {
 	// rate_limit; Domain is its domain.
 	Envoy  bool
 	Domain string
+	// EnvoyLimit is the rate_limit the policy was generated from, nil for
+	// a named policy.
+	EnvoyLimit *EnvoyLimit
 	// Line is where the policy is defined.
 	Line int
 }
@@ -116,32 +119,3 @@ func (p *Policy) Window() time.Duration {
 	}
 	return r.Period()
 }
-
-// Domain is an Envoy rate-limit domain: a tree of descriptors.
-type Domain struct {
-	Name        string
-	Descriptors []*Descriptor
-	Line        int
-}
-
-// Descriptor is one node of a domain's tree: a key, optionally a value (a
-// value ending in '*' matches by prefix; no value matches any value), and
-// what applies to requests whose descriptor ends here.
-type Descriptor struct {
-	Key, Value string
-	// Policy names the policy that applies, "" when none.
-	Policy string
-	// Unlimited descriptors are always allowed.
-	Unlimited bool
-	// Deny refuses every request (requests_per_unit: 0).
-	Deny bool
-	// Shadow: the limit is observed, never enforced (shadow_mode).
-	Shadow bool
-	// ShareThreshold: all values matching a wildcard value share one counter.
-	ShareThreshold bool
-	Children       []*Descriptor
-	Line           int
-}
-
-// Entry is one key/value pair of a request's descriptor.
-type Entry struct{ Key, Value string }

@@ -138,10 +138,15 @@ func (d *decoder) mapping(n *yaml.Node, what string, allowed ...string) map[stri
 		return nil
 	}
 	out := make(map[string]field, len(n.Content)/2)
+	var merges []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := d.resolve(n.Content[i]), n.Content[i+1]
 		if k == nil {
 			return out
+		}
+		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+			merges = append(merges, v)
+			continue
 		}
 		if k.Kind != yaml.ScalarNode {
 			d.errorf(k, "%s: keys must be plain names", what)
@@ -165,7 +170,43 @@ func (d *decoder) mapping(n *yaml.Node, what string, allowed ...string) map[stri
 		}
 		out[name] = field{key: k, val: v}
 	}
+	d.merge(out, merges, what, allowed, 0)
 	return out
+}
+
+// merge adds the fields of YAML merge keys ("<<: *base", "<<: [*a, *b]")
+// that the mapping does not set itself; the first mapping listed wins, as
+// in YAML 1.1.
+func (d *decoder) merge(out map[string]field, merges []*yaml.Node, what string, allowed []string, depth int) {
+	if depth > 10 {
+		return
+	}
+	for _, m := range merges {
+		m = d.resolve(m)
+		if m == nil {
+			return
+		}
+		srcs := []*yaml.Node{m}
+		if m.Kind == yaml.SequenceNode {
+			srcs = m.Content
+		}
+		for _, src := range srcs {
+			src = d.resolve(src)
+			if src == nil {
+				return
+			}
+			if src.Kind != yaml.MappingNode {
+				d.errorf(src, "%s: a merge key (<<) takes a mapping or a list of them, got %s", what, describe(src))
+				continue
+			}
+			fields := d.mapping(src, what, allowed...)
+			for name, f := range fields {
+				if _, set := out[name]; !set {
+					out[name] = f
+				}
+			}
+		}
+	}
 }
 
 // suggest returns a hint listing the allowed names, closest first.
@@ -232,6 +273,9 @@ func (d *decoder) sequence(n *yaml.Node, what string) []*yaml.Node {
 	if n == nil {
 		return nil
 	}
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" && n.Value == "" {
+		return nil // "key:" with nothing: an empty list, as YAML 1.1 readers take it
+	}
 	if n.Kind != yaml.SequenceNode {
 		d.errorf(n, "%s must be a list, got %s", what, describe(n))
 		return nil
@@ -252,7 +296,12 @@ func (d *decoder) scalar(n *yaml.Node, what string) (string, bool) {
 	return n.Value, true
 }
 
+// str returns the text of a scalar; an empty value ("key:") is "", as
+// envoyproxy/ratelimit's parser reads it.
 func (d *decoder) str(n *yaml.Node, what string) string {
+	if r := d.resolve(n); r != nil && r.Kind == yaml.ScalarNode && r.ShortTag() == "!!null" && r.Value == "" {
+		return ""
+	}
 	s, _ := d.scalar(n, what)
 	return s
 }
@@ -262,10 +311,11 @@ func (d *decoder) boolean(n *yaml.Node, what string) bool {
 	if !ok {
 		return false
 	}
+	// YAML 1.1's spellings too, as envoyproxy/ratelimit's parser reads them.
 	switch s {
-	case "true":
+	case "true", "True", "TRUE", "yes", "Yes", "YES", "y", "Y", "on", "On", "ON":
 		return true
-	case "false":
+	case "false", "False", "FALSE", "no", "No", "NO", "n", "N", "off", "Off", "OFF":
 		return false
 	}
 	d.errorf(n, "%s must be true or false, got %q", what, s)

@@ -162,15 +162,15 @@ func TestEnvoyRLS(t *testing.T) {
 	if r = ask(0, desc("blocked", "x")); r.OverallCode != OVER {
 		t.Fatalf("blocked: %v", r)
 	}
-	// Several descriptors: OVER_LIMIT overall when any is; the allowed one
-	// is refunded (AllowAll), so 10.0.0.9 keeps its budget.
+	// Several descriptors: OVER_LIMIT overall when any is; each counts
+	// its own hits, as envoyproxy/ratelimit does, so 10.0.0.9 was charged.
 	r = ask(0, desc("remote_address", "10.0.0.9"), desc("blocked", "y"))
 	if r.OverallCode != OVER || r.Statuses[0].Code != OK || r.Statuses[1].Code != OVER {
 		t.Fatalf("two descriptors: %v", r)
 	}
 	r = ask(0, desc("remote_address", "10.0.0.9"))
-	if r.Statuses[0].LimitRemaining != 2 {
-		t.Fatalf("two descriptors: the allowed one was charged: %v", r)
+	if r.Statuses[0].LimitRemaining != 1 {
+		t.Fatalf("two descriptors: the allowed one was not charged: %v", r)
 	}
 	// Unknown domains and descriptors limit nothing.
 	resp, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "other", Descriptors: []*commonrl.RateLimitDescriptor{desc("remote_address", "1")}})
@@ -194,7 +194,8 @@ func TestEnvoyRLSInvalid(t *testing.T) {
 	for name, req := range map[string]*rlsv3.RateLimitRequest{
 		"no domain":      {Descriptors: []*commonrl.RateLimitDescriptor{desc("a", "b")}},
 		"no descriptors": {Domain: "edge"},
-		"negative hits":  {Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{{IsNegativeHits: true, Entries: desc("remote_address", "1").Entries}}},
+		"unknown override unit": {Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{{Entries: desc("remote_address", "1").Entries,
+			Limit: &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}}}},
 	} {
 		_, err := c.ShouldRateLimit(t.Context(), req)
 		if status.Code(err) != codes.InvalidArgument {

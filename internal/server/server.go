@@ -54,6 +54,8 @@ type Options struct {
 	// ValkeyAddresses, from the command line, replace the configuration's
 	// valkey addresses, in every configuration applied.
 	ValkeyAddresses []string
+	// Envoy tunes Envoy's rate-limit protocol.
+	Envoy EnvoyOptions
 }
 
 // Server answers decisions for the policies of its current configuration.
@@ -64,9 +66,11 @@ type Server struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	metrics *metrics
-	obs     sluice.Observer
-	state   atomic.Pointer[state]
-	applyMu sync.Mutex
+	// envoyStats are the metrics of Envoy's protocol.
+	envoyStats *envoyStats
+	obs        sluice.Observer
+	state      atomic.Pointer[state]
+	applyMu    sync.Mutex
 	// lastSum is the SHA-256 of the configuration file being served.
 	lastSum    [32]byte
 	lastSumSet bool
@@ -117,6 +121,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		s.reg = newRegistry()
 	}
 	s.metrics = newMetrics(s.reg)
+	s.envoyStats = newEnvoyStats(s.reg, opts.Envoy.NearLimitRatio, opts.Envoy.MaxMetricSeries)
 	// Decisions by limiter and outcome, store errors and decision latency:
 	// sluice_decisions_total, sluice_store_errors_total,
 	// sluice_decision_duration_seconds.
@@ -154,8 +159,10 @@ func (s *Server) Apply(cfg *config.Config) error {
 	}
 	st, err := s.build(cfg)
 	if err != nil {
+		s.envoyStats.loadError.Inc()
 		return err
 	}
+	s.envoyStats.loadSuccess.Inc()
 	if old := s.state.Load(); old != nil {
 		if !sameValkey(old.cfg.Valkey, cfg.Valkey) {
 			s.log.Warn("the valkey connection settings changed; the store in use is kept until a restart",
@@ -163,6 +170,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 		}
 	}
 	s.state.Store(st)
+	s.envoyStats.overrides.Set(0)
 	s.metrics.policies.Set(float64(len(st.order)))
 	s.metrics.loadedAt.Set(float64(st.loadedAt.Unix()))
 	return nil
@@ -190,8 +198,18 @@ func (s *Server) build(cfg *config.Config) (*state, error) {
 	if cfg == nil {
 		return nil, errors.New("server: nil config")
 	}
-	st := &state{cfg: cfg, policies: make(map[string]*policy, len(cfg.Policies)), loadedAt: time.Now(),
-		overrides: newOverrideCache()}
+	st := &state{cfg: cfg, policies: make(map[string]*policy, len(cfg.Policies)), loadedAt: time.Now()}
+	st.overrides = newOverrideCache(s.opts.Envoy.MaxOverrides, func(k overrideKey) (*policy, error) {
+		return s.buildOverride(cfg, k)
+	}, func(size int, evicted bool) {
+		if s.state.Load() != st {
+			return // built for a configuration no longer served
+		}
+		s.envoyStats.overrides.Set(float64(size))
+		if evicted {
+			s.envoyStats.overrideEvictions.Inc()
+		}
+	})
 	for _, p := range cfg.Policies {
 		opts := []sluice.Option{
 			sluice.WithName(p.Limiter),

@@ -1,0 +1,242 @@
+package server
+
+import (
+	"context"
+	"math"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/config"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// Deciding the resolved limits of a ShouldRateLimit request and writing
+// the answer (envoyproxy/ratelimit's DoLimit and the worker around it).
+
+// decide decides every resolved descriptor and fills in resp.Statuses.
+// Under CountEach, each descriptor counts its own hits, refused ones
+// included; under CountAllOrNothing a refused request takes nothing.
+func (s *Server) decide(ctx context.Context, dom *config.Domain, rs []resolved, resp *rlsv3.RateLimitResponse) error {
+	var checks []sluice.Check
+	var idx []int
+	for i := range rs {
+		if rs[i].kind == kindLimit {
+			lim := rs[i].pol.limiter
+			if rs[i].shadow {
+				lim = rs[i].pol.shadow
+			}
+			checks = append(checks, sluice.Check{Limiter: lim, Key: rs[i].key, Cost: rs[i].cost()})
+			idx = append(idx, i)
+		}
+	}
+	results := make([]sluice.Result, len(rs))
+	if len(checks) > 0 {
+		var dec sluice.Decision
+		var err error
+		if dom.Counting == config.CountAllOrNothing {
+			dec, err = s.decideAllOrNothing(ctx, rs, checks, idx)
+		} else {
+			dec, err = s.decideEach(ctx, rs, checks, idx)
+		}
+		if err != nil {
+			return err
+		}
+		for k, res := range dec.Results {
+			results[idx[k]] = res
+		}
+	}
+	now := s.now()
+	for i := range rs {
+		resp.Statuses[i] = s.status(dom.Name, &rs[i], results[i], now)
+	}
+	return nil
+}
+
+// decideEach counts every descriptor's hits. With StopIncrementWhenOverLimit
+// (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), the
+// counts are read first, and when any descriptor would go over its limit,
+// only those that would count their hits.
+func (s *Server) decideEach(ctx context.Context, rs []resolved, checks []sluice.Check, idx []int) (sluice.Decision, error) {
+	if s.opts.Envoy.StopIncrementWhenOverLimit {
+		peeks := make([]sluice.Check, len(checks))
+		for k, c := range checks {
+			peeks[k] = c
+			peeks[k].Cost = 0
+		}
+		seen, err := sluice.AllowEach(ctx, peeks)
+		if err != nil {
+			return seen, err
+		}
+		over := make([]bool, len(checks))
+		anyOver := false
+		for k, res := range seen.Results {
+			if checks[k].Cost > 0 && checks[k].Cost > res.Remaining || rs[idx[k]].hits > uint64(rs[idx[k]].pol.cfg.Limit) {
+				over[k], anyOver = true, true
+			}
+		}
+		if anyOver {
+			for k := range checks {
+				if !over[k] && checks[k].Cost > 0 {
+					checks[k].Cost = 0
+				}
+			}
+		}
+	}
+	return sluice.AllowEach(ctx, checks)
+}
+
+// decideAllOrNothing decides the descriptors together: when one refuses,
+// the others give back what they took. A descriptor refused without asking
+// the store (requests_per_unit 0, hits above its limit) makes the others
+// only look.
+func (s *Server) decideAllOrNothing(ctx context.Context, rs []resolved, checks []sluice.Check, idx []int) (sluice.Decision, error) {
+	refused := false
+	for i := range rs {
+		r := &rs[i]
+		if r.shadow || r.hits == 0 {
+			continue
+		}
+		if r.kind == kindDeny || r.kind == kindLimit && r.hits > uint64(r.pol.cfg.Limit) && !r.pol.cfg.Shadow {
+			refused = true
+		}
+	}
+	for k := range checks {
+		if refused || checks[k].Cost < 0 {
+			checks[k].Cost = max(checks[k].Cost, 0)
+		}
+		if refused {
+			checks[k].Cost = 0
+		}
+	}
+	return sluice.AllowAll(ctx, checks)
+}
+
+// status is the answer for one descriptor.
+func (s *Server) status(domain string, r *resolved, res sluice.Result, now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
+	ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	switch r.kind {
+	case kindNone:
+		return ds
+	case kindUnlimited:
+		ds.LimitRemaining = math.MaxUint32
+		return ds
+	case kindDeny:
+		ds.CurrentLimit = envoyCurrentLimit(r.limit)
+		ds.DurationUntilReset = durationpb.New(untilReset(r.limit.Window, 0, now))
+		over := r.hits > 0
+		s.envoyStats.record(r.stat, r.hits, 0, 0, over, r.shadow)
+		if over && !r.shadow {
+			ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		return ds
+	}
+	limit := r.pol.cfg.Limit
+	if r.limit != nil {
+		ds.CurrentLimit = envoyCurrentLimit(r.limit)
+	} else {
+		ds.CurrentLimit = currentLimit(r.pol.cfg)
+	}
+	over := !res.Allowed || res.Shadowed || r.hits > uint64(limit) && !r.refund
+	if res.Degraded {
+		over = !res.Allowed
+	}
+	if over && !r.shadow && !r.pol.cfg.Shadow && !res.Degraded {
+		ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	} else if res.Degraded && !res.Allowed {
+		ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if !over {
+		ds.LimitRemaining = uint32(min(max(res.Remaining, 0), math.MaxUint32))
+	}
+	ds.DurationUntilReset = durationpb.New(untilReset(r.pol.cfg.Window(), res.ResetAfter, now))
+	if !r.refund {
+		s.envoyStats.record(r.stat, r.hits, limit, res.Remaining, over, r.shadow || r.pol.cfg.Shadow)
+	}
+	return ds
+}
+
+// untilReset is the time until the window ends, in whole seconds as
+// envoyproxy/ratelimit answers it: from the store's answer when it has one,
+// else from the clock (windows are aligned on the Unix epoch).
+func untilReset(window, resetAfter time.Duration, now time.Time) time.Duration {
+	if resetAfter > 0 {
+		return time.Duration(ceilSeconds(resetAfter)) * time.Second
+	}
+	w := int64(window / time.Second)
+	if w <= 0 {
+		return 0
+	}
+	return time.Duration(w-now.Unix()%w) * time.Second
+}
+
+var envoyUnitEnum = map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
+	"SECOND": rlsv3.RateLimitResponse_RateLimit_SECOND, "MINUTE": rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	"HOUR": rlsv3.RateLimitResponse_RateLimit_HOUR, "DAY": rlsv3.RateLimitResponse_RateLimit_DAY,
+	"WEEK": rlsv3.RateLimitResponse_RateLimit_WEEK, "MONTH": rlsv3.RateLimitResponse_RateLimit_MONTH,
+	"YEAR": rlsv3.RateLimitResponse_RateLimit_YEAR,
+}
+
+// envoyCurrentLimit describes an envoyproxy/ratelimit limit as written: its
+// name (empty when unnamed), requests per unit and unit.
+func envoyCurrentLimit(l *config.EnvoyLimit) *rlsv3.RateLimitResponse_RateLimit {
+	rl := &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: uint32(min(l.RequestsPerUnit, math.MaxUint32)), Unit: envoyUnitEnum[l.Unit]}
+	if l.Multiplier > 1 {
+		rl.UnitMultiplier = wrapperspb.UInt32(uint32(l.Multiplier))
+	}
+	return rl
+}
+
+// currentLimit describes a named sluice policy in Envoy's terms: requests
+// per unit when its window is one unit, else its limit per its window in
+// seconds.
+func currentLimit(p *config.Policy) *rlsv3.RateLimitResponse_RateLimit {
+	rl := &rlsv3.RateLimitResponse_RateLimit{Name: p.Name, RequestsPerUnit: uint32(min(p.Limit, math.MaxUint32))}
+	switch w := p.Window(); w {
+	case time.Second:
+		rl.Unit = rlsv3.RateLimitResponse_RateLimit_SECOND
+	case time.Minute:
+		rl.Unit = rlsv3.RateLimitResponse_RateLimit_MINUTE
+	case time.Hour:
+		rl.Unit = rlsv3.RateLimitResponse_RateLimit_HOUR
+	case 24 * time.Hour:
+		rl.Unit = rlsv3.RateLimitResponse_RateLimit_DAY
+	case 7 * 24 * time.Hour:
+		rl.Unit = rlsv3.RateLimitResponse_RateLimit_WEEK
+	default:
+		// A window of several units: Envoy's unit_multiplier expresses it
+		// for whole seconds.
+		if w >= time.Second && w%time.Second == 0 && w/time.Second <= math.MaxUint32 {
+			rl.Unit = rlsv3.RateLimitResponse_RateLimit_SECOND
+			rl.UnitMultiplier = wrapperspb.UInt32(uint32(w / time.Second))
+		}
+	}
+	return rl
+}
+
+// overallCode is OVER_LIMIT when any descriptor outside quota mode is, or
+// when every quota-mode descriptor is (envoyproxy/ratelimit's quota_mode);
+// OK under the global shadow mode.
+func (s *Server) overallCode(rs []resolved, statuses []*rlsv3.RateLimitResponse_DescriptorStatus) rlsv3.RateLimitResponse_Code {
+	failed, quota, quotaFailed := 0, 0, 0
+	for i, ds := range statuses {
+		over := ds.Code == rlsv3.RateLimitResponse_OVER_LIMIT
+		if i < len(rs) && rs[i].quota {
+			quota++
+			if over {
+				quotaFailed++
+			}
+		} else if over {
+			failed++
+		}
+	}
+	if failed == 0 && (quota == 0 || quotaFailed < quota) {
+		return rlsv3.RateLimitResponse_OK
+	}
+	if s.opts.Envoy.ShadowMode {
+		s.envoyStats.globalShadow.Inc()
+		return rlsv3.RateLimitResponse_OK
+	}
+	return rlsv3.RateLimitResponse_OVER_LIMIT
+}

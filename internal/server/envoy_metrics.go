@@ -1,0 +1,195 @@
+package server
+
+import (
+	"context"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sluicehq/sluice/internal/config"
+	"google.golang.org/grpc"
+)
+
+// The metrics envoyproxy/ratelimit users chart, under the names its
+// Prometheus mapping gives them: ratelimit_service_rate_limit_* per domain
+// and descriptor keys (key1, key2: the first two levels of the matched
+// descriptor, "key" or "key_value" as configured), the call errors, the
+// configuration loads and the gRPC latency.
+
+// DefaultNearLimitRatio is the share of a limit past which hits count as
+// near_limit (NEAR_LIMIT_RATIO).
+const DefaultNearLimitRatio = 0.8
+
+// DefaultMaxMetricSeries bounds the label sets made from request values
+// (detailed_metric, value_to_metric, overrides); past it their hits are
+// counted under key1="_other".
+const DefaultMaxMetricSeries = 1000
+
+// statKey labels one descriptor's metrics. dynamic: built from request
+// values, so subject to the cardinality cap.
+type statKey struct {
+	domain, key1, key2 string
+	dynamic            bool
+}
+
+type envoyStats struct {
+	totalHits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
+	callErrors                                               *prometheus.CounterVec
+	loadSuccess, loadError, globalShadow                     prometheus.Counter
+	responseTime                                             *prometheus.HistogramVec
+	totalRequests                                            *prometheus.CounterVec
+	overrides                                                prometheus.Gauge
+	overrideEvictions                                        prometheus.Counter
+
+	nearRatio float64
+	maxSeries int
+	mu        sync.Mutex
+	series    map[statKey]bool
+}
+
+func newEnvoyStats(reg prometheus.Registerer, nearRatio float64, maxSeries int) *envoyStats {
+	if nearRatio <= 0 || nearRatio > 1 {
+		nearRatio = DefaultNearLimitRatio
+	}
+	if maxSeries <= 0 {
+		maxSeries = DefaultMaxMetricSeries
+	}
+	labels := []string{"domain", "key1", "key2"}
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + name, Help: help}, labels)
+	}
+	e := &envoyStats{
+		totalHits:   counter("total_hits", "Hits of Envoy descriptors that matched a limit, by domain and descriptor keys."),
+		overLimit:   counter("over_limit", "Hits over the limit (shadow-mode ones included)."),
+		nearLimit:   counter("near_limit", "Hits within the limit but past NEAR_LIMIT_RATIO of it."),
+		withinLimit: counter("within_limit", "Hits within the limit."),
+		shadowMode:  counter("shadow_mode", "Hits over the limit that shadow mode allowed."),
+		callErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_should_rate_limit_error",
+			Help: "ShouldRateLimit calls answered with an error, by type (redis_error: the store; service_error: the request).",
+		}, []string{"err_type"}),
+		loadSuccess: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimit_service_config_load_success", Help: "Configurations loaded and applied."}),
+		loadError: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimit_service_config_load_error", Help: "Configurations rejected (the last good one keeps serving)."}),
+		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimit_service_global_shadow_mode", Help: "Calls over the limit answered OK by the global shadow mode (SHADOW_MODE)."}),
+		responseTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ratelimit_service_response_time_seconds",
+			Help:    "Time to answer gRPC calls, by method.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"grpc_method"}),
+		totalRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_total_requests", Help: "gRPC calls, by method."}, []string{"grpc_method"}),
+		overrides: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_server_override_limiters", Help: "Limiters cached for per-request limit overrides."}),
+		overrideEvictions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_server_override_evictions_total", Help: "Override limiters evicted from the cache (least recently used first)."}),
+		nearRatio: nearRatio,
+		maxSeries: maxSeries,
+		series:    map[statKey]bool{},
+	}
+	reg.MustRegister(e.totalHits, e.overLimit, e.nearLimit, e.withinLimit, e.shadowMode, e.callErrors,
+		e.loadSuccess, e.loadError, e.globalShadow, e.responseTime, e.totalRequests, e.overrides, e.overrideEvictions)
+	e.callErrors.WithLabelValues("redis_error")
+	e.callErrors.WithLabelValues("service_error")
+	return e
+}
+
+// configKey labels a matched descriptor: its configured keys, or the
+// request's values where detailed_metric (on the last node) or
+// value_to_metric (on a level) asks.
+func (e *envoyStats) configKey(domain string, path []*config.Descriptor, entries []config.Entry) statKey {
+	k := statKey{domain: domain}
+	detailed := path[len(path)-1].DetailedMetric
+	for i := 0; i < len(path) && i < 2; i++ {
+		seg := path[i].StatName()
+		if detailed || path[i].ValueToMetric {
+			seg = entries[i].Key + "_" + entries[i].Value
+			if path[i].ShareThreshold && path[i].Value != "" {
+				seg = path[i].StatName()
+			}
+			k.dynamic = true
+		}
+		if i == 0 {
+			k.key1 = seg
+		} else {
+			k.key2 = seg
+		}
+	}
+	return k
+}
+
+// overrideKey labels a descriptor with a per-request limit: its own keys
+// and values, as envoyproxy/ratelimit names them.
+func (e *envoyStats) overrideKey(domain string, entries []config.Entry) statKey {
+	k := statKey{domain: domain, dynamic: true}
+	for i := 0; i < len(entries) && i < 2; i++ {
+		seg := entries[i].Key
+		if entries[i].Value != "" {
+			seg += "_" + entries[i].Value
+		}
+		if i == 0 {
+			k.key1 = seg
+		} else {
+			k.key2 = seg
+		}
+	}
+	return k
+}
+
+// admit returns k, or the overflow series once the cap on series made from
+// request values is reached.
+func (e *envoyStats) admit(k statKey) statKey {
+	if !k.dynamic {
+		return k
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.series[k] {
+		return k
+	}
+	if len(e.series) < e.maxSeries {
+		e.series[k] = true
+		return k
+	}
+	return statKey{domain: k.domain, key1: "_other"}
+}
+
+// record counts one descriptor's hits: over (and shadow) when refused, else
+// within, and near past the near-limit ratio. remaining is what is left
+// after the hits.
+func (e *envoyStats) record(k statKey, hits uint64, limit, remaining int64, over, shadow bool) {
+	if k.domain == "" || hits == 0 && !over {
+		return
+	}
+	k = e.admit(k)
+	l := []string{k.domain, k.key1, k.key2}
+	h := float64(hits)
+	e.totalHits.WithLabelValues(l...).Add(h)
+	if over {
+		e.overLimit.WithLabelValues(l...).Add(h)
+		if shadow {
+			e.shadowMode.WithLabelValues(l...).Add(h)
+		}
+		return
+	}
+	e.withinLimit.WithLabelValues(l...).Add(h)
+	near := math.Floor(float64(limit) * e.nearRatio)
+	after := float64(limit - remaining)
+	if after > near {
+		e.nearLimit.WithLabelValues(l...).Add(min(h, after-near))
+	}
+}
+
+// instrument counts gRPC calls and their latency by method.
+func (e *envoyStats) instrument(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := h(ctx, req)
+	method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+	e.totalRequests.WithLabelValues(method).Inc()
+	e.responseTime.WithLabelValues(method).Observe(time.Since(start).Seconds())
+	return resp, err
+}

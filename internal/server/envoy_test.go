@@ -1,0 +1,187 @@
+package server
+
+import (
+	"net"
+	"strings"
+	"testing"
+
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/memstore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// startEnvoy serves yaml over real gRPC with opts and returns the server
+// and a client.
+func startEnvoy(t *testing.T, yaml string, opts EnvoyOptions) (*Server, rlsv3.RateLimitServiceClient, *grpc.ClientConn) {
+	t.Helper()
+	cfg, err := config.Parse("envoy.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, Options{Store: memstore.New(), Logger: quietLogger(), Envoy: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := s.NewGRPCServer()
+	go g.Serve(l)
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return s, rlsv3.NewRateLimitServiceClient(conn), conn
+}
+
+// TestOverrideCacheLRU: past its bound the least recently used override
+// limiter is evicted, new overrides keep being answered, and the metrics
+// say so.
+func TestOverrideCacheLRU(t *testing.T) {
+	s, c, _ := startEnvoy(t, "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 5}}\n", EnvoyOptions{MaxOverrides: 3})
+	ask := func(rpu uint32) *rlsv3.RateLimitResponse {
+		t.Helper()
+		d := desc("k", "v")
+		d.Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: typev3.RateLimitUnit_HOUR}
+		r, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonrl.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatalf("override %d: %v", rpu, err)
+		}
+		return r
+	}
+	for rpu := uint32(100); rpu < 120; rpu++ {
+		if r := ask(rpu); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != rpu {
+			t.Fatalf("override %d: %v", rpu, r)
+		}
+	}
+	st := s.state.Load()
+	if n := st.overrides.len(); n != 3 {
+		t.Errorf("%d limiters cached, want 3", n)
+	}
+	if v := testutil.ToFloat64(s.envoyStats.overrideEvictions); v != 17 {
+		t.Errorf("evictions %v, want 17", v)
+	}
+	if v := testutil.ToFloat64(s.envoyStats.overrides); v != 3 {
+		t.Errorf("gauge %v, want 3", v)
+	}
+	// The counts live in the store: 20 hits so far under one key and window.
+	if r := ask(25); r.Statuses[0].LimitRemaining != 4 {
+		t.Errorf("after eviction: %v", r)
+	}
+}
+
+// rawCodec sends bytes as they are, to put malformed messages on the wire.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error)      { return v.([]byte), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error { *(v.(*[]byte)) = data; return nil }
+func (rawCodec) Name() string                       { return "proto" }
+
+var _ encoding.Codec = rawCodec{}
+
+// TestMalformedRequest: a request that does not decode is INVALID_ARGUMENT,
+// not INTERNAL, and counted as a service error.
+func TestMalformedRequest(t *testing.T) {
+	s, _, conn := startEnvoy(t, "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 5}}\n", EnvoyOptions{})
+	good, _ := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonrl.RateLimitDescriptor{desc("k", "v")}})
+	bad, _ := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonrl.RateLimitDescriptor{desc("k", "vX")}})
+	i := strings.LastIndex(string(bad), "vX")
+	bad[i+1] = 0xff // not UTF-8
+	for name, msg := range map[string][]byte{"not utf-8": bad, "truncated": good[:len(good)-3]} {
+		var out []byte
+		err := conn.Invoke(t.Context(), "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", msg, &out, grpc.ForceCodec(rawCodec{}))
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if v := testutil.ToFloat64(s.envoyStats.callErrors.WithLabelValues("service_error")); v != 2 {
+		t.Errorf("service_error %v, want 2", v)
+	}
+	var out []byte
+	if err := conn.Invoke(t.Context(), "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", good, &out, grpc.ForceCodec(rawCodec{})); err != nil {
+		t.Errorf("good message: %v", err)
+	}
+}
+
+// TestMaxDescriptors: the bound is configurable, and within it nothing
+// fails the call.
+func TestMaxDescriptors(t *testing.T) {
+	_, c, _ := startEnvoy(t, "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 500}}\n", EnvoyOptions{MaxDescriptors: 100})
+	many := func(n int) []*commonrl.RateLimitDescriptor {
+		out := make([]*commonrl.RateLimitDescriptor, n)
+		for i := range out {
+			out[i] = desc("k", "v", "deeper", "x", "and", "more") // deeper than the tree: unmatched
+		}
+		out[0] = desc("k", "v")
+		return out
+	}
+	r, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: many(100)})
+	if err != nil || len(r.Statuses) != 100 || r.Statuses[0].LimitRemaining != 499 {
+		t.Fatalf("100 descriptors: %v %v", r, err)
+	}
+	if _, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: many(101)}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("101 descriptors: %v", err)
+	}
+}
+
+// TestEnvoyMetrics: the ratelimit_service_rate_limit_* family, labelled by
+// domain and configured keys, near_limit past the ratio, shadow_mode.
+func TestEnvoyMetrics(t *testing.T) {
+	s, c, _ := startEnvoy(t, `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10}
+    descriptors:
+      - {key: path, value: "/a/*", rate_limit: {unit: hour, requests_per_unit: 2}}
+  - {key: s, shadow_mode: true, rate_limit: {unit: hour, requests_per_unit: 1}}
+  - {key: detail, detailed_metric: true, rate_limit: {unit: hour, requests_per_unit: 1}}
+`, EnvoyOptions{NearLimitRatio: 0.5, MaxMetricSeries: 2})
+	ask := func(ds ...*commonrl.RateLimitDescriptor) {
+		t.Helper()
+		if _, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: ds}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 7 {
+		ask(desc("k", "v1"))
+	}
+	for range 3 {
+		ask(desc("k", "v1", "path", "/a/b"), desc("s", "x"))
+	}
+	for _, v := range []string{"a", "b", "c"} {
+		ask(desc("detail", v))
+	}
+	e := s.envoyStats
+	check := func(name string, got, want float64) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	check("total_hits k", testutil.ToFloat64(e.totalHits.WithLabelValues("d", "k", "")), 7)
+	check("within k", testutil.ToFloat64(e.withinLimit.WithLabelValues("d", "k", "")), 7)
+	// Counts 6 and 7 of 10 are past 5 (ratio 0.5): near.
+	check("near k", testutil.ToFloat64(e.nearLimit.WithLabelValues("d", "k", "")), 2)
+	check("total k/path", testutil.ToFloat64(e.totalHits.WithLabelValues("d", "k", "path_/a/*")), 3)
+	check("over k/path", testutil.ToFloat64(e.overLimit.WithLabelValues("d", "k", "path_/a/*")), 1)
+	check("over s", testutil.ToFloat64(e.overLimit.WithLabelValues("d", "s", "")), 2)
+	check("shadow s", testutil.ToFloat64(e.shadowMode.WithLabelValues("d", "s", "")), 2)
+	// detailed_metric: one series per value, capped at 2; the third goes to _other.
+	check("detail a", testutil.ToFloat64(e.totalHits.WithLabelValues("d", "detail_a", "")), 1)
+	check("detail b", testutil.ToFloat64(e.totalHits.WithLabelValues("d", "detail_b", "")), 1)
+	check("detail other", testutil.ToFloat64(e.totalHits.WithLabelValues("d", "_other", "")), 1)
+	check("config loads", testutil.ToFloat64(e.loadSuccess), 1)
+}
