@@ -12,7 +12,7 @@ import (
 // Decoding and validation of named policies.
 
 var policyFields = []string{"name", "algorithm", "limit", "window", "burst", "rate", "count_rejected",
-	"on_failure", "shadow", "headers", "timeout", "description"}
+	"on_failure", "shadow", "headers", "timeout", "description", "show_keys"}
 
 // fieldsFor lists the fields each algorithm uses.
 var fieldsFor = map[sluice.Algorithm][]string{
@@ -114,6 +114,14 @@ func (d *decoder) policy(n *yaml.Node, c *Config, defaultTimeout time.Duration) 
 	}
 	if x := get("headers"); x != nil {
 		p.Headers = d.headers(x)
+	}
+	if x := get("show_keys"); x != nil {
+		s := d.str(x, "show_keys")
+		k, ok := keyDisplays[s]
+		if !ok {
+			d.errorf(x, "show_keys must be hashed, truncated or raw, got %q", s)
+		}
+		p.ShowKeys = k
 	}
 	if len(d.errs) > errsBefore {
 		return nil

@@ -99,6 +99,9 @@ type Policy struct {
 	Headers Headers
 	// Description is free text shown by GET /v1/policies.
 	Description string
+	// ShowKeys says how the policy's keys appear among the top refused
+	// keys (the dashboard and GET /v1/top-refused): hashed by default.
+	ShowKeys KeyDisplay
 	// Envoy reports a policy generated from an envoyproxy/ratelimit
 	// rate_limit; Domain is its domain.
 	Envoy  bool
@@ -118,4 +121,34 @@ func (p *Policy) Window() time.Duration {
 		return 0
 	}
 	return r.Period()
+}
+
+// KeyDisplay says how a policy's keys are shown to operators (never as
+// metric labels).
+type KeyDisplay uint8
+
+// The ways to show keys.
+const (
+	// KeysHashed shows a keyed hash of the key, stable while the process
+	// runs: the same key is recognisable, its value is not.
+	KeysHashed KeyDisplay = iota
+	// KeysTruncated shows the first TruncatedKeyBytes bytes and the length.
+	KeysTruncated
+	// KeysRaw shows the key as the client sent it.
+	KeysRaw
+)
+
+// TruncatedKeyBytes is how much of a key KeysTruncated shows.
+const TruncatedKeyBytes = 6
+
+var keyDisplays = map[string]KeyDisplay{"hashed": KeysHashed, "truncated": KeysTruncated, "raw": KeysRaw}
+
+// String returns the show_keys value: hashed, truncated or raw.
+func (k KeyDisplay) String() string {
+	for name, v := range keyDisplays {
+		if v == k {
+			return name
+		}
+	}
+	return "hashed"
 }

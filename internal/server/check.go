@@ -174,6 +174,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, s.decisionError(err, p))
 			return
 		}
+		s.refused.note(p.cfg, req.Key, res)
 		out := toResult(p, "", res)
 		for k, v := range out.Headers {
 			w.Header()[k] = []string{v} // as spelled in the drafts, not canonicalized
@@ -203,6 +204,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	out := MultiResult{Allowed: d.Allowed, RetryAfterMS: ceilMS(d.RetryAfter()), Results: make([]Result, len(d.Results))}
 	for i, res := range d.Results {
+		s.refused.note(pols[i].cfg, req.Checks[i].Key, res)
 		out.Results[i] = toResult(pols[i], req.Checks[i].Key, res)
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -45,6 +45,7 @@ func (s *Server) decide(ctx context.Context, dom *config.Domain, rs []resolved, 
 		}
 		for k, res := range dec.Results {
 			results[idx[k]] = res
+			s.refused.note(rs[idx[k]].pol.cfg, rs[idx[k]].key, res)
 		}
 	}
 	now := s.now()

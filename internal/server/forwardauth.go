@@ -211,6 +211,7 @@ func (s *Server) handleForwardAuth(fl flavor) http.HandlerFunc {
 		// is refused longest, or the allowing one with the least left.
 		b := 0
 		for i, res := range d.Results {
+			s.refused.note(pols[i].cfg, checks[i].Key, res)
 			cur := d.Results[b]
 			switch {
 			case d.Allowed && res.Remaining < cur.Remaining,

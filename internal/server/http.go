@@ -15,6 +15,7 @@ import (
 //	GET    /v1/policies              the loaded policies
 //	GET    /v1/keys/{policy}/{key}   admin: peek without consuming
 //	DELETE /v1/keys/{policy}/{key}   admin: reset ("unlock this user")
+//	GET    /v1/top-refused           admin: the most refused keys per policy
 //	GET    /metrics /healthz /readyz
 //	*      /v1/forward-auth /v1/forward-auth/nginx   reverse proxies (forwardauth.go)
 //
@@ -28,6 +29,7 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/policies", "policies", s.handlePolicies)
 	route("GET /v1/keys/{policy}/{key...}", "keys", s.admin(s.handlePeek))
 	route("DELETE /v1/keys/{policy}/{key...}", "keys", s.admin(s.handleReset))
+	route("GET /v1/top-refused", "top_refused", s.admin(s.handleTopRefused))
 	route("GET /healthz", "healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -40,7 +42,7 @@ func (s *Server) Handler() http.Handler {
 	// The same paths with any other method: 405 as problem+json, where the
 	// mux alone would answer in plain text.
 	for path, allow := range map[string]string{
-		"/v1/check": "POST", "/v1/policies": "GET", "/v1/keys/{policy}/{key...}": "GET, DELETE",
+		"/v1/check": "POST", "/v1/policies": "GET", "/v1/keys/{policy}/{key...}": "GET, DELETE", "/v1/top-refused": "GET",
 		"/healthz": "GET", "/readyz": "GET", "/metrics": "GET",
 	} {
 		route(path, "method_not_allowed", func(w http.ResponseWriter, r *http.Request) {

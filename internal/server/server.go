@@ -69,6 +69,7 @@ type Server struct {
 	// envoyStats are the metrics of Envoy's protocol.
 	envoyStats *envoyStats
 	obs        sluice.Observer
+	refused    *refusedKeys
 	state      atomic.Pointer[state]
 	applyMu    sync.Mutex
 	// lastSum is the SHA-256 of the configuration file being served.
@@ -115,7 +116,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if opts.StoreName == "" {
 		opts.StoreName = "unknown"
 	}
-	s := &Server{opts: opts, log: opts.Logger}
+	s := &Server{opts: opts, log: opts.Logger, refused: newRefusedKeys()}
 	s.reg = opts.Registry
 	if s.reg == nil {
 		s.reg = newRegistry()
