@@ -160,3 +160,54 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReplicaAck measures what WithReplicaAck(1) costs: GCRA decisions
+// on 100k keys against a primary with one replica, without and with the
+// WAIT after each script call, serial and parallel (128 goroutines).
+//
+//	go test -run '^$' -bench ReplicaAck -benchtime 2s ./valkeystore
+func BenchmarkReplicaAck(b *testing.B) {
+	primary := valkeytest.Start(b)
+	valkeytest.StartReplica(b, primary.Addr)
+	c := primary.Client(b)
+	for _, ack := range []int{0, 1} {
+		s, err := valkeystore.New(c, valkeystore.WithReplicaAck(ack))
+		if err != nil {
+			b.Fatal(err)
+		}
+		l, err := sluice.New(s, benchPolicies[4], sluice.WithTimeout(10*time.Second), sluice.WithDenyCache(false),
+			sluice.WithName(fmt.Sprintf("ack%d", ack)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, par := range []bool{false, true} {
+			mode := "serial"
+			if par {
+				mode = "parallel128"
+			}
+			b.Run(fmt.Sprintf("ack%d/%s", ack, mode), func(b *testing.B) {
+				var next atomic.Int64
+				ctx := context.Background()
+				decide := func() {
+					if res, err := l.Allow(ctx, "user:"+strconv.Itoa(int(next.Add(1)%benchKeys))); err != nil || res.Degraded || !res.Allowed {
+						b.Errorf("%+v %v", res, err)
+					}
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				if par {
+					b.SetParallelism(64)
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							decide()
+						}
+					})
+				} else {
+					for b.Loop() {
+						decide()
+					}
+				}
+			})
+		}
+	}
+}

@@ -476,6 +476,9 @@ func classify(ctx context.Context, err error) outcome {
 	if errors.Is(err, valkey.ErrClosing) {
 		return neutral // the client was closed by its owner
 	}
+	if notReplicated(err) {
+		return neutral // the primary answered; its replicas were late
+	}
 	if errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled) {
 		return neutral // the caller gave up, not Valkey
 	}

@@ -62,16 +62,21 @@ func (g *guard) do(ctx context.Context, c valkey.Client, cmd valkey.Completed) v
 
 // doMulti is c.DoMulti(ctx, cmds...), returning by ctx's end.
 func (g *guard) doMulti(ctx context.Context, c valkey.Client, cmds valkey.Commands) []valkey.ValkeyResult {
+	return g.run(ctx, len(cmds), func() []valkey.ValkeyResult { return c.DoMulti(ctx, cmds...) })
+}
+
+// run is fn, which returns n replies, returning by ctx's end.
+func (g *guard) run(ctx context.Context, n int, fn func() []valkey.ValkeyResult) []valkey.ValkeyResult {
 	if !g.guarded(ctx) {
-		return c.DoMulti(ctx, cmds...)
+		return fn()
 	}
 	ch := make(chan []valkey.ValkeyResult, 1)
-	go func() { ch <- c.DoMulti(ctx, cmds...) }()
+	go func() { ch <- fn() }()
 	select {
 	case r := <-ch:
 		return r
 	case <-ctx.Done():
-		out := make([]valkey.ValkeyResult, len(cmds))
+		out := make([]valkey.ValkeyResult, n)
 		for i := range out {
 			out[i] = valkey.NewErrorResult(ctx.Err())
 		}

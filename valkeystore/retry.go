@@ -85,6 +85,10 @@ func (n *node) exchange(ctx context.Context, batch []sluice.Op, calls []call, re
 // round trip, by EVALSHA or EVAL, and stores their replies in resps.
 func (n *node) round(ctx context.Context, batch []sluice.Op, calls []call, resps []valkey.ValkeyResult, only []int, sha bool) {
 	e := n.e
+	if e.replicaAck > 0 {
+		n.roundDurable(ctx, batch, calls, resps, only, sha)
+		return
+	}
 	if only == nil && len(calls) == 1 { // no slices of commands
 		resps[0] = n.guard.do(ctx, e.client, e.command(batch, calls[0], sha))
 		return

@@ -40,6 +40,7 @@ type engine struct {
 	inflight   int      // WithBatching; see batch.go
 	cluster    bool     // keys of a script call must share a slot
 	topo       topology // nodes and the slots they serve; see nodes.go
+	replicaAck int      // WithReplicaAck; see durable.go
 	done       chan struct{}
 }
 
@@ -84,6 +85,9 @@ func New(client valkey.Client, opts ...Option) (*Store, error) {
 	}
 	if e.maxBatch < 1 {
 		return nil, fmt.Errorf("valkeystore: max keys per call must be positive, got %d", e.maxBatch)
+	}
+	if e.replicaAck < 0 {
+		return nil, fmt.Errorf("valkeystore: replicas to wait for must be zero (off) or positive, got %d", e.replicaAck)
 	}
 	if e.inflight < 0 {
 		return nil, fmt.Errorf("valkeystore: calls in flight must be zero (no batching) or positive, got %d", e.inflight)

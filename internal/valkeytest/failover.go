@@ -178,3 +178,32 @@ func (c *Cluster) MoveSlots(t testing.TB, from, to *Server, lo, hi int) {
 		}
 	}
 }
+
+// StartReplica starts a standalone server replicating the primary at addr
+// (REPLICAOF; addr may be a proxy in front of it) and waits until it has
+// synced (master_link_status:up, at most 10s).
+func StartReplica(t testing.TB, addr string, extra ...string) *Server {
+	t.Helper()
+	host, port, _ := strings.Cut(addr, ":")
+	r := Start(t, append([]string{"--replicaof", host, port}, extra...)...)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, err := r.Do("INFO", "replication")
+		info, _ := v.(string)
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("valkeytest: replica %s of %s not synced after 10s: %v %s", r.Addr, addr, err, info)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Promote makes a replica a primary (REPLICAOF NO ONE).
+func (s *Server) Promote(t testing.TB) {
+	t.Helper()
+	if _, err := s.Do("REPLICAOF", "NO", "ONE"); err != nil {
+		t.Fatalf("valkeytest: %s: REPLICAOF NO ONE: %v", s.Addr, err)
+	}
+}
