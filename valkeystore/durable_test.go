@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,9 +37,13 @@ func TestReplicationRollback(t *testing.T) {
 			link := startLink(t, primary.Addr)
 			replica := valkeytest.StartReplica(t, link.addr)
 			policy := sluice.FixedWindow{Limit: 1000, Window: time.Hour}
-			limiter := func(s *valkeystore.Store) *sluice.Limiter {
+			obs := &errLog{}
+			// One limiter, with a long timeout while the replica is in
+			// sync (a loaded machine may take a while to acknowledge) and
+			// a short one while it lags (each decision waits that long).
+			limiter := func(s *valkeystore.Store, timeout time.Duration) *sluice.Limiter {
 				l, err := sluice.New(s, policy, sluice.WithName("quota"), sluice.WithFailMode(sluice.FailClosed),
-					sluice.WithTimeout(200*time.Millisecond), sluice.WithDenyCache(false), sluice.WithLogger(discardLogger))
+					sluice.WithTimeout(timeout), sluice.WithDenyCache(false), sluice.WithLogger(discardLogger), sluice.WithObserver(obs))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -47,10 +53,9 @@ func TestReplicationRollback(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l := limiter(s)
 			ctx := context.Background()
 			granted := 0
-			decide := func(n int) (degraded int) {
+			decide := func(l *sluice.Limiter, n int) (degraded int) {
 				for range n {
 					res, err := l.Allow(ctx, "k")
 					if err != nil {
@@ -64,12 +69,12 @@ func TestReplicationRollback(t *testing.T) {
 				}
 				return degraded
 			}
-			if d := decide(before); d != 0 {
-				t.Fatalf("%d of %d decisions degraded with the replica in sync", d, before)
+			if d := decide(limiter(s, 5*time.Second), before); d != 0 {
+				t.Fatalf("%d of %d decisions degraded with the replica in sync (errors %v)", d, before, obs.summary())
 			}
-			time.Sleep(100 * time.Millisecond) // let the replica catch up
+			caughtUp(t, primary, replica)
 			link.held.Store(true)
-			lagging := decide(during)
+			lagging := decide(limiter(s, 100*time.Millisecond), during)
 			primary.Kill(t)
 			replica.Promote(t)
 
@@ -77,7 +82,7 @@ func TestReplicationRollback(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := limiter(s2).Peek(ctx, "k")
+			res, err := limiter(s2, 5*time.Second).Peek(ctx, "k")
 			if err != nil || res.Degraded {
 				t.Fatalf("after the promotion: %+v, %v", res, err)
 			}
@@ -98,6 +103,32 @@ func TestReplicationRollback(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// caughtUp waits until replica has everything primary wrote
+// (master_repl_offset of both in INFO replication).
+func caughtUp(t *testing.T, primary, replica *valkeytest.Server) {
+	t.Helper()
+	offset := func(s *valkeytest.Server) int64 {
+		v, err := s.Do("INFO", "replication")
+		info, _ := v.(string)
+		for _, line := range strings.Split(info, "\r\n") {
+			if x, ok := strings.CutPrefix(line, "master_repl_offset:"); ok {
+				n, _ := strconv.ParseInt(x, 10, 64)
+				return n
+			}
+		}
+		t.Fatalf("%s: no master_repl_offset: %v %q", s.Addr, err, info)
+		return 0
+	}
+	want := offset(primary)
+	deadline := time.Now().Add(10 * time.Second)
+	for offset(replica) < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s behind %s after 10s", replica.Addr, primary.Addr)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
