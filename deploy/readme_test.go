@@ -49,14 +49,14 @@ func shellLines(t *testing.T, file string) []string {
 	return out
 }
 
-// TestInstallAndDeployCommands checks the commands README.md and
-// docs/deploy.md give: go get and go install name this module and its
+// TestInstallAndDeployCommands checks the commands README.md,
+// docs/deploy.md and docs/proxies.md give: go get and go install name this module and its
 // binary, every `sluice serve` uses the binary's real flags, and the files
 // they name exist.
 func TestInstallAndDeployCommands(t *testing.T) {
 	mod := modulePath(t)
 	seen := map[string]bool{}
-	for _, doc := range []string{filepath.Join(repoRoot, "README.md"), filepath.Join(repoRoot, "docs", "deploy.md")} {
+	for _, doc := range []string{filepath.Join(repoRoot, "README.md"), filepath.Join(repoRoot, "docs", "deploy.md"), filepath.Join(repoRoot, "docs", "proxies.md")} {
 		for _, line := range shellLines(t, doc) {
 			f := strings.Fields(line)
 			for i := 0; i+1 < len(f); i++ {
@@ -76,15 +76,14 @@ func TestInstallAndDeployCommands(t *testing.T) {
 				case f[i] == "sluice" && f[i+1] == "serve":
 					serveArgs(t, doc+": "+line, f[i+1:])
 					seen["serve"] = true
-				case f[i] == "-f" || f[i] == "install" && strings.HasPrefix(f[i+1], "deploy/"):
-					for _, a := range f[i+1:] {
-						if strings.HasPrefix(a, "deploy/") {
-							if _, err := os.Stat(filepath.Join(repoRoot, a)); err != nil {
-								t.Errorf("%s: %q: %v", doc, line, err)
-							}
-							seen["files"] = true
-						}
+				}
+			}
+			for _, a := range f {
+				if strings.HasPrefix(a, "deploy/") {
+					if _, err := os.Stat(filepath.Join(repoRoot, a)); err != nil {
+						t.Errorf("%s: %q: %v", doc, line, err)
 					}
+					seen["files"] = true
 				}
 			}
 		}
