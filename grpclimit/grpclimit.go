@@ -1,0 +1,223 @@
+// Package grpclimit limits gRPC servers: unary and stream server
+// interceptors that decide each call with Sluice limiters, keyed by the
+// peer's address, a metadata value, the method, or any function of the call.
+//
+// A refused call fails with status RESOURCE_EXHAUSTED carrying a
+// google.rpc.RetryInfo detail (the delay after which the same call will be
+// allowed, as sluice.Result.RetryAfter) and a google.rpc.QuotaFailure
+// naming the limits that refused. A stream is decided once, when it opens;
+// its messages are not counted.
+//
+//	lim, _ := sluice.New(store, sluice.GCRA{Rate: 10, Per: time.Second, Burst: 20}, sluice.WithName("rpc"))
+//	in, _ := grpclimit.New(grpclimit.Config{Limits: []grpclimit.Limit{
+//		{Limiter: lim, Key: grpclimit.PeerAddr()},
+//	}})
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(in.Unary()), grpc.ChainStreamInterceptor(in.Stream()))
+//
+// When the store cannot decide, each limiter's fail mode does (sluice's
+// Degraded results); a degraded refusal is RESOURCE_EXHAUSTED too.
+package grpclimit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/clientip"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// A KeyFunc returns the identity a limit counts a call against. An empty
+// identity means the limit does not apply to the call. fullMethod is
+// "/package.Service/Method".
+type KeyFunc func(ctx context.Context, fullMethod string) string
+
+// PeerAddr keys calls by the peer's IP address ("ip:<address>"), IPv6
+// grouped by /64 as package clientip groups it; the same identity as
+// httplimit.ClientAddr, so HTTP and gRPC traffic of one client share a
+// count when they share a limiter. Calls over a connection without an IP
+// peer (a Unix socket) are keyed "ip:unknown". Behind a proxy the peer is
+// the proxy: key by metadata the proxy sets instead.
+func PeerAddr() KeyFunc {
+	res := clientip.MustNew(clientip.Config{})
+	return func(ctx context.Context, _ string) string {
+		key := clientip.Unknown
+		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+			if a, ok := clientip.ParseAddr(p.Addr.String()); ok {
+				key = res.KeyOf(a)
+			}
+		}
+		return sluice.Identity("ip", key)
+	}
+}
+
+// Metadata keys calls by the first value of the named incoming metadata
+// key (such as "x-api-key"), hashed with SHA-256 so that credentials never
+// reach the store in clear: "metadata:<name>:<hex digest>". Calls without it
+// are not limited by it. Any client can send any value: pair it with a
+// limit by PeerAddr, or authenticate first.
+func Metadata(name string) KeyFunc {
+	name = strings.ToLower(name)
+	return func(ctx context.Context, _ string) string {
+		md, _ := metadata.FromIncomingContext(ctx)
+		vals := md.Get(name)
+		if len(vals) == 0 || vals[0] == "" {
+			return ""
+		}
+		sum := sha256.Sum256([]byte(vals[0]))
+		return sluice.Identity("metadata", name, hex.EncodeToString(sum[:]))
+	}
+}
+
+// Method keys calls by their full method name ("method:/pkg.Svc/Method"):
+// a budget per method shared by all clients.
+func Method() KeyFunc {
+	return func(_ context.Context, fullMethod string) string {
+		return sluice.Identity("method", fullMethod)
+	}
+}
+
+// Limit is one limit the interceptors check.
+type Limit struct {
+	// Limiter decides. Required.
+	Limiter *sluice.Limiter
+	// Key says what the call counts against. Required.
+	Key KeyFunc
+	// Methods, when not empty, restricts the limit to these full method
+	// names ("/pkg.Svc/Method"); other calls are not limited by it.
+	Methods []string
+}
+
+// Config configures the interceptors.
+type Config struct {
+	// Limits are checked together on each call (sluice.AllowAll): the call
+	// proceeds only if all that apply allow it, and a refusal takes nothing
+	// from the others. At least one.
+	Limits []Limit
+	// Skip, when set and true for a call, lets it through unchecked (health
+	// checks, reflection).
+	Skip func(ctx context.Context, fullMethod string) bool
+}
+
+// Interceptor holds the checked configuration.
+type Interceptor struct {
+	cfg     Config
+	methods []map[string]bool
+}
+
+// ErrInvalidConfig is returned by New for a Config it cannot honour.
+var ErrInvalidConfig = errors.New("grpclimit: invalid config")
+
+// New checks cfg and returns the interceptors' holder.
+func New(cfg Config) (*Interceptor, error) {
+	if len(cfg.Limits) == 0 {
+		return nil, fmt.Errorf("%w: no limits", ErrInvalidConfig)
+	}
+	in := &Interceptor{cfg: cfg}
+	for i, l := range cfg.Limits {
+		if l.Limiter == nil {
+			return nil, fmt.Errorf("%w: Limits[%d].Limiter is nil", ErrInvalidConfig, i)
+		}
+		if l.Key == nil {
+			return nil, fmt.Errorf("%w: Limits[%d].Key is nil", ErrInvalidConfig, i)
+		}
+		var m map[string]bool
+		for _, name := range l.Methods {
+			if !strings.HasPrefix(name, "/") || strings.Count(name, "/") != 2 {
+				return nil, fmt.Errorf("%w: Limits[%d].Methods: %q is not a full method name (/package.Service/Method)", ErrInvalidConfig, i, name)
+			}
+			if m == nil {
+				m = map[string]bool{}
+			}
+			m[name] = true
+		}
+		in.methods = append(in.methods, m)
+	}
+	return in, nil
+}
+
+// Unary returns the unary server interceptor.
+func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := in.check(ctx, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// Stream returns the stream server interceptor: a stream is decided once,
+// when it opens.
+func (in *Interceptor) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := in.check(ss.Context(), info.FullMethod); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+// check decides a call: nil to proceed, or the status error to return.
+func (in *Interceptor) check(ctx context.Context, fullMethod string) error {
+	if in.cfg.Skip != nil && in.cfg.Skip(ctx, fullMethod) {
+		return nil
+	}
+	checks := make([]sluice.Check, 0, len(in.cfg.Limits))
+	for i, l := range in.cfg.Limits {
+		if m := in.methods[i]; m != nil && !m[fullMethod] {
+			continue
+		}
+		key := l.Key(ctx, fullMethod)
+		if key == "" {
+			continue
+		}
+		checks = append(checks, sluice.Check{Limiter: l.Limiter, Key: key, Cost: 1})
+	}
+	if len(checks) == 0 {
+		return nil
+	}
+	d, err := sluice.AllowAll(ctx, checks)
+	if err != nil {
+		if ctx.Err() != nil {
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		return status.Errorf(codes.Unavailable, "rate limit decision failed: %v", err)
+	}
+	if d.Allowed {
+		return nil
+	}
+	return refusal(checks, d)
+}
+
+// refusal is the RESOURCE_EXHAUSTED status of a refused decision.
+func refusal(checks []sluice.Check, d sluice.Decision) error {
+	qf := &errdetails.QuotaFailure{}
+	var names []string
+	for i, res := range d.Results {
+		if res.Allowed {
+			continue
+		}
+		name := checks[i].Limiter.Name()
+		names = append(names, name)
+		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
+			Subject:     name,
+			Description: fmt.Sprintf("limit %d; retry after %v", res.Limit, res.RetryAfter),
+		})
+	}
+	st := status.New(codes.ResourceExhausted, "rate limited by "+strings.Join(names, ", "))
+	withDetails, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter())}, qf)
+	if err != nil {
+		return st.Err()
+	}
+	return withDetails.Err()
+}
