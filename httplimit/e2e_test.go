@@ -96,17 +96,17 @@ func TestEndToEnd(t *testing.T) {
 		if got := resp.Header.Get("X-RateLimit-Remaining"); got != strconv.Itoa(2-i) {
 			t.Fatalf("request %d: X-RateLimit-Remaining %q", i, got)
 		}
-		items, err := sfvtest.ParseList(resp.Header.Get(HeaderRateLimit))
-		if err != nil || len(items) != 2 {
+		h, err := sfvtest.CheckHeaders(resp.Header)
+		if err != nil || len(h.Limits) != 2 || len(h.Policies) != 2 {
 			t.Fatalf("request %d: RateLimit %q: %v", i, resp.Header.Get(HeaderRateLimit), err)
-		}
-		if _, err := sfvtest.ParseList(resp.Header.Get(HeaderPolicy)); err != nil {
-			t.Fatal(err)
 		}
 	}
 	resp := get(t, srv.URL)
 	if resp.StatusCode != 429 {
 		t.Fatalf("4th request: %d", resp.StatusCode)
+	}
+	if _, err := sfvtest.CheckHeaders(resp.Header); err != nil {
+		t.Fatalf("4th request: %v", err)
 	}
 	ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 	if err != nil || ra < 59 || ra > 60 {

@@ -1,7 +1,7 @@
 package httplimit
 
 import (
-	"strconv"
+	"net/http"
 	"testing"
 	"time"
 
@@ -9,45 +9,59 @@ import (
 	"github.com/sluicehq/sluice/internal/sfvtest"
 )
 
-// FuzzFields checks that for any policy name New accepts, and any result,
-// the RateLimit-Policy and RateLimit values parse as RFC 9651 Lists and give
-// back the name and numbers they were made from.
+// FuzzFields checks that for any policy names New accepts, any algorithm and
+// any result, every header WriteHeaders sets passes sfvtest.CheckHeaders
+// (RFC 9651 Lists for the draft's fields, integers for the others) and gives
+// back the names and numbers it was made from.
 func FuzzFields(f *testing.F) {
-	f.Add("api", int64(100), int64(60_000_000), int64(42), int64(17_000_001))
-	f.Add(`a "quoted" \ name`, int64(1), int64(1000), int64(0), int64(0))
-	f.Add(" ", int64(1<<40), int64(400*24*3600*1_000_000), int64(-5), int64(-1))
-	f.Fuzz(func(t *testing.T, name string, limit, windowUS, remaining, resetUS int64) {
-		if checkPolicyName(name) != nil {
+	f.Add("api", "b", uint8(0), int64(100), int64(60_000_000), int64(42), int64(17_000_001), int64(0), false, int64(1))
+	f.Add(`a "quoted" \ name`, "x", uint8(3), int64(1), int64(1000), int64(0), int64(0), int64(5), true, int64(0))
+	f.Add(" ", "  ", uint8(4), int64(1<<40), int64(400*24*3600*1_000_000), int64(-5), int64(-1), int64(1), false, int64(7))
+	policies := func(limit, paramUS int64) []sluice.Policy {
+		d := time.Duration(paramUS) * time.Microsecond
+		return []sluice.Policy{
+			sluice.FixedWindow{Limit: limit, Window: d},
+			sluice.SlidingLog{Limit: limit, Window: d},
+			sluice.SlidingWindow{Limit: limit, Window: d},
+			sluice.TokenBucket{Capacity: limit, Rate: 1, Per: d},
+			sluice.GCRA{Rate: 1, Per: d, Burst: limit},
+		}
+	}
+	f.Fuzz(func(t *testing.T, name, other string, alg uint8, limit, paramUS, remaining, resetUS, retryUS int64, refused bool, cost int64) {
+		if checkPolicyName(name) != nil || checkPolicyName(other) != nil || name == other {
 			return
 		}
-		rule, err := sluice.FixedWindow{Limit: limit, Window: time.Duration(windowUS) * time.Microsecond}.Rule()
+		ps := policies(limit, paramUS)
+		rule, err := ps[int(alg)%len(ps)].Rule()
 		if err != nil {
 			return
 		}
-		l := limit
-		st := &Status{Allowed: true, Limits: []LimitStatus{{
-			Name: name, Quota: l, Window: rule.Window,
-			Result: sluice.Result{Allowed: true, Limit: l, Remaining: remaining, ResetAfter: time.Duration(resetUS) * time.Microsecond},
-			policy: sfString(name) + ";q=" + strconv.FormatInt(l, 10) + ";w=" + strconv.FormatInt(seconds(rule.Window), 10),
-		}}}
-		st.Limits = append(st.Limits, st.Limits[0])
-		for _, field := range []string{st.policyField(), st.rateLimitField()} {
-			items, err := sfvtest.ParseList(field)
+		res := sluice.Result{Allowed: !refused, Limit: limit, Remaining: min(max(remaining, 0), limit),
+			ResetAfter: time.Duration(max(resetUS, 0)) * time.Microsecond}
+		if refused {
+			res.RetryAfter = time.Duration(max(retryUS, 1)) * time.Microsecond
+		}
+		// The other limit allowed; on a refusal its unit was given back.
+		otherRes := sluice.Result{Allowed: true, Limit: limit, Remaining: limit, ResetAfter: 0}
+		st := &Status{Allowed: !refused, Limits: []LimitStatus{
+			{Name: name, Rule: rule, Cost: cost, Result: res},
+			{Name: other, Rule: rule, Cost: 1, Result: otherRes},
+		}}
+		for _, o := range []HeaderOptions{{}, {ResetEpoch: true, Now: time.Unix(1_800_000_000, 123)}} {
+			h := http.Header{}
+			WriteHeaders(h, st, o)
+			got, err := sfvtest.CheckHeaders(h)
 			if err != nil {
-				t.Fatalf("%q: %v", field, err)
+				t.Fatalf("%v: %v", h, err)
 			}
-			if len(items) != 2 {
-				t.Fatalf("%q: %d items", field, len(items))
+			if len(got.Policies) != 2 || got.Policies[0].Name != name || got.Policies[0].Q != limit || got.Policies[0].W != rule.PeriodSeconds() {
+				t.Fatalf("RateLimit-Policy %q: %+v", h.Get(HeaderPolicy), got.Policies)
 			}
-			for _, it := range items {
-				if it.Value != name {
-					t.Fatalf("%q: name %q, want %q", field, it.Value, name)
-				}
-				for _, p := range it.Params {
-					if n, ok := p.Value.(int64); !ok || n < 0 {
-						t.Fatalf("%q: parameter %s = %v", field, p.Key, p.Value)
-					}
-				}
+			if l, ok := got.Limit(name); !ok || l.R != res.Remaining {
+				t.Fatalf("RateLimit %q: %+v", h.Get(HeaderRateLimit), got.Limits)
+			}
+			if got.HasRetryAfter != refused {
+				t.Fatalf("Retry-After %q on a refusal: %v", h.Get(HeaderRetryAfter), refused)
 			}
 		}
 	})

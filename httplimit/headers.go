@@ -8,19 +8,103 @@ import (
 	"time"
 )
 
-// Header names written by a Middleware.
+// The rate-limit header names, as the conventions and the draft spell them.
 const (
 	HeaderXLimit     = "X-RateLimit-Limit"
 	HeaderXRemaining = "X-RateLimit-Remaining"
 	HeaderXReset     = "X-RateLimit-Reset"
 	HeaderPolicy     = "RateLimit-Policy"
 	HeaderRateLimit  = "RateLimit"
+	HeaderRetryAfter = "Retry-After"
 )
 
-// advertised reports whether l's result is shown in headers: not hidden,
-// and known (not degraded, not shadowed).
+// headerNames lists the headers WriteHeaders may set.
+var headerNames = [...]string{HeaderXLimit, HeaderXRemaining, HeaderXReset, HeaderPolicy, HeaderRateLimit, HeaderRetryAfter}
+
+// HeaderOptions says which rate-limit headers WriteHeaders sets, and how.
+// The zero value sets them all, X-RateLimit-Reset in delta seconds.
+type HeaderOptions struct {
+	// OmitXRateLimit leaves out X-RateLimit-Limit, -Remaining and -Reset.
+	OmitXRateLimit bool
+	// OmitRateLimit leaves out the draft's RateLimit-Policy and RateLimit.
+	OmitRateLimit bool
+	// OmitRetryAfter leaves out Retry-After on refusals.
+	OmitRetryAfter bool
+	// ResetEpoch makes X-RateLimit-Reset the Unix time, in whole seconds
+	// rounded up, of the moment the limit is fully restored, counted from
+	// Now.
+	ResetEpoch bool
+	// Now is the time of the decision, for ResetEpoch.
+	Now time.Time
+}
+
+// WriteHeaders sets on h the rate-limit headers of st. It is the one
+// writer of these headers: the Middleware and sluice serve both call it.
+//
+// Hidden limits and limiters in shadow mode are never shown; degraded
+// results (the store could not decide) are not shown in RateLimit nor in
+// X-RateLimit-*, since nothing is known about the budget, while their
+// policy stays in RateLimit-Policy.
+//
+//   - X-RateLimit-Limit, -Remaining and -Reset describe the most
+//     restrictive shown limit (the refusing one with the longest wait, or
+//     else the one with the fewest units left): its quota, its units left,
+//     and the seconds until it is fully restored, rounded up (at least 1 on
+//     a refusal), or with ResetEpoch the Unix time of that moment, rounded
+//     up once.
+//   - RateLimit-Policy has one item per shown limit, "name";q=Q;w=W: the
+//     quota (sluice.Rule.Quota) per window in seconds (Rule.PeriodSeconds).
+//   - RateLimit has one item per shown result, "name";r=R;t=T: the units
+//     left and the seconds, rounded up, until more are available
+//     (Rule.NextUnit). t is left out when that is not known: when nothing
+//     is used, and for the sliding algorithms unless the Result determines
+//     it.
+//   - Retry-After, on a refusal: the seconds, rounded up and at least 1,
+//     until every refusing limit could allow the request, and never earlier
+//     than the t of a refusing limit.
+func WriteHeaders(h http.Header, st *Status, o HeaderOptions) {
+	if !o.OmitXRateLimit {
+		if b := st.binding(); b != nil {
+			h.Set(HeaderXLimit, strconv.FormatInt(b.Rule.Quota(), 10))
+			h.Set(HeaderXRemaining, strconv.FormatInt(max(b.Result.Remaining, 0), 10))
+			h.Set(HeaderXReset, strconv.FormatInt(b.xReset(o), 10))
+		}
+	}
+	if !o.OmitRateLimit {
+		if v := st.policyField(); v != "" {
+			h.Set(HeaderPolicy, v)
+		}
+		if v := st.rateLimitField(); v != "" {
+			h.Set(HeaderRateLimit, v)
+		}
+	}
+	if !st.Allowed && !o.OmitRetryAfter {
+		h.Set(HeaderRetryAfter, strconv.FormatInt(st.retryAfterSeconds(), 10))
+	}
+}
+
+// HeaderFields returns the headers WriteHeaders sets, keyed by their names
+// as spelled in HeaderXLimit and the other constants, for callers that
+// pass them on in another form (sluice serve's JSON answers).
+func HeaderFields(st *Status, o HeaderOptions) map[string]string {
+	h := make(http.Header, len(headerNames))
+	WriteHeaders(h, st, o)
+	m := make(map[string]string, len(h))
+	for _, name := range headerNames {
+		if v := h.Get(name); v != "" {
+			m[name] = v
+		}
+	}
+	return m
+}
+
+// shown reports whether l's policy is shown in headers.
+func (l *LimitStatus) shown() bool { return !l.Hidden && !l.Shadow }
+
+// advertised reports whether l's result is shown in headers: its policy
+// is, and the result is known (not degraded) and not a shadow decision.
 func (l *LimitStatus) advertised() bool {
-	return !l.Hidden && !l.Result.Degraded && !l.Result.Shadowed
+	return l.shown() && !l.Result.Degraded && !l.Result.Shadowed
 }
 
 // binding returns the limit the conventional headers describe: the refusing
@@ -54,61 +138,89 @@ func tighter(a, b *LimitStatus) bool {
 	return ra.ResetAfter > rb.ResetAfter
 }
 
-// reset returns the seconds until l's quota is restored, rounded up; for a
-// refused request at least the Retry-After.
-func (l *LimitStatus) reset() int64 {
-	d := l.Result.ResetAfter
+// full returns the time until l's limit is fully restored; for a refused
+// request at least its RetryAfter.
+func (l *LimitStatus) full() time.Duration {
 	if !l.Result.Allowed {
-		d = max(d, l.Result.RetryAfter)
+		return max(l.Result.ResetAfter, l.Result.RetryAfter)
+	}
+	return l.Result.ResetAfter
+}
+
+// xReset returns X-RateLimit-Reset: the seconds until l is fully restored,
+// rounded up (at least 1 on a refusal), or with o.ResetEpoch the Unix time
+// of that moment, rounded up: one rounding, never a second late.
+func (l *LimitStatus) xReset(o HeaderOptions) int64 {
+	d := l.full()
+	if o.ResetEpoch {
+		return ceilUnix(o.Now.Add(max(d, 0)))
+	}
+	if !l.Result.Allowed {
 		return max(seconds(d), 1)
 	}
 	return seconds(d)
 }
 
-func (m *Middleware) writeHeaders(h http.Header, st *Status) {
-	if !m.cfg.OmitXRateLimit {
-		if b := st.binding(); b != nil {
-			h.Set(HeaderXLimit, strconv.FormatInt(b.Quota, 10))
-			h.Set(HeaderXRemaining, strconv.FormatInt(max(b.Result.Remaining, 0), 10))
-			reset := b.reset()
-			if m.cfg.ResetEpoch {
-				at := m.cfg.Now().Add(time.Duration(reset) * time.Second)
-				if at.Nanosecond() != 0 {
-					at = at.Truncate(time.Second).Add(time.Second)
-				}
-				reset = at.Unix()
-			}
-			h.Set(HeaderXReset, strconv.FormatInt(reset, 10))
-		}
+// ceilUnix returns t in Unix seconds, rounded up.
+func ceilUnix(t time.Time) int64 {
+	s := t.Unix()
+	if t.After(time.Unix(s, 0)) {
+		s++
 	}
-	if !m.cfg.OmitRateLimit {
-		if v := st.policyField(); v != "" {
-			h.Set(HeaderPolicy, v)
-		}
-		if v := st.rateLimitField(); v != "" {
-			h.Set(HeaderRateLimit, v)
-		}
-	}
+	return s
 }
 
-// policyField returns the RateLimit-Policy value: one item per limit that is
-// not hidden, such as "api";q=100;w=60.
+// nextUnit returns the RateLimit t of l: the seconds until more units are
+// available, rounded up, when known.
+func (l *LimitStatus) nextUnit() (int64, bool) {
+	d, ok := l.Rule.NextUnit(l.Result, l.Cost)
+	if !ok {
+		return 0, false
+	}
+	return seconds(d), true
+}
+
+// retryAfterSeconds returns Retry-After for a refused request: its
+// RetryAfter in whole seconds, rounded up and at least 1, and no earlier
+// than the RateLimit t of any shown refusing limit (NextUnit is never
+// later than RetryAfter; this makes the header's promise hold by
+// construction).
+func (s *Status) retryAfterSeconds() int64 {
+	sec := RetryAfterSeconds(s.RetryAfter())
+	for i := range s.Limits {
+		l := &s.Limits[i]
+		if !l.Result.Allowed && l.advertised() {
+			if t, ok := l.nextUnit(); ok {
+				sec = max(sec, t)
+			}
+		}
+	}
+	return sec
+}
+
+// policyField returns the RateLimit-Policy value: one item per shown
+// limit, such as "api";q=100;w=60.
 func (s *Status) policyField() string {
 	var b strings.Builder
-	for _, l := range s.Limits {
-		if l.Hidden {
+	for i := range s.Limits {
+		l := &s.Limits[i]
+		if !l.shown() {
 			continue
 		}
 		if b.Len() > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(l.policy)
+		b.WriteString(sfString(l.Name))
+		b.WriteString(";q=")
+		b.WriteString(strconv.FormatInt(l.Rule.Quota(), 10))
+		b.WriteString(";w=")
+		b.WriteString(strconv.FormatInt(l.Rule.PeriodSeconds(), 10))
 	}
 	return b.String()
 }
 
 // rateLimitField returns the RateLimit value: one item per advertised
-// limit, such as "api";r=42;t=17.
+// result, such as "api";r=42;t=17.
 func (s *Status) rateLimitField() string {
 	var b strings.Builder
 	for i := range s.Limits {
@@ -122,8 +234,10 @@ func (s *Status) rateLimitField() string {
 		b.WriteString(sfString(l.Name))
 		b.WriteString(";r=")
 		b.WriteString(strconv.FormatInt(max(l.Result.Remaining, 0), 10))
-		b.WriteString(";t=")
-		b.WriteString(strconv.FormatInt(l.reset(), 10))
+		if t, ok := l.nextUnit(); ok {
+			b.WriteString(";t=")
+			b.WriteString(strconv.FormatInt(t, 10))
+		}
 	}
 	return b.String()
 }
@@ -169,7 +283,7 @@ func WriteProblem(w http.ResponseWriter, st *Status) {
 		if v := st.Violated(); v != nil {
 			p.ViolatedPolicies = v
 		}
-		p.Detail = "Too many requests: retry after " + strconv.FormatInt(RetryAfterSeconds(st.RetryAfter()), 10) + " seconds."
+		p.Detail = "Too many requests: retry after " + strconv.FormatInt(st.retryAfterSeconds(), 10) + " seconds."
 	}
 	body, _ := json.Marshal(p)
 	h := w.Header()

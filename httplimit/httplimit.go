@@ -64,7 +64,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -151,19 +150,18 @@ type Middleware struct {
 
 type limit struct {
 	Limit
-	name   string
-	quota  int64
-	window time.Duration
-	policy string // the RateLimit-Policy list item
+	name string
 }
 
 // New returns a Middleware for cfg, or an error when a Limit lacks its
-// Limiter or Key or has an invalid Name.
+// Limiter or Key, has an invalid Name, or has the Name of another Limit
+// (one response would then carry two items of that name).
 func New(cfg Config) (*Middleware, error) {
 	if len(cfg.Limits) == 0 {
 		return nil, errors.New("httplimit: no limits")
 	}
 	m := &Middleware{cfg: cfg}
+	names := make(map[string]int, len(cfg.Limits))
 	for i, l := range cfg.Limits {
 		if l.Limiter == nil || l.Key == nil {
 			return nil, fmt.Errorf("httplimit: limit %d needs a Limiter and a Key", i)
@@ -175,10 +173,11 @@ func New(cfg Config) (*Middleware, error) {
 		if err := checkPolicyName(name); err != nil {
 			return nil, fmt.Errorf("httplimit: limit %d: %w", i, err)
 		}
-		rule := l.Limiter.Rule()
-		li := limit{Limit: l, name: name, quota: rule.Quota(), window: rule.Period()}
-		li.policy = sfString(name) + ";q=" + strconv.FormatInt(li.quota, 10) + ";w=" + strconv.FormatInt(rule.PeriodSeconds(), 10)
-		m.limits = append(m.limits, li)
+		if j, dup := names[name]; dup {
+			return nil, fmt.Errorf("httplimit: limits %d and %d are both named %q; give one a Name", j, i, name)
+		}
+		names[name] = i
+		m.limits = append(m.limits, limit{Limit: l, name: name})
 	}
 	if m.cfg.Now == nil {
 		m.cfg.Now = time.Now
@@ -194,10 +193,6 @@ func New(cfg Config) (*Middleware, error) {
 	}
 	return m, nil
 }
-
-// Window returns the span a rule's quota is measured over, as RateLimit-Policy
-// advertises it: rule.Period.
-func Window(rule sluice.Rule) time.Duration { return rule.Period() }
 
 // Handler returns next wrapped by the limits: next runs only for allowed
 // requests, with the request's Status in its context (see FromContext).
@@ -216,10 +211,14 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		m.writeHeaders(w.Header(), st)
+		WriteHeaders(w.Header(), st, HeaderOptions{
+			OmitXRateLimit: m.cfg.OmitXRateLimit,
+			OmitRateLimit:  m.cfg.OmitRateLimit,
+			ResetEpoch:     m.cfg.ResetEpoch,
+			Now:            m.cfg.Now(),
+		})
 		r = r.WithContext(context.WithValue(r.Context(), statusKey{}, st))
 		if !st.Allowed {
-			w.Header().Set("Retry-After", strconv.FormatInt(RetryAfterSeconds(st.RetryAfter()), 10))
 			m.cfg.DenyHandler.ServeHTTP(w, r)
 			return
 		}
@@ -258,12 +257,12 @@ func (m *Middleware) Check(r *http.Request) (*Status, error) {
 		l := &m.limits[i]
 		st.Limits[j] = LimitStatus{
 			Name:   l.name,
-			Quota:  l.quota,
-			Window: l.window,
 			Key:    checks[j].Key,
+			Rule:   l.Limiter.Rule(),
+			Cost:   checks[j].Cost,
 			Result: d.Results[j],
 			Hidden: l.Hidden,
-			policy: l.policy,
+			Shadow: l.Limiter.Shadow(),
 		}
 	}
 	return st, nil
@@ -299,14 +298,13 @@ type Status struct {
 
 // LimitStatus is one limit's part of a Status.
 type LimitStatus struct {
-	Name   string        // the policy name
-	Quota  int64         // the limiter's limit
-	Window time.Duration // see Window
-	Key    string        // the identity counted against
+	Name   string      // the policy name
+	Key    string      // the identity counted against
+	Rule   sluice.Rule // the limiter's rule: quota, period, algorithm
+	Cost   int64       // the units the request asked for
 	Result sluice.Result
-	Hidden bool
-
-	policy string
+	Hidden bool // Limit.Hidden: never shown in headers
+	Shadow bool // the limiter is in shadow mode: never shown in headers
 }
 
 // RetryAfter returns the longest RetryAfter of the refusing limits: the
