@@ -31,21 +31,30 @@
 // Config.DenyHandler answers instead.
 //
 // Every response to a request that some Limit applied to carries, unless
-// switched off in Config:
+// switched off in Config (WriteHeaders writes them, for sluice serve too):
 //
 //   - X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset, the
 //     conventional headers, for the most restrictive limit (the refusing
 //     one with the longest wait, or else the one with the fewest units
 //     remaining). X-RateLimit-Reset is the number of seconds until that
 //     limit is fully restored, rounded up; with Config.ResetEpoch it is the
-//     Unix time of that moment instead, as GitHub sends it.
+//     Unix time of that moment instead, rounded up once, as GitHub sends it.
 //   - RateLimit-Policy and RateLimit, the structured fields (RFC 9651) of
-//     draft-ietf-httpapi-ratelimit-headers-11, with one list item per limit
+//     draft-ietf-httpapi-ratelimit-headers, with one list item per limit
 //     named by its quoted policy name: RateLimit-Policy: "api";q=100;w=60
 //     gives the quota q per window w in seconds (for token buckets and
 //     GCRA, the burst and the time to refill it from empty), and
-//     RateLimit: "api";r=42;t=17 the units remaining and the seconds until
-//     the quota is fully restored.
+//     RateLimit: "api";r=42;t=17 the units remaining and, as the draft
+//     defines t, the seconds until more units are available: the window's
+//     end for a fixed window, the next token for token buckets and GCRA.
+//     The sliding algorithms' results do not always say when their oldest
+//     unit leaves the window; t is then left out (the draft makes it
+//     optional), and sent after a refusal of one unit and, for the sliding
+//     log, when one unit is logged. On a refusal, the limits that allowed
+//     show what they have once their units are given back.
+//   - Retry-After on refusals, never earlier than a refusing limit's t.
+//
+// Two Limits with the same name are refused by New.
 //
 // # Failure and shadow mode
 //
@@ -54,8 +63,9 @@
 // sluice.WithShadow). A degraded decision is not advertised in headers,
 // since nothing is known about the remaining budget: a fail-open limit lets
 // the request through with the other limits' headers, a fail-closed one
-// refuses it with Retry-After: 1. Shadowed results are not advertised
-// either, so a dark-launched limit stays invisible to clients.
+// refuses it with Retry-After: 1. Limiters in shadow mode are never
+// advertised, neither their policy nor their results, so a dark-launched
+// limit stays invisible to clients.
 package httplimit
 
 import (

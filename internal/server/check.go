@@ -48,11 +48,11 @@ type MultiResult struct {
 	Results      []Result `json:"results"`
 }
 
-func toResult(p *policy, key string, r sluice.Result) Result {
+func toResult(p *policy, key string, cost int64, r sluice.Result) Result {
 	return Result{
 		Policy: p.cfg.Name, Key: key, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
 		RetryAfterMS: ceilMS(r.RetryAfter), ResetAfterMS: ceilMS(r.ResetAfter),
-		Degraded: r.Degraded, Shadow: r.Shadowed, Headers: headers(p.cfg, r),
+		Degraded: r.Degraded, Shadow: r.Shadowed, Headers: headers(p, cost, r),
 	}
 }
 
@@ -175,7 +175,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.refused.note(p.cfg, req.Key, res)
-		out := toResult(p, "", res)
+		out := toResult(p, "", *req.Cost, res)
 		for k, v := range out.Headers {
 			w.Header()[k] = []string{v} // as spelled in the drafts, not canonicalized
 		}
@@ -205,7 +205,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	out := MultiResult{Allowed: d.Allowed, RetryAfterMS: ceilMS(d.RetryAfter()), Results: make([]Result, len(d.Results))}
 	for i, res := range d.Results {
 		s.refused.note(pols[i].cfg, req.Checks[i].Key, res)
-		out.Results[i] = toResult(pols[i], req.Checks[i].Key, res)
+		out.Results[i] = toResult(pols[i], req.Checks[i].Key, *req.Checks[i].Cost, res)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
