@@ -221,7 +221,7 @@ func (s *Server) handleForwardAuth(fl flavor) http.HandlerFunc {
 		}
 		res := d.Results[b]
 		if !res.Degraded {
-			for k, v := range headers(pols[b].cfg, res) {
+			for k, v := range headers(pols[b], checks[b].Cost, res) {
 				w.Header()[k] = []string{v}
 			}
 		}
@@ -231,7 +231,7 @@ func (s *Server) handleForwardAuth(fl flavor) http.HandlerFunc {
 		}
 		// Refused: Retry-After always, whatever the policy's headers say;
 		// the proxy hands it to the client.
-		w.Header()["Retry-After"] = []string{strconv.FormatInt(max(ceilSeconds(d.RetryAfter()), 1), 10)}
+		w.Header()["Retry-After"] = []string{strconv.FormatInt(httplimit.RetryAfterSeconds(d.RetryAfter()), 10)}
 		problem(w, fl.refused, fmt.Sprintf("rate limited by policy %q (forward_auth route %s)", pols[b].cfg.Name, rt.cfg.Name))
 	}
 }

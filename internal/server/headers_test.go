@@ -215,3 +215,24 @@ func TestServeDocExample(t *testing.T) {
 		t.Errorf("docs/serve.md shows\n%v\nthe service answers\n%v", want, r.body)
 	}
 }
+
+// Forward auth's answers carry the same headers, from the same writer:
+// every one parses, and a refusal's Retry-After is never before t.
+func TestForwardAuthHeaders(t *testing.T) {
+	s := fwdServer(t, fwdYAML, nil)
+	for i, want := range []hdrs{
+		{policy: "api 3/10800", ratelimit: "api 2/3600", x: "3 2 3600"},
+		{policy: "api 3/10800", ratelimit: "api 1/3600", x: "3 1 7200"},
+		{policy: "api 3/10800", ratelimit: "api 0/3600", x: "3 0 10800"},
+		{policy: "api 3/10800", ratelimit: "api 0/3600", x: "3 0 10800", retryAfter: "3600"},
+	} {
+		w := fwd(s, "GET", "api.example.com", "/v1/items", "192.0.2.1", "X-API-Key", "k")
+		h, err := sfvtest.CheckHeaders(w.Header())
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if got := render(h); got != want {
+			t.Errorf("request %d: %d %+v, want %+v", i, w.Code, got, want)
+		}
+	}
+}
