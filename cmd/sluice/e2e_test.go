@@ -72,6 +72,7 @@ type proc struct {
 	cmd      *exec.Cmd
 	HTTP     string // base URL
 	GRPC     string // host:port
+	Debug    string // base URL of the debug port, "" when off
 	mu       sync.Mutex
 	logs     bytes.Buffer
 	exited   chan struct{}
@@ -126,6 +127,9 @@ func serve(t *testing.T, env []string, args ...string) *proc {
 	case m := <-ready:
 		p.HTTP = "http://" + m["http"].(string)
 		p.GRPC = m["grpc"].(string)
+		if d, ok := m["debug"].(string); ok && d != "off" {
+			p.Debug = "http://" + d
+		}
 	case <-p.exited:
 		t.Fatalf("sluice serve exited with %d before serving:\n%s", p.exitCode, p.Logs())
 	case <-time.After(15 * time.Second):

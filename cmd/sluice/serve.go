@@ -46,6 +46,10 @@ type serveFlags struct {
 	maxDescriptors, maxOverrides                          int
 	// set holds the flags given explicitly.
 	set map[string]bool
+	// envoy is envoyproxy/ratelimit's environment, nil when not in use.
+	envoy *envoyEnv
+	// dirOpts is set when configPath is a directory.
+	dirOpts *config.DirOptions
 }
 
 func runServe(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
@@ -53,22 +57,19 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	if f == nil {
 		return code
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		fmt.Fprintf(stderr, "sluice serve: --log-level: %v\n", err)
-		return 2
+	if code := f.readEnvironment(env, stderr); code != 0 {
+		return code
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger, code := f.newLogger(stderr)
+	if logger == nil {
+		return code
+	}
 	cfg, data, code := loadServeConfig(f, logger, stderr)
 	if cfg == nil {
 		return code
 	}
-	opts := server.Options{Logger: logger, Env: env,
-		Envoy: server.EnvoyOptions{MaxDescriptors: f.maxDescriptors, MaxOverrides: f.maxOverrides}}
-	if f.set["valkey"] {
-		opts.ValkeyAddresses = cfg.Valkey.Addresses
-	}
-	closeStore, err := openStore(cfg, &opts, env, logger)
+	opts := f.serverOptions(cfg, env, logger)
+	closeStore, err := openStore(cfg, &opts, opts.Env, logger)
 	if err != nil {
 		return 1
 	}
@@ -82,7 +83,11 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	srv.SetLoaded(data)
+	if f.dirOpts != nil {
+		srv.SetLoadedSum(data)
+	} else {
+		srv.SetLoaded(data)
+	}
 	l, err := listen(srv, cfg, f, logger)
 	if err != nil {
 		return 1
@@ -119,7 +124,12 @@ func loadServeConfig(f *serveFlags, logger *slog.Logger, stderr io.Writer) (*con
 	var cfg *config.Config
 	var data []byte
 	var err error
-	if f.configPath != "" {
+	if f.dirOpts != nil {
+		cfg, data, err = config.LoadDir(f.configPath, *f.dirOpts)
+		if err == nil && f.envoy != nil {
+			f.envoy.adjust(cfg)
+		}
+	} else if f.configPath != "" {
 		data, err = os.ReadFile(f.configPath)
 		if err == nil {
 			cfg, err = config.Parse(f.configPath, data)
@@ -179,10 +189,13 @@ func openStore(cfg *config.Config, opts *server.Options, env func(string) (strin
 // listeners are the HTTP and gRPC servers with their sockets; grpc is nil
 // when gRPC is off.
 type listeners struct {
-	http     *http.Server
-	httpL    net.Listener
-	grpc     *grpc.Server
-	grpcL    net.Listener
+	http  *http.Server
+	httpL net.Listener
+	grpc  *grpc.Server
+	grpcL net.Listener
+	// debug serves envoyproxy/ratelimit's debug port; nil when not in use.
+	debug    *http.Server
+	debugL   net.Listener
 	shutdown time.Duration
 }
 
@@ -214,6 +227,18 @@ func listen(srv *server.Server, cfg *config.Config, f *serveFlags, logger *slog.
 		}
 		l.grpc = srv.NewGRPCServer()
 	}
+	if f.envoy != nil {
+		if l.debugL, err = net.Listen("tcp", f.envoy.debug); err != nil {
+			hl.Close()
+			if l.grpcL != nil {
+				l.grpcL.Close()
+			}
+			logger.Error("cannot listen for the debug port", "addr", f.envoy.debug, "err", err.Error())
+			return nil, err
+		}
+		l.debug = &http.Server{Handler: srv.DebugHandler(), ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog: log.New(slogWriter{logger}, "", 0)}
+	}
 	return l, nil
 }
 
@@ -228,14 +253,18 @@ func (l *listeners) serve(ctx context.Context, srv *server.Server, cfg *config.C
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- fmt.Errorf("http: %w", l.http.Serve(l.httpL)) }()
-	grpcAddrShown := "off"
+	grpcAddrShown, debugShown := "off", "off"
 	if l.grpc != nil {
 		grpcAddrShown = l.grpcL.Addr().String()
 		go func() { errc <- fmt.Errorf("grpc: %w", l.grpc.Serve(l.grpcL)) }()
 	}
-	logger.Info("serving", "http", l.httpL.Addr().String(), "grpc", grpcAddrShown, "store", storeName,
+	if l.debug != nil {
+		debugShown = l.debugL.Addr().String()
+		go func() { errc <- fmt.Errorf("debug: %w", l.debug.Serve(l.debugL)) }()
+	}
+	logger.Info("serving", "http", l.httpL.Addr().String(), "grpc", grpcAddrShown, "debug", debugShown, "store", storeName,
 		"config", cfg.Source, "policies", len(cfg.Policies), "domains", len(cfg.Domains))
 	if f.configPath != "" {
 		go func() {
@@ -281,6 +310,9 @@ func (l *listeners) stop(logger *slog.Logger) {
 		}
 		close(done)
 	}()
+	if l.debug != nil {
+		l.debug.Close()
+	}
 	if err := l.http.Shutdown(sctx); err != nil {
 		logger.Warn("HTTP shutdown incomplete", "err", err.Error())
 	}

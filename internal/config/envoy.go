@@ -18,6 +18,8 @@ import (
 type Domain struct {
 	Name        string
 	Descriptors []*Descriptor
+	// File is the file that defines it (the first, when merged).
+	File string
 	// Counting says how the limits of one request's descriptors count.
 	Counting Counting
 	Line     int
@@ -118,7 +120,7 @@ func (d *decoder) domain(c *Config, n *yaml.Node, f map[string]field, envoyForma
 	if f == nil {
 		return nil
 	}
-	dom := &Domain{Line: n.Line, Counting: CountAllOrNothing}
+	dom := &Domain{Line: n.Line, File: d.file, Counting: CountAllOrNothing}
 	if envoyFormat {
 		dom.Counting = CountEach
 	}
@@ -127,7 +129,7 @@ func (d *decoder) domain(c *Config, n *yaml.Node, f map[string]field, envoyForma
 		if dom.Name == "" {
 			d.errorf(x.val, "domain must not be empty")
 		} else if prev := c.Domain(dom.Name); prev != nil {
-			d.errorf(x.val, "domain %q is already defined at line %d", dom.Name, prev.Line)
+			d.errorf(x.val, "domain %q is already defined at %s:%d", dom.Name, prev.File, prev.Line)
 		}
 	} else {
 		d.errorf(n, "domain is missing")
@@ -149,7 +151,13 @@ func (d *decoder) domain(c *Config, n *yaml.Node, f map[string]field, envoyForma
 }
 
 func (d *decoder) descriptors(c *Config, dom *Domain, n *yaml.Node, path []string) []*Descriptor {
-	var out []*Descriptor
+	return d.moreDescriptors(c, dom, n, path, nil)
+}
+
+// moreDescriptors decodes descriptors to go beside existing ones (a merged
+// domain's), refusing duplicates of them.
+func (d *decoder) moreDescriptors(c *Config, dom *Domain, n *yaml.Node, path []string, existing []*Descriptor) []*Descriptor {
+	out := existing
 	for _, item := range d.sequence(n, "descriptors") {
 		f := d.mapping(item, "descriptor", envoyDescriptorFields...)
 		if f == nil {
@@ -175,6 +183,7 @@ func (d *decoder) descriptors(c *Config, dom *Domain, n *yaml.Node, path []strin
 		for _, prev := range out {
 			if prev.Key == desc.Key && prev.Value == desc.Value {
 				d.errorf(item, "descriptor %s=%q is already defined at line %d", desc.Key, desc.Value, prev.Line)
+				break
 			}
 		}
 		if x, ok := f["shadow_mode"]; ok {

@@ -223,7 +223,7 @@ func (s *Server) overallCode(rs []resolved, statuses []*rlsv3.RateLimitResponse_
 	failed, quota, quotaFailed := 0, 0, 0
 	for i, ds := range statuses {
 		over := ds.Code == rlsv3.RateLimitResponse_OVER_LIMIT
-		if i < len(rs) && rs[i].quota {
+		if i < len(rs) && rs[i].quota && rs[i].kind != kindUnlimited {
 			quota++
 			if over {
 				quotaFailed++

@@ -83,6 +83,7 @@ func (s *Server) resolve(st *state, dom *config.Domain, req *rlsv3.RateLimitRequ
 	for i, d := range descs {
 		r := &out[i]
 		r.hits = hitsOf(req, d)
+		r.quota = s.opts.Envoy.QuotaMode
 		r.refund = d.GetIsNegativeHits()
 		entries := make([]config.Entry, len(d.GetEntries()))
 		for j, e := range d.GetEntries() {
@@ -99,7 +100,7 @@ func (s *Server) resolve(st *state, dom *config.Domain, req *rlsv3.RateLimitRequ
 			continue
 		}
 		node := path[len(path)-1]
-		r.node, r.shadow, r.quota, r.limit = node, node.Shadow, node.QuotaMode, node.Limit
+		r.node, r.shadow, r.quota, r.limit = node, node.Shadow, node.QuotaMode || r.quota, node.Limit
 		r.stat = s.envoyStats.configKey(dom.Name, path, entries)
 		switch {
 		case node.Unlimited:

@@ -40,6 +40,8 @@ type EnvoyOptions struct {
 	// MaxMetricSeries bounds the metric label sets made from request values
 	// (default DefaultMaxMetricSeries).
 	MaxMetricSeries int
+	// QuotaMode puts every descriptor in quota mode (QUOTA_MODE).
+	QuotaMode bool
 	// ResponseDynamicMetadata adds the request and the metadata of the
 	// passing descriptors to answers (RESPONSE_DYNAMIC_METADATA).
 	ResponseDynamicMetadata bool

@@ -38,12 +38,14 @@ func (s *Server) Handler() http.Handler {
 	route("/v1/forward-auth/nginx", "forward_auth_nginx", s.handleForwardAuth(flavorNginx))
 	metricsHandler := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
 	route("GET /metrics", "metrics", metricsHandler.ServeHTTP)
+	s.envoyRoutes(route) // /json, /healthcheck, /rlconfig
 
 	// The same paths with any other method: 405 as problem+json, where the
 	// mux alone would answer in plain text.
 	for path, allow := range map[string]string{
 		"/v1/check": "POST", "/v1/policies": "GET", "/v1/keys/{policy}/{key...}": "GET, DELETE", "/v1/top-refused": "GET",
 		"/healthz": "GET", "/readyz": "GET", "/metrics": "GET",
+		"/json": "POST", "/healthcheck": "GET", "/rlconfig": "GET",
 	} {
 		route(path, "method_not_allowed", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)

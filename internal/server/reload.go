@@ -18,6 +18,9 @@ import (
 // and the last good configuration keeps serving. A file identical to the
 // one being served is not applied again.
 func (s *Server) Reload(path, reason string) error {
+	if s.opts.ConfigDir != nil {
+		return s.reloadDir(path, reason)
+	}
 	data, err := os.ReadFile(path)
 	if err == nil {
 		sum := sha256.Sum256(data)
@@ -64,6 +67,9 @@ func (s *Server) SetLoaded(data []byte) {
 // and rename it) and Kubernetes ConfigMap updates (a symlink swap) are seen;
 // events are debounced by 200ms.
 func (s *Server) Watch(ctx context.Context, path string) error {
+	if s.opts.ConfigDir != nil {
+		return s.watchDir(ctx, path)
+	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err

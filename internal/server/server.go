@@ -56,6 +56,12 @@ type Options struct {
 	ValkeyAddresses []string
 	// Envoy tunes Envoy's rate-limit protocol.
 	Envoy EnvoyOptions
+	// Adjust, when set, completes every configuration applied, such as
+	// with settings from the environment (a valkey section, a prefix).
+	Adjust func(*config.Config)
+	// ConfigDir, when set, says that the path given to Reload and Watch is
+	// a configuration directory (config.LoadDir), read with these options.
+	ConfigDir *config.DirOptions
 }
 
 // Server answers decisions for the policies of its current configuration.
@@ -148,6 +154,11 @@ func (s *Server) Config() *config.Config { return s.state.Load().cfg }
 func (s *Server) Apply(cfg *config.Config) error {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
+	if s.opts.Adjust != nil && cfg != nil {
+		cp := *cfg
+		s.opts.Adjust(&cp)
+		cfg = &cp
+	}
 	if len(s.opts.ValkeyAddresses) > 0 && cfg != nil {
 		cp := *cfg
 		v := config.Valkey{Timeout: sluice.DefaultTimeout, ConnectTimeout: config.DefaultConnectTimeout}
