@@ -97,6 +97,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Recovery", func(t *testing.T) { RunRecovery(t, h) })
 	t.Run("Boundaries", func(t *testing.T) { RunBoundaries(t, h) })
 	t.Run("SlidingWindowWorstCase", func(t *testing.T) { RunSlidingWindowWorstCase(t, h) })
+	t.Run("NextUnit", func(t *testing.T) { RunNextUnit(t, h) })
 	t.Run("PeekResetRefund", func(t *testing.T) { RunPeekResetRefund(t, h) })
 	t.Run("Concurrency", func(t *testing.T) { RunConcurrency(t, h) })
 	t.Run("RealTime", func(t *testing.T) { RunRealTime(t, h) })

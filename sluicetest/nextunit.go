@@ -1,0 +1,99 @@
+package sluicetest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// RunNextUnit checks sluice.Rule.NextUnit (the RateLimit header's t: the
+// time until more units are available) against the store on random
+// timelines: whenever it is known, a peek one microsecond before it still
+// finds at most the Result's Remaining, and a peek at it finds more. Each
+// peek runs on a replay of the timeline under a fresh key, so that no key
+// sees time go back. For fixed window, token bucket and GCRA it must be
+// known whenever some units are taken.
+func RunNextUnit(t *testing.T, h Harness) {
+	ctx := context.Background()
+	for i, p := range []sluice.Policy{
+		sluice.FixedWindow{Limit: 4, Window: 300 * time.Millisecond},
+		sluice.FixedWindow{Limit: 3, Window: 300 * time.Millisecond, CountRejected: true},
+		sluice.SlidingLog{Limit: 4, Window: 300 * time.Millisecond},
+		sluice.SlidingLog{Limit: 3, Window: 300 * time.Millisecond, CountRejected: true},
+		sluice.SlidingWindow{Limit: 5, Window: 300 * time.Millisecond},
+		sluice.TokenBucket{Capacity: 4, Rate: 10, Per: time.Second},
+		sluice.TokenBucket{Capacity: 5, Rate: 3, Per: 700 * time.Millisecond},
+		sluice.GCRA{Rate: 10, Per: time.Second, Burst: 4},
+		sluice.GCRA{Rate: 7, Per: 900 * time.Millisecond, Burst: 3},
+	} {
+		t.Run(fmt.Sprintf("%d_%T", i, p), func(t *testing.T) {
+			clock := NewClock()
+			l := h.NewLimiter(t, p, sluice.WithClock(clock.Now))
+			rule := l.Rule()
+			r := rand.New(rand.NewPCG(uint64(i), 17))
+			type op struct {
+				at   time.Duration
+				cost int64
+			}
+			replays := 0
+			// peek replays ops under a fresh key and peeks at at.
+			peek := func(ops []op, at time.Duration) sluice.Result {
+				replays++
+				key := fmt.Sprintf("replay-%d", replays)
+				for _, o := range ops {
+					clock.Set(o.at)
+					if _, err := l.AllowN(ctx, key, o.cost); err != nil {
+						t.Fatal(err)
+					}
+				}
+				clock.Set(at)
+				res, err := l.Peek(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res
+			}
+			exact := rule.Algorithm != sluice.AlgorithmSlidingLog && rule.Algorithm != sluice.AlgorithmSlidingWindow
+			known := 0
+			for timeline := range 3 {
+				key := fmt.Sprintf("live-%d", timeline)
+				var ops []op
+				var now time.Duration
+				for range 10 {
+					now += time.Duration(r.IntN(120_000)) * time.Microsecond
+					o := op{now, r.Int64N(rule.Limit + 1)}
+					clock.Set(now)
+					res, err := l.AllowN(ctx, key, o.cost)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ops = append(ops, o)
+					d, ok := rule.NextUnit(res, o.cost)
+					if !ok {
+						if exact && res.Remaining < rule.Limit {
+							t.Fatalf("%v: NextUnit unknown after %+v", rule, res)
+						}
+						continue
+					}
+					known++
+					if !res.Allowed && d > res.RetryAfter {
+						t.Fatalf("%v: NextUnit %v after a refusal with RetryAfter %v", rule, d, res.RetryAfter)
+					}
+					if before := peek(ops, now+d-time.Microsecond); before.Remaining > res.Remaining {
+						t.Fatalf("%v after %v (%+v): NextUnit %v, but %d units a microsecond earlier", rule, ops, res, d, before.Remaining)
+					}
+					if at := peek(ops, now+d); at.Remaining <= res.Remaining {
+						t.Fatalf("%v after %v (%+v): NextUnit %v, but still %d units then", rule, ops, res, d, at.Remaining)
+					}
+				}
+			}
+			if known == 0 {
+				t.Errorf("%v: NextUnit never known", rule)
+			}
+		})
+	}
+}
