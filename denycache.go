@@ -42,6 +42,19 @@ const (
 type denyShard struct {
 	mu sync.RWMutex
 	m  map[string]denyEntry
+	// ring holds the shard's keys in the order they were added (a key
+	// forgotten since may linger, and is dropped when met): a put into a
+	// full shard looks at its oldest denySweep keys, dropping the expired
+	// ones and rotating the live ones to the end.
+	ring       []ringEntry
+	head, size int
+}
+
+// ringEntry is a key of the ring and when its refusal ended when it was
+// added (a live one is rotated without a look into the map).
+type ringEntry struct {
+	key   string
+	until int64
 }
 
 // Times in the cache are nanoseconds on the limiter's clock (see
@@ -57,6 +70,7 @@ func newDenyCache(rule Rule) *denyCache {
 	c := &denyCache{rule: rule, seed: maphash.MakeSeed()}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]denyEntry)
+		c.shards[i].ring = make([]ringEntry, denyMaxPerShard)
 	}
 	return c
 }
@@ -89,21 +103,28 @@ func (c *denyCache) put(key string, cost int64, res Result, sent int64) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if _, ok := sh.m[key]; !ok && len(sh.m) >= denyMaxPerShard {
-		n := 0
-		for k, e := range sh.m {
-			if sent >= e.until {
-				delete(sh.m, k)
-			}
-			if n++; n >= denySweep {
-				break
+	if _, ok := sh.m[key]; !ok {
+		for i := 0; i < denySweep && sh.size == len(sh.ring); i++ {
+			r := sh.ring[sh.head]
+			sh.head = (sh.head + 1) % len(sh.ring)
+			sh.size--
+			if sent < r.until {
+				sh.push(r) // still refused: to the end of the ring
+			} else if e, ok := sh.m[r.key]; ok && sent >= e.until {
+				delete(sh.m, r.key)
 			}
 		}
-		if len(sh.m) >= denyMaxPerShard {
-			return
+		if sh.size == len(sh.ring) {
+			return // full of live refusals: the store decides this key
 		}
+		sh.push(ringEntry{key, sent + int64(res.RetryAfter)})
 	}
 	sh.m[key] = denyEntry{until: sent + int64(res.RetryAfter), need: max(cost, 1), res: res, at: sent}
+}
+
+func (sh *denyShard) push(r ringEntry) {
+	sh.ring[(sh.head+sh.size)%len(sh.ring)] = r
+	sh.size++
 }
 
 func (c *denyCache) forget(key string) {
