@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -184,4 +185,93 @@ descriptors:
 	check("detail b", testutil.ToFloat64(e.totalHits.WithLabelValues("d", "detail_b", "")), 1)
 	check("detail other", testutil.ToFloat64(e.totalHits.WithLabelValues("d", "_other", "")), 1)
 	check("config loads", testutil.ToFloat64(e.loadSuccess), 1)
+}
+
+// TestAllOrNothingRemaining: under counting: all_or_nothing, a refused call
+// takes nothing, and the allowing descriptors report what remains after
+// the give-back.
+func TestAllOrNothingRemaining(t *testing.T) {
+	_, c, _ := startEnvoy(t, `
+domain: d
+counting: all_or_nothing
+descriptors:
+  - {key: wide, rate_limit: {unit: hour, requests_per_unit: 5}}
+  - {key: narrow, rate_limit: {unit: hour, requests_per_unit: 1}}
+`, EnvoyOptions{})
+	ask := func() *rlsv3.RateLimitResponse {
+		r, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonrl.RateLimitDescriptor{desc("wide", "w"), desc("narrow", "n")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := ask(); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 4 {
+		t.Fatalf("first: %v", r)
+	}
+	for i := range 3 {
+		r := ask()
+		if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.Statuses[0].Code != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 4 {
+			t.Fatalf("refused call %d: %v", i, r)
+		}
+	}
+}
+
+// TestStopIncrementWhenOverLimit: with the option, when one descriptor of
+// a call would go over, the others do not count the call's hits; without
+// it, they do.
+func TestStopIncrementWhenOverLimit(t *testing.T) {
+	y := `
+domain: d
+descriptors:
+  - {key: wide, rate_limit: {unit: hour, requests_per_unit: 5}}
+  - {key: narrow, rate_limit: {unit: hour, requests_per_unit: 1}}
+`
+	for _, stop := range []bool{false, true} {
+		_, c, _ := startEnvoy(t, y, EnvoyOptions{StopIncrementWhenOverLimit: stop})
+		var last *rlsv3.RateLimitResponse
+		for range 3 {
+			r, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonrl.RateLimitDescriptor{desc("wide", "w"), desc("narrow", "n")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = r
+		}
+		want := uint32(2) // 3 calls counted
+		if stop {
+			want = 4 // only the first call counted on wide
+		}
+		if last.Statuses[0].LimitRemaining != want || last.Statuses[1].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("stop=%v: %v", stop, last)
+		}
+	}
+}
+
+// TestReflection: gRPC server reflection lists the rate-limit service.
+func TestReflection(t *testing.T) {
+	_, _, conn := startEnvoy(t, "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 5}}\n", EnvoyOptions{})
+	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	if !strings.Contains(strings.Join(names, " "), "envoy.service.ratelimit.v3.RateLimitService") {
+		t.Errorf("services: %v", names)
+	}
+	// And the file describing it resolves.
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: "envoy.service.ratelimit.v3.RateLimitService"}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err = stream.Recv(); err != nil || resp.GetFileDescriptorResponse() == nil {
+		t.Errorf("file for the service: %v %v", resp, err)
+	}
 }
