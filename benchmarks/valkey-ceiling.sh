@@ -2,7 +2,7 @@
 # valkey-ceiling.sh [PORT]
 #
 # The server-side ceiling: valkey-benchmark running EVALSHA of Sluice's
-# scripts (valkeystore/scripts/*.lua in this work tree), pipelined 16 deep
+# scripts (internal/luascript/scripts/*.lua in this work tree), pipelined 16 deep
 # from 50 connections, on one hot key and on random keys (__rand_int__ over
 # 100k), one key per call and 16 keys per call. No Go client is involved:
 # this is what one Valkey can decide, the bound for any client library.
@@ -35,7 +35,7 @@ repeat() { k=$1; shift; i=0; while [ $i -lt "$k" ]; do printf '%s ' "$@"; i=$((i
 
 printf '| script | keys | keys per call | calls/s | decisions/s |\n|---|---|---:|---:|---:|\n'
 for alg in gcra token_bucket; do
-	sha=$(cli script load "$(cat "$here/../valkeystore/scripts/prelude.lua" "$here/../valkeystore/scripts/$alg.lua" "$here/../valkeystore/scripts/batch.lua")")
+	sha=$(cli script load "$(cat "$here/../internal/luascript/scripts/prelude.lua" "$here/../internal/luascript/scripts/$alg.lua" "$here/../internal/luascript/scripts/batch.lua")")
 	case $alg in
 	gcra) argv="0 1000000 1 1 0" ;;          # burst 1e6, interval 1µs: never refuses
 	token_bucket) argv="0 1000000 1 1 0" ;;  # capacity 1e6, 1 token/µs

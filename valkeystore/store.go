@@ -1,7 +1,7 @@
 // Package valkeystore is the sluice.Store on Valkey, standalone or Cluster,
 // through the caller's valkey-go client.
 //
-// Each decision is one Lua script (valkeystore/scripts/*.lua) run with
+// Each decision is one Lua script (internal/luascript/scripts/*.lua) run with
 // EVALSHA, and EVAL when the server lost its script cache (NOSCRIPT after a
 // restart or SCRIPT FLUSH), so scripts reload transparently. Decisions of a
 // batch that share an algorithm and a cluster slot run in one script call;
@@ -22,6 +22,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/luascript"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -255,9 +256,9 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 	// One allocation for the keys and arguments, one for the digits of all
 	// the numbers. buf is made large enough never to grow (a number takes at
 	// most maxDigits bytes), so the strings can share it.
-	strs := make([]string, n+n*argsPerKey)
+	strs := make([]string, n+n*luascript.ArgsPerKey)
 	keys, args := strs[:n], strs[n:]
-	buf := make([]byte, 0, n*argsPerKey*maxDigits)
+	buf := make([]byte, 0, n*luascript.ArgsPerKey*maxDigits)
 	str := func(from int) string { return unsafe.String(&buf[from], len(buf)-from) }
 	num := func(v int64) string {
 		from := len(buf)
@@ -268,7 +269,7 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 		op := &batch[i]
 		r := &op.Rule
 		keys[j] = op.Key
-		a := args[j*argsPerKey : (j+1)*argsPerKey]
+		a := args[j*luascript.ArgsPerKey : (j+1)*luascript.ArgsPerKey]
 		a[0] = "0" // the server's TIME
 		if !op.Now.IsZero() {
 			a[0] = num(op.Now.UnixMicro())
@@ -285,11 +286,11 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 			a[5] = num(op.Receipt)
 		}
 	}
-	sc := scripts[c.alg]
+	sc := luascript.For(c.alg)
 	if sha {
-		return e.client.B().Evalsha().Sha1(sc.sha).Numkeys(int64(n)).Key(keys...).Arg(args...).Build()
+		return e.client.B().Evalsha().Sha1(sc.SHA).Numkeys(int64(n)).Key(keys...).Arg(args...).Build()
 	}
-	return e.client.B().Eval().Script(sc.src).Numkeys(int64(n)).Key(keys...).Arg(args...).Build()
+	return e.client.B().Eval().Script(sc.Src).Numkeys(int64(n)).Key(keys...).Arg(args...).Build()
 }
 
 // maxDigits bounds the length of one formatted number: an int64 takes at
@@ -312,14 +313,14 @@ func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {
 		fail(fmt.Errorf("valkeystore: %v script: unexpected reply: %w", c.alg, err))
 		return
 	}
-	if len(msgs) != len(c.ops)*replyPerKey {
-		fail(fmt.Errorf("valkeystore: %v script: %d values in reply, want %d", c.alg, len(msgs), len(c.ops)*replyPerKey))
+	if len(msgs) != len(c.ops)*luascript.ReplyPerKey {
+		fail(fmt.Errorf("valkeystore: %v script: %d values in reply, want %d", c.alg, len(msgs), len(c.ops)*luascript.ReplyPerKey))
 		return
 	}
 	for j, i := range c.ops {
-		var v [replyPerKey]int64
+		var v [luascript.ReplyPerKey]int64
 		for k := range v {
-			if v[k], err = msgs[j*replyPerKey+k].AsInt64(); err != nil {
+			if v[k], err = msgs[j*luascript.ReplyPerKey+k].AsInt64(); err != nil {
 				break
 			}
 		}

@@ -1,4 +1,7 @@
-package valkeystore
+// Package luascript holds the Lua scripts that decide on Valkey, for every
+// store that runs them: their source, their SHA-1 for EVALSHA, and the
+// layout of their arguments and replies.
+package luascript
 
 import (
 	"crypto/sha1"
@@ -30,19 +33,27 @@ var (
 	gcraLua string
 )
 
-// script is a Lua script and its SHA-1, for EVALSHA.
-type script struct {
-	src string
-	sha string
+// Script is a Lua script and its SHA-1, for EVALSHA.
+type Script struct {
+	Src string
+	SHA string
 }
 
-func newScript(decide string) *script {
+func newScript(decide string) *Script {
 	src := preludeLua + decide + batchLua
 	sum := sha1.Sum([]byte(src))
-	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+	return &Script{Src: src, SHA: hex.EncodeToString(sum[:])}
 }
 
-var scripts = [...]*script{
+// For returns the script of an algorithm, nil for an unknown one.
+func For(alg sluice.Algorithm) *Script {
+	if int(alg) >= len(scripts) {
+		return nil
+	}
+	return scripts[alg]
+}
+
+var scripts = [...]*Script{
 	sluice.AlgorithmFixedWindow:   newScript(fixedWindowLua),
 	sluice.AlgorithmSlidingLog:    newScript(slidingLogLua),
 	sluice.AlgorithmSlidingWindow: newScript(slidingWindowLua),
@@ -50,7 +61,9 @@ var scripts = [...]*script{
 	sluice.AlgorithmGCRA:          newScript(gcraLua),
 }
 
+// ArgsPerKey is the number of ARGV of each key; ReplyPerKey the number of
+// integers of the reply for each key (see batch.lua).
 const (
-	argsPerKey  = 6
-	replyPerKey = 5
+	ArgsPerKey  = 6
+	ReplyPerKey = 5
 )
