@@ -482,5 +482,11 @@ func classify(ctx context.Context, err error) outcome {
 	if errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled) {
 		return neutral // the caller gave up, not Valkey
 	}
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		// Not this call's deadline: valkey-go closes a connection on which
+		// another call's deadline passed (unless AlwaysPipelining), failing
+		// the calls that shared it. That call's timeout is counted.
+		return neutral
+	}
 	return failed // timeout, refused, reset, EOF, dial error
 }

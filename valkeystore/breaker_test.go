@@ -182,6 +182,8 @@ func TestClassify(t *testing.T) {
 	ctx := context.Background()
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
+	expired, cancel2 := context.WithDeadline(ctx, time.Now())
+	defer cancel2()
 	for _, tc := range []struct {
 		ctx  context.Context
 		err  error
@@ -189,7 +191,8 @@ func TestClassify(t *testing.T) {
 	}{
 		{ctx, nil, succeeded},
 		{ctx, io.EOF, failed},
-		{ctx, context.DeadlineExceeded, failed},
+		{expired, context.DeadlineExceeded, failed},
+		{ctx, context.DeadlineExceeded, neutral}, // another call's deadline closed the connection
 		{ctx, errors.New("dial tcp: connection refused"), failed},
 		{canceled, context.Canceled, neutral},
 		{ctx, context.Canceled, failed}, // canceled, but not by the caller

@@ -1,3 +1,5 @@
+//go:build failover
+
 package valkeystore_test
 
 // The failover suite: one Valkey Cluster of 3 primaries and 3 replicas
@@ -9,6 +11,10 @@ package valkeystore_test
 // are decided normally again within failoverRecovery of their replica's
 // promotion; readiness (Store.Ping) holds while every slot has a primary
 // that answers, and only then.
+//
+// The suite takes about 15s, so it has its own step in scripts/test.sh:
+//
+//	go test -race -tags failover -run TestClusterFailover ./valkeystore
 
 import (
 	"context"
