@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,4 +113,45 @@ func BenchmarkDenyCacheHotKey(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestDenyCacheDifferential: a limiter with the deny cache answers exactly
+// as the same store without it, on random sequences of costs and times
+// (every Result field), and for a larger cost the cache never answers with
+// a smaller cost's RetryAfter.
+func TestDenyCacheDifferential(t *testing.T) {
+	ctx := context.Background()
+	for _, p := range []sluice.Policy{
+		sluice.FixedWindow{Limit: 5, Window: time.Second},
+		sluice.SlidingLog{Limit: 5, Window: time.Second},
+		sluice.SlidingWindow{Limit: 5, Window: time.Second},
+		sluice.TokenBucket{Capacity: 5, Rate: 1, Per: time.Second},
+		sluice.GCRA{Rate: 1, Per: time.Second, Burst: 5},
+	} {
+		clock := sluicetest.NewClock()
+		cached, _ := sluice.New(memstore.New(memstore.WithClock(clock.Now)), p, sluice.WithClock(clock.Now))
+		plain, _ := sluice.New(memstore.New(memstore.WithClock(clock.Now)), p, sluice.WithClock(clock.Now), sluice.WithDenyCache(false))
+		rng := rand.New(rand.NewPCG(1, 2))
+		for i := range 3000 {
+			clock.Advance(time.Duration(rng.IntN(3)) * time.Duration(rng.IntN(100_000)) * time.Microsecond)
+			cost := rng.Int64N(6)
+			a, err1 := cached.AllowN(ctx, "k", cost)
+			b, err2 := plain.AllowN(ctx, "k", cost)
+			if err1 != nil || err2 != nil || a != b {
+				t.Fatalf("%v step %d cost %d:\n cached %+v %v\n store  %+v %v", cached.Rule(), i, cost, a, err1, b, err2)
+			}
+		}
+	}
+	// The example of the bug: a bucket refused a cost of 1 for 500ms; a cost
+	// of 5 needs 4.5s more.
+	clock := sluicetest.NewClock()
+	l, _ := sluice.New(memstore.New(), sluice.TokenBucket{Capacity: 5, Rate: 1, Per: time.Second}, sluice.WithClock(clock.Now))
+	l.AllowN(ctx, "k", 5)
+	clock.Advance(500 * time.Millisecond)
+	if res, _ := l.Allow(ctx, "k"); res.Allowed || res.RetryAfter != 500*time.Millisecond {
+		t.Fatalf("cost 1: %+v", res)
+	}
+	if res, _ := l.AllowN(ctx, "k", 5); res.RetryAfter != 4500*time.Millisecond || res.Remaining != 0 {
+		t.Fatalf("cost 5 after a cached refusal of cost 1: %+v, want RetryAfter 4.5s", res)
+	}
 }

@@ -101,6 +101,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("PeekResetRefund", func(t *testing.T) { RunPeekResetRefund(t, h) })
 	t.Run("Concurrency", func(t *testing.T) { RunConcurrency(t, h) })
 	t.Run("RealTime", func(t *testing.T) { RunRealTime(t, h) })
+	t.Run("Edges", func(t *testing.T) { RunEdges(t, h) })
 }
 
 // A Step is one row of a timeline: at At after Epoch, a request of Cost
