@@ -73,6 +73,15 @@ func TestBreakerStateMachine(t *testing.T) {
 	s, tr := newTestBreaker(t, srv.Addr, Breaker{Failures: 3})
 	b := s.e.topo.single.breaker
 	ctx := context.Background()
+	// The context of a call that timed out: its deadline has passed.
+	expired, cancel := context.WithDeadline(ctx, time.Now())
+	defer cancel()
+	ctxOf := func(resps []valkey.ValkeyResult) context.Context {
+		if &resps[0] == &timeout[0] {
+			return expired
+		}
+		return ctx
+	}
 
 	// Failures must be consecutive: a success starts the count again.
 	for _, resps := range [][]valkey.ValkeyResult{netErr, timeout, ok, netErr, timeout} {
@@ -80,7 +89,7 @@ func TestBreakerStateMachine(t *testing.T) {
 		if p != normal || err != nil {
 			t.Fatalf("closed: allow = %v, %v", trial, err)
 		}
-		b.record(ctx, normal, hard, resps)
+		b.record(ctxOf(resps), normal, hard, resps)
 	}
 	if st := s.BreakerState(); st != BreakerClosed {
 		t.Fatalf("breaker %v after 2 consecutive failures of 3", st)
@@ -130,7 +139,7 @@ func TestBreakerStateMachine(t *testing.T) {
 	if p, _ := b.allow(hard); p != trial {
 		t.Fatal("half-open: no trial")
 	}
-	b.record(ctx, trial, hard, timeout)
+	b.record(expired, trial, hard, timeout)
 	if st := s.BreakerState(); st != BreakerOpen {
 		t.Fatalf("breaker %v after a failed trial, want open", st)
 	}
