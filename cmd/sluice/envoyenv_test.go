@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -53,5 +55,23 @@ func TestEnvoyEnv(t *testing.T) {
 	}
 	if envoyMode(mapEnv(map[string]string{"HOME": "/"})) {
 		t.Error("envoy mode without its variables")
+	}
+}
+
+// TestValidateConfigDir: validate-config reads a configuration directory,
+// merging domains only when asked.
+func TestValidateConfigDir(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"a.yaml": "domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1}}\n",
+		"b.yaml": "domain: d\ndescriptors:\n  - {key: b, rate_limit: {unit: second, requests_per_unit: 1}}\n",
+	} {
+		os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644)
+	}
+	if code, _, stderr := runCmd("validate-config", dir); code != 1 || !strings.Contains(stderr, "MERGE_DOMAIN_CONFIG") {
+		t.Errorf("without merging: %d %q", code, stderr)
+	}
+	if code, stdout, stderr := runCmd("validate-config", "--merge-domains", dir); code != 0 || !strings.Contains(stdout, "2 policies, 1 domains") {
+		t.Errorf("merged: %d %q %q", code, stdout, stderr)
 	}
 }

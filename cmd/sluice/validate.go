@@ -4,15 +4,17 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/sluicehq/sluice/internal/config"
 )
 
-const validateUsage = `usage: sluice validate-config FILE [FILE...]
+const validateUsage = `usage: sluice validate-config [--merge-domains] FILE|DIR [FILE|DIR...]
 
 Checks each configuration file as sluice serve would load it and reports
-every problem with file:line:column. Exit code 0 when all files are valid,
-1 when one is not.
+every problem with file:line:column. A directory is read as
+envoyproxy/ratelimit's configuration directory (every file one domain).
+Exit code 0 when all are valid, 1 when one is not.
 `
 
 // runValidate checks each file given and reports every problem with
@@ -20,6 +22,7 @@ every problem with file:line:column. Exit code 0 when all files are valid,
 // bad usage.
 func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("validate-config")
+	merge := fs.Bool("merge-domains", false, "in a directory, let several files define one domain (MERGE_DOMAIN_CONFIG)")
 	if code, ok := parseFlags(fs, validateUsage, args, stdout, stderr); !ok {
 		return code
 	}
@@ -29,6 +32,9 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 	code := 0
 	for _, name := range fs.Args() {
 		cfg, err := config.Load(name)
+		if st, serr := os.Stat(name); serr == nil && st.IsDir() {
+			cfg, _, err = config.LoadDir(name, config.DirOptions{Merge: *merge})
+		}
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			code = 1
