@@ -27,6 +27,7 @@ func commands() []command {
 		{"validate-config", "check configuration files and exit non-zero on errors", withoutEnv(runValidate)},
 		{"bench", "load a Valkey or Valkey Cluster with decisions", withoutEnv(runBench)},
 		{"verify", "prove this deployment limits as promised, against its own Valkey", runVerify},
+		{"doctor", "check what makes limits wrong or fragile in this deployment's Valkey", runDoctor},
 		{"version", "print the version and the revision this binary was built from", withoutEnv(runVersion)},
 		{"simulate", "draw what policies decide on simulated traffic; replay a decision log", withoutEnv(runSimulate)},
 	}
