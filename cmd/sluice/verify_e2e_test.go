@@ -51,7 +51,7 @@ func TestE2EVerify(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := sluiceCmd(t, "verify", "--config", cfg, "--valkey", tc.addrs, "--margin", "750ms")
+			code, stdout, stderr := sluiceCmd(t, "verify", "--config", cfg, "--valkey", tc.addrs, "--margin", "750ms", "--blackhole-wait", "3s")
 			if code != 0 {
 				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 			}
@@ -64,7 +64,7 @@ func TestE2EVerify(t *testing.T) {
 			if left := tc.keys(); len(left) > 0 {
 				t.Errorf("keys left behind: %v", left)
 			}
-			code, stdout, _ = sluiceCmd(t, "verify", "--config", cfg, "--valkey", tc.addrs, "--margin", "750ms", "--json", "--policy", "api", "--processes", "2")
+			code, stdout, _ = sluiceCmd(t, "verify", "--config", cfg, "--valkey", tc.addrs, "--margin", "750ms", "--blackhole-wait", "3s", "--json", "--policy", "api", "--processes", "2")
 			var rep struct {
 				Passed   bool
 				Policies []struct {

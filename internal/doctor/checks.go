@@ -38,28 +38,52 @@ func (d *doc) version(ctx context.Context, addr string, node valkey.Client) {
 	d.add("version", OK, addr, "", "%s %s", name, v)
 }
 
-// eviction: an evicted key is a client whose count starts over. Every
-// Sluice key has a TTL, so volatile-* policies evict them as readily as
-// allkeys-*.
+// riskFixes is the setting that removes each risk valkeystore's
+// Store.Risks names (which owns what settings lose counts or refuse
+// decisions), and how bad the risk is.
+var riskFixes = map[string]struct {
+	fix string
+	sev Severity
+}{
+	"maxmemory-policy":              {"maxmemory-policy noeviction (a full Valkey then refuses writes, and each policy's on_failure decides)", Error},
+	"cluster-require-full-coverage": {"cluster-require-full-coverage no", Warning},
+}
+
+// risks reports what Store.Risks finds: the settings that lose counts or
+// refuse decisions.
+func (d *doc) risks(ctx context.Context, store *valkeystore.Store) {
+	risks, err := store.Risks(ctx)
+	for _, r := range risks {
+		rf, ok := riskFixes[r.Setting]
+		if !ok {
+			rf.sev = Warning
+		}
+		d.add(r.Setting, rf.sev, r.Node, rf.fix, "%s %s: %s", r.Setting, r.Value, r.Cost)
+		d.risked[r.Node+" "+r.Setting] = true
+	}
+	if err != nil {
+		d.riskErr = err
+	}
+}
+
+// eviction completes the risks for one node: noeviction is fine, an
+// evicting policy without maxmemory is a risk waiting for maxmemory to be
+// set.
 func (d *doc) eviction(ctx context.Context, addr string, node valkey.Client) {
+	if d.risked[addr+" maxmemory-policy"] {
+		return
+	}
 	policy, err := configGet(ctx, node, "maxmemory-policy")
 	if err != nil {
 		d.couldNot("maxmemory-policy", addr, "maxmemory-policy", err)
 		return
 	}
-	const fix = "maxmemory-policy noeviction (a full Valkey then refuses writes, and each policy's on_failure decides)"
 	if policy == "noeviction" {
 		d.add("maxmemory-policy", OK, addr, "", "noeviction: limiter keys are never evicted")
 		return
 	}
-	maxmem, err := configGet(ctx, node, "maxmemory")
-	if err == nil && maxmem == "0" {
-		d.add("maxmemory-policy", Warning, addr, fix,
-			"%s would evict limiter keys (every Sluice key has a TTL) as soon as maxmemory is set; it is 0 (no limit) now", policy)
-		return
-	}
-	d.add("maxmemory-policy", Error, addr, fix,
-		"%s evicts limiter keys when memory is full (every Sluice key has a TTL, so volatile-* policies evict them too): an evicted key is a client whose count starts over", policy)
+	d.add("maxmemory-policy", Warning, addr, riskFixes["maxmemory-policy"].fix,
+		"%s would evict limiter keys (every Sluice key has a TTL, so volatile-* policies evict them too) as soon as maxmemory is set; it is 0 (no limit) now", policy)
 }
 
 // persistence: a restart without AOF forgets every count; that matters
@@ -244,12 +268,7 @@ var probePolicies = []sluice.Policy{
 // key patterns of ACLs apply as to real keys), then times decisions and
 // compares their p99 with each policy's timeout. The keys are deleted
 // afterwards.
-func (d *doc) scripts(ctx context.Context) {
-	store, err := valkeystore.New(d.client)
-	if err != nil {
-		d.add("scripts", Error, "", "", "%v", err)
-		return
-	}
+func (d *doc) scripts(ctx context.Context, store *valkeystore.Store) {
 	name := d.prefix
 	defer d.cleanup(ctx, d.cfg.Prefix+":"+name)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))

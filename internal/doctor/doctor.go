@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/valkeyops"
+	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -109,9 +110,15 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	var b [4]byte
 	rand.Read(b[:])
-	d := &doc{opts: opts, cfg: opts.Config, client: client, prims: prims, prefix: "sluice-doctor-" + hex.EncodeToString(b[:])}
+	d := &doc{opts: opts, cfg: opts.Config, client: client, prims: prims, prefix: "sluice-doctor-" + hex.EncodeToString(b[:]),
+		risked: map[string]bool{}}
 	rep := &Report{Valkey: opts.Config.Valkey.Addresses, Mode: valkeyops.Mode(ctx, client)}
 	d.rep = rep
+	store, err := valkeystore.New(client)
+	if err != nil {
+		return nil, err
+	}
+	d.risks(ctx, store)
 	for _, addr := range valkeyops.SortedAddrs(prims) {
 		node := prims[addr]
 		d.version(ctx, addr, node)
@@ -123,7 +130,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if client.Mode() == valkey.ClientModeCluster {
 		d.cluster(ctx)
 	}
-	d.scripts(ctx)
+	d.scripts(ctx, store)
 	d.acl(ctx)
 	for _, f := range rep.Findings {
 		rep.Worst = max(rep.Worst, f.Severity)
@@ -139,6 +146,9 @@ type doc struct {
 	prims  map[string]valkey.Client
 	prefix string
 	rep    *Report
+	// risked holds "node setting" for each risk Store.Risks named.
+	risked  map[string]bool
+	riskErr error
 }
 
 func (d *doc) add(check string, sev Severity, node, fix, format string, args ...any) {

@@ -54,10 +54,11 @@ func loadConfig(t *testing.T, addrs []string, yaml string) *config.Config {
 	return cfg
 }
 
-// opts are Options for a loaded test machine: the failure path's margin is
-// about "not after seconds", not about speed.
+// opts are Options for a loaded test machine (other tests, the race
+// detector): the failure path's bounds are about "not after seconds", not
+// about speed.
 func opts(cfg *config.Config) verify.Options {
-	return verify.Options{Config: cfg, Margin: 750 * time.Millisecond, Processes: 4, Goroutines: 8}
+	return verify.Options{Config: cfg, Margin: 750 * time.Millisecond, BlackholeWait: 3 * time.Second, Processes: 4, Goroutines: 8}
 }
 
 func run(t *testing.T, o verify.Options) *verify.Report {
@@ -168,6 +169,7 @@ policies:
 `)
 	o := opts(cfg)
 	o.Processes, o.Goroutines = 2, 2
+	o.BlackholeWait = time.Second
 	rep := run(t, o)
 	out := text(rep)
 	if rep.Passed || strings.Join(rep.Failed, ",") != "slow/failure" {
