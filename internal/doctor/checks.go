@@ -382,4 +382,3 @@ func (d *doc) cleanup(ctx context.Context, prefix string) {
 		return true, nil
 	})
 }
-
