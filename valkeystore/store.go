@@ -267,23 +267,14 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 	}
 	for j, i := range c.ops {
 		op := &batch[i]
-		r := &op.Rule
 		keys[j] = op.Key
 		a := args[j*luascript.ArgsPerKey : (j+1)*luascript.ArgsPerKey]
-		a[0] = "0" // the server's TIME
-		if !op.Now.IsZero() {
-			a[0] = num(op.Now.UnixMicro())
-		}
-		a[1] = num(r.Limit)
-		a[2] = num(r.Param())
-		a[3] = num(op.Cost)
-		a[4] = "0"
-		if r.CountRejected {
-			a[4] = "1"
-		}
-		a[5] = "0"
-		if op.Cost < 0 {
-			a[5] = num(op.Receipt)
+		for k, x := range luascript.Args(op) {
+			if x == 0 {
+				a[k] = "0"
+			} else {
+				a[k] = num(x)
+			}
 		}
 	}
 	sc := luascript.For(c.alg)
@@ -328,21 +319,14 @@ func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {
 			batch[i].Err = fmt.Errorf("valkeystore: %v script: unexpected reply: %w", c.alg, err)
 			continue
 		}
-		if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[2] < 0 || v[3] < 0 || v[4] <= 0 {
-			batch[i].Err = fmt.Errorf("valkeystore: %v script: reply out of range: %v", c.alg, v)
+		res, receipt, err := luascript.Decode(v)
+		if err != nil {
+			batch[i].Err = fmt.Errorf("valkeystore: %v script: %w", c.alg, err)
 			continue
 		}
-		batch[i].Result = sluice.Result{
-			Allowed:    v[0] == 1,
-			Remaining:  v[1],
-			RetryAfter: micros(v[2]),
-			ResetAfter: micros(v[3]),
-		}
-		batch[i].Receipt = v[4]
+		batch[i].Result, batch[i].Receipt = res, receipt
 	}
 }
-
-func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
 // Delete implements sluice.Store: one DEL per key, pipelined to each
 // node (keys of different slots cannot share a command on a cluster).

@@ -7,6 +7,9 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
 
 	"github.com/sluicehq/sluice"
 )
@@ -67,3 +70,42 @@ const (
 	ArgsPerKey  = 6
 	ReplyPerKey = 5
 )
+
+// Args returns the ARGV of op, in order: now in microseconds (0: the
+// server's TIME), limit, the algorithm's parameter, cost, the flag
+// (CountRejected: 1), and for a refund (negative cost) the receipt of the
+// take it refunds, else 0.
+func Args(op *sluice.Op) [ArgsPerKey]int64 {
+	var a [ArgsPerKey]int64
+	if !op.Now.IsZero() {
+		a[0] = op.Now.UnixMicro()
+	}
+	a[1] = op.Rule.Limit
+	a[2] = op.Rule.Param()
+	a[3] = op.Cost
+	if op.Rule.CountRejected {
+		a[4] = 1
+	}
+	if op.Cost < 0 {
+		a[5] = op.Receipt
+	}
+	return a
+}
+
+// ErrReply is the error of a reply that does not hold what the scripts
+// return.
+var ErrReply = errors.New("reply out of range")
+
+// Decode turns the reply of one key (allowed, remaining, retry after and
+// reset after in microseconds, receipt) into its Result and receipt.
+func Decode(v [ReplyPerKey]int64) (sluice.Result, int64, error) {
+	if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[2] < 0 || v[3] < 0 || v[4] <= 0 {
+		return sluice.Result{}, 0, fmt.Errorf("%w: %v", ErrReply, v)
+	}
+	return sluice.Result{
+		Allowed:    v[0] == 1,
+		Remaining:  v[1],
+		RetryAfter: time.Duration(v[2]) * time.Microsecond,
+		ResetAfter: time.Duration(v[3]) * time.Microsecond,
+	}, v[4], nil
+}
