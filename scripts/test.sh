@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install-valkey.sh
 bash scripts/install-systemd-analyze.sh
 bash scripts/install-proxies.sh
+bash scripts/install-chromium.sh
 export PATH="$PATH:/usr/sbin:/usr/bin"
 valkey-server --version
 

@@ -165,7 +165,8 @@ func (s *Store) Breakers() map[string]BreakerState {
 		if n.breaker == nil {
 			continue
 		}
-		if _, serves := s.e.slotsOf(n); serves || BreakerState(n.breaker.state.Load()) != BreakerClosed {
+		// A standalone client's one node serves every slot.
+		if _, serves := s.e.slotsOf(n); serves || n == s.e.topo.single || BreakerState(n.breaker.state.Load()) != BreakerClosed {
 			out[n.name] = BreakerState(n.breaker.state.Load())
 		}
 	}

@@ -501,6 +501,10 @@ func TestBreaker(t *testing.T) {
 	if n := probes(); n != 0 {
 		t.Fatalf("%d probes while healthy, want none", n)
 	}
+	// A standalone client's one node is listed, as Breakers says.
+	if b := r.store.Breakers(); len(b) != 1 || b[p.addr] != valkeystore.BreakerClosed {
+		t.Errorf("Breakers() = %v, want {%s: closed}", b, p.addr)
+	}
 
 	srv.Pause(t)
 	defer srv.Resume(t) // harmless if resumed already

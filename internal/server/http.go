@@ -16,6 +16,7 @@ import (
 //	GET    /v1/keys/{policy}/{key}   admin: peek without consuming
 //	DELETE /v1/keys/{policy}/{key}   admin: reset ("unlock this user")
 //	GET    /v1/top-refused           admin: the most refused keys per policy
+//	GET    /ui                       the dashboard (embedded files; /ui/state.json)
 //	GET    /metrics /healthz /readyz
 //	*      /v1/forward-auth /v1/forward-auth/nginx   reverse proxies (forwardauth.go)
 //
@@ -30,6 +31,10 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/keys/{policy}/{key...}", "keys", s.admin(s.handlePeek))
 	route("DELETE /v1/keys/{policy}/{key...}", "keys", s.admin(s.handleReset))
 	route("GET /v1/top-refused", "top_refused", s.admin(s.handleTopRefused))
+	route("GET /ui/state.json", "ui", s.handleUIState)
+	ui := s.handleUI()
+	route("GET /ui", "ui", ui)
+	route("GET /ui/{file...}", "ui", ui)
 	route("GET /healthz", "healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -43,7 +48,7 @@ func (s *Server) Handler() http.Handler {
 	// The same paths with any other method: 405 as problem+json, where the
 	// mux alone would answer in plain text.
 	for path, allow := range map[string]string{
-		"/v1/check": "POST", "/v1/policies": "GET", "/v1/keys/{policy}/{key...}": "GET, DELETE", "/v1/top-refused": "GET",
+		"/v1/check": "POST", "/v1/policies": "GET", "/v1/keys/{policy}/{key...}": "GET, DELETE", "/v1/top-refused": "GET", "/ui": "GET", "/ui/{file...}": "GET",
 		"/healthz": "GET", "/readyz": "GET", "/metrics": "GET",
 		"/json": "POST", "/healthcheck": "GET", "/rlconfig": "GET",
 	} {

@@ -39,6 +39,7 @@ func (s *Server) Reload(path, reason string) error {
 	if err == nil {
 		err = s.Apply(cfg)
 	}
+	s.lastReload.Store(&reloadResult{at: time.Now().UTC(), err: errString(err)})
 	if err != nil {
 		s.metrics.reloads.WithLabelValues("failure").Inc()
 		s.metrics.reloadOK.Set(0)
@@ -51,6 +52,19 @@ func (s *Server) Reload(path, reason string) error {
 	s.metrics.reloadOK.Set(1)
 	s.log.Info("configuration reloaded", "file", path, "reason", reason, "policies", len(cfg.Policies), "domains", len(cfg.Domains))
 	return nil
+}
+
+// reloadResult is the outcome of one Reload, for the dashboard.
+type reloadResult struct {
+	at  time.Time
+	err string // "" on success
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // SetLoaded records the contents of the file being served, so that Reload

@@ -76,6 +76,8 @@ type Server struct {
 	envoyStats *envoyStats
 	obs        sluice.Observer
 	refused    *refusedKeys
+	// lastReload is the last Reload's outcome; nil before the first.
+	lastReload atomic.Pointer[reloadResult]
 	state      atomic.Pointer[state]
 	applyMu    sync.Mutex
 	// lastSum is the SHA-256 of the configuration file being served.

@@ -160,3 +160,13 @@ func (s *ValkeyStore) Close() {
 		s.client.Close()
 	}
 }
+
+// Breakers returns the state of the circuit breaker of each Valkey node
+// (valkeystore.Store.Breakers); empty before the first connection.
+func (s *ValkeyStore) Breakers() map[string]valkeystore.BreakerState {
+	st := s.store.Load()
+	if st == nil {
+		return map[string]valkeystore.BreakerState{}
+	}
+	return st.Breakers()
+}

@@ -1,0 +1,360 @@
+package main
+
+// The dashboard at /ui, in a real headless Chromium (Debian's, installed by
+// scripts/install-chromium.sh from scripts/test.sh), against a running
+// sluice serve on a real Valkey.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/sluicehq/sluice/internal/valkeytest"
+)
+
+const dashToken = "dashboard-token-0123456789abcdef"
+
+const dashYAML = `
+admin:
+  token_env: SLUICE_ADMIN_TOKEN
+valkey:
+  timeout: 2s
+policies:
+  - {name: api, algorithm: token_bucket, burst: 20, rate: 1/m, description: per API key, show_keys: raw}
+  - {name: login, algorithm: sliding_log, limit: 5, window: 15m, on_failure: deny, description: per username}
+  - {name: search, algorithm: sliding_window, limit: 100, window: 1m, show_keys: truncated}
+`
+
+// browser starts Debian's Chromium headless with a fresh profile.
+func browser(t *testing.T) (context.Context, context.CancelFunc) {
+	t.Helper()
+	exe, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("chromium is missing: run scripts/install-chromium.sh (apt-get install chromium); the dashboard is tested in a real browser")
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 1000),
+	}
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, tcancel := context.WithTimeout(ctx, 90*time.Second)
+	return ctx, func() { tcancel(); cancel(); acancel() }
+}
+
+// scrape reads sluice_decisions_total from /metrics: by limiter, then
+// outcome.
+func scrape(t *testing.T, base string) map[string]map[string]int64 {
+	t.Helper()
+	resp, err := client.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]map[string]int64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "sluice_decisions_total{") {
+			continue
+		}
+		var limiter, outcome string
+		labels := line[strings.Index(line, "{")+1 : strings.Index(line, "}")]
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			v = strings.Trim(v, `"`)
+			switch k {
+			case "limiter":
+				limiter = v
+			case "outcome":
+				outcome = v
+			}
+		}
+		n, _ := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+		if out[limiter] == nil {
+			out[limiter] = map[string]int64{}
+		}
+		out[limiter][outcome] = int64(n)
+	}
+	return out
+}
+
+// textOf returns the text of the first element sel selects, read in one
+// step (the page redraws its tables on every poll).
+func textOf(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	js, _ := json.Marshal(sel)
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%s) || {textContent: "(missing)"}).textContent`, js)))
+	if err != nil {
+		t.Fatalf("%s: %v", sel, err)
+	}
+	return s
+}
+
+// TestDashboardInBrowser loads /ui with traffic going on, checks that the
+// numbers it shows are the service's own counters, takes a screenshot, and
+// exercises inspect and reset with and without the admin token.
+//
+// SLUICE_DASHBOARD_SCREENSHOT=FILE writes the screenshot there (the README's
+// picture: see its dashboard section).
+func TestDashboardInBrowser(t *testing.T) {
+	v := valkeytest.Start(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "sluice.yaml")
+	writeFile(t, cfg, dashYAML)
+	p := serve(t, []string{"SLUICE_ADMIN_TOKEN=" + dashToken}, "--config", cfg, "--valkey", v.Addr)
+
+	waitReady(t, p)
+
+	// Traffic while the page loads: an API key over its burst, a login
+	// hammered past its limit, a search, and a key that tries to inject
+	// markup into the page.
+	xss := `<img src=x onerror="window.__xss=1">`
+	traffic := func() (stop func()) {
+		quit := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := 0; ; i++ {
+				select {
+				case <-quit:
+					return
+				default:
+				}
+				post(t, p.HTTP+"/v1/check", `{"policy":"api","key":"key_abc"}`)
+				if i%3 == 0 {
+					post(t, p.HTTP+"/v1/check", `{"policy":"login","key":"user:alice"}`)
+				}
+				if i%7 == 0 {
+					post(t, p.HTTP+"/v1/check", fmt.Sprintf(`{"policy":"api","key":%q}`, xss))
+					post(t, p.HTTP+"/v1/check", `{"policy":"search","key":"203.0.113.77"}`)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+		return func() { close(quit); <-done }
+	}
+	stop := traffic()
+
+	ctx, cancel := browser(t)
+	defer cancel()
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(p.HTTP+"/ui?refresh=300"),
+		chromedp.WaitVisible(chromedp.CSS(`#policies tr[data-policy="api"]`)),
+	); err != nil {
+		t.Fatalf("loading /ui: %v", err)
+	}
+	time.Sleep(time.Second) // traffic and a few polls
+	stop()
+
+	// The numbers shown settle on the service's own counters.
+	cellText := func(policy, field string) string {
+		return textOf(t, ctx, fmt.Sprintf(`#policies tr[data-policy=%q] td[data-field=%q]`, policy, field))
+	}
+	want := scrape(t, p.HTTP)
+	fields := map[string]string{"allowed": "allowed", "refused": "denied"}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mismatch := ""
+		for _, pol := range []struct{ name, limiter string }{{"api", "api.token_bucket"}, {"login", "login.sliding_log"}, {"search", "search.sliding_window"}} {
+			for field, outcome := range fields {
+				if got, w := cellText(pol.name, field), strconv.FormatInt(want[pol.limiter][outcome], 10); got != w {
+					mismatch += fmt.Sprintf("%s %s: page %s, /metrics %s; ", pol.name, field, got, w)
+				}
+			}
+		}
+		if mismatch == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page's numbers differ from the service's counters: %s", mismatch)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if want["api.token_bucket"]["allowed"] == 0 || want["api.token_bucket"]["denied"] == 0 || want["login.sliding_log"]["denied"] == 0 {
+		t.Fatalf("the traffic should have both allowed and refused: %v", want)
+	}
+	for _, f := range []string{"p50", "p99"} {
+		if s := cellText("api", f); !strings.HasSuffix(s, "ms") && !strings.HasSuffix(s, "µs") {
+			t.Errorf("api %s: %q, want a latency", f, s)
+		}
+	}
+	text := func(sel string) string { t.Helper(); return textOf(t, ctx, sel) }
+	node, breaker, reload := text(`#nodes td[data-field="address"]`), text(`#nodes td[data-field="breaker"]`), text(`#cfg-reload`)
+	if node != v.Addr || breaker != "closed" || reload != "none since start" {
+		t.Errorf("valkey node %q breaker %q, reload %q", node, breaker, reload)
+	}
+	if d := cellText("api", "degraded"); d != "0" {
+		t.Errorf("api degraded %s on a healthy Valkey", d)
+	}
+
+	action := func(policy, key, button string) (status, result string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("key-result").dataset.status = ""`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := chromedp.Do(ctx,
+			chromedp.SetValue(chromedp.ID("key-policy"), policy),
+			chromedp.SetValue(chromedp.ID("key"), key),
+			chromedp.Click(chromedp.ID(button)),
+			chromedp.WaitVisible(chromedp.CSS(`#key-result[data-status]:not([data-status=""])`)),
+		); err != nil {
+			t.Fatalf("%s %s/%s: %v", button, policy, key, err)
+		}
+		attr, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.ID("key-result"), "data-status"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return attr.Value, text("#key-result")
+	}
+	peek := func() float64 {
+		code, m := request(t, "GET", p.HTTP+"/v1/keys/login/user:alice", "", dashToken)
+		if code != 200 {
+			t.Fatalf("peek: %d %v", code, m)
+		}
+		return m["remaining"].(float64)
+	}
+
+	// Without the token: refused, and nothing is reset.
+	if st, text := action("login", "user:alice", "inspect"); st != "401" || !strings.Contains(text, "token") {
+		t.Errorf("inspect without a token: %s %q", st, text)
+	}
+	if st, _ := action("login", "user:alice", "reset"); st != "401" {
+		t.Errorf("reset without a token: %s", st)
+	}
+	if r := peek(); r != 0 {
+		t.Fatalf("login user:alice has %v remaining after a refused reset, want 0", r)
+	}
+	if top := text("#top"); strings.Contains(top, "key_abc") {
+		t.Errorf("top refused keys shown without a token: %q", top)
+	}
+
+	// A wrong token: refused too, and not echoed.
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.ID("token"), "wrong-token-0123456789abcdef"), chromedp.Click(chromedp.ID("token-use"))); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := action("login", "user:alice", "reset"); st != "401" {
+		t.Errorf("reset with a wrong token: %s", st)
+	}
+
+	// With the token: top refused keys, inspect, reset.
+	if err := chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("token"), dashToken),
+		chromedp.Click(chromedp.ID("token-use")),
+		chromedp.WaitVisible(chromedp.CSS(`#top div[data-policy="api"] td[data-field="key"]`)),
+	); err != nil {
+		t.Fatalf("top refused keys with the token: %v", err)
+	}
+	apiTop, loginTop := text(`#top div[data-policy="api"]`), text(`#top div[data-policy="login"]`)
+	if !strings.Contains(apiTop, "key_abc") {
+		t.Errorf("api (show_keys: raw) top refused keys: %q", apiTop)
+	}
+	if strings.Contains(loginTop, "alice") || !strings.Contains(loginTop, "h:") {
+		t.Errorf("login (hashed) top refused keys: %q", loginTop)
+	}
+	if st, text := action("login", "user:alice", "inspect"); st != "200" || !strings.Contains(text, "remaining 0 of 5") {
+		t.Errorf("inspect with the token: %s %q", st, text)
+	}
+	if st, text := action("login", "user:alice", "reset"); st != "200" || !strings.Contains(text, "reset login / user:alice") {
+		t.Errorf("reset with the token: %s %q", st, text)
+	}
+	if r := peek(); r != 5 {
+		t.Errorf("login user:alice has %v remaining after the reset, want 5", r)
+	}
+
+	// The token is never in the page, the key with markup stayed text.
+	html, err := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("html")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	xssRan, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__xss === 1`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(html, dashToken) || strings.Contains(html, "wrong-token") {
+		t.Error("the admin token appears in the page")
+	}
+	if xssRan {
+		t.Error("a key's markup ran in the page")
+	}
+	if strings.Contains(p.Logs(), dashToken) {
+		t.Error("the admin token appears in the service's logs")
+	}
+
+	// The screenshot (PNG), after the admin actions, with the top refused
+	// keys and traffic going on.
+	stop = traffic()
+	time.Sleep(1500 * time.Millisecond)
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(shot))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() < 1000 || b.Dy() < 600 {
+		t.Fatalf("screenshot of %v", b)
+	}
+	out := os.Getenv("SLUICE_DASHBOARD_SCREENSHOT")
+	if out == "" {
+		out = filepath.Join(t.TempDir(), "dashboard.png")
+	}
+	if err := os.WriteFile(out, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", out, len(shot))
+}
+
+// TestDashboardAssets: the page and its files are served from the binary
+// with a policy that loads nothing from elsewhere.
+func TestDashboardAssets(t *testing.T) {
+	p := serve(t, nil)
+	for _, path := range []string{"/ui", "/ui/", "/ui/app.js", "/ui/style.css", "/ui/state.json"} {
+		resp, err := client.Get(p.HTTP + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		csp := resp.Header.Get("Content-Security-Policy")
+		if resp.StatusCode != http.StatusOK || !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "script-src 'self'") {
+			t.Errorf("%s: %d, CSP %q", path, resp.StatusCode, csp)
+		}
+	}
+	page, _ := os.ReadFile("../../internal/server/ui/index.html")
+	for _, bad := range []string{"http://", "https://", "//cdn"} {
+		if bytes.Contains(page, []byte(bad)) {
+			t.Errorf("index.html refers to %s: assets must be embedded", bad)
+		}
+	}
+	resp, err := client.Get(p.HTTP + "/ui/nope.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/ui/nope.js: %d", resp.StatusCode)
+	}
+}

@@ -1,0 +1,194 @@
+package server
+
+import (
+	"embed"
+	"io/fs"
+	"net/http"
+	"sort"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/sluicehq/sluice/valkeystore"
+)
+
+// The dashboard at /ui: one page of embedded static files (no CDN, no build
+// step) that polls /ui/state.json and /v1/policies, and, with the admin
+// token the operator types in, /v1/top-refused and /v1/keys. Its numbers
+// are read from the server's own Prometheus registry, so the page and
+// /metrics cannot disagree.
+
+//go:embed ui
+var uiFiles embed.FS
+
+// uiHeaders are set on every /ui response: the page loads only its own
+// files and talks only to this server.
+func uiHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+}
+
+func (s *Server) handleUI() http.HandlerFunc {
+	sub, err := fs.Sub(uiFiles, "ui")
+	if err != nil {
+		panic(err) // the embedded directory is part of the binary
+	}
+	files := http.FileServerFS(sub)
+	return func(w http.ResponseWriter, r *http.Request) {
+		uiHeaders(w)
+		if r.URL.Path == "/ui" || r.URL.Path == "/ui/" {
+			http.ServeFileFS(w, r, sub, "index.html")
+			return
+		}
+		http.StripPrefix("/ui/", files).ServeHTTP(w, r)
+	}
+}
+
+// dashState is /ui/state.json.
+type dashState struct {
+	Now      time.Time    `json:"now"`
+	Store    string       `json:"store"`
+	Ready    bool         `json:"ready"`
+	ReadyErr string       `json:"ready_error,omitempty"`
+	Config   dashConfig   `json:"config"`
+	Policies []dashPolicy `json:"policies"`
+	// Nodes are the Valkey nodes and their breakers; none for the
+	// in-process store.
+	Nodes []dashNode `json:"nodes"`
+	// Version is sluice_build_info's version label.
+	Version string `json:"version,omitempty"`
+}
+
+type dashConfig struct {
+	Source   string     `json:"source"`
+	LoadedAt time.Time  `json:"loaded_at"`
+	Policies int        `json:"policies"`
+	Domains  int        `json:"domains"`
+	Reload   dashReload `json:"reload"`
+}
+
+type dashReload struct {
+	// OK is sluice_server_config_last_reload_successful.
+	OK        bool      `json:"ok"`
+	Successes int64     `json:"successes"`
+	Failures  int64     `json:"failures"`
+	At        time.Time `json:"at,omitzero"`
+	Error     string    `json:"error,omitempty"`
+}
+
+// dashPolicy holds one policy's counters from sluice_decisions_total and
+// its decision latency histogram (cumulative; the page turns them into
+// rates and recent quantiles).
+type dashPolicy struct {
+	Name     string `json:"name"`
+	Limiter  string `json:"limiter"`
+	Allowed  int64  `json:"allowed"`
+	Refused  int64  `json:"refused"`
+	Shadow   int64  `json:"shadow_refused"`
+	Degraded int64  `json:"degraded"`
+	// Buckets are the latency histogram's upper bounds (seconds) and
+	// cumulative counts; the last is +Inf.
+	Buckets []dashBucket `json:"latency_buckets"`
+}
+
+type dashBucket struct {
+	LE    float64 `json:"le"` // 0 for +Inf in JSON terms: see Inf
+	Count uint64  `json:"count"`
+	Inf   bool    `json:"inf,omitempty"`
+}
+
+type dashNode struct {
+	Address string `json:"address"`
+	Breaker string `json:"breaker"`
+}
+
+// breakerStore is a store with circuit breakers per node (valkeystore).
+type breakerStore interface {
+	Breakers() map[string]valkeystore.BreakerState
+}
+
+func (s *Server) handleUIState(w http.ResponseWriter, r *http.Request) {
+	uiHeaders(w)
+	st := s.state.Load()
+	out := dashState{Now: time.Now().UTC(), Store: s.opts.StoreName, Policies: []dashPolicy{}, Nodes: []dashNode{}}
+	if err := s.Ready(r.Context()); err != nil {
+		out.ReadyErr = err.Error()
+	} else {
+		out.Ready = true
+	}
+	out.Config = dashConfig{Source: st.cfg.Source, LoadedAt: st.loadedAt.UTC(), Policies: len(st.order), Domains: len(st.cfg.Domains)}
+	last := s.lastReload.Load()
+	if last != nil {
+		out.Config.Reload.At, out.Config.Reload.Error = last.at, last.err
+	}
+	byLimiter := map[string]*dashPolicy{}
+	for _, p := range st.order {
+		out.Policies = append(out.Policies, dashPolicy{Name: p.cfg.Name, Limiter: p.cfg.Limiter})
+	}
+	for i := range out.Policies {
+		byLimiter[out.Policies[i].Limiter] = &out.Policies[i]
+	}
+	families, err := s.reg.Gather()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	for _, mf := range families {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			switch mf.GetName() {
+			case "sluice_decisions_total":
+				p := byLimiter[labels["limiter"]]
+				if p == nil {
+					continue
+				}
+				n := int64(m.GetCounter().GetValue())
+				switch labels["outcome"] {
+				case "allowed":
+					p.Allowed += n
+				case "denied":
+					p.Refused += n
+				case "shadow_denied":
+					p.Shadow += n
+				case "degraded_allowed", "degraded_denied", "degraded_shadow_denied":
+					p.Degraded += n
+				}
+			case "sluice_decision_duration_seconds":
+				if p := byLimiter[labels["limiter"]]; p != nil {
+					p.Buckets = histogramBuckets(m.GetHistogram())
+				}
+			case "sluice_server_config_last_reload_successful":
+				out.Config.Reload.OK = m.GetGauge().GetValue() == 1
+			case "sluice_server_config_reloads_total":
+				n := int64(m.GetCounter().GetValue())
+				if labels["result"] == "success" {
+					out.Config.Reload.Successes = n
+				} else if labels["result"] == "failure" {
+					out.Config.Reload.Failures = n
+				}
+			case "sluice_build_info":
+				out.Version = labels["version"]
+			}
+		}
+	}
+	if bs, ok := s.opts.Store.(breakerStore); ok {
+		for addr, b := range bs.Breakers() {
+			out.Nodes = append(out.Nodes, dashNode{Address: addr, Breaker: b.String()})
+		}
+		sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Address < out.Nodes[j].Address })
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func histogramBuckets(h *dto.Histogram) []dashBucket {
+	out := make([]dashBucket, 0, len(h.GetBucket())+1)
+	for _, b := range h.GetBucket() {
+		out = append(out, dashBucket{LE: b.GetUpperBound(), Count: b.GetCumulativeCount()})
+	}
+	return append(out, dashBucket{Inf: true, Count: h.GetSampleCount()})
+}

@@ -1,0 +1,267 @@
+// The Sluice dashboard: polls /ui/state.json and /v1/policies, and with the
+// admin token /v1/top-refused; inspects and resets keys through /v1/keys.
+// Everything shown is set with textContent: keys come from clients.
+"use strict";
+
+(function () {
+  const params = new URLSearchParams(location.search);
+  const refresh = Math.max(200, Number(params.get("refresh")) || 2000);
+  let token = ""; // the admin token: only in this variable, never in the page
+  let prev = null; // the previous state, for rates
+  let policyNames = [];
+
+  const $ = (id) => document.getElementById(id);
+
+  function el(tag, text, cls) {
+    const e = document.createElement(tag);
+    if (text !== undefined) e.textContent = String(text);
+    if (cls) e.className = cls;
+    return e;
+  }
+
+  function cell(row, text, field, cls) {
+    const td = el("td", text, cls);
+    if (field) td.dataset.field = field;
+    row.appendChild(td);
+    return td;
+  }
+
+  function fmtRate(x) {
+    if (x === null) return "–";
+    return x < 10 ? x.toFixed(2) : x.toFixed(1);
+  }
+
+  function fmtSeconds(s) {
+    if (s === null) return "–";
+    if (s < 0.001) return Math.round(s * 1e6) + "µs";
+    return (s * 1000).toFixed(2) + "ms";
+  }
+
+  // quantile estimates q of the latency histogram delta between two
+  // snapshots (cumulative buckets), interpolating within a bucket as
+  // Prometheus's histogram_quantile does.
+  function quantile(q, cur, old) {
+    if (!cur || cur.length === 0) return null;
+    const counts = cur.map((b, i) => b.count - (old && old[i] ? old[i].count : 0));
+    const total = counts[counts.length - 1];
+    if (total <= 0) return null;
+    const rank = q * total;
+    let lower = 0, below = 0;
+    for (let i = 0; i < cur.length; i++) {
+      if (counts[i] >= rank) {
+        if (cur[i].inf) return lower; // beyond the last bound: at least it
+        const inBucket = counts[i] - below;
+        return lower + (cur[i].le - lower) * (inBucket > 0 ? (rank - below) / inBucket : 1);
+      }
+      below = counts[i];
+      lower = cur[i].inf ? lower : cur[i].le;
+    }
+    return null;
+  }
+
+  async function getJSON(url, opts) {
+    const r = await fetch(url, Object.assign({ cache: "no-store" }, opts || {}));
+    let body = null;
+    try { body = await r.json(); } catch (e) { body = null; }
+    return { status: r.status, body: body };
+  }
+
+  function authHeaders() {
+    return token ? { Authorization: "Bearer " + token } : {};
+  }
+
+  function renderPolicies(st) {
+    const tbody = $("policies").tBodies[0];
+    tbody.replaceChildren();
+    const dt = prev ? (Date.parse(st.now) - Date.parse(prev.now)) / 1000 : 0;
+    $("interval").textContent = dt > 0 ? dt.toFixed(1) + "s" : "–";
+    const old = {};
+    if (prev) for (const p of prev.policies) old[p.name] = p;
+    for (const p of st.policies) {
+      const o = old[p.name];
+      const rate = (f) => (o && dt > 0 ? Math.max(0, p[f] - o[f]) / dt : null);
+      const row = el("tr");
+      row.dataset.policy = p.name;
+      cell(row, p.name, "name");
+      cell(row, rules[p.name] || "", "rule", "muted");
+      cell(row, fmtRate(rate("allowed")), "allowed_rate", "num");
+      cell(row, fmtRate(rate("refused")), "refused_rate", "num");
+      const dr = rate("degraded");
+      cell(row, fmtRate(dr), "degraded_rate", "num" + (dr ? " bad" : ""));
+      cell(row, p.allowed, "allowed", "num");
+      cell(row, p.refused, "refused", "num");
+      cell(row, p.shadow_refused, "shadow_refused", "num");
+      cell(row, p.degraded, "degraded", "num" + (p.degraded ? " warn" : ""));
+      const ob = o ? o.latency_buckets : null;
+      // Over the last span; since the start when nothing was decided in it.
+      const q = (x) => { const v = quantile(x, p.latency_buckets, ob); return v !== null ? v : quantile(x, p.latency_buckets, null); };
+      cell(row, fmtSeconds(q(0.5)), "p50", "num");
+      cell(row, fmtSeconds(q(0.99)), "p99", "num");
+      tbody.appendChild(row);
+    }
+  }
+
+  function renderNodes(st) {
+    const tbody = $("nodes").tBodies[0];
+    tbody.replaceChildren();
+    for (const n of st.nodes) {
+      const row = el("tr");
+      row.dataset.node = n.address;
+      cell(row, n.address, "address");
+      cell(row, n.breaker, "breaker", n.breaker === "closed" ? "ok" : "bad");
+      tbody.appendChild(row);
+    }
+    let note = "";
+    if (st.store === "memory") note = "In-process store: no Valkey; limits are per process.";
+    else if (st.nodes.length === 0) note = "No breaker state reported by the store.";
+    if (!st.ready) note += (note ? " " : "") + "Not ready: " + (st.ready_error || "");
+    $("nodes-note").textContent = note;
+  }
+
+  let rules = {};
+  function renderConfig(st, pol) {
+    const c = st.config;
+    $("cfg-source").textContent = c.source;
+    $("cfg-loaded").textContent = new Date(c.loaded_at).toISOString();
+    $("cfg-counts").textContent = c.policies + " policies, " + c.domains + " domains";
+    const rl = $("cfg-reload");
+    if (!c.reload.at) {
+      rl.textContent = "none since start";
+      rl.className = "";
+    } else if (c.reload.error) {
+      rl.textContent = "failed at " + c.reload.at + ": " + c.reload.error + " (the last good configuration keeps serving)";
+      rl.className = "bad";
+    } else {
+      rl.textContent = "succeeded at " + c.reload.at;
+      rl.className = "ok";
+    }
+    $("cfg-reloads").textContent = c.reload.successes + " succeeded, " + c.reload.failures + " failed";
+    if (!pol) return;
+    const tbody = $("config").tBodies[0];
+    tbody.replaceChildren();
+    rules = {};
+    const names = [];
+    for (const p of pol.policies) {
+      rules[p.name] = p.rule;
+      names.push(p.name);
+      const row = el("tr");
+      row.dataset.policy = p.name;
+      cell(row, p.name);
+      cell(row, p.rule);
+      cell(row, p.on_failure);
+      cell(row, p.shadow ? "yes" : "");
+      cell(row, p.description || "", "", "muted");
+      tbody.appendChild(row);
+    }
+    if (names.join("\n") !== policyNames.join("\n")) {
+      policyNames = names;
+      const sel = $("key-policy");
+      const keep = sel.value;
+      sel.replaceChildren();
+      for (const n of names) sel.appendChild(el("option", n));
+      if (names.includes(keep)) sel.value = keep;
+    }
+  }
+
+  async function renderTop() {
+    const box = $("top");
+    if (!token) {
+      box.replaceChildren(el("p", "Enter the admin token to see them.", "muted"));
+      return;
+    }
+    const r = await getJSON("/v1/top-refused?n=10&span=" + encodeURIComponent($("span").value), { headers: authHeaders() });
+    if (r.status !== 200) {
+      box.replaceChildren(el("p", r.status + ": " + ((r.body && r.body.detail) || "refused"), "bad"));
+      return;
+    }
+    box.replaceChildren();
+    for (const p of r.body.policies) {
+      const div = el("div", undefined, "toppol");
+      div.dataset.policy = p.policy;
+      div.appendChild(el("h3", p.policy + " — " + p.refused + " refused, keys " + p.show_keys));
+      if (p.keys.length === 0) {
+        div.appendChild(el("p", "no refusals", "muted"));
+      } else {
+        const t = el("table");
+        const head = el("tr");
+        for (const h of ["key", "refused (at most)", "at least"]) head.appendChild(el("th", h));
+        t.appendChild(head);
+        for (const k of p.keys) {
+          const row = el("tr");
+          cell(row, k.key, "key");
+          cell(row, k.count, "count", "num");
+          cell(row, k.count - k.error, "min", "num");
+          t.appendChild(row);
+        }
+        div.appendChild(t);
+      }
+      box.appendChild(div);
+    }
+  }
+
+  async function poll() {
+    try {
+      const [s, p] = await Promise.all([getJSON("/ui/state.json"), getJSON("/v1/policies")]);
+      if (s.status !== 200) throw new Error("state: HTTP " + s.status);
+      const st = s.body;
+      $("store").textContent = "store: " + st.store;
+      const ready = $("ready");
+      ready.textContent = st.ready ? "ready" : "not ready";
+      ready.className = "pill " + (st.ready ? "ok" : "bad");
+      $("version").textContent = st.version ? "sluice " + st.version : "";
+      renderConfig(st, p.status === 200 ? p.body : null);
+      renderPolicies(st);
+      renderNodes(st);
+      await renderTop();
+      prev = st;
+      $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+      document.body.dataset.polls = String(Number(document.body.dataset.polls || 0) + 1);
+    } catch (e) {
+      $("updated").textContent = "update failed: " + e.message;
+    }
+    setTimeout(poll, refresh);
+  }
+
+  async function keyAction(method) {
+    const policy = $("key-policy").value;
+    const key = $("key").value;
+    const out = $("key-result");
+    if (!policy || !key) {
+      out.textContent = "choose a policy and type a key";
+      return;
+    }
+    const r = await getJSON("/v1/keys/" + encodeURIComponent(policy) + "/" + encodeURIComponent(key), { method: method, headers: authHeaders() });
+    out.dataset.status = String(r.status);
+    if (r.status !== 200) {
+      out.textContent = r.status + ": " + ((r.body && r.body.detail) || "refused");
+      out.className = "result bad";
+      return;
+    }
+    out.className = "result";
+    const b = r.body;
+    out.textContent = method === "DELETE"
+      ? "reset " + b.policy + " / " + b.key
+      : b.policy + " / " + b.key + ": remaining " + b.remaining + " of " + b.limit +
+        (b.allowed ? ", a request would be allowed" : ", a request would be refused for " + b.retry_after_ms + "ms") +
+        (b.reset_after_ms ? ", fully restored in " + b.reset_after_ms + "ms" : "");
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    $("token-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      token = $("token").value.trim();
+      $("token").value = "";
+      $("token-state").textContent = token ? "token set (not shown)" : "no token";
+      renderTop();
+    });
+    $("token-forget").addEventListener("click", () => {
+      token = "";
+      $("token-state").textContent = "no token";
+      renderTop();
+    });
+    $("span").addEventListener("change", renderTop);
+    $("inspect").addEventListener("click", () => keyAction("GET"));
+    $("reset").addEventListener("click", () => keyAction("DELETE"));
+    poll();
+  });
+})();
