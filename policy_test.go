@@ -1,6 +1,7 @@
 package sluice_test
 
 import (
+	"context"
 	"errors"
 	"math"
 	"strings"
@@ -98,5 +99,47 @@ func TestDefaultNamesDiffer(t *testing.T) {
 			t.Errorf("two policies share the default name %q", l.Name())
 		}
 		seen[l.Name()] = true
+	}
+}
+
+// TestBoundsThatProtectValkey: New refuses a sliding log whose limit (and
+// so a client-chosen cost) would block Valkey, and buckets whose refill
+// time exceeds the longest TTL a key may have, naming the bound.
+func TestBoundsThatProtectValkey(t *testing.T) {
+	for _, c := range []struct {
+		p    sluice.Policy
+		want string
+	}{
+		{sluice.SlidingLog{Limit: sluice.MaxSlidingLogLimit + 1, Window: time.Second}, "MaxSlidingLogLimit"},
+		{sluice.SlidingLog{Limit: 1 << 20, Window: time.Second, CountRejected: true}, "MaxSlidingLogLimit"},
+		{sluice.TokenBucket{Capacity: 1 << 40, Rate: 1, Per: time.Second}, "MaxWindow"},
+		{sluice.TokenBucket{Capacity: 2, Rate: 1, Per: sluice.MaxWindow}, "MaxWindow"},
+		{sluice.GCRA{Rate: 1, Per: time.Hour, Burst: 10_000}, "MaxWindow"},
+	} {
+		_, err := sluice.New(memstore.New(), c.p)
+		if !errors.Is(err, sluice.ErrInvalidPolicy) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New(%#v): %v; want ErrInvalidPolicy naming %s", c.p, err, c.want)
+		}
+	}
+	for _, p := range []sluice.Policy{
+		sluice.SlidingLog{Limit: sluice.MaxSlidingLogLimit, Window: time.Second},
+		sluice.TokenBucket{Capacity: 1, Rate: 1, Per: sluice.MaxWindow},
+		sluice.GCRA{Rate: 1, Per: time.Hour, Burst: 9600},
+	} {
+		l, err := sluice.New(memstore.New(), p)
+		if err != nil {
+			t.Errorf("New(%#v): %v", p, err)
+			continue
+		}
+		if ttl := l.Rule().TTL(); ttl > sluice.MaxWindow+sluice.KeyTTLMargin {
+			t.Errorf("%v: TTL %v beyond MaxWindow", l.Rule(), ttl)
+		}
+	}
+	// A hand-built rule beyond a bound is refused by the stores too.
+	r := sluice.Rule{Algorithm: sluice.AlgorithmSlidingLog, Limit: 1 << 20, Window: time.Second}
+	ops := []sluice.Op{{Key: "k", Rule: r, Cost: 1 << 20}}
+	memstore.New().Do(context.Background(), ops)
+	if ops[0].Err == nil || !strings.Contains(ops[0].Err.Error(), "MaxSlidingLogLimit") {
+		t.Errorf("memstore ran a rule beyond MaxSlidingLogLimit: %v", ops[0].Err)
 	}
 }

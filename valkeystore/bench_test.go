@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -210,4 +211,61 @@ func BenchmarkReplicaAck(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkSlidingLogMaxCost measures one sliding-log decision that takes
+// sluice.MaxSlidingLogLimit units at once on a fresh key (the worst a
+// client-chosen cost can ask of Valkey: the script runs while Valkey serves
+// nobody else), and the memory of the resulting key per entry (MEMORY
+// USAGE, and used_memory's delta).
+//
+//	go test -run '^$' -bench SlidingLogMaxCost -benchtime 20x ./valkeystore
+func BenchmarkSlidingLogMaxCost(b *testing.B) {
+	srv := valkeytest.Start(b)
+	c := srv.Client(b)
+	s, _ := valkeystore.New(c)
+	ctx := context.Background()
+	const n = sluice.MaxSlidingLogLimit
+	l, err := sluice.New(s, sluice.SlidingLog{Limit: n, Window: time.Hour}, sluice.WithTimeout(10*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var bytes, used int64
+	i := 0
+	for b.Loop() {
+		i++
+		key := "user:" + strconv.Itoa(i)
+		b.StopTimer()
+		before := memoryUsed(b, c)
+		b.StartTimer()
+		ops := []sluice.Op{{Key: l.Key(key), Rule: l.Rule(), Cost: n}}
+		if err := s.Do(ctx, ops); err != nil || ops[0].Err != nil || !ops[0].Result.Allowed {
+			b.Fatal(err, ops[0].Err, ops[0].Result)
+		}
+		b.StopTimer()
+		used += memoryUsed(b, c) - before
+		usage, err := c.Do(ctx, c.B().MemoryUsage().Key(l.Key(key)).Samples(0).Build()).AsInt64()
+		if err != nil {
+			b.Fatal(err)
+		}
+		bytes += usage
+		b.StartTimer()
+	}
+	// Valkey's own time in the script (commandstats), which the load of
+	// the machine the client runs on does not inflate as much.
+	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+			if f := strings.Split(line, "usec_per_call="); len(f) == 2 {
+				if us, err := strconv.ParseFloat(strings.SplitN(f[1], ",", 2)[0], 64); err == nil {
+					b.ReportMetric(us, strings.SplitN(line, ":", 2)[0][len("cmdstat_"):]+"-us/call")
+				}
+			}
+		}
+	}
+	b.ReportMetric(float64(bytes)/float64(i)/n, "MEMORY-USAGE-B/entry")
+	b.ReportMetric(float64(used)/float64(i)/n, "used_memory-B/entry")
 }

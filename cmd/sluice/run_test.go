@@ -85,6 +85,13 @@ func TestValidateConfig(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "bad.yaml:5:11: rate") || !strings.Contains(stderr, `unknown unit "fortnight"`) {
 		t.Errorf("bad: %d %q", code, stderr)
 	}
+	// Policies that would harm Valkey are refused, naming the bound.
+	bounds := filepath.Join(dir, "bounds.yaml")
+	os.WriteFile(bounds, []byte("policies:\n  - {name: log, algorithm: sliding_log, limit: 100000, window: 1m}\n  - {name: slow, algorithm: gcra, burst: 100000, rate: 1/h}\n"), 0o644)
+	code, _, stderr = runCmd("validate-config", bounds)
+	if code != 1 || !strings.Contains(stderr, "MaxSlidingLogLimit") || !strings.Contains(stderr, "MaxWindow") {
+		t.Errorf("bounds: %d %q", code, stderr)
+	}
 	if code, _, _ := runCmd("validate-config", filepath.Join(dir, "missing.yaml")); code != 1 {
 		t.Errorf("missing file: %d", code)
 	}
