@@ -1,0 +1,188 @@
+package sluicetest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// The differential test: random operation sequences under a fake clock on
+// memstore and on the store under test must give identical Results.
+
+// Differ runs the same Ops on memstore and on a store under test and fails
+// at the first Result (or receipt) that differs.
+type Differ struct {
+	t        testing.TB
+	mem      *memstore.Store
+	st       sluice.Store
+	receipts map[string][]int64 // of the takes on each key
+}
+
+// NewDiffer returns a Differ of st against a fresh memstore.
+func NewDiffer(t testing.TB, st sluice.Store) *Differ {
+	return NewDifferWith(t, memstore.New(), st)
+}
+
+// NewDifferWith returns a Differ of st against mem (shared across the
+// runs of a fuzz target).
+func NewDifferWith(t testing.TB, mem *memstore.Store, st sluice.Store) *Differ {
+	return &Differ{t: t, mem: mem, st: st, receipts: map[string][]int64{}}
+}
+
+// Receipt returns the receipt of one of key's takes (pick chooses which),
+// or, when pick is negative or there is none, a time that may match none.
+func (d *Differ) Receipt(key string, pick int, now time.Time) int64 {
+	rs := d.receipts[key]
+	if pick < 0 || len(rs) == 0 {
+		return now.UnixMicro()
+	}
+	return rs[pick%len(rs)]
+}
+
+// Step runs op on both stores and compares.
+func (d *Differ) Step(desc string, op sluice.Op) {
+	d.t.Helper()
+	a, b := []sluice.Op{op}, []sluice.Op{op}
+	ctx := context.Background()
+	if err := d.mem.Do(ctx, a); err != nil || a[0].Err != nil {
+		d.t.Fatalf("%s: memstore: %v %v", desc, err, a[0].Err)
+	}
+	if err := d.st.Do(ctx, b); err != nil || b[0].Err != nil {
+		d.t.Fatalf("%s: store under test: %v %v", desc, err, b[0].Err)
+	}
+	if a[0].Result != b[0].Result || a[0].Receipt != b[0].Receipt {
+		d.t.Fatalf("%s:\nmemstore         %+v receipt %d\nstore under test %+v receipt %d", desc, a[0].Result, a[0].Receipt, b[0].Result, b[0].Receipt)
+	}
+	if op.Cost > 0 && a[0].Result.Allowed {
+		d.receipts[op.Key] = append(d.receipts[op.Key], a[0].Receipt)
+	}
+}
+
+// RandomRule returns a valid rule of algorithm alg (0 to 4: fixed window,
+// sliding log, sliding window, token bucket, GCRA) with small parameters.
+func RandomRule(rng *rand.Rand, alg int) sluice.Rule {
+	limit := int64(1 + rng.IntN(8))
+	window := time.Duration(1+rng.IntN(2000)) * time.Millisecond
+	if rng.IntN(4) == 0 {
+		window = time.Duration(1000+rng.IntN(5000)) * time.Microsecond
+	}
+	var p sluice.Policy
+	switch alg {
+	case 0:
+		p = sluice.FixedWindow{Limit: limit, Window: window, CountRejected: rng.IntN(2) == 0}
+	case 1:
+		p = sluice.SlidingLog{Limit: limit, Window: window, CountRejected: rng.IntN(2) == 0}
+	case 2:
+		p = sluice.SlidingWindow{Limit: limit, Window: window}
+	case 3:
+		p = sluice.TokenBucket{Capacity: limit, Rate: float64(1+rng.IntN(20)) / float64(1+rng.IntN(3)), Per: window}
+	default:
+		p = sluice.GCRA{Rate: float64(1 + rng.IntN(20)), Per: window, Burst: limit}
+	}
+	r, err := p.Rule()
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// RunDifferential runs randomized operation sequences (costs, peeks,
+// refunds, window edges, microsecond steps) under a fake clock on memstore
+// and on h.Store: every Result must be identical.
+func RunDifferential(t *testing.T, h Harness) {
+	d := NewDiffer(t, h.Store)
+	prefix := Prefix(t)
+	for seed := range uint64(40) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		alg := int(seed % 5)
+		rule := RandomRule(rng, alg)
+		now := Epoch.Add(time.Duration(rng.IntN(1e6)) * time.Microsecond)
+		w := rule.Period()
+		for i := range 150 {
+			key := sluice.Key(prefix, fmt.Sprintf("s%d", seed), rule, fmt.Sprint(rng.IntN(3)))
+			switch rng.IntN(6) {
+			case 0: // stay at the same microsecond
+			case 1:
+				now = now.Add(time.Microsecond)
+			case 2: // to a window edge, or just before it
+				edge := now.Truncate(max(rule.Window, time.Millisecond)).Add(max(rule.Window, time.Millisecond))
+				now = edge.Add(-time.Duration(rng.IntN(2)) * time.Microsecond)
+			default:
+				now = now.Add(time.Duration(rng.Int64N(int64(w)*3/2/1000+1)) * time.Microsecond)
+			}
+			cost := int64(rng.IntN(int(rule.Limit) + 1))
+			var receipt int64
+			if rng.IntN(8) == 0 {
+				cost = -int64(1 + rng.IntN(2)) // a refund
+				receipt = d.Receipt(key, rng.IntN(8)-1, now)
+			}
+			d.Step(fmt.Sprintf("seed %d op %d (%v, cost %d, receipt %d, at +%v)", seed, i, rule, cost, receipt, now.Sub(Epoch)),
+				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now, Receipt: receipt})
+		}
+	}
+}
+
+// RunDifferentialBatches sends random batches in which keys repeat (a hot
+// key's queued requests, decided together) to memstore and h.Store: every
+// Result must match memstore's, which decides a batch one Op at a time.
+// With h.TTLs, every key written must then expire within its bound (a
+// TTL of -2, PTTL's "no such key", is a key that vanished since the scan).
+func RunDifferentialBatches(t *testing.T, h Harness) {
+	mem, st := memstore.New(), h.Store
+	prefix := Prefix(t)
+	ctx := context.Background()
+	rules := map[string]sluice.Rule{}
+	receipts := map[string][]int64{} // of the takes on each key
+	defer func() {
+		if h.TTLs == nil {
+			return
+		}
+		for k, ttl := range h.TTLs(t, prefix+":") {
+			name := strings.SplitN(strings.TrimPrefix(k, prefix+":"), ":", 2)[0]
+			if bound := TTLBound(rules[name]); ttl != -2 && (ttl <= 0 || ttl > bound) {
+				t.Errorf("key %s has TTL %v, want in (0, %v]", k, ttl, bound)
+			}
+		}
+	}()
+	for seed := range uint64(30) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		rule := RandomRule(rng, int(seed%5))
+		rules[fmt.Sprintf("s%d", seed)] = rule
+		now := Epoch
+		for round := range 20 {
+			now = now.Add(time.Duration(rng.Int64N(int64(rule.Period())/1000+1)) * time.Microsecond)
+			batch := make([]sluice.Op, 1+rng.IntN(12))
+			for i := range batch {
+				cost := int64(rng.IntN(int(rule.Limit) + 1))
+				key := sluice.Key(prefix, fmt.Sprintf("s%d", seed), rule, fmt.Sprint(rng.IntN(2)))
+				batch[i] = sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now}
+				if rs := receipts[key]; rng.IntN(8) == 0 && len(rs) > 0 {
+					batch[i].Cost, batch[i].Receipt = -1, rs[rng.IntN(len(rs))]
+				}
+			}
+			a := append([]sluice.Op(nil), batch...)
+			b := append([]sluice.Op(nil), batch...)
+			if err := mem.Do(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Do(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+			for i := range batch {
+				if a[i].Cost > 0 && a[i].Result.Allowed {
+					receipts[a[i].Key] = append(receipts[a[i].Key], a[i].Receipt)
+				}
+				if a[i].Err != nil || b[i].Err != nil || a[i].Result != b[i].Result || a[i].Receipt != b[i].Receipt {
+					t.Fatalf("seed %d round %d op %d (%v, cost %d, key %s):\nmemstore         %+v %v\nstore under test %+v %v",
+						seed, round, i, rule, batch[i].Cost, batch[i].Key, a[i].Result, a[i].Err, b[i].Result, b[i].Err)
+				}
+			}
+		}
+	}
+}
