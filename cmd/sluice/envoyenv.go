@@ -222,11 +222,13 @@ func (f *serveFlags) readEnvironment(env func(string) (string, bool), stderr io.
 			return 2
 		}
 		f.envoy, f.configPath = e, e.dir
+		// The environment's addresses count as given: they win over the
+		// defaults (flags given explicitly still win over them).
 		if !f.set["listen"] {
-			f.listen = e.httpAddr
+			f.listen, f.set["listen"] = e.httpAddr, true
 		}
 		if !f.set["grpc-listen"] {
-			f.grpcListen = e.grpcAddr
+			f.grpcListen, f.set["grpc-listen"] = e.grpcAddr, true
 		}
 		if !f.set["log-level"] {
 			f.logLevel = e.logLevel
