@@ -28,6 +28,10 @@ func commands() []command {
 		{"bench", "load a Valkey or Valkey Cluster with decisions", withoutEnv(runBench)},
 		{"verify", "prove this deployment limits as promised, against its own Valkey", runVerify},
 		{"doctor", "check what makes limits wrong or fragile in this deployment's Valkey", runDoctor},
+		{"keys", "count the keys of each policy, their memory and TTL spread (SCAN)", runKeys},
+		{"inspect", "show a key's state as its algorithm sees it", runInspect},
+		{"reset", "forget a key's state (audit-logged)", runReset},
+		{"explain", "show which Envoy descriptor entry matches a request, and why", runExplain},
 		{"version", "print the version and the revision this binary was built from", withoutEnv(runVersion)},
 		{"simulate", "draw what policies decide on simulated traffic; replay a decision log", withoutEnv(runSimulate)},
 	}

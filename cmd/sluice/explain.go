@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/sluicehq/sluice/internal/config"
+)
+
+const explainUsage = `usage: sluice explain [--config FILE] [--json] DOMAIN KEY=VALUE [KEY=VALUE...]
+
+Explains how sluice serve's Envoy rate-limit service matches one request
+descriptor (its entries in order) against DOMAIN's descriptor tree: at each
+level which entry matched and why (an exact key and value first, then a
+wildcard value, then the key alone), where matching stopped if it did, and
+which limit applies. It reads the configuration only; nothing is counted.
+Exit code 1 when the descriptor matches nothing.
+
+flags:
+`
+
+// explainLevel is one level of a match.
+type explainLevel struct {
+	Entry string `json:"entry"`
+	// Matched is the tree's descriptor that matched, as key=value or key.
+	Matched string `json:"matched,omitempty"`
+	// Why is "exact value", "wildcard value" or "key only".
+	Why  string `json:"why,omitempty"`
+	Line int    `json:"line,omitempty"`
+	// Others are the other descriptors of this level with the same key:
+	// Match prefers the most specific.
+	Others []string `json:"not_chosen,omitempty"`
+}
+
+// explanation is what explain prints.
+type explanation struct {
+	Domain  string         `json:"domain"`
+	Levels  []explainLevel `json:"levels"`
+	Matched bool           `json:"matched"`
+	// Stopped says why the descriptor matches nothing.
+	Stopped string `json:"stopped,omitempty"`
+	// Applies is the limit: a policy, unlimited, deny, or none.
+	Applies string `json:"applies,omitempty"`
+	Policy  string `json:"policy,omitempty"`
+	// CountedAs is what the request is counted under.
+	CountedAs []string `json:"counted_as,omitempty"`
+	Notes     []string `json:"notes,omitempty"`
+}
+
+func runExplain(_ context.Context, args []string, _ func(string) (string, bool), stdout, stderr io.Writer) int {
+	fs := newFlags("explain")
+	of := addOpsFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if code, ok := parseFlags(fs, explainUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() < 2 {
+		return usageError(fs, stderr, "want a DOMAIN and at least one KEY=VALUE entry")
+	}
+	var entries []config.Entry
+	for _, a := range fs.Args()[1:] {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || k == "" {
+			return usageError(fs, stderr, "entry %q: want KEY=VALUE", a)
+		}
+		entries = append(entries, config.Entry{Key: k, Value: v})
+	}
+	cfg, err := of.load(false)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice explain: %v\n", err)
+		return 1
+	}
+	dom := cfg.Domain(fs.Arg(0))
+	if dom == nil {
+		var names []string
+		for _, d := range cfg.Domains {
+			names = append(names, d.Name)
+		}
+		fmt.Fprintf(stderr, "sluice explain: unknown domain %q: %s defines %s\n", fs.Arg(0), cfg.Source, orNone(names))
+		return 2
+	}
+	ex := explain(cfg, dom, entries)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(ex)
+	} else {
+		writeExplanation(stdout, ex)
+	}
+	if !ex.Matched {
+		return 1
+	}
+	return 0
+}
+
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+// explain describes how dom matches entries, with the config package's
+// own matching (Domain.Walk, config.CountedAs): it only classifies and
+// describes what Walk chose.
+func explain(cfg *config.Config, dom *config.Domain, entries []config.Entry) *explanation {
+	ex := &explanation{Domain: dom.Name}
+	// The longest prefix of entries that matches: Walk of a prefix is the
+	// path of the whole up to there.
+	var path []*config.Descriptor
+	for n := len(entries); n > 0; n-- {
+		if path = dom.Walk(entries[:n]); path != nil {
+			break
+		}
+	}
+	level := dom.Descriptors
+	for i, e := range entries {
+		l := explainLevel{Entry: e.Key + "=" + e.Value}
+		if i < len(path) {
+			node := path[i]
+			l.Matched, l.Line = describeNode(node), node.Line
+			switch {
+			case node.Value == "":
+				l.Why = "key only: any value"
+			case node.Value == e.Value:
+				l.Why = "exact value"
+			default:
+				l.Why = "wildcard value"
+			}
+			for _, c := range level {
+				if c != node && c.Key == e.Key {
+					l.Others = append(l.Others, describeNode(c))
+				}
+			}
+			level = node.Children
+		}
+		ex.Levels = append(ex.Levels, l)
+	}
+	switch {
+	case len(path) == len(entries):
+		ex.Matched = true
+	case len(path) == 0:
+		ex.Stopped = fmt.Sprintf("no descriptor with key %q at the top of domain %s (its keys: %s)", entries[0].Key, dom.Name, keysOf(dom.Descriptors))
+	case len(path[len(path)-1].Children) == 0:
+		ex.Stopped = fmt.Sprintf("%s has no deeper descriptors: a descriptor deeper than the tree matches nothing", describeNode(path[len(path)-1]))
+	default:
+		e := entries[len(path)]
+		ex.Stopped = fmt.Sprintf("no descriptor for %s=%s under %s (its keys: %s)", e.Key, e.Value, describeNode(path[len(path)-1]), keysOf(path[len(path)-1].Children))
+	}
+	if !ex.Matched {
+		ex.Applies = "nothing: the request is allowed and not counted"
+		return ex
+	}
+	node := path[len(path)-1]
+	switch {
+	case node.Unlimited:
+		ex.Applies = "unlimited: always allowed"
+	case node.Deny:
+		ex.Applies = "requests_per_unit 0: always refused"
+	case node.Policy != "":
+		ex.Policy = node.Policy
+		ex.Applies = "policy " + node.Policy
+		for _, c := range config.CountedAs(path, entries) {
+			ex.CountedAs = append(ex.CountedAs, c.Key+"="+c.Value)
+		}
+		if p := cfg.Policy(node.Policy); p != nil {
+			rule, _ := p.Policy.Rule()
+			ex.Applies += ": " + rule.String()
+			if p.Envoy && node.Limit != nil {
+				ex.Applies += fmt.Sprintf(" (rate_limit %d per %d %s)", node.Limit.RequestsPerUnit, node.Limit.Multiplier, strings.ToLower(node.Limit.Unit))
+			}
+		}
+	default:
+		ex.Applies = "no limit at this descriptor (it only groups deeper ones): allowed, not counted"
+	}
+	if node.Shadow {
+		ex.Notes = append(ex.Notes, "shadow_mode: counted and reported, never refused")
+	}
+	if node.QuotaMode {
+		ex.Notes = append(ex.Notes, "quota_mode: its refusal refuses the request only when every quota descriptor of it refuses")
+	}
+	if node.ShareThreshold {
+		ex.Notes = append(ex.Notes, "share_threshold: every value matching "+node.Value+" shares one counter")
+	}
+	if node.Limit != nil && len(node.Limit.Replaces) > 0 {
+		ex.Notes = append(ex.Notes, "replaces "+strings.Join(node.Limit.Replaces, ", ")+" when both apply to one request")
+	}
+	return ex
+}
+
+func describeNode(d *config.Descriptor) string {
+	if d.Value == "" {
+		return d.Key
+	}
+	return d.Key + "=" + d.Value
+}
+
+func keysOf(level []*config.Descriptor) string {
+	var out []string
+	for _, d := range level {
+		out = append(out, describeNode(d))
+	}
+	return orNone(out)
+}
+
+func writeExplanation(w io.Writer, ex *explanation) {
+	fmt.Fprintf(w, "domain %s\n", ex.Domain)
+	for i, l := range ex.Levels {
+		if l.Matched == "" {
+			fmt.Fprintf(w, "  %d. %-30s no match\n", i+1, l.Entry)
+			continue
+		}
+		fmt.Fprintf(w, "  %d. %-30s matched %s (%s, line %d)\n", i+1, l.Entry, l.Matched, l.Why, l.Line)
+		if len(l.Others) > 0 {
+			fmt.Fprintf(w, "     %-30s not chosen: %s (the most specific wins: exact value, then wildcard, then key only)\n", "", strings.Join(l.Others, ", "))
+		}
+	}
+	if ex.Stopped != "" {
+		fmt.Fprintf(w, "no match: %s\n", ex.Stopped)
+	}
+	fmt.Fprintf(w, "applies: %s\n", ex.Applies)
+	if len(ex.CountedAs) > 0 {
+		fmt.Fprintf(w, "counted under: %s\n", strings.Join(ex.CountedAs, ", "))
+	}
+	for _, n := range ex.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}

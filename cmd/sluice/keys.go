@@ -1,0 +1,475 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/user"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/valkeyops"
+	"github.com/sluicehq/sluice/valkeystore"
+	"github.com/valkey-io/valkey-go"
+)
+
+// The key commands: keys, inspect and reset.
+
+const keysUsage = `usage: sluice keys [--config FILE] [--valkey ADDR[,ADDR...]] [--policy NAME] [--limit N] [--json]
+
+Walks the keys under the configuration's prefix with SCAN (never KEYS) on
+every primary and reports, per policy: the number of keys, their memory
+(MEMORY USAGE) and the spread of their time to live. Keys under the prefix
+that belong to no configured policy (a renamed or removed policy, another
+algorithm under the same name) are reported apart.
+
+flags:
+`
+
+const inspectUsage = `usage: sluice inspect [--config FILE] [--valkey ADDR[,ADDR...]] [--json] POLICY KEY
+
+Shows the state of KEY (the key as sent to /v1/check) under POLICY as the
+algorithm sees it: whether a request would be allowed, the units remaining,
+the retry-after and reset times, the time to live, and the raw fields
+stored in Valkey. Looking takes nothing. Exit code 1 when the key holds no
+state.
+
+flags:
+`
+
+const resetUsage = `usage: sluice reset [--config FILE] [--valkey ADDR[,ADDR...]] [--audit-log FILE] POLICY KEY
+
+Forgets the state of KEY under POLICY ("unlock this user"): its next
+request starts with the whole limit. Every reset is written to stderr as a
+JSON audit line (time, policy, key, store key, whether state existed, the
+operating-system user and host), and appended to --audit-log when given.
+Exit code 1 when the key held no state (nothing was reset).
+
+flags:
+`
+
+// keyEnv is what the key commands share: the configuration, a client and
+// a store on it.
+type keyEnv struct {
+	cfg    *config.Config
+	client valkey.Client
+	store  *valkeystore.Store
+}
+
+func openKeyEnv(ctx context.Context, of *opsFlags, env func(string) (string, bool)) (*keyEnv, error) {
+	cfg, err := of.load(true)
+	if err != nil {
+		return nil, err
+	}
+	client, err := valkeyops.Connect(ctx, cfg.Valkey, env)
+	if err != nil {
+		return nil, err
+	}
+	store, err := valkeystore.New(client)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	return &keyEnv{cfg: cfg, client: client, store: store}, nil
+}
+
+func (k *keyEnv) Close() { k.client.Close() }
+
+// errUnknownPolicy is a usage error: the policy is not in the configuration.
+var errUnknownPolicy = errors.New("unknown policy")
+
+func (k *keyEnv) policy(name string) (*config.Policy, error) {
+	if p := k.cfg.Policy(name); p != nil {
+		return p, nil
+	}
+	var names []string
+	for _, p := range k.cfg.Policies {
+		names = append(names, p.Name)
+	}
+	return nil, fmt.Errorf("%w %q: %s defines %s", errUnknownPolicy, name, k.cfg.Source, strings.Join(names, ", "))
+}
+
+// limiter is the policy's limiter as sluice serve builds it, with a
+// generous timeout (an operator waits; a request does not).
+func (k *keyEnv) limiter(p *config.Policy) (*sluice.Limiter, error) {
+	return sluice.New(k.store, p.Policy, sluice.WithName(p.Limiter), sluice.WithPrefix(k.cfg.Prefix),
+		sluice.WithTimeout(5*time.Second), sluice.WithDenyCache(false),
+		sluice.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+}
+
+// keyGroup is the keys of one limiter and state layout.
+type keyGroup struct {
+	Policy  string  `json:"policy,omitempty"`
+	Limiter string  `json:"limiter"`
+	State   string  `json:"state"`
+	Keys    int     `json:"keys"`
+	Bytes   int64   `json:"memory_bytes"`
+	TTLMin  float64 `json:"ttl_min_ms"`
+	TTLMed  float64 `json:"ttl_median_ms"`
+	TTLMax  float64 `json:"ttl_max_ms"`
+	NoTTL   int     `json:"keys_without_ttl"`
+	ttls    []time.Duration
+}
+
+func runKeys(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
+	fs := newFlags("keys")
+	of := addOpsFlags(fs)
+	only := fs.String("policy", "", "report only this `policy`")
+	limit := fs.Int("limit", 100_000, "examine at most this many keys (counts are then lower bounds)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if code, ok := parseFlags(fs, keysUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(0))
+	}
+	if *limit < 1 {
+		return usageError(fs, stderr, "--limit must be at least 1")
+	}
+	k, err := openKeyEnv(ctx, of, env)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice keys: %v\n", err)
+		return 1
+	}
+	defer k.Close()
+	// Groups by "limiter:state", the key's second and third parts.
+	groups := map[string]*keyGroup{}
+	var order []string
+	for _, p := range k.cfg.Policies {
+		if *only != "" && p.Name != *only {
+			continue
+		}
+		rule, _ := p.Policy.Rule()
+		id := p.Limiter + ":" + rule.State()
+		groups[id] = &keyGroup{Policy: p.Name, Limiter: p.Limiter, State: rule.State()}
+		order = append(order, id)
+	}
+	if *only != "" && len(order) == 0 {
+		_, err := k.policy(*only)
+		fmt.Fprintf(stderr, "sluice keys: %v\n", err)
+		return 2
+	}
+	pattern := valkeyops.Glob(k.cfg.Prefix+":") + "*"
+	if *only != "" {
+		pattern = valkeyops.Glob(k.cfg.Prefix+":"+order[0]+":") + "*"
+	}
+	seen, truncated := 0, false
+	err = valkeyops.Scan(ctx, k.client, pattern, func(node valkey.Client, keys []string) (bool, error) {
+		if seen+len(keys) > *limit {
+			keys, truncated = keys[:*limit-seen], true
+		}
+		seen += len(keys)
+		cmds := make(valkey.Commands, 0, 2*len(keys))
+		for _, key := range keys {
+			cmds = append(cmds, node.B().Pttl().Key(key).Build(), node.B().MemoryUsage().Key(key).Build())
+		}
+		res := node.DoMulti(ctx, cmds...)
+		for i, key := range keys {
+			rest := strings.TrimPrefix(key, k.cfg.Prefix+":")
+			parts := strings.SplitN(rest, ":", 3)
+			id := "(other)"
+			if len(parts) == 3 {
+				id = parts[0] + ":" + parts[1]
+			}
+			g := groups[id]
+			if g == nil {
+				g = &keyGroup{Limiter: strings.Split(id, ":")[0]}
+				if len(parts) == 3 {
+					g.State = parts[1]
+				}
+				groups[id] = g
+				order = append(order, id)
+			}
+			ttl, err := res[2*i].AsInt64()
+			if err != nil {
+				return false, fmt.Errorf("PTTL %s: %w", key, err)
+			}
+			if ttl == -2 {
+				continue // expired since the scan
+			}
+			mem, _ := res[2*i+1].AsInt64()
+			g.Keys++
+			g.Bytes += mem
+			if ttl == -1 {
+				g.NoTTL++
+			} else {
+				g.ttls = append(g.ttls, time.Duration(ttl)*time.Millisecond)
+			}
+		}
+		return !truncated, nil
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice keys: %v\n", err)
+		return 1
+	}
+	out := make([]*keyGroup, 0, len(order))
+	for _, id := range order {
+		g := groups[id]
+		if len(g.ttls) > 0 {
+			slices.Sort(g.ttls)
+			g.TTLMin, g.TTLMed, g.TTLMax = msOf(g.ttls[0]), msOf(g.ttls[len(g.ttls)/2]), msOf(g.ttls[len(g.ttls)-1])
+		}
+		out = append(out, g)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(map[string]any{"prefix": k.cfg.Prefix, "groups": out, "examined": seen, "truncated": truncated})
+		return 0
+	}
+	fmt.Fprintf(stdout, "prefix %s on %s (%s)\n\n", k.cfg.Prefix, strings.Join(k.cfg.Valkey.Addresses, ","), valkeyops.Mode(ctx, k.client))
+	fmt.Fprintf(stdout, "%-20s %-28s %8s %10s   %s\n", "policy", "limiter:state", "keys", "memory", "ttl min / median / max")
+	for _, g := range out {
+		pol := g.Policy
+		if pol == "" {
+			pol = "(not configured)"
+		}
+		spread := "-"
+		if len(g.ttls) > 0 {
+			spread = fmt.Sprintf("%v / %v / %v", g.ttls[0], g.ttls[len(g.ttls)/2], g.ttls[len(g.ttls)-1])
+		}
+		if g.NoTTL > 0 {
+			spread += fmt.Sprintf("; %d keys never expire", g.NoTTL)
+		}
+		fmt.Fprintf(stdout, "%-20s %-28s %8d %10s   %s\n", pol, g.Limiter+":"+g.State, g.Keys, bytesOf(g.Bytes), spread)
+	}
+	if truncated {
+		fmt.Fprintf(stdout, "\nstopped after %d keys (--limit): the counts are lower bounds\n", seen)
+	}
+	return 0
+}
+
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func bytesOf(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// keyArgs parses POLICY KEY of inspect and reset.
+func keyArgs(ctx context.Context, name string, of *opsFlags, fsArgs []string, env func(string) (string, bool), stderr io.Writer) (*keyEnv, *config.Policy, *sluice.Limiter, int) {
+	k, err := openKeyEnv(ctx, of, env)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice %s: %v\n", name, err)
+		return nil, nil, nil, 1
+	}
+	p, err := k.policy(fsArgs[0])
+	if err != nil {
+		k.Close()
+		fmt.Fprintf(stderr, "sluice %s: %v\n", name, err)
+		return nil, nil, nil, 2
+	}
+	l, err := k.limiter(p)
+	if err != nil {
+		k.Close()
+		fmt.Fprintf(stderr, "sluice %s: %v\n", name, err)
+		return nil, nil, nil, 1
+	}
+	return k, p, l, 0
+}
+
+// keyState is what inspect shows.
+type keyState struct {
+	Policy       string            `json:"policy"`
+	Key          string            `json:"key"`
+	StoreKey     string            `json:"store_key"`
+	Rule         string            `json:"rule"`
+	Exists       bool              `json:"exists"`
+	Allowed      bool              `json:"allowed"`
+	Limit        int64             `json:"limit"`
+	Remaining    int64             `json:"remaining"`
+	RetryAfterMS float64           `json:"retry_after_ms"`
+	ResetAfterMS float64           `json:"reset_after_ms"`
+	TTLMS        float64           `json:"ttl_ms"`
+	Type         string            `json:"type"`
+	Fields       map[string]string `json:"fields,omitempty"`
+	Entries      []string          `json:"entries,omitempty"`
+	EntryCount   int64             `json:"entry_count,omitempty"`
+}
+
+func runInspect(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
+	fs := newFlags("inspect")
+	of := addOpsFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if code, ok := parseFlags(fs, inspectUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() != 2 {
+		return usageError(fs, stderr, "want POLICY and KEY, got %d arguments", fs.NArg())
+	}
+	k, p, l, code := keyArgs(ctx, "inspect", of, fs.Args(), env, stderr)
+	if k == nil {
+		return code
+	}
+	defer k.Close()
+	key := fs.Arg(1)
+	st, err := inspect(ctx, k, p, l, key)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice inspect: %v\n", err)
+		return 1
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(st)
+	} else {
+		fmt.Fprintf(stdout, "policy     %s: %s\nkey        %s\nstore key  %s\n", st.Policy, st.Rule, st.Key, st.StoreKey)
+		if st.Exists {
+			verdict := "allowed"
+			if !st.Allowed {
+				verdict = fmt.Sprintf("refused, retry after %v", time.Duration(st.RetryAfterMS*1e6))
+			}
+			fmt.Fprintf(stdout, "next       %s\nremaining  %d of %d\nreset in   %v\nttl        %v\n", verdict, st.Remaining, st.Limit,
+				time.Duration(st.ResetAfterMS*1e6), time.Duration(st.TTLMS*1e6))
+			fmt.Fprintf(stdout, "raw        %s", st.Type)
+			names := slices.Sorted(func(yield func(string) bool) {
+				for n := range st.Fields {
+					if !yield(n) {
+						return
+					}
+				}
+			})
+			for _, n := range names {
+				fmt.Fprintf(stdout, " %s=%s", n, st.Fields[n])
+			}
+			if st.Type == "zset" {
+				fmt.Fprintf(stdout, " %d entries; oldest: %s", st.EntryCount, strings.Join(st.Entries, " "))
+			}
+			fmt.Fprintln(stdout)
+		}
+	}
+	if !st.Exists {
+		fmt.Fprintf(stderr, "sluice inspect: no state for key %q of policy %s (never used, expired or reset): its next request gets the whole limit of %d\n",
+			key, p.Name, st.Limit)
+		return 1
+	}
+	return 0
+}
+
+func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter, key string) (*keyState, error) {
+	if key == "" {
+		return nil, errors.New("the key is empty")
+	}
+	sk := l.Key(key)
+	st := &keyState{Policy: p.Name, Key: key, StoreKey: sk, Rule: l.Rule().String(), Limit: l.Rule().Limit}
+	c := k.client
+	typ, err := c.Do(ctx, c.B().Type().Key(sk).Build()).ToString()
+	if err != nil {
+		return nil, err
+	}
+	st.Type = typ
+	if typ == "none" {
+		return st, nil
+	}
+	st.Exists = true
+	// The raw state first: Peek may tidy it (a sliding log drops old entries).
+	switch typ {
+	case "hash":
+		if st.Fields, err = c.Do(ctx, c.B().Hgetall().Key(sk).Build()).AsStrMap(); err != nil {
+			return nil, err
+		}
+	case "string":
+		v, err := c.Do(ctx, c.B().Get().Key(sk).Build()).ToString()
+		if err != nil {
+			return nil, err
+		}
+		st.Fields = map[string]string{"value": v}
+	case "zset":
+		if st.EntryCount, err = c.Do(ctx, c.B().Zcard().Key(sk).Build()).AsInt64(); err != nil {
+			return nil, err
+		}
+		if st.Entries, err = c.Do(ctx, c.B().Zrange().Key(sk).Min("0").Max("9").Build()).AsStrSlice(); err != nil {
+			return nil, err
+		}
+	}
+	ttl, err := c.Do(ctx, c.B().Pttl().Key(sk).Build()).AsInt64()
+	if err != nil {
+		return nil, err
+	}
+	st.TTLMS = float64(ttl)
+	res, err := l.Peek(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if res.Degraded {
+		return nil, errors.New("Valkey did not answer the peek in time")
+	}
+	st.Allowed, st.Remaining = res.Allowed, res.Remaining
+	st.RetryAfterMS, st.ResetAfterMS = msOf(res.RetryAfter), msOf(res.ResetAfter)
+	return st, nil
+}
+
+func runReset(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
+	fs := newFlags("reset")
+	of := addOpsFlags(fs)
+	auditPath := fs.String("audit-log", "", "also append the audit line to this `file`")
+	if code, ok := parseFlags(fs, resetUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() != 2 {
+		return usageError(fs, stderr, "want POLICY and KEY, got %d arguments", fs.NArg())
+	}
+	var audit io.Writer = stderr
+	if *auditPath != "" {
+		f, err := os.OpenFile(*auditPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice reset: --audit-log: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		audit = io.MultiWriter(stderr, f)
+	}
+	k, p, l, code := keyArgs(ctx, "reset", of, fs.Args(), env, stderr)
+	if k == nil {
+		return code
+	}
+	defer k.Close()
+	key := fs.Arg(1)
+	if key == "" {
+		fmt.Fprintln(stderr, "sluice reset: the key is empty")
+		return 2
+	}
+	sk := l.Key(key)
+	n, err := k.client.Do(ctx, k.client.B().Exists().Key(sk).Build()).AsInt64()
+	if err == nil {
+		err = l.Reset(ctx, key)
+	}
+	who := "unknown"
+	if u, err := user.Current(); err == nil {
+		who = u.Username
+	}
+	host, _ := os.Hostname()
+	result := "reset"
+	switch {
+	case err != nil:
+		result = "failed: " + err.Error()
+	case n == 0:
+		result = "no state"
+	}
+	slog.New(slog.NewJSONHandler(audit, nil)).Info("sluice reset", "audit", true, "policy", p.Name, "key", key,
+		"store_key", sk, "had_state", n > 0, "result", result, "user", who, "host", host, "valkey", strings.Join(k.cfg.Valkey.Addresses, ","))
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "sluice reset: %v\n", err)
+		return 1
+	case n == 0:
+		fmt.Fprintf(stderr, "sluice reset: no state for key %q of policy %s (never used, expired or reset already): nothing to reset\n", key, p.Name)
+		return 1
+	}
+	fmt.Fprintf(stdout, "reset %s %q: its next request gets the whole limit of %d\n", p.Name, key, l.Rule().Limit)
+	return 0
+}
