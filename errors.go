@@ -25,3 +25,9 @@ var (
 	// Result returned with it was decided by the limiter's fail mode.
 	ErrStoreUnavailable = errors.New("sluice: store unavailable")
 )
+
+// ErrClockSkew is a store's error for a decision with calendar periods
+// whose time (the store's clock, or the Op's Now) is outside the periods
+// computed around the clock of the process that sent it: the two clocks
+// differ by about a period or more.
+var ErrClockSkew = errors.New("sluice: deciding clock outside the calendar periods sent (clock skew)")

@@ -130,9 +130,14 @@ func checkRate(rate float64, per time.Duration) (time.Duration, error) {
 // a request is allowed when the count, its own cost included, is within
 // Limit. A cost above Limit is then accepted and refused, filling the
 // window. Remaining never goes below zero.
+//
+// With a Calendar instead of a Window, the windows are calendar days, ISO
+// weeks or months in a time zone (see Calendar): a quota such as 10,000 a
+// day, the day ending at midnight in Los Angeles.
 type FixedWindow struct {
 	Limit         int64
 	Window        time.Duration
+	Calendar      Calendar
 	CountRejected bool
 }
 
@@ -141,10 +146,17 @@ func (p FixedWindow) Rule() (Rule, error) {
 	if err := checkLimit("FixedWindow.Limit", p.Limit); err != nil {
 		return Rule{}, err
 	}
-	if err := checkWindow("FixedWindow.Window", p.Window); err != nil {
+	if !p.Calendar.IsZero() {
+		if p.Window != 0 {
+			return Rule{}, invalid("FixedWindow takes a Window or a Calendar, not both")
+		}
+		if err := p.Calendar.Validate(); err != nil {
+			return Rule{}, err
+		}
+	} else if err := checkWindow("FixedWindow.Window", p.Window); err != nil {
 		return Rule{}, err
 	}
-	return Rule{Algorithm: AlgorithmFixedWindow, Limit: p.Limit, Window: p.Window, CountRejected: p.CountRejected}, nil
+	return Rule{Algorithm: AlgorithmFixedWindow, Limit: p.Limit, Window: p.Window, Calendar: p.Calendar, CountRejected: p.CountRejected}, nil
 }
 
 // SlidingLog allows Limit units in any span of Window, exactly, by keeping
@@ -269,7 +281,8 @@ type Params struct {
 	Window        time.Duration
 	Rate          float64
 	Per           time.Duration
-	CountRejected bool // FixedWindow and SlidingLog only
+	Calendar      Calendar // FixedWindow only, instead of Window
+	CountRejected bool     // FixedWindow and SlidingLog only
 }
 
 // Policy returns the Policy of algorithm a with the numbers of p, validated.
@@ -277,7 +290,7 @@ func (a Algorithm) Policy(p Params) (Policy, error) {
 	var pol Policy
 	switch a {
 	case AlgorithmFixedWindow:
-		pol = FixedWindow{Limit: p.Limit, Window: p.Window, CountRejected: p.CountRejected}
+		pol = FixedWindow{Limit: p.Limit, Window: p.Window, Calendar: p.Calendar, CountRejected: p.CountRejected}
 	case AlgorithmSlidingLog:
 		pol = SlidingLog{Limit: p.Limit, Window: p.Window, CountRejected: p.CountRejected}
 	case AlgorithmSlidingWindow:
@@ -291,6 +304,9 @@ func (a Algorithm) Policy(p Params) (Policy, error) {
 	}
 	if p.CountRejected && a != AlgorithmSlidingLog && a != AlgorithmFixedWindow {
 		return nil, invalid("CountRejected is only for %v and %v, not %v", AlgorithmFixedWindow, AlgorithmSlidingLog, a)
+	}
+	if !p.Calendar.IsZero() && a != AlgorithmFixedWindow {
+		return nil, invalid("a Calendar period is only for %v, not %v", AlgorithmFixedWindow, a)
 	}
 	if a.Rated() && p.Window != 0 {
 		return nil, invalid("%v takes Rate and Per, not Window", a)

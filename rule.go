@@ -19,6 +19,7 @@ type Rule struct {
 	Algorithm     Algorithm
 	Limit         int64
 	Window        time.Duration // window algorithms
+	Calendar      Calendar      // FixedWindow with calendar periods, instead of Window
 	Interval      time.Duration // TokenBucket, GCRA: time per unit
 	CountRejected bool          // SlidingLog, FixedWindow: refused requests are counted too
 }
@@ -31,6 +32,15 @@ func (r Rule) Validate() error {
 	}
 	if r.CountRejected && r.Algorithm != AlgorithmSlidingLog && r.Algorithm != AlgorithmFixedWindow {
 		return invalid("CountRejected is only for %v and %v, not %v", AlgorithmFixedWindow, AlgorithmSlidingLog, r.Algorithm)
+	}
+	if !r.Calendar.IsZero() {
+		if r.Algorithm != AlgorithmFixedWindow {
+			return invalid("a Calendar period is only for %v, not %v", AlgorithmFixedWindow, r.Algorithm)
+		}
+		if r.Window != 0 {
+			return invalid("a rule takes a Window or a Calendar, not both")
+		}
+		return r.Calendar.Validate()
 	}
 	switch r.Algorithm {
 	case AlgorithmFixedWindow, AlgorithmSlidingWindow:
@@ -51,8 +61,13 @@ func (r Rule) Validate() error {
 
 // Period is the span the limit is measured over, as shown to clients: the
 // window of the window algorithms, and for TokenBucket and GCRA the time to
-// earn the whole limit back from empty (Limit × Interval). It is exact.
+// earn the whole limit back from empty (Limit × Interval). It is exact,
+// except for calendar periods, whose length varies: it is then 24 hours, 7
+// days or 31 days, and Span gives a period's real bounds.
 func (r Rule) Period() time.Duration {
+	if r.IsCalendar() {
+		return r.Calendar.nominal()
+	}
 	if r.Algorithm.Rated() {
 		return time.Duration(r.Limit) * r.Interval
 	}
@@ -73,6 +88,9 @@ func (r Rule) Quota() int64 { return r.Limit }
 // write: a window (two for SlidingWindow, whose previous window still
 // counts), or the time to refill from empty.
 func (r Rule) keyLife() time.Duration {
+	if r.IsCalendar() {
+		return r.Calendar.longest()
+	}
 	if r.Algorithm == AlgorithmSlidingWindow {
 		return 2 * r.Window
 	}
@@ -91,8 +109,37 @@ func ceilMilli(d time.Duration) time.Duration {
 	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
 }
 
+// IsCalendar reports whether r's windows are calendar periods.
+func (r Rule) IsCalendar() bool { return !r.Calendar.IsZero() }
+
+// Span returns the window of a FixedWindow rule that holds t: its first
+// instant and the first instant of the next window. Calendar periods are
+// computed in their zone; other windows are aligned on the Unix epoch.
+func (r Rule) Span(t time.Time) (start, end time.Time) {
+	if r.IsCalendar() {
+		return r.Calendar.Span(t)
+	}
+	w := r.Window.Microseconds()
+	us := t.UnixMicro()
+	idx := us / w
+	if us < 0 && us%w != 0 {
+		idx--
+	}
+	return time.UnixMicro(idx * w), time.UnixMicro((idx + 1) * w)
+}
+
+// CalendarBounds returns, for a rule with calendar periods, the first
+// instants of four consecutive periods in microseconds since the Unix
+// epoch: the one before the period that holds now, that period, and the
+// two after. It is the parameter a store's script takes instead of Param:
+// the script picks the period with its own clock (Valkey's TIME, which a
+// zone database cannot reach), so that clock may differ from now by up to a
+// period.
+func (r Rule) CalendarBounds(now time.Time) [4]int64 { return r.Calendar.bounds(now) }
+
 // Param is the algorithm's parameter as a store's script takes it, in
-// microseconds: the window, or the interval of TokenBucket and GCRA.
+// microseconds: the window, or the interval of TokenBucket and GCRA (0 for
+// calendar periods: see CalendarBounds).
 func (r Rule) Param() int64 {
 	if r.Algorithm.Rated() {
 		return r.Interval.Microseconds()
@@ -108,6 +155,9 @@ func (r Rule) Param() int64 {
 func (r Rule) State() string {
 	switch r.Algorithm {
 	case AlgorithmFixedWindow:
+		if r.IsCalendar() {
+			return "cal" // the window is named by its first instant
+		}
 		return "fw"
 	case AlgorithmSlidingLog:
 		return "sl"
@@ -130,6 +180,9 @@ func (r Rule) String() string {
 		return fmt.Sprintf("gcra(burst=%d, interval=%v)", r.Limit, r.Interval)
 	}
 	s := fmt.Sprintf("%v(limit=%d, window=%v", r.Algorithm, r.Limit, r.Window)
+	if r.IsCalendar() {
+		s = fmt.Sprintf("%v(limit=%d, period=%v", r.Algorithm, r.Limit, r.Calendar)
+	}
 	if r.CountRejected {
 		s += ", count_rejected"
 	}
@@ -145,6 +198,9 @@ func (r Rule) DefaultName() string {
 		AlgorithmSlidingWindow: "sw", AlgorithmTokenBucket: "tb", AlgorithmGCRA: "gcra"}[r.Algorithm]
 	if r.CountRejected {
 		short += "c" // fwc, slc
+	}
+	if r.IsCalendar() {
+		return calendarName(short, r.Limit, r.Calendar)
 	}
 	return short + "-" + strconv.FormatInt(r.Limit, 10) + "-" + strconv.FormatInt(r.Param(), 10)
 }

@@ -49,14 +49,34 @@ func floorDiv(a, b int64) int64 { return int64(math.Floor(float64(a) / float64(b
 // every algorithm but GCRA, whose receipt is the TAT the take wrote.
 func fixedWindow(s *state, ok bool, now, limit, window, cost int64, countRejected bool, receipt int64) (r reply, write, del bool) {
 	idx := floorDiv(now, window)
+	return fixedSpan(s, ok, now, idx, idx*window, (idx+1)*window, limit, cost, countRejected, receipt)
+}
+
+// calendarWindow is fixedWindow over calendar periods: bounds are the first
+// instants of four consecutive periods (sluice.Rule.CalendarBounds), among
+// which now falls; the window is named by its first instant. ok is false
+// when now is outside them.
+func calendarWindow(s *state, exists bool, now int64, bounds [4]int64, limit, cost int64, countRejected bool, receipt int64) (r reply, write, del, ok bool) {
+	for i := 0; i < 3; i++ {
+		if bounds[i] <= now && now < bounds[i+1] {
+			r, write, del = fixedSpan(s, exists, now, bounds[i], bounds[i], bounds[i+1], limit, cost, countRejected, receipt)
+			return r, write, del, true
+		}
+	}
+	return reply{}, false, false, false
+}
+
+// fixedSpan decides in the window [start, end) named id.
+func fixedSpan(s *state, ok bool, now, id, start, end, limit, cost int64, countRejected bool, receipt int64) (r reply, write, del bool) {
+	idx := id
 	var c int64
 	if ok && s.w == idx {
 		c = s.c
 	}
-	reset := (idx+1)*window - now
+	reset := end - now
 	if cost < 0 {
 		// Only the units of this window, never a newer one's.
-		if c > 0 && floorDiv(receipt, window) == idx {
+		if c > 0 && start <= receipt && receipt < end {
 			c = max(0, c+cost)
 			if c == 0 {
 				return reply{allowed: true, remaining: limit}, false, true

@@ -121,6 +121,14 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	)
 	switch r.Algorithm {
 	case sluice.AlgorithmFixedWindow:
+		if r.IsCalendar() {
+			var in bool
+			rep, write, del, in = calendarWindow(&st, ok, us, r.CalendarBounds(now), r.Limit, op.Cost, r.CountRejected, op.Receipt)
+			if !in {
+				return sluice.Result{}, fmt.Errorf("memstore: %w", sluice.ErrClockSkew)
+			}
+			break
+		}
 		rep, write, del = fixedWindow(&st, ok, us, r.Limit, r.Param(), op.Cost, r.CountRejected, op.Receipt)
 	case sluice.AlgorithmSlidingLog:
 		rep, write, del = slidingLog(&st, ok, us, r.Limit, r.Param(), op.Cost, r.CountRejected, op.Receipt)

@@ -102,6 +102,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Concurrency", func(t *testing.T) { RunConcurrency(t, h) })
 	t.Run("RealTime", func(t *testing.T) { RunRealTime(t, h) })
 	t.Run("Edges", func(t *testing.T) { RunEdges(t, h) })
+	t.Run("Calendar", func(t *testing.T) { RunCalendar(t, h) })
 }
 
 // A Step is one row of a timeline: at At after Epoch, a request of Cost

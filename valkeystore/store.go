@@ -104,6 +104,7 @@ func New(client valkey.Client, opts ...Option) (*Store, error) {
 // call is one script call: the indices of the Ops it decides.
 type call struct {
 	alg sluice.Algorithm
+	sc  *luascript.Script
 	ops []int
 }
 
@@ -221,10 +222,10 @@ func (e *engine) plan(batch []sluice.Op, dst []call) []call {
 			batch[0].Err = err
 			return dst
 		}
-		return append(dst, call{alg: batch[0].Rule.Algorithm, ops: firstOp})
+		return append(dst, call{alg: batch[0].Rule.Algorithm, sc: luascript.ForRule(&batch[0].Rule), ops: firstOp})
 	}
 	type group struct {
-		alg  sluice.Algorithm
+		sc   *luascript.Script
 		slot uint16
 	}
 	index := make(map[group]int)
@@ -235,7 +236,7 @@ func (e *engine) plan(batch []sluice.Op, dst []call) []call {
 			op.Err = err
 			continue
 		}
-		g := group{alg: op.Rule.Algorithm}
+		g := group{sc: luascript.ForRule(&op.Rule)}
 		if e.cluster {
 			g.slot = slot(op.Key)
 		}
@@ -243,7 +244,7 @@ func (e *engine) plan(batch []sluice.Op, dst []call) []call {
 		if !ok || len(calls[ci].ops) >= e.maxBatch {
 			ci = len(calls)
 			index[g] = ci
-			calls = append(calls, call{alg: g.alg})
+			calls = append(calls, call{alg: op.Rule.Algorithm, sc: g.sc})
 		}
 		calls[ci].ops = append(calls[ci].ops, i)
 	}
@@ -276,13 +277,20 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 				a[k] = num(x)
 			}
 		}
+		if op.Rule.IsCalendar() {
+			a[2] = luascript.CalendarParam(op, time.Now().Add(clockSkew))
+		}
 	}
-	sc := luascript.For(c.alg)
+	sc := c.sc
 	if sha {
 		return e.client.B().Evalsha().Sha1(sc.SHA).Numkeys(int64(n)).Key(keys...).Arg(args...).Build()
 	}
 	return e.client.B().Eval().Script(sc.Src).Numkeys(int64(n)).Key(keys...).Arg(args...).Build()
 }
+
+// clockSkew is added to this host's clock by tests that play a skewed
+// client.
+var clockSkew time.Duration
 
 // maxDigits bounds the length of one formatted number: an int64 takes at
 // most 20 bytes.

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -34,6 +35,8 @@ var (
 	tokenBucketLua string
 	//go:embed scripts/gcra.lua
 	gcraLua string
+	//go:embed scripts/calendar.lua
+	calendarLua string
 )
 
 // Script is a Lua script and its SHA-1, for EVALSHA.
@@ -63,6 +66,43 @@ var scripts = [...]*Script{
 	sluice.AlgorithmTokenBucket:   newScript(tokenBucketLua),
 	sluice.AlgorithmGCRA:          newScript(gcraLua),
 }
+
+// calendar decides fixed windows over calendar periods: the fixed
+// window's script with calendar.lua's decide.
+var calendar = newScript(fixedWindowLua + calendarLua)
+
+// ForRule returns the script that executes r: its algorithm's, or for
+// calendar periods the calendar script. nil for an unknown algorithm.
+func ForRule(r *sluice.Rule) *Script {
+	if r.IsCalendar() {
+		return calendar
+	}
+	return For(r.Algorithm)
+}
+
+// CalendarParam is the parameter of a calendar rule's script, in place of
+// Args' third: the first instants of four periods around the Op's time, or
+// around clock when the server's TIME decides (sluice.Rule.CalendarBounds),
+// in microseconds, separated by spaces (see calendar.lua).
+func CalendarParam(op *sluice.Op, clock time.Time) string {
+	now := op.Now
+	if now.IsZero() {
+		now = clock
+	}
+	b := op.Rule.CalendarBounds(now)
+	buf := make([]byte, 0, 4*21)
+	for i, v := range b {
+		if i > 0 {
+			buf = append(buf, ' ')
+		}
+		buf = strconv.AppendInt(buf, v, 10)
+	}
+	return string(buf)
+}
+
+// clockSkew is the "allowed" a calendar script replies when the deciding
+// clock is outside the periods sent: Decode returns sluice.ErrClockSkew.
+const clockSkew = 2
 
 // ArgsPerKey is the number of ARGV of each key; ReplyPerKey the number of
 // integers of the reply for each key (see batch.lua).
@@ -99,6 +139,9 @@ var ErrReply = errors.New("reply out of range")
 // Decode turns the reply of one key (allowed, remaining, retry after and
 // reset after in microseconds, receipt) into its Result and receipt.
 func Decode(v [ReplyPerKey]int64) (sluice.Result, int64, error) {
+	if v[0] == clockSkew {
+		return sluice.Result{}, 0, sluice.ErrClockSkew
+	}
 	if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[2] < 0 || v[3] < 0 || v[4] <= 0 {
 		return sluice.Result{}, 0, fmt.Errorf("%w: %v", ErrReply, v)
 	}

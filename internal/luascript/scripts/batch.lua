@@ -1,7 +1,8 @@
 -- The driver of every script: one call decides any number of keys.
 -- KEYS[i]: the key of decision i.
 -- ARGV, 6 per key: now (microseconds; 0 = the server's TIME, read once per
---   call), limit, the algorithm's parameter, cost, flag, receipt (for a
+--   call), limit, the algorithm's parameter (a number, or for calendar
+--   periods a string of bounds, see calendar.lua), cost, flag, receipt (for a
 --   negative cost, the receipt of the take it refunds; else 0).
 -- Reply, 5 integers per key: allowed (1/0), remaining, retry_after_us,
 --   reset_after_us, receipt (what a refund of this decision passes back).
@@ -20,7 +21,7 @@ for i = 1, #KEYS do
     now = snow
   end
   local allowed, remaining, retry, reset, receipt = decide(KEYS[i], now,
-    tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), ARGV[b + 5],
+    tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]) or ARGV[b + 3], tonumber(ARGV[b + 4]), ARGV[b + 5],
     tonumber(ARGV[b + 6]))
   out[#out + 1] = allowed
   out[#out + 1] = remaining

@@ -13,8 +13,8 @@
 -- read once and written once, by flush: states[key] is {w, c}, or false for
 -- none; pending[key] the PEXPIRE to write, or 0 to delete.
 local states, pending = {}, {}
-local function decide(key, now, limit, window, cost, flag, receipt)
-  local idx = math.floor(now / window)
+-- decideSpan decides in the window [start, stop) named idx.
+local function decideSpan(key, now, idx, start, stop, limit, cost, flag, receipt)
   local st = states[key]
   if st == nil then
     local h = redis.call('HMGET', key, 'w', 'c')
@@ -23,11 +23,11 @@ local function decide(key, now, limit, window, cost, flag, receipt)
   end
   local c = 0
   if st and st[1] == idx then c = st[2] end
-  local reset = (idx + 1) * window - now
+  local reset = stop - now
   local allowed, retry, write = 0, 0, false
   if cost < 0 then
     allowed = 1
-    if c > 0 and math.floor(receipt / window) == idx then
+    if c > 0 and start <= receipt and receipt < stop then
       c = math.max(0, c + cost)
       if c > 0 then write = true else states[key], pending[key] = false, 0 end
     end
@@ -49,6 +49,11 @@ local function decide(key, now, limit, window, cost, flag, receipt)
   end
   if c == 0 then reset = 0 end
   return allowed, math.max(0, limit - c), retry, reset
+end
+
+local function decide(key, now, limit, window, cost, flag, receipt)
+  local idx = math.floor(now / window)
+  return decideSpan(key, now, idx, idx * window, (idx + 1) * window, limit, cost, flag, receipt)
 end
 
 local function flush() flushHashes({ 'w', 'c' }, states, pending) end

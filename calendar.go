@@ -1,0 +1,235 @@
+package sluice
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// CalendarUnit is the length of a calendar period: a civil day, an ISO week
+// (Monday to Sunday) or a month.
+type CalendarUnit uint8
+
+// The calendar units.
+const (
+	Day CalendarUnit = iota + 1
+	Week
+	Month
+)
+
+var calendarUnitNames = [...]string{Day: "day", Week: "week", Month: "month"}
+
+// String returns "day", "week" or "month".
+func (u CalendarUnit) String() string {
+	if int(u) < len(calendarUnitNames) && calendarUnitNames[u] != "" {
+		return calendarUnitNames[u]
+	}
+	return fmt.Sprintf("CalendarUnit(%d)", int(u))
+}
+
+// ParseCalendarUnit returns the unit named s: "day", "week" or "month".
+func ParseCalendarUnit(s string) (CalendarUnit, error) {
+	for u, name := range calendarUnitNames {
+		if name != "" && name == s {
+			return CalendarUnit(u), nil
+		}
+	}
+	return 0, invalid("unknown calendar period %q (want day, week or month)", s)
+}
+
+// Calendar is a period of the civil calendar in a time zone, for a
+// FixedWindow whose windows are calendar days, ISO weeks (starting on
+// Monday) or months rather than fixed durations. A period starts at the
+// first instant of its first day in Zone, so a day lasts 23 or 25 hours on
+// the days a zone's clocks change, and a zone whose clocks change at
+// midnight starts that day at 01:00 or at the first of two midnights.
+//
+// A monthly period renews on RenewalDay (1 to 31) of every month, clamped
+// to the month's last day: renewing on the 31st renews on February 28th
+// (29th in a leap year), April 30th, and so on. RenewalDay is 0 for days
+// and weeks.
+//
+// The zero Calendar (Unit 0) means no calendar: the FixedWindow's Window is
+// used instead. Zone must be set (time.UTC for UTC); programs that may run
+// without a system zone database should import time/tzdata, as cmd/sluice
+// does.
+type Calendar struct {
+	Unit       CalendarUnit
+	Zone       *time.Location
+	RenewalDay int
+}
+
+// IsZero reports whether c is the zero Calendar: no calendar.
+func (c Calendar) IsZero() bool { return c.Unit == 0 && c.Zone == nil && c.RenewalDay == 0 }
+
+// Validate reports whether c is a calendar period a limiter can enforce.
+func (c Calendar) Validate() error {
+	if c.Unit < Day || c.Unit > Month {
+		return invalid("Calendar.Unit must be Day, Week or Month, got %v", c.Unit)
+	}
+	if c.Zone == nil {
+		return invalid("Calendar.Zone must be set (time.UTC for UTC)")
+	}
+	if c.Unit == Month {
+		if c.RenewalDay < 1 || c.RenewalDay > 31 {
+			return invalid("Calendar.RenewalDay must be 1 to 31 for a monthly period, got %d", c.RenewalDay)
+		}
+	} else if c.RenewalDay != 0 {
+		return invalid("Calendar.RenewalDay is only for monthly periods, not a %v", c.Unit)
+	}
+	return nil
+}
+
+// String describes c, such as "month from the 31st in Europe/Paris".
+func (c Calendar) String() string {
+	zone := "<nil>"
+	if c.Zone != nil {
+		zone = c.Zone.String()
+	}
+	if c.Unit == Month {
+		return fmt.Sprintf("month from day %d in %s", c.RenewalDay, zone)
+	}
+	return c.Unit.String() + " in " + zone
+}
+
+// nominal is the length a period of c is shown as: 24 hours, 7 days or 31
+// days (the longest month); the real period may differ by a clock change.
+func (c Calendar) nominal() time.Duration {
+	switch c.Unit {
+	case Week:
+		return 7 * 24 * time.Hour
+	case Month:
+		return 31 * 24 * time.Hour
+	}
+	return 24 * time.Hour
+}
+
+// longest bounds the length of any period of c, with room for the largest
+// change of a zone's offset the zone database holds (a day skipped or
+// repeated when a zone crossed the date line).
+func (c Calendar) longest() time.Duration { return c.nominal() + 48*time.Hour }
+
+// civil is a date of the proleptic Gregorian calendar.
+type civil struct {
+	y int
+	m time.Month
+	d int
+}
+
+// norm normalizes a date whose day or month may be out of range, as
+// time.Date does (January 32nd is February 1st).
+func norm(y int, m time.Month, d int) civil {
+	y, m, d = time.Date(y, m, d, 12, 0, 0, 0, time.UTC).Date()
+	return civil{y, m, d}
+}
+
+func daysIn(y int, m time.Month) int { return time.Date(y, m+1, 0, 12, 0, 0, 0, time.UTC).Day() }
+
+// first is the first day of the period of c that holds the date t.
+func (c Calendar) first(t civil) civil {
+	switch c.Unit {
+	case Week:
+		wd := int(time.Date(t.y, t.m, t.d, 12, 0, 0, 0, time.UTC).Weekday())
+		return norm(t.y, t.m, t.d-(wd+6)%7) // ISO: Monday starts the week
+	case Month:
+		if r := min(c.RenewalDay, daysIn(t.y, t.m)); t.d >= r {
+			return civil{t.y, t.m, r}
+		}
+		p := norm(t.y, t.m-1, 1)
+		return civil{p.y, p.m, min(c.RenewalDay, daysIn(p.y, p.m))}
+	}
+	return t
+}
+
+// after is the first day of the period after the one that starts on p (a
+// first day).
+func (c Calendar) after(p civil) civil {
+	switch c.Unit {
+	case Week:
+		return norm(p.y, p.m, p.d+7)
+	case Month:
+		n := norm(p.y, p.m+1, 1)
+		return civil{n.y, n.m, min(c.RenewalDay, daysIn(n.y, n.m))}
+	}
+	return norm(p.y, p.m, p.d+1)
+}
+
+// start returns the first instant of the date d in c.Zone. time.Date alone
+// does not say which when midnight is skipped or repeated by a clock
+// change; this does: the earliest instant whose date is d.
+func (c Calendar) start(d civil) time.Time {
+	loc := c.Zone
+	t := time.Date(d.y, d.m, d.d, 0, 0, 0, 0, loc)
+	if ty, tm, td := t.In(loc).Date(); (civil{ty, tm, td}) != d {
+		// Midnight was skipped: t fell before it, on the previous day. The
+		// day begins at the clock change that skipped it.
+		_, end := t.ZoneBounds()
+		return end
+	}
+	if h, mi, s := t.In(loc).Clock(); h != 0 || mi != 0 || s != 0 || t.Nanosecond() != 0 {
+		// Midnight was skipped, and t is after the change: the day began
+		// with the change.
+		zs, _ := t.ZoneBounds()
+		return zs
+	}
+	// Midnight exists. It may exist twice (clocks went back to midnight):
+	// the earlier one starts the day.
+	for _, off := range []time.Duration{-time.Hour, -2 * time.Hour, -30 * time.Minute} {
+		e := t.Add(off)
+		ey, em, ed := e.In(loc).Date()
+		if h, mi, s := e.In(loc).Clock(); (civil{ey, em, ed}) == d && h == 0 && mi == 0 && s == 0 {
+			return e
+		}
+	}
+	return t
+}
+
+// Span returns the period of c that holds t: its first instant and the
+// first instant of the next period.
+func (c Calendar) Span(t time.Time) (start, end time.Time) {
+	y, m, d := t.In(c.Zone).Date()
+	f := c.first(civil{y, m, d})
+	return c.start(f), c.start(c.after(f))
+}
+
+// bounds returns the first instants of four consecutive periods of c, in
+// microseconds since the Unix epoch: the one before the period that holds
+// t, that period, and the two after. A store picks among them with its own
+// clock, which then may differ from t by up to a period.
+func (c Calendar) bounds(t time.Time) [4]int64 {
+	// From instants, not dates: a date a zone skipped (Apia's December
+	// 30th, 2011) is no period.
+	s1, s2 := c.Span(t)
+	s0, _ := c.Span(s1.Add(-time.Nanosecond))
+	_, s3 := c.Span(s2)
+	return [4]int64{s0.UnixMicro(), s1.UnixMicro(), s2.UnixMicro(), s3.UnixMicro()}
+}
+
+// calendarName is the default limiter name of a FixedWindow with calendar
+// periods, such as "fw-1000-day-America.Los_Angeles" or
+// "fw-50-month31-Europe.Paris": the zone's '/' becomes '.' and '+' becomes
+// 'p'; a name over 64 characters ends with a hash of the zone instead.
+func calendarName(short string, limit int64, c Calendar) string {
+	head := short + "-" + strconv.FormatInt(limit, 10) + "-" + c.Unit.String()
+	if c.Unit == Month {
+		head += strconv.Itoa(c.RenewalDay)
+	}
+	zone := []byte(c.Zone.String())
+	for i, b := range zone {
+		switch {
+		case b == '/':
+			zone[i] = '.'
+		case b == '+':
+			zone[i] = 'p'
+		case !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '.' || b == '-'):
+			zone[i] = '_'
+		}
+	}
+	if name := head + "-" + string(zone); len(name) <= 64 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(c.Zone.String()))
+	return head + "-" + hex.EncodeToString(sum[:8])
+}
