@@ -2,6 +2,8 @@ package sluicetest
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -152,3 +154,44 @@ func (h Harness) keyTTL(t testing.TB, key string) (time.Duration, bool) {
 	ttl, ok := h.TTLs(t, key)[key]
 	return ttl, ok
 }
+
+// RunDifferentialCalendar runs random operations on calendar quotas of
+// the conformance suite's zones and periods, at instants drawn around
+// their period edges, on memstore and on h.Store: every Result and receipt
+// must be identical.
+func RunDifferentialCalendar(t *testing.T, h Harness) {
+	d := NewDiffer(t, h.Store)
+	prefix := Prefix(t)
+	rng := rand.New(rand.NewPCG(3, 5))
+	for ci, cc := range CalendarCases {
+		p := cc.Policy(t, int64(1+rng.IntN(4)))
+		p.CountRejected = rng.IntN(2) == 0
+		rule, err := p.Rule()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, start, end := cc.Times(t)
+		now := start.Add(-time.Hour)
+		for i := range 60 {
+			key := sluice.Key(prefix, fmt.Sprintf("c%d", ci), rule, fmt.Sprint(rng.IntN(2)))
+			switch rng.IntN(4) {
+			case 0:
+				now = now.Add(time.Microsecond)
+			case 1: // to an edge, or just before it
+				edge := [...]time.Time{start, end}[rng.IntN(2)]
+				now = edge.Add(-time.Duration(rng.IntN(2)) * time.Microsecond)
+			default:
+				now = now.Add(time.Duration(rng.Int64N(int64(3 * time.Hour))))
+			}
+			cost := int64(rng.IntN(int(rule.Limit) + 1))
+			var receipt int64
+			if rng.IntN(6) == 0 {
+				cost = -1
+				receipt = d.Receipt(key, rng.IntN(8)-1, now)
+			}
+			d.Step(fmt.Sprintf("%s op %d (%v, cost %d, at %v)", cc.Name, i, rule, cost, now),
+				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now, Receipt: receipt})
+		}
+	}
+}
+

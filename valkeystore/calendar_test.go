@@ -3,56 +3,18 @@ package valkeystore_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/valkeytest"
-	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/valkeystore"
 )
 
-// TestDifferentialCalendar runs random operations on calendar quotas of
-// the conformance suite's zones and periods, at instants drawn around
-// their period edges, on memstore and on Valkey: every Result and receipt
-// must be identical.
+// TestDifferentialCalendar: see sluicetest.RunDifferentialCalendar.
 func TestDifferentialCalendar(t *testing.T) {
-	c := valkeytest.Shared(t).Client(t)
-	d := &differ{t: t, mem: memstore.New(), vk: newStore(t, c), prefix: sluicetest.Prefix(t)}
-	rng := rand.New(rand.NewPCG(3, 5))
-	for ci, cc := range sluicetest.CalendarCases {
-		p := cc.Policy(t, int64(1+rng.IntN(4)))
-		p.CountRejected = rng.IntN(2) == 0
-		rule, err := p.Rule()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, start, end := cc.Times(t)
-		now := start.Add(-time.Hour)
-		for i := range 60 {
-			key := sluice.Key(d.prefix, fmt.Sprintf("c%d", ci), rule, fmt.Sprint(rng.IntN(2)))
-			switch rng.IntN(4) {
-			case 0:
-				now = now.Add(time.Microsecond)
-			case 1: // to an edge, or just before it
-				edge := [...]time.Time{start, end}[rng.IntN(2)]
-				now = edge.Add(-time.Duration(rng.IntN(2)) * time.Microsecond)
-			default:
-				now = now.Add(time.Duration(rng.Int64N(int64(3 * time.Hour))))
-			}
-			cost := int64(rng.IntN(int(rule.Limit) + 1))
-			var receipt int64
-			if rng.IntN(6) == 0 {
-				cost = -1
-				receipt = d.receipt(key, rng.IntN(8)-1, now)
-			}
-			d.step(fmt.Sprintf("%s op %d (%v, cost %d, at %v)", cc.Name, i, rule, cost, now),
-				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now, Receipt: receipt})
-		}
-	}
+	sluicetest.RunDifferentialCalendar(t, harness(t, valkeytest.Shared(t).Client(t)))
 }
 
 // TestCalendarServerClock checks that without a client clock the script
