@@ -194,4 +194,3 @@ func RunDifferentialCalendar(t *testing.T, h Harness) {
 		}
 	}
 }
-
