@@ -102,12 +102,13 @@ func WithShadow(on bool) Option {
 }
 
 // WithDenyCache turns the local deny cache on or off (default on). Once the
-// store refuses a key with RetryAfter T, the limiter refuses that key (for
-// the same cost or more) locally until T, without a round trip: a client
-// hammering a refused key costs the store nothing. It is exact except after
-// a Reset, an AllowAll refund or a limit change made by another process,
-// which the cache cannot see (turn it off if that matters more than the
-// round trips). A policy with CountRejected never uses it.
+// store refuses a key, the limiter answers later requests for that key
+// locally, without a round trip, while the store's answer follows from that
+// refusal (the same Result, every field); other requests go to the store. A
+// client hammering a refused key costs the store nothing. It is exact
+// except after a Reset, an AllowAll refund or a limit change made by
+// another process, which the cache cannot see (turn it off if that matters
+// more than the round trips). A policy with CountRejected never uses it.
 func WithDenyCache(on bool) Option {
 	return optionFunc(func(c *config) { c.noDeny = !on })
 }
