@@ -10,6 +10,7 @@ bash scripts/install-valkey.sh
 bash scripts/install-systemd-analyze.sh
 bash scripts/install-proxies.sh
 bash scripts/install-chromium.sh
+bash scripts/install-promtool.sh
 export PATH="$PATH:/usr/sbin:/usr/bin"
 valkey-server --version
 

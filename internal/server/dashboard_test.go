@@ -52,3 +52,34 @@ func TestUIState(t *testing.T) {
 		t.Errorf("after a rejected reload: %+v", st.Config)
 	}
 }
+
+// TestDecisionTimeoutGauge: each limiter's timeout is exported, and follows
+// a reload.
+func TestDecisionTimeoutGauge(t *testing.T) {
+	s, ts := newTestServer(t, "valkey: {timeout: 80ms}\npolicies:\n  - {name: a, algorithm: gcra, burst: 1, rate: 1/s}\n  - {name: b, algorithm: gcra, burst: 1, rate: 1/s, timeout: 5ms}\n")
+	m := do(t, "GET", ts.URL+"/metrics", "").raw
+	for _, want := range []string{`sluice_server_decision_timeout_seconds{limiter="a.gcra"} 0.08`, `sluice_server_decision_timeout_seconds{limiter="b.gcra"} 0.005`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(cfg, []byte("policies:\n  - {name: c, algorithm: gcra, burst: 1, rate: 1/s}\n"), 0o644)
+	if err := s.Reload(cfg, "test"); err != nil {
+		t.Fatal(err)
+	}
+	m = do(t, "GET", ts.URL+"/metrics", "").raw
+	if !strings.Contains(m, `sluice_server_decision_timeout_seconds{limiter="c.gcra"} 0.05`) || strings.Contains(m, `limiter="a.gcra"} 0.08`) {
+		t.Errorf("after the reload: %s", grepMetric(m, "sluice_server_decision_timeout_seconds"))
+	}
+}
+
+func grepMetric(m, name string) string {
+	var out []string
+	for _, l := range strings.Split(m, "\n") {
+		if strings.HasPrefix(l, name) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -18,6 +18,9 @@ type metrics struct {
 	reloadOK     prometheus.Gauge
 	loadedAt     prometheus.Gauge
 	policies     prometheus.Gauge
+	// timeouts is each limiter's decision timeout, so that alerts compare
+	// its latency with its own budget.
+	timeouts *prometheus.GaugeVec
 }
 
 func newRegistry() *prometheus.Registry {
@@ -64,13 +67,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_server_config_loaded_timestamp_seconds",
 			Help: "Unix time the configuration being served was applied.",
 		}),
+		timeouts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_server_decision_timeout_seconds",
+			Help: "Each limiter's decision timeout: past it, the policy's on_failure decides (deploy/prometheus's alert compares the decision p99 with it).",
+		}, []string{"limiter"}),
 		policies: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_server_policies",
 			Help: "Policies in the configuration being served.",
 		}),
 	}
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.grpcRequests,
-		m.reloads, m.reloadOK, m.loadedAt, m.policies, buildInfoGauge(buildinfo.Read()))
+		m.reloads, m.reloadOK, m.loadedAt, m.policies, m.timeouts, buildInfoGauge(buildinfo.Read()))
 	m.reloadOK.Set(1)
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")

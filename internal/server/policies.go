@@ -41,10 +41,7 @@ func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
 			Name: c.Name, Algorithm: c.Algorithm.String(), Limit: c.Limit, Rule: p.limiter.Rule().String(),
 			OnFailure: map[sluice.FailMode]string{sluice.FailOpen: "allow", sluice.FailClosed: "deny"}[c.FailMode],
 			Shadow:    c.Shadow, Headers: c.Headers.Names(), Description: c.Description, Envoy: c.Envoy, Domain: c.Domain,
-			Timeout: sluice.DefaultTimeout.String(),
-		}
-		if c.Timeout > 0 {
-			info.Timeout = c.Timeout.String()
+			Timeout: decisionTimeout(c).String(),
 		}
 		if c.Algorithm.Rated() {
 			info.Rate = fmt.Sprintf("%g/%s", c.Params.Rate, unitName(c.Params.Per))

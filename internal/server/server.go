@@ -186,6 +186,10 @@ func (s *Server) Apply(cfg *config.Config) error {
 	s.state.Store(st)
 	s.envoyStats.overrides.Set(0)
 	s.metrics.policies.Set(float64(len(st.order)))
+	s.metrics.timeouts.Reset()
+	for _, p := range st.order {
+		s.metrics.timeouts.WithLabelValues(p.cfg.Limiter).Set(decisionTimeout(p.cfg).Seconds())
+	}
 	s.metrics.loadedAt.Set(float64(st.loadedAt.Unix()))
 	return nil
 }
@@ -232,9 +236,7 @@ func (s *Server) build(cfg *config.Config) (*state, error) {
 			sluice.WithLogger(s.log),
 			sluice.WithObserver(s.obs),
 		}
-		if p.Timeout > 0 {
-			opts = append(opts, sluice.WithTimeout(p.Timeout))
-		}
+		opts = append(opts, sluice.WithTimeout(decisionTimeout(p)))
 		lim, err := sluice.New(s.opts.Store, p.Policy, append(opts, sluice.WithShadow(p.Shadow))...)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: policy %q: %w", cfg.Source, p.Line, p.Name, err)
@@ -290,3 +292,13 @@ func (s *Server) Ready(ctx context.Context) error {
 
 // Registry returns the registry the server's metrics are in.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// decisionTimeout is the time a decision of p may take before its
+// on_failure decides: its own timeout, else the valkey section's (applied
+// by config), else sluice.DefaultTimeout.
+func decisionTimeout(p *config.Policy) time.Duration {
+	if p.Timeout > 0 {
+		return p.Timeout
+	}
+	return sluice.DefaultTimeout
+}
