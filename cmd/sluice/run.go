@@ -24,7 +24,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "answer rate-limit decisions over HTTP JSON and Envoy gRPC", runServe},
-		{"validate-config", "check configuration files and exit non-zero on errors", withoutEnv(runValidate)},
+		{"validate-config", "check configuration files and exit non-zero on errors", runValidate},
 		{"bench", "load a Valkey or Valkey Cluster with decisions", withoutEnv(runBench)},
 		{"verify", "prove this deployment limits as promised, against its own Valkey", runVerify},
 		{"doctor", "check what makes limits wrong or fragile in this deployment's Valkey", runDoctor},

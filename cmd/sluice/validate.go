@@ -4,24 +4,34 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/memstore"
 )
 
-const validateUsage = `usage: sluice validate-config [--merge-domains] FILE|DIR [FILE|DIR...]
+const validateUsage = `usage: sluice validate-config [--secrets] [--merge-domains] FILE|DIR [FILE|DIR...]
 
 Checks each configuration file as sluice serve would load it and reports
 every problem with file:line:column. A directory is read as
 envoyproxy/ratelimit's configuration directory (every file one domain).
-Exit code 0 when all are valid, 1 when one is not.
+With --secrets it also reads, from this environment and file system, the
+secrets the file names, as sluice serve does when it starts, and reports
+what serve would refuse: an admin token missing or shorter than 16
+characters, a Valkey password or TLS file that cannot be read. Exit code 0
+when all are valid, 1 when one is not.
+
+flags:
 `
 
 // runValidate checks each file given and reports every problem with
 // file:line. Exit code 0 when all files are valid, 1 when one is not, 2 for
 // bad usage.
-func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int {
+func runValidate(_ context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
 	fs := newFlags("validate-config")
+	secrets := fs.Bool("secrets", false, "also read the secrets the file names (admin token, Valkey password, TLS files) as serve does at start")
 	merge := fs.Bool("merge-domains", false, "in a directory, let several files define one domain (MERGE_DOMAIN_CONFIG)")
 	if code, ok := parseFlags(fs, validateUsage, args, stdout, stderr); !ok {
 		return code
@@ -47,7 +57,36 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 				store = "valkey (addresses from --valkey)"
 			}
 		}
+		if *secrets {
+			if errs := startChecks(cfg, env); len(errs) > 0 {
+				for _, err := range errs {
+					fmt.Fprintf(stderr, "sluice serve would refuse to start: %v\n", err)
+				}
+				code = 1
+				continue
+			}
+			store += ", secrets readable"
+		}
 		fmt.Fprintf(stdout, "%s: ok: %d policies, %d domains, %s\n", name, len(cfg.Policies), len(cfg.Domains), store)
 	}
 	return code
+}
+
+// startChecks runs what sluice serve runs on a configuration when it
+// starts, besides connecting and listening: the Valkey client's options
+// (password, TLS files) and the server itself (its limiters and the admin
+// token), with env as the environment.
+func startChecks(cfg *config.Config, env func(string) (string, bool)) []error {
+	var errs []error
+	if cfg.Valkey != nil {
+		if _, err := server.ClientOption(cfg.Valkey, env); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", cfg.Source, err))
+		}
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// New's errors name the file already.
+	if _, err := server.New(cfg, server.Options{Store: memstore.New(), Env: env, Logger: quiet}); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
 }
