@@ -11,12 +11,12 @@ import (
 
 // Decoding and validation of named policies.
 
-var policyFields = []string{"name", "algorithm", "limit", "window", "burst", "rate", "count_rejected",
-	"on_failure", "shadow", "headers", "timeout", "description", "show_keys"}
+var policyFields = []string{"name", "algorithm", "limit", "window", "period", "zone", "renewal_day",
+	"burst", "rate", "count_rejected", "on_failure", "shadow", "headers", "timeout", "description", "show_keys"}
 
 // fieldsFor lists the fields each algorithm uses.
 var fieldsFor = map[sluice.Algorithm][]string{
-	sluice.AlgorithmFixedWindow:   {"limit", "window"},
+	sluice.AlgorithmFixedWindow:   {"limit", "window", "period", "zone", "renewal_day"},
 	sluice.AlgorithmSlidingWindow: {"limit", "window"},
 	sluice.AlgorithmSlidingLog:    {"limit", "window", "count_rejected"},
 	sluice.AlgorithmTokenBucket:   {"burst", "rate"},
@@ -51,14 +51,21 @@ func (d *decoder) policy(n *yaml.Node, c *Config, defaultTimeout time.Duration) 
 		return nil
 	}
 	p.Algorithm = alg
-	for _, name := range []string{"limit", "window", "burst", "rate", "count_rejected"} {
+	for _, name := range []string{"limit", "window", "period", "zone", "renewal_day", "burst", "rate", "count_rejected"} {
 		if x, ok := f[name]; ok && !contains(fieldsFor[alg], name) {
 			d.errorf(x.key, "policy %q: %s is not used by %v (it takes %s)", p.Name, name, alg, strings.Join(fieldsFor[alg], ", "))
 		}
 	}
 	for _, name := range fieldsFor[alg] {
-		if _, ok := f[name]; !ok && name != "count_rejected" {
+		if _, ok := f[name]; !ok && !optionalFields[name] && !(alg == sluice.AlgorithmFixedWindow && name == "window") {
 			d.errorf(n, "policy %q: %s needs %s", p.Name, alg, name)
+		}
+	}
+	if alg == sluice.AlgorithmFixedWindow {
+		_, w := f["window"]
+		_, per := f["period"]
+		if w == per {
+			d.errorf(n, "policy %q: %s needs window (a duration) or period (day, week or month), one of them", p.Name, alg)
 		}
 	}
 	get := func(name string) *yaml.Node {
@@ -80,6 +87,7 @@ func (d *decoder) policy(n *yaml.Node, c *Config, defaultTimeout time.Duration) 
 	if x := get("window"); x != nil {
 		window = d.duration(x, "window", sluice.MinWindow, 400*24*time.Hour)
 	}
+	cal := d.calendar(f, p.Name)
 	if x := get("rate"); x != nil {
 		if s, ok := d.scalar(x, "rate"); ok {
 			var err error
@@ -126,7 +134,7 @@ func (d *decoder) policy(n *yaml.Node, c *Config, defaultTimeout time.Duration) 
 	if len(d.errs) > errsBefore {
 		return nil
 	}
-	p.Params = sluice.Params{Limit: limit, Window: window, Rate: rate, Per: per, CountRejected: countRejected}
+	p.Params = sluice.Params{Limit: limit, Window: window, Rate: rate, Per: per, Calendar: cal, CountRejected: countRejected}
 	pol, err := alg.Policy(p.Params)
 	if err != nil {
 		d.errorf(n, "policy %q: %s", p.Name, strings.TrimPrefix(err.Error(), sluice.ErrInvalidPolicy.Error()+": "))
@@ -136,6 +144,52 @@ func (d *decoder) policy(n *yaml.Node, c *Config, defaultTimeout time.Duration) 
 	p.Limit = limit
 	p.Limiter = p.Name + "." + alg.String()
 	return p
+}
+
+// optionalFields are the fields an algorithm may go without (a fixed window
+// takes a window or a period).
+var optionalFields = map[string]bool{"count_rejected": true, "period": true, "zone": true, "renewal_day": true}
+
+// calendar decodes a fixed window's calendar period: period (day, week or
+// month), zone (an IANA time zone, required with a period) and
+// renewal_day (1 to 31, months only, default 1).
+func (d *decoder) calendar(f map[string]field, policy string) sluice.Calendar {
+	var c sluice.Calendar
+	x, ok := f["period"]
+	if !ok {
+		for _, name := range []string{"zone", "renewal_day"} {
+			if y, ok := f[name]; ok {
+				d.errorf(y.key, "policy %q: %s is for a calendar period: set period (day, week or month)", policy, name)
+			}
+		}
+		return c
+	}
+	u, err := sluice.ParseCalendarUnit(d.str(x.val, "period"))
+	if err != nil {
+		d.errorf(x.val, "policy %q: period: %s", policy, strings.TrimPrefix(err.Error(), sluice.ErrInvalidPolicy.Error()+": "))
+	}
+	c.Unit = u
+	if z, ok := f["zone"]; ok {
+		name := d.str(z.val, "zone")
+		loc, err := time.LoadLocation(name)
+		if err != nil || name == "" || name == "Local" {
+			d.errorf(z.val, "policy %q: zone: unknown time zone %q (want an IANA name such as Europe/Paris, or UTC)", policy, name)
+		}
+		c.Zone = loc
+	} else {
+		d.errorf(x.key, "policy %q: a period needs zone (an IANA time zone such as America/Los_Angeles, or UTC)", policy)
+	}
+	if r, ok := f["renewal_day"]; ok {
+		if u != sluice.Month {
+			d.errorf(r.key, "policy %q: renewal_day is only for period: month", policy)
+		} else {
+			day, _ := d.integer(r.val, "renewal_day", 1, 31)
+			c.RenewalDay = int(day)
+		}
+	} else if u == sluice.Month {
+		c.RenewalDay = 1
+	}
+	return c
 }
 
 func (d *decoder) headers(n *yaml.Node) Headers {

@@ -136,6 +136,9 @@ func edgeOffsets(rule sluice.Rule) (delta time.Duration, after int64, what strin
 	switch rule.Algorithm {
 	case sluice.AlgorithmFixedWindow:
 		delta = min(2*time.Millisecond, rule.Window/10).Truncate(time.Microsecond)
+		if rule.IsCalendar() {
+			delta = 2 * time.Millisecond
+		}
 		return delta, rule.Limit, "a new window allows the whole limit again"
 	case sluice.AlgorithmSlidingLog:
 		delta = min(2*time.Millisecond, rule.Window/10).Truncate(time.Microsecond)
@@ -166,7 +169,9 @@ func (r *run) boundaries(ctx context.Context, p *config.Policy, chk *Check) {
 	delta, wantAfter, why := edgeOffsets(rule)
 	now := nowMicro()
 	var edge time.Time
-	if rule.Window > 0 {
+	if rule.IsCalendar() {
+		_, edge = rule.Span(now) // the end of this calendar period
+	} else if rule.Window > 0 {
 		w := rule.Window.Microseconds()
 		edge = time.UnixMicro((now.UnixMicro()/w + 2) * w)
 	} else {

@@ -1,0 +1,67 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+func TestCalendarPolicy(t *testing.T) {
+	const y = `
+policies:
+  - {name: daily, algorithm: fixed_window, limit: 10000, period: day, zone: America/Los_Angeles}
+  - {name: monthly, algorithm: fixed_window, limit: 50, period: month, zone: Europe/Paris, renewal_day: 31}
+  - {name: firsts, algorithm: fixed_window, limit: 5, period: month, zone: UTC}
+  - {name: weekly, algorithm: fixed_window, limit: 7, period: week, zone: Asia/Kathmandu}
+`
+	c, err := Parse("x.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"daily":   "fixed_window(limit=10000, period=day in America/Los_Angeles)",
+		"monthly": "fixed_window(limit=50, period=month from day 31 in Europe/Paris)",
+		"firsts":  "fixed_window(limit=5, period=month from day 1 in UTC)",
+		"weekly":  "fixed_window(limit=7, period=week in Asia/Kathmandu)",
+	} {
+		r, err := c.Policy(name).Policy.Rule()
+		if err != nil || r.String() != want {
+			t.Errorf("%s: %v %v, want %s", name, r, err, want)
+		}
+	}
+	if w := c.Policy("daily").Window(); w != 24*time.Hour {
+		t.Errorf("daily window %v", w)
+	}
+	if c.Policy("daily").Params.Calendar.Unit != sluice.Day {
+		t.Errorf("daily params %+v", c.Policy("daily").Params)
+	}
+}
+
+func TestCalendarErrors(t *testing.T) {
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"unknown zone", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, period: day, zone: Mars/Olympus}\n", `bad.yaml:2:69: policy "a": zone: unknown time zone "Mars/Olympus"`},
+		{"Local zone", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, period: day, zone: Local}\n", `zone: unknown time zone "Local"`},
+		{"no zone", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, period: day}\n", `policy "a": a period needs zone`},
+		{"renewal day 0", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, period: month, zone: UTC, renewal_day: 0}\n", `renewal_day must be between 1 and 31, got 0`},
+		{"renewal day 32", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, period: month, zone: UTC, renewal_day: 32}\n", `renewal_day must be between 1 and 31, got 32`},
+		{"renewal day on a day", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, period: day, zone: UTC, renewal_day: 3}\n", `renewal_day is only for period: month`},
+		{"bad period", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, period: fortnight, zone: UTC}\n", `period: unknown calendar period "fortnight"`},
+		{"window and period", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1h, period: day, zone: UTC}\n", `needs window (a duration) or period`},
+		{"neither", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1}\n", `needs window (a duration) or period`},
+		{"zone without period", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1h, zone: UTC}\n", `zone is for a calendar period`},
+		{"period on gcra", "policies:\n  - {name: a, algorithm: gcra, burst: 1, rate: 1/s, period: day, zone: UTC}\n", `period is not used by gcra`},
+		{"period on sliding window", "policies:\n  - {name: a, algorithm: sliding_window, limit: 1, window: 1s, period: day, zone: UTC}\n", `period is not used by sliding_window`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse("bad.yaml", []byte(tc.yaml))
+			if err == nil {
+				t.Fatalf("accepted: %+v", c)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error:\n%v\nwant it to contain:\n%s", err, tc.want)
+			}
+		})
+	}
+}
