@@ -69,6 +69,23 @@ func (r *refusedKeys) of(p *config.Policy) *refusedPolicy {
 	return rp
 }
 
+// retain forgets the counts of policies that are no longer configured (a
+// reload removed them), so that memory stays bounded by the policies in
+// force.
+func (r *refusedKeys) retain(policies []*policy) {
+	keep := make(map[string]bool, len(policies))
+	for _, p := range policies {
+		keep[p.cfg.Name] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name := range r.by {
+		if !keep[name] {
+			delete(r.by, name)
+		}
+	}
+}
+
 // note counts key if res is a refusal the store decided (a shadowed one
 // too: it shows what the limit would refuse). Degraded refusals say
 // nothing about the key.

@@ -113,3 +113,27 @@ func TestShowKeysConfig(t *testing.T) {
 		t.Errorf("show_keys: plain: %v", err)
 	}
 }
+
+// TestTopRefusedForgetsRemovedPolicies: a reload that removes a policy
+// drops its counts.
+func TestTopRefusedForgetsRemovedPolicies(t *testing.T) {
+	s, ts := newTestServer(t, refusedYAML)
+	for range 3 {
+		do(t, "POST", ts.URL+"/v1/check", `{"policy":"raw","key":"a"}`)
+		do(t, "POST", ts.URL+"/v1/check", `{"policy":"hashed","key":"a"}`)
+	}
+	cfg, err := config.Parse("t.yaml", []byte("admin: {token_env: SLUICE_TEST_TOKEN}\npolicies:\n  - {name: raw, algorithm: fixed_window, limit: 1, window: 1h, show_keys: raw}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	s.refused.mu.Lock()
+	_, hashed := s.refused.by["hashed"]
+	_, raw := s.refused.by["raw"]
+	s.refused.mu.Unlock()
+	if hashed || !raw {
+		t.Errorf("after the reload: hashed kept %v, raw kept %v", hashed, raw)
+	}
+}

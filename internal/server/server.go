@@ -185,6 +185,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 	}
 	s.state.Store(st)
 	s.envoyStats.overrides.Set(0)
+	s.refused.retain(st.order)
 	s.metrics.policies.Set(float64(len(st.order)))
 	s.metrics.timeouts.Reset()
 	for _, p := range st.order {
