@@ -25,7 +25,10 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 		}
 		if !st.authorized(strings.TrimSpace(token)) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice", error="invalid_token"`)
-			s.log.Warn("admin request with a wrong token", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+			if ok, held := s.wrongToken.allow(); ok {
+				s.log.Warn("admin request with a wrong token (logged at most every 10s)", "method", r.Method, "path", r.URL.Path,
+					"remote", r.RemoteAddr, "not_logged_since_last", held)
+			}
 			problem(w, http.StatusUnauthorized, "the admin token is wrong")
 			return
 		}

@@ -78,6 +78,7 @@ type Server struct {
 	refused    *refusedKeys
 	// lastReload is the last Reload's outcome; nil before the first.
 	lastReload atomic.Pointer[reloadResult]
+	wrongToken logThrottle // admin requests with a wrong token
 	state      atomic.Pointer[state]
 	applyMu    sync.Mutex
 	// lastSum is the SHA-256 of the configuration file being served.
@@ -124,7 +125,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if opts.StoreName == "" {
 		opts.StoreName = "unknown"
 	}
-	s := &Server{opts: opts, log: opts.Logger, refused: newRefusedKeys()}
+	s := &Server{opts: opts, log: opts.Logger, refused: newRefusedKeys(), wrongToken: logThrottle{interval: 10 * time.Second}}
 	s.reg = opts.Registry
 	if s.reg == nil {
 		s.reg = newRegistry()

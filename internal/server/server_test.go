@@ -430,3 +430,42 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+// TestAdminWrongTokenLogThrottled: a flood of wrong admin tokens writes one
+// WARN line per 10s, not one per request, each saying how many it held back.
+func TestAdminWrongTokenLogThrottled(t *testing.T) {
+	cfg, err := config.Parse("test.yaml", []byte(testYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewJSONHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	s, err := New(cfg, Options{Store: memstore.New(), StoreName: "memory", Logger: logger, Env: testEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handler()
+	for range 6000 {
+		req := httptest.NewRequest("GET", "/v1/keys/login/k", nil)
+		req.Header.Set("Authorization", "Bearer wrong-token-0123456789")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 401 {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), "wrong token"); n != 1 {
+		t.Errorf("%d log lines for 6000 wrong tokens in well under 10s, want 1:\n%s", n, logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
