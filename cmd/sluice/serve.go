@@ -215,7 +215,7 @@ func listen(srv *server.Server, cfg *config.Config, f *serveFlags, logger *slog.
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      15 * time.Second,
 		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    32 << 10,
+		MaxHeaderBytes:    server.HeaderReadLimit, // the handler answers past server.MaxHeaderBytes
 		ErrorLog:          log.New(slogWriter{logger}, "", 0),
 	}}
 	if grpcAddr != "off" {

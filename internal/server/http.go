@@ -60,7 +60,40 @@ func (s *Server) Handler() http.Handler {
 	route("/", "not_found", func(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
 	})
-	return mux
+	tooLarge := s.instrument("headers_too_large", func(w http.ResponseWriter, r *http.Request) {
+		problem(w, http.StatusRequestHeaderFieldsTooLarge,
+			fmt.Sprintf("the request's header fields take more than %d bytes", MaxHeaderBytes))
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if headerBytes(r) > MaxHeaderBytes {
+			tooLarge.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// MaxHeaderBytes is the most a request's header fields may take (names,
+// values and their separators, Host included): larger requests are
+// answered 431 as problem+json. The http.Server's own MaxHeaderBytes must
+// be larger (sluice serve uses HeaderReadLimit), since net/http answers
+// what exceeds it in plain text before any handler runs.
+const MaxHeaderBytes = 32 << 10
+
+// HeaderReadLimit is the http.Server's MaxHeaderBytes for Handler: net/http's
+// default, 1 MiB, far above MaxHeaderBytes.
+const HeaderReadLimit = http.DefaultMaxHeaderBytes
+
+// headerBytes is the size of r's header fields as sent: "Name: value\r\n"
+// each.
+func headerBytes(r *http.Request) int {
+	n := len("Host: \r\n") + len(r.Host)
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
 }
 
 // statusWriter records the status code for metrics.

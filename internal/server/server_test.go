@@ -469,3 +469,29 @@ func TestAdminWrongTokenLogThrottled(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestHeaderTooLarge: header fields past MaxHeaderBytes get 431 as
+// problem+json, through an http.Server configured as sluice serve's.
+func TestHeaderTooLarge(t *testing.T) {
+	s, _ := newTestServer(t, testYAML)
+	ts := httptest.NewUnstartedServer(s.Handler())
+	ts.Config.MaxHeaderBytes = HeaderReadLimit
+	ts.Start()
+	defer ts.Close()
+	for _, tc := range []struct {
+		size int
+		code int
+	}{
+		{MaxHeaderBytes - 1024, 200},
+		{MaxHeaderBytes + 1, 431},
+		{4 * MaxHeaderBytes, 431},
+	} {
+		r := do(t, "GET", ts.URL+"/healthz", "", "X-Big", strings.Repeat("x", tc.size))
+		if r.code != tc.code {
+			t.Errorf("%d bytes of header: %d %s", tc.size, r.code, r.raw)
+		}
+		if tc.code == 431 && (r.header.Get("Content-Type") != "application/problem+json" || r.body["status"] != 431.0) {
+			t.Errorf("%d bytes of header: %s %s; want problem+json", tc.size, r.header.Get("Content-Type"), r.raw)
+		}
+	}
+}
