@@ -872,3 +872,33 @@ func (c *countWriter) Write(b []byte) (int, error) {
 	c.tail = append(c.tail[:0], buf[len(buf)-keep:]...)
 	return n, err
 }
+
+// TestBreakersPerNode: one breaker per node: the server of a standalone
+// client, each primary of a cluster.
+func TestBreakersPerNode(t *testing.T) {
+	srv := valkeytest.Shared(t)
+	s, err := valkeystore.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(s.Breakers()); got != fmt.Sprintf("map[%s:closed]", srv.Addr) {
+		t.Errorf("standalone: %s", got)
+	}
+	cl := valkeytest.SharedCluster(t)
+	s, err = valkeystore.New(cl.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.Breakers()
+	for _, a := range cl.Addrs {
+		if st, ok := b[a]; !ok || st != valkeystore.BreakerClosed {
+			t.Errorf("cluster: %v; want each of %v closed", b, cl.Addrs)
+		}
+	}
+	if len(b) != len(cl.Addrs) {
+		t.Errorf("cluster: %v; want one breaker per primary %v", b, cl.Addrs)
+	}
+	if s, err = valkeystore.New(srv.Client(t), valkeystore.WithoutBreaker()); err != nil || len(s.Breakers()) != 0 {
+		t.Errorf("without breakers: %v, %v", s.Breakers(), err)
+	}
+}

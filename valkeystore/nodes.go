@@ -198,6 +198,9 @@ func (e *engine) install(owners map[string][][2]int64) {
 // slotsOf returns the first slot n serves in the current map, and whether
 // it serves any.
 func (e *engine) slotsOf(n *node) (uint16, bool) {
+	if e.topo.single != nil {
+		return 0, n == e.topo.single
+	}
 	tab := e.topo.table.Load()
 	if tab == nil {
 		return 0, n == e.topo.none

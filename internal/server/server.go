@@ -131,6 +131,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		s.reg = newRegistry()
 	}
 	s.metrics = newMetrics(s.reg)
+	if vh, ok := opts.Store.(valkeyHealth); ok {
+		s.reg.MustRegister(newValkeyCollector(vh))
+	}
 	s.envoyStats = newEnvoyStats(s.reg, opts.Envoy.NearLimitRatio, opts.Envoy.MaxMetricSeries)
 	// Decisions by limiter and outcome, store errors and decision latency:
 	// sluice_decisions_total, sluice_store_errors_total,

@@ -28,6 +28,7 @@ var ErrNotConnected = errors.New("valkey: not connected yet")
 // is still unreachable, then uses it as soon as it answers.
 type ValkeyStore struct {
 	store  atomic.Pointer[valkeystore.Store]
+	risks  atomic.Pointer[riskCheck] // the server settings read at connection
 	mu     sync.Mutex
 	client valkey.Client
 	cancel context.CancelFunc
@@ -52,6 +53,11 @@ func ClientOption(v *config.Valkey, env func(string) (string, bool)) (valkey.Cli
 		// twice), and a write stuck on a dead peer must not wait for TCP.
 		DisableRetry:     true,
 		ConnWriteTimeout: max(v.ConnectTimeout, time.Second),
+		// Every call is queued on the shared connections. Otherwise
+		// valkey-go sends a lone call with the connection's read deadline
+		// set to the call's, and a call that times out closes the
+		// connection, failing the calls of longer timeouts that share it.
+		AlwaysPipelining: true,
 	}
 	if v.TLS != nil {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: v.TLS.ServerName}
@@ -103,6 +109,7 @@ func ConnectValkey(opt valkey.ClientOption, log *slog.Logger) *ValkeyStore {
 					s.store.Store(st)
 					s.mu.Unlock()
 					log.Info("connected to valkey", "addresses", opt.InitAddress, "attempt", attempt)
+					s.checkRisks(ctx, st, log)
 					return
 				}
 				client.Close()
@@ -148,6 +155,48 @@ func (s *ValkeyStore) Ping(ctx context.Context) error {
 		return ErrNotConnected
 	}
 	return st.Ping(ctx)
+}
+
+// riskCheck is what Store.Risks found when the store connected.
+type riskCheck struct {
+	risks   []valkeystore.Risk
+	checked bool // false: some node's settings could not be read
+}
+
+// checkRisks reads the server settings that lose counts or refuse
+// decisions (Store.Risks), logs a warning for each, and keeps them for
+// the metrics. A server where CONFIG is disabled is said so, not failed.
+func (s *ValkeyStore) checkRisks(ctx context.Context, st *valkeystore.Store, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	risks, err := st.Risks(ctx)
+	for _, r := range risks {
+		log.Warn("valkey setting that costs decisions", "node", r.Node, "setting", r.Setting, "value", r.Value, "cost", r.Cost)
+	}
+	if err != nil {
+		log.Warn("cannot check valkey's settings (is CONFIG disabled?): eviction and cluster coverage unknown", "err", err.Error())
+	}
+	s.risks.Store(&riskCheck{risks: risks, checked: err == nil})
+}
+
+// Risks returns what Store.Risks found when the store connected, and
+// whether every node could be read; nothing before the connection.
+func (s *ValkeyStore) Risks() ([]valkeystore.Risk, bool) {
+	rc := s.risks.Load()
+	if rc == nil {
+		return nil, false
+	}
+	return rc.risks, rc.checked
+}
+
+// Breakers returns the state of the circuit breaker of every node (none
+// before the connection).
+func (s *ValkeyStore) Breakers() map[string]valkeystore.BreakerState {
+	st := s.store.Load()
+	if st == nil {
+		return nil
+	}
+	return st.Breakers()
 }
 
 // Close stops connecting and closes the client.
