@@ -76,9 +76,9 @@ func TestValkeyHealthMetrics(t *testing.T) {
 	g := gauges(t, s.reg)
 	for k, want := range map[string]float64{
 		"sluice_valkey_config_risk{node=" + srv.Addr + ",setting=maxmemory-policy,value=allkeys-lru}": 1,
-		"sluice_valkey_config_checked{}":                                                  1,
-		"sluice_valkey_breaker_state{node=" + srv.Addr + ",state=closed}":                 1,
-		"sluice_valkey_breaker_state{node=" + srv.Addr + ",state=open}":                   0,
+		"sluice_valkey_config_checked{}":                                  1,
+		"sluice_valkey_breaker_state{node=" + srv.Addr + ",state=closed}": 1,
+		"sluice_valkey_breaker_state{node=" + srv.Addr + ",state=open}":   0,
 	} {
 		if g[k] != want {
 			t.Errorf("%s = %v, want %v (all: %v)", k, g[k], want, g)
