@@ -189,16 +189,6 @@ func (s *ValkeyStore) Risks() ([]valkeystore.Risk, bool) {
 	return rc.risks, rc.checked
 }
 
-// Breakers returns the state of the circuit breaker of every node (none
-// before the connection).
-func (s *ValkeyStore) Breakers() map[string]valkeystore.BreakerState {
-	st := s.store.Load()
-	if st == nil {
-		return nil
-	}
-	return st.Breakers()
-}
-
 // Close stops connecting and closes the client.
 func (s *ValkeyStore) Close() {
 	s.cancel()
