@@ -40,13 +40,39 @@ type envoyStats struct {
 	loadSuccess, loadError, globalShadow                     prometheus.Counter
 	responseTime                                             *prometheus.HistogramVec
 	totalRequests                                            *prometheus.CounterVec
-	overrides                                                prometheus.Gauge
-	overrideEvictions                                        prometheus.Counter
+	shouldRequests                                           prometheus.Counter
+	// callsOK is sluice_server_grpc_requests_total{code="OK"}, looked up once.
+	callsOK           prometheus.Counter
+	shouldTime        prometheus.Observer
+	overrides         prometheus.Gauge
+	overrideEvictions prometheus.Counter
 
 	nearRatio float64
 	maxSeries int
 	mu        sync.Mutex
 	series    map[statKey]bool
+	// counters caches each label set's counters: a look-up in a sync.Map
+	// instead of hashing the labels into five vectors on every hit.
+	counters sync.Map // statKey -> *statCounters
+}
+
+// statCounters are one label set's counters.
+type statCounters struct {
+	total, over, near, within, shadow prometheus.Counter
+}
+
+func (e *envoyStats) countersFor(k statKey) *statCounters {
+	if c, ok := e.counters.Load(k); ok {
+		return c.(*statCounters)
+	}
+	l := []string{k.domain, k.key1, k.key2}
+	c := &statCounters{
+		total: e.totalHits.WithLabelValues(l...), over: e.overLimit.WithLabelValues(l...),
+		near: e.nearLimit.WithLabelValues(l...), within: e.withinLimit.WithLabelValues(l...),
+		shadow: e.shadowMode.WithLabelValues(l...),
+	}
+	actual, _ := e.counters.LoadOrStore(k, c)
+	return actual.(*statCounters)
 }
 
 func newEnvoyStats(reg prometheus.Registerer, nearRatio float64, maxSeries int) *envoyStats {
@@ -93,6 +119,8 @@ func newEnvoyStats(reg prometheus.Registerer, nearRatio float64, maxSeries int) 
 	}
 	reg.MustRegister(e.totalHits, e.overLimit, e.nearLimit, e.withinLimit, e.shadowMode, e.callErrors,
 		e.loadSuccess, e.loadError, e.globalShadow, e.responseTime, e.totalRequests, e.overrides, e.overrideEvictions)
+	e.shouldRequests = e.totalRequests.WithLabelValues("ShouldRateLimit")
+	e.shouldTime = e.responseTime.WithLabelValues("ShouldRateLimit")
 	e.callErrors.WithLabelValues("redis_error")
 	e.callErrors.WithLabelValues("service_error")
 	return e
@@ -165,22 +193,21 @@ func (e *envoyStats) record(k statKey, hits uint64, limit, remaining int64, over
 	if k.domain == "" || hits == 0 && !over {
 		return
 	}
-	k = e.admit(k)
-	l := []string{k.domain, k.key1, k.key2}
+	c := e.countersFor(e.admit(k))
 	h := float64(hits)
-	e.totalHits.WithLabelValues(l...).Add(h)
+	c.total.Add(h)
 	if over {
-		e.overLimit.WithLabelValues(l...).Add(h)
+		c.over.Add(h)
 		if shadow {
-			e.shadowMode.WithLabelValues(l...).Add(h)
+			c.shadow.Add(h)
 		}
 		return
 	}
-	e.withinLimit.WithLabelValues(l...).Add(h)
+	c.within.Add(h)
 	near := math.Floor(float64(limit) * e.nearRatio)
 	after := float64(limit - remaining)
 	if after > near {
-		e.nearLimit.WithLabelValues(l...).Add(min(h, after-near))
+		c.near.Add(min(h, after-near))
 	}
 }
 
@@ -189,7 +216,12 @@ func (e *envoyStats) instrument(ctx context.Context, req any, info *grpc.UnarySe
 	start := time.Now()
 	resp, err := h(ctx, req)
 	method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
-	e.totalRequests.WithLabelValues(method).Inc()
-	e.responseTime.WithLabelValues(method).Observe(time.Since(start).Seconds())
+	if method == "ShouldRateLimit" {
+		e.shouldRequests.Inc()
+		e.shouldTime.Observe(time.Since(start).Seconds())
+	} else {
+		e.totalRequests.WithLabelValues(method).Inc()
+		e.responseTime.WithLabelValues(method).Observe(time.Since(start).Seconds())
+	}
 	return resp, err
 }

@@ -153,11 +153,14 @@ type rls struct {
 // when all of them are).
 func (r *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	resp, err := r.s.shouldRateLimit(ctx, req)
-	code := "error_" + status.Code(err).String()
-	if err == nil {
-		code = resp.OverallCode.String()
+	switch {
+	case err != nil:
+		r.s.metrics.grpcRequests.WithLabelValues("error_" + status.Code(err).String()).Inc()
+	case resp.OverallCode == rlsv3.RateLimitResponse_OK:
+		r.s.envoyStats.callsOK.Inc()
+	default:
+		r.s.metrics.grpcRequests.WithLabelValues(resp.OverallCode.String()).Inc()
 	}
-	r.s.metrics.grpcRequests.WithLabelValues(code).Inc()
 	return resp, err
 }
 

@@ -135,6 +135,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		s.reg.MustRegister(newValkeyCollector(vh))
 	}
 	s.envoyStats = newEnvoyStats(s.reg, opts.Envoy.NearLimitRatio, opts.Envoy.MaxMetricSeries)
+	s.envoyStats.callsOK = s.metrics.grpcRequests.WithLabelValues("OK")
 	// Decisions by limiter and outcome, store errors and decision latency:
 	// sluice_decisions_total, sluice_store_errors_total,
 	// sluice_decision_duration_seconds.
