@@ -2,11 +2,13 @@ package sluice_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestAllowEachCountsEachCheck: a refusal by one check gives nothing back to
@@ -115,5 +117,75 @@ func TestAllowEachRefund(t *testing.T) {
 	}
 	if _, err := sluice.AllowAll(ctx, []sluice.Check{{Limiter: l, Key: "k", Cost: -1}}); err == nil {
 		t.Error("AllowAll accepted a negative cost")
+	}
+}
+
+// slowGate is a store that decides on inner, except the keys of the
+// limiter named "gate", which it refuses; while it does, the clock moves to
+// the next window and fill runs (other requests arriving between an
+// AllowAll's take and its refund). It decides a batch in order.
+type slowGate struct {
+	inner sluice.Store
+	clock *sluicetest.Clock
+	to    time.Duration
+	fill  func()
+}
+
+func (g *slowGate) Do(ctx context.Context, batch []sluice.Op) error {
+	for i := range batch {
+		if !strings.Contains(batch[i].Key, ":gate:") {
+			if err := g.inner.Do(ctx, batch[i:i+1]); err != nil {
+				return err
+			}
+			continue
+		}
+		g.clock.Set(g.to)
+		g.fill()
+		batch[i].Result = sluice.Result{RetryAfter: time.Hour, ResetAfter: time.Hour}
+	}
+	return nil
+}
+
+func (g *slowGate) Delete(ctx context.Context, keys ...string) error { return g.inner.Delete(ctx, keys...) }
+
+// TestAllowAllRefundAfterWindowEdge: an AllowAll whose refund is decided
+// in a later window (on the limiter's clock), after that window's limit was
+// used up meanwhile, gives nothing to the new window and deletes nothing of
+// it: a limit of 3 never admits a 4th (the bug admitted 6 of 3 with a
+// client clock).
+func TestAllowAllRefundAfterWindowEdge(t *testing.T) {
+	ctx := context.Background()
+	for _, p := range []sluice.Policy{
+		sluice.FixedWindow{Limit: 3, Window: time.Second},
+		sluice.SlidingWindow{Limit: 3, Window: time.Second},
+		sluice.SlidingLog{Limit: 3, Window: time.Second},
+		sluice.TokenBucket{Capacity: 3, Rate: 3, Per: time.Second},
+		sluice.GCRA{Rate: 3, Per: time.Second, Burst: 3},
+	} {
+		clock := sluicetest.NewClock()
+		var l *sluice.Limiter
+		allowed := 0
+		store := &slowGate{inner: memstore.New(memstore.WithClock(clock.Now)), clock: clock, to: 3 * time.Second, fill: func() {
+			for range 4 {
+				if res, _ := l.Allow(ctx, "k"); res.Allowed {
+					allowed++
+				}
+			}
+		}}
+		l, _ = sluice.New(store, p, sluice.WithClock(clock.Now), sluice.WithDenyCache(false))
+		gate, _ := sluice.New(store, sluice.FixedWindow{Limit: 1, Window: time.Hour}, sluice.WithName("gate"), sluice.WithClock(clock.Now))
+		clock.Set(999 * time.Millisecond)
+		d, err := sluice.AllowAll(ctx, []sluice.Check{{Limiter: l, Key: "k", Cost: 1}, {Limiter: gate, Key: "k", Cost: 1}})
+		if err != nil || d.Allowed || !d.Results[0].Allowed {
+			t.Fatalf("%v: AllowAll %+v %v", l.Rule(), d, err)
+		}
+		for range 3 {
+			if res, _ := l.Allow(ctx, "k"); res.Allowed {
+				allowed++
+			}
+		}
+		if allowed != 3 {
+			t.Errorf("%v: %d allowed at 3s around a late refund, want 3", l.Rule(), allowed)
+		}
 	}
 }
