@@ -146,7 +146,9 @@ func (g *slowGate) Do(ctx context.Context, batch []sluice.Op) error {
 	return nil
 }
 
-func (g *slowGate) Delete(ctx context.Context, keys ...string) error { return g.inner.Delete(ctx, keys...) }
+func (g *slowGate) Delete(ctx context.Context, keys ...string) error {
+	return g.inner.Delete(ctx, keys...)
+}
 
 // TestAllowAllRefundAfterWindowEdge: an AllowAll whose refund is decided
 // in a later window (on the limiter's clock), after that window's limit was
