@@ -7,8 +7,8 @@
 //   - [FixedWindow]: a counter per aligned window. Cheapest; a client may
 //     get up to 2×Limit across a window edge.
 //   - [SlidingLog]: one timestamp per request. Exact; memory grows with the
-//     limit, so use it for low limits on sensitive actions (login, password
-//     reset mail, one-time codes).
+//     limit (at most [MaxSlidingLogLimit]), so use it for low limits on
+//     sensitive actions (login, password reset mail, one-time codes).
 //   - [SlidingWindow]: the current and previous window's counts, weighted.
 //     Approximate (it assumes the previous window's requests were evenly
 //     spread), small state: a good general default.
