@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -209,6 +211,8 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("api degraded %s on a healthy Valkey", d)
 	}
 
+	checkQuantiles(t, ctx)
+
 	action := func(policy, key, button string) (status, result string) {
 		t.Helper()
 		if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("key-result").dataset.status = ""`)); err != nil {
@@ -356,5 +360,85 @@ func TestDashboardAssets(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound {
 		t.Errorf("/ui/nope.js: %d", resp.StatusCode)
+	}
+}
+
+// quantileRef is histogram_quantile's interpolation, plainly: the rank
+// q×total falls in the first bucket whose cumulative count reaches it, and
+// is placed linearly between the bucket's bounds; past the last finite
+// bound it is that bound.
+func quantileRef(q float64, les []float64, counts []uint64) (float64, bool) {
+	total := float64(counts[len(counts)-1])
+	if total == 0 {
+		return 0, false
+	}
+	rank := q * total
+	for i, c := range counts {
+		if float64(c) < rank {
+			continue
+		}
+		lower, below := 0.0, 0.0
+		if i > 0 {
+			lower, below = les[i-1], float64(counts[i-1])
+		}
+		if i == len(counts)-1 { // +Inf
+			return lower, true
+		}
+		if float64(c) == below {
+			return les[i], true
+		}
+		return lower + (les[i]-lower)*(rank-below)/(float64(c)-below), true
+	}
+	return 0, false
+}
+
+// checkQuantiles compares the page's latency quantiles with quantileRef
+// on random histograms.
+func checkQuantiles(t *testing.T, ctx context.Context) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(1, 2))
+	les := []float64{5e-05, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25}
+	for n := 0; n < 200; n++ {
+		counts := make([]uint64, len(les)+1)
+		var cum uint64
+		for i := range counts {
+			if rng.IntN(3) > 0 {
+				cum += uint64(rng.IntN(50))
+			}
+			counts[i] = cum
+		}
+		type bucket struct {
+			LE    float64 `json:"le"`
+			Count uint64  `json:"count"`
+			Inf   bool    `json:"inf,omitempty"`
+		}
+		var bs []bucket
+		for i, c := range counts {
+			if i < len(les) {
+				bs = append(bs, bucket{LE: les[i], Count: c})
+			} else {
+				bs = append(bs, bucket{Count: c, Inf: true})
+			}
+		}
+		js, _ := json.Marshal(bs)
+		for _, q := range []float64{0.5, 0.99, rng.Float64()} {
+			got, err := chromedp.Run(ctx, chromedp.Evaluate[*float64](fmt.Sprintf("window.sluiceQuantile(%v, %s, null)", q, js)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, ok := quantileRef(q, les, counts)
+			if !ok {
+				if got != nil {
+					t.Fatalf("q %v of %v: page %v, want none", q, counts, *got)
+				}
+				continue
+			}
+			if got == nil {
+				t.Fatalf("q %v of %v: page none, want %v", q, counts, want)
+			}
+			if math.Abs(*got-want) > 1e-12 {
+				t.Fatalf("q %v of %v: page %v, want %v", q, counts, *got, want)
+			}
+		}
 	}
 }

@@ -59,6 +59,9 @@
     return null;
   }
 
+  // The tests compare quantile with a reference model.
+  window.sluiceQuantile = quantile;
+
   async function getJSON(url, opts) {
     const r = await fetch(url, Object.assign({ cache: "no-store" }, opts || {}));
     let body = null;
