@@ -48,8 +48,9 @@ func (d Decision) RetryAfter() time.Duration {
 // every check allows it. All checks whose limiters share a store go to it in
 // one batch (on Valkey, one pipelined round trip). When any check refuses,
 // the units taken by the checks that allowed are given back in a second
-// batch, so a refused request costs no budget anywhere; their Results then
-// report what remains after the refund (Remaining and ResetAfter).
+// batch, so a refused request costs no budget where a refund is exact (see
+// below); their Results then report what remains after the refund
+// (Remaining and ResetAfter).
 //
 // Each check is atomic on its own, but the group is not: between the first
 // batch and the refund, another request may see the units as taken (it is
@@ -59,7 +60,9 @@ func (d Decision) RetryAfter() time.Duration {
 // took, in the window it took it from, or nothing: after the window has
 // passed (fixed and sliding window), once the entries have left the log,
 // or, for TokenBucket and GCRA, once another request has taken from the
-// same key since (README.md, "Refunds"). It never gives back more.
+// same key since (README.md, "Refunds"). It never gives back more. So on a
+// busy TokenBucket or GCRA key (a global limit) a refused request usually
+// keeps its units there; the window algorithms give them back.
 //
 // Degraded checks follow their limiter's fail mode; shadow-mode checks never
 // refuse. Each check has its limiter's timeout.
