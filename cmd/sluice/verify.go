@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/sluicehq/sluice/internal/verify"
 )
@@ -85,7 +86,7 @@ func runVerify(ctx context.Context, args []string, env func(string) (string, boo
 		return 1
 	}
 	if !rep.Passed {
-		fmt.Fprintf(stderr, "sluice verify: FAIL: %v\n", rep.Failed)
+		fmt.Fprintf(stderr, "sluice verify: FAIL: %s\n", strings.Join(rep.Failed, ", "))
 		return 1
 	}
 	return 0

@@ -98,7 +98,7 @@ func TestE2EVerifyFails(t *testing.T) {
 	writeFile(t, cfg, verifyYAML)
 	proxy := valkeytest.SplitProxy(t, srv.Addr, 2*time.Millisecond)
 	code, stdout, stderr := sluiceCmd(t, "verify", "--config", cfg, "--valkey", proxy, "--margin", "750ms", "--policy", "api")
-	if code != 1 || !strings.Contains(stderr, "FAIL: [api/concurrency]") || !strings.Contains(stdout, "FAIL concurrency") ||
+	if code != 1 || !strings.Contains(stderr, "FAIL: api/concurrency\n") || !strings.Contains(stdout, "FAIL concurrency") ||
 		!strings.Contains(stdout, "not enforced atomically") {
 		t.Errorf("split proxy: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -107,7 +107,7 @@ func TestE2EVerifyFails(t *testing.T) {
 	slow := filepath.Join(dir, "slow.yaml")
 	writeFile(t, slow, "policies:\n  - {name: slow, algorithm: fixed_window, limit: 5, window: 1h, timeout: 3s}\n")
 	code, stdout, stderr = sluiceCmd(t, "verify", "--config", slow, "--valkey", srv.Addr, "--processes", "2")
-	if code != 1 || !strings.Contains(stderr, "FAIL: [slow/failure]") || !strings.Contains(stdout, "no decision within the black-hole wait of 1s") {
+	if code != 1 || !strings.Contains(stderr, "FAIL: slow/failure\n") || !strings.Contains(stdout, "no decision within the black-hole wait of 1s") {
 		t.Errorf("long timeout: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 }

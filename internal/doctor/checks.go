@@ -314,22 +314,36 @@ func (d *doc) latency(ctx context.Context, l *sluice.Limiter) {
 	}
 	slices.Sort(took)
 	p50, p99 := took[n/2], took[min(n-1, n*99/100)]
-	flagged := false
+	// Policies with one timeout share one finding.
+	byTimeout := map[time.Duration][]string{}
+	var timeouts []time.Duration
 	for _, p := range d.cfg.Policies {
 		t := p.Timeout
 		if t == 0 {
 			t = sluice.DefaultTimeout
 		}
-		suggest := max(3*p99, 10*time.Millisecond).Round(time.Millisecond)
+		if byTimeout[t] == nil {
+			timeouts = append(timeouts, t)
+		}
+		byTimeout[t] = append(byTimeout[t], p.Name)
+	}
+	slices.Sort(timeouts)
+	flagged := false
+	suggest := max(3*p99, 10*time.Millisecond).Round(time.Millisecond)
+	for _, t := range timeouts {
+		names := strings.Join(byTimeout[t], ", ")
+		what := "policy " + names
+		if len(byTimeout[t]) > 1 {
+			what = "policies " + names
+		}
+		fix := fmt.Sprintf("timeout: %v or more on %s (or valkey.timeout)", suggest, what)
 		switch {
 		case t <= p99:
 			flagged = true
-			d.add("latency", Error, "", fmt.Sprintf("timeout: %v or more on policy %s (or valkey.timeout)", suggest, p.Name),
-				"policy %s: timeout %v is below the measured p99 of %v: decisions degrade under ordinary load", p.Name, t, p99.Round(time.Microsecond))
+			d.add("latency", Error, "", fix, "%s: timeout %v is below the measured p99 of %v: decisions degrade under ordinary load", what, t, p99.Round(time.Microsecond))
 		case t < 2*p99:
 			flagged = true
-			d.add("latency", Warning, "", fmt.Sprintf("timeout: %v or more on policy %s (or valkey.timeout)", suggest, p.Name),
-				"policy %s: timeout %v is less than twice the measured p99 of %v: a load spike degrades decisions", p.Name, t, p99.Round(time.Microsecond))
+			d.add("latency", Warning, "", fix, "%s: timeout %v is less than twice the measured p99 of %v: a load spike degrades decisions", what, t, p99.Round(time.Microsecond))
 		}
 	}
 	if !flagged {

@@ -26,7 +26,11 @@ func (rep *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "valkey %s (%s), scratch prefix %s\n", strings.Join(rep.Valkey, ","), rep.Mode, rep.Prefix)
 	checks, failed := 0, 0
 	for _, p := range rep.Policies {
-		fmt.Fprintf(w, "\npolicy %s: %s, on_failure %s, timeout %s\n", p.Name, p.Rule, p.FailMode, p.Timeout)
+		shadow := ""
+		if p.Shadow {
+			shadow = ", shadow (its limit checked as if enforced)"
+		}
+		fmt.Fprintf(w, "\npolicy %s: %s, on_failure %s, timeout %s%s\n", p.Name, p.Rule, p.FailMode, p.Timeout, shadow)
 		for _, c := range p.Checks {
 			checks++
 			if !c.Passed {

@@ -54,7 +54,7 @@ const (
 	DefaultProcesses     = 4
 	DefaultGoroutines    = 16
 	DefaultBlackholeWait = time.Second
-	DefaultMargin        = 100 * time.Millisecond
+	DefaultMargin        = 250 * time.Millisecond
 )
 
 // Options says what Run verifies, and how.
@@ -78,7 +78,8 @@ type Options struct {
 	// would hold each request that long while Valkey hangs.
 	BlackholeWait time.Duration
 	// Margin is what a degraded decision may take beyond the policy's
-	// timeout (default 100ms): scheduling and connection handling.
+	// timeout (default 250ms): scheduling on a busy host and connection
+	// handling.
 	Margin time.Duration
 	// Worker returns the command that runs a concurrency worker (default:
 	// this executable with WorkerEnv=1 in its environment, whose main must
@@ -120,12 +121,15 @@ type Report struct {
 
 // PolicyReport is one policy's checks.
 type PolicyReport struct {
-	Name     string   `json:"policy"`
-	Rule     string   `json:"rule"`
-	FailMode string   `json:"on_failure"`
-	Timeout  string   `json:"timeout"`
-	Checks   []*Check `json:"checks"`
-	Passed   bool     `json:"passed"`
+	Name     string `json:"policy"`
+	Rule     string `json:"rule"`
+	FailMode string `json:"on_failure"`
+	Timeout  string `json:"timeout"`
+	// Shadow: the policy never refuses in service; verify checks its
+	// limit as if it did.
+	Shadow bool     `json:"shadow,omitempty"`
+	Checks []*Check `json:"checks"`
+	Passed bool     `json:"passed"`
 }
 
 // Check is one check of one policy: its verdict, a line with its figures
@@ -275,7 +279,7 @@ func selectPolicies(cfg *config.Config, names []string) ([]*config.Policy, error
 // policy runs every check of p.
 func (r *run) policy(ctx context.Context, p *config.Policy) *PolicyReport {
 	rule, _ := p.Policy.Rule() // validated by config
-	pr := &PolicyReport{Name: p.Name, Rule: rule.String(), FailMode: p.FailMode.String(), Timeout: r.timeout(p).String(), Passed: true}
+	pr := &PolicyReport{Name: p.Name, Rule: rule.String(), FailMode: p.FailMode.String(), Timeout: r.timeout(p).String(), Shadow: p.Shadow, Passed: true}
 	for _, c := range []struct {
 		name string
 		run  func(context.Context, *config.Policy, *Check)
