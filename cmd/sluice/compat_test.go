@@ -172,7 +172,11 @@ func TestEnvoyCompat(t *testing.T) {
 			t.Errorf("the refused call was not counted: %v", r)
 		}
 		// Hits above the limit are refused and counted: the window is full.
-		expect("5 of 3", ask(5, d("remote_address", "10.0.0.2")), OVER)
+		r = ask(5, d("remote_address", "10.0.0.2"))
+		expect("5 of 3", r, OVER)
+		if st := r.Statuses[0]; st.DurationUntilReset == nil || st.DurationUntilReset.AsDuration() <= 0 || st.CurrentLimit.GetRequestsPerUnit() != 3 {
+			t.Errorf("5 of 3: no reset or limit: %v", st)
+		}
 		expect("then 1", ask(1, d("remote_address", "10.0.0.2")), OVER)
 	})
 	t.Run("requests_per_unit 0, month, year", func(t *testing.T) {

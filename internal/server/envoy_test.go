@@ -275,3 +275,52 @@ func TestReflection(t *testing.T) {
 		t.Errorf("file for the service: %v %v", resp, err)
 	}
 }
+
+// FuzzShouldRateLimit: any request that decodes is answered without a
+// panic, with one status per descriptor, or refused as bad input.
+func FuzzShouldRateLimit(f *testing.F) {
+	cfg, err := config.Parse("fuzz.yaml", []byte(`
+domain: d
+descriptors:
+  - key: k
+    value: "a*b*"
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 3}
+    descriptors:
+      - {key: n, rate_limit: {unit: second, requests_per_unit: 0}}
+  - {key: u, rate_limit: {unlimited: true}}
+  - {key: q, quota_mode: true, rate_limit: {unit: minute, requests_per_unit: 1, name: q, replaces: [{name: x}]}}
+  - {key: x, rate_limit: {unit: minute, requests_per_unit: 1, name: x}}
+`))
+	if err != nil {
+		f.Fatal(err)
+	}
+	s, err := New(cfg, Options{Store: memstore.New(), Logger: quietLogger(), Envoy: EnvoyOptions{MaxOverrides: 4, ResponseDynamicMetadata: true}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	seed := func(r *rlsv3.RateLimitRequest) {
+		b, _ := proto.Marshal(r)
+		f.Add(b)
+	}
+	seed(&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonrl.RateLimitDescriptor{desc("k", "axb", "n", "1"), desc("q", "1"), desc("x", "2")}})
+	d := desc("u", "1")
+	d.Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MONTH}
+	seed(&rlsv3.RateLimitRequest{Domain: "d", HitsAddend: 7, Descriptors: []*commonrl.RateLimitDescriptor{d, {IsNegativeHits: true, Entries: desc("k", "ab").Entries}}})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var req rlsv3.RateLimitRequest
+		if proto.Unmarshal(data, &req) != nil {
+			return
+		}
+		resp, err := s.shouldRateLimit(t.Context(), &req)
+		if err != nil {
+			if c := status.Code(err); c != codes.InvalidArgument {
+				t.Fatalf("%v: %v", c, err)
+			}
+			return
+		}
+		if len(resp.Statuses) != len(req.GetDescriptors()) {
+			t.Fatalf("%d statuses for %d descriptors", len(resp.Statuses), len(req.GetDescriptors()))
+		}
+	})
+}
