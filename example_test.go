@@ -104,8 +104,11 @@ func ExampleLimiter_Reset() {
 // others get back what they took.
 func ExampleAllowAll() {
 	store := memstore.New()
-	perKey, _ := sluice.New(store, sluice.GCRA{Rate: 100, Per: time.Second, Burst: 100}, sluice.WithName("per-key"))
-	global, _ := sluice.New(store, sluice.FixedWindow{Limit: 2, Window: time.Minute}, sluice.WithName("global"))
+	clock := sluicetest.NewClock() // a fake clock: no token is earned between the requests
+	perKey, _ := sluice.New(store, sluice.GCRA{Rate: 100, Per: time.Second, Burst: 100},
+		sluice.WithName("per-key"), sluice.WithClock(clock.Now))
+	global, _ := sluice.New(store, sluice.FixedWindow{Limit: 2, Window: time.Minute},
+		sluice.WithName("global"), sluice.WithClock(clock.Now))
 	ctx := context.Background()
 	for i := range 3 {
 		d, _ := sluice.AllowAll(ctx, []sluice.Check{
