@@ -116,6 +116,34 @@ func RunRefundAcrossWindowEdge(t *testing.T, h Harness) {
 			}
 		})
 	}
+	// Buckets: a refund undoes its take while no later take wrote the key,
+	// and gives nothing back once one did.
+	for _, p := range []sluice.Policy{
+		sluice.TokenBucket{Capacity: 3, Rate: 1, Per: time.Second},
+		sluice.GCRA{Rate: 1, Per: time.Second, Burst: 3},
+	} {
+		t.Run(fmt.Sprintf("%T", p), func(t *testing.T) {
+			l := h.NewLimiter(t, p)
+			rule := l.Rule()
+			do := func(key string, at time.Duration, cost, receipt int64) sluice.Op {
+				t.Helper()
+				ops := []sluice.Op{{Key: l.Key(key), Rule: rule, Cost: cost, Receipt: receipt, Now: Epoch.Add(at)}}
+				if err := h.Store.Do(ctx, ops); err != nil || ops[0].Err != nil {
+					t.Fatal(err, ops[0].Err)
+				}
+				return ops[0]
+			}
+			a := do("alone", 0, 2, 0)
+			if r := do("alone", 10*ms, -2, a.Receipt); r.Result.Remaining != 3 || r.Result.ResetAfter != 0 {
+				t.Fatalf("refund of the last take: %+v, want the bucket full again", r.Result)
+			}
+			a = do("busy", 0, 2, 0)
+			do("busy", 5*ms, 1, 0) // another request takes from the key
+			if r := do("busy", 10*ms, -2, a.Receipt); r.Result.Remaining != 0 {
+				t.Fatalf("refund after a later take: %+v, want nothing given back", r.Result)
+			}
+		})
+	}
 	// The sliding log: a refund removes its own entries, not newer ones.
 	t.Run("SlidingLogOwnEntries", func(t *testing.T) {
 		l := h.NewLimiter(t, sluice.SlidingLog{Limit: 3, Window: time.Second})
