@@ -135,11 +135,17 @@ func (r *rig) degraded(t *testing.T, n int) time.Duration {
 // it took.
 func (r *rig) recovered(t *testing.T, back time.Time) time.Duration {
 	t.Helper()
+	return r.recoveredWithin(t, back, recoverWithin)
+}
+
+// recoveredWithin is recovered with the bound within.
+func (r *rig) recoveredWithin(t *testing.T, back time.Time, within time.Duration) time.Duration {
+	t.Helper()
 	for {
 		if r.both(t) {
 			return time.Since(back)
 		}
-		if time.Since(back) > recoverWithin {
+		if time.Since(back) > within {
 			t.Fatalf("still degraded %v after Valkey was back (breaker %v, errors: %v)",
 				time.Since(back), r.store.BreakerState(), r.obs.summary())
 		}

@@ -85,6 +85,9 @@ func (e *engine) initTopology() {
 		for addr := range e.client.Nodes() {
 			name = addr // a standalone client has one node
 		}
+		if e.client.Mode() == valkey.ClientModeSentinel {
+			name = "master" // whichever server the Sentinels name: it changes
+		}
 		t.single = e.newNode(name)
 		return
 	}

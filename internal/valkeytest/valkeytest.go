@@ -68,12 +68,13 @@ type Server struct {
 	// Addr is "127.0.0.1:port". It stays the same across Restart.
 	Addr string
 
-	port    int
-	busPort int // cluster bus port; 0 for a standalone server
-	dir     string
-	extra   []string
-	cluster bool
-	log     *logBuffer
+	port         int
+	busPort      int // cluster bus port; 0 for a standalone server
+	dir          string
+	extra        []string
+	cluster      bool
+	sentinelConf string // a Sentinel's configuration file; "" for a server
+	log          *logBuffer
 
 	mu   sync.Mutex
 	proc *process // nil when not running
@@ -142,6 +143,15 @@ func startServer(dir string, cluster bool, extra []string) (*Server, error) {
 var errPortInUse = errors.New("port in use")
 
 func (s *Server) argv() []string {
+	if s.sentinelConf != "" {
+		return append([]string{s.sentinelConf, "--sentinel",
+			"--port", strconv.Itoa(s.port),
+			"--bind", "127.0.0.1",
+			"--dir", s.dir,
+			"--daemonize", "no",
+			"--logfile", "",
+		}, s.extra...)
+	}
 	args := []string{
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
