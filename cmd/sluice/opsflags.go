@@ -41,7 +41,7 @@ func (o *opsFlags) load(needValkey bool) (*config.Config, error) {
 		}
 		cfg.Valkey.Addresses = addrs
 	}
-	if needValkey && (cfg.Valkey == nil || len(cfg.Valkey.Addresses) == 0) {
+	if needValkey && (cfg.Valkey == nil || len(cfg.Valkey.Addresses) == 0 && cfg.Valkey.Sentinel == nil) {
 		return nil, fmt.Errorf("%s names no Valkey: add a valkey section with addresses, or pass --valkey host:port", cfg.Source)
 	}
 	return cfg, nil

@@ -154,7 +154,7 @@ func loadServeConfig(f *serveFlags, logger *slog.Logger, stderr io.Writer) (*con
 		}
 		cfg.Valkey.Addresses = addrs
 	}
-	if cfg.Valkey != nil && len(cfg.Valkey.Addresses) == 0 {
+	if cfg.Valkey != nil && len(cfg.Valkey.Addresses) == 0 && cfg.Valkey.Sentinel == nil {
 		fmt.Fprintf(stderr, "sluice serve: %s: the valkey section lists no addresses; add addresses or pass --valkey host:port\n", cfg.Source)
 		return nil, nil, 2
 	}
@@ -179,7 +179,10 @@ func openStore(cfg *config.Config, opts *server.Options, env func(string) (strin
 	vs := server.ConnectValkey(copt, logger)
 	opts.Store, opts.StoreName = vs, "valkey"
 	mode := "standalone"
-	if len(cfg.Valkey.Addresses) > 1 {
+	switch {
+	case cfg.Valkey.Sentinel != nil:
+		mode = "sentinel " + cfg.Valkey.Sentinel.MasterSet
+	case len(cfg.Valkey.Addresses) > 1:
 		mode = "cluster"
 	}
 	logger.Info("using valkey", "addresses", cfg.Valkey.Addresses, "mode", mode, "tls", cfg.Valkey.TLS != nil, "timeout", cfg.Valkey.Timeout.String())

@@ -92,6 +92,34 @@ policies:
 	}
 }
 
+// TestSentinelSection: valkey.sentinel decodes with its own credentials.
+func TestSentinelSection(t *testing.T) {
+	c, err := Parse("s.yaml", []byte(`valkey:
+  password_env: MASTER_PW
+  sentinel:
+    master_set: mymaster
+    addresses: ["10.0.0.1:26379", "10.0.0.2:26379"]
+    username: watcher
+    password_env: SENTINEL_PW
+policies:
+  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Valkey.Sentinel
+	if s == nil || s.MasterSet != "mymaster" || len(s.Addresses) != 2 || s.Username != "watcher" || len(c.Valkey.Addresses) != 0 {
+		t.Fatalf("%+v %+v", c.Valkey, s)
+	}
+	pw, err := s.Password(func(k string) (string, bool) { return "pw-of-" + k, true })
+	if err != nil || pw != "pw-of-SENTINEL_PW" {
+		t.Errorf("sentinel password %q, %v", pw, err)
+	}
+	if _, err := s.Password(func(string) (string, bool) { return "", false }); err == nil || !strings.Contains(err.Error(), "SENTINEL_PW") {
+		t.Errorf("unset variable: %v", err)
+	}
+}
+
 func TestPasswordAndToken(t *testing.T) {
 	dir := t.TempDir()
 	pw := filepath.Join(dir, "pw")
@@ -153,6 +181,12 @@ func TestErrors(t *testing.T) {
 		{"two docs", "policies: []\n---\npolicies: []\n", `second YAML document`},
 		{"valkey both passwords", "valkey: {address: 'h:1', password_env: A, password_file: B}\npolicies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n", `password_env or password_file, not both`},
 		{"valkey inline password", "valkey: {address: 'h:1', password: hunter2}\npolicies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n", `unknown field "password"`},
+		{"sentinel and addresses", "valkey: {address: 'h:1', sentinel: {master_set: m, addresses: ['s:1']}}\npolicies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n", `set address(es) or sentinel, not both`},
+		{"sentinel no master set", "valkey: {sentinel: {addresses: ['s:1']}}\npolicies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n", `master_set is required`},
+		{"sentinel no addresses", "valkey: {sentinel: {master_set: m}}\npolicies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n", `addresses must list at least one Sentinel`},
+		{"sentinel bad address", "valkey: {sentinel: {master_set: m, addresses: [nohost]}}\npolicies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n", `must be host:port`},
+		{"sentinel both passwords", "valkey: {sentinel: {master_set: m, addresses: ['s:1'], password_env: A, password_file: B}}\npolicies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n", `valkey.sentinel: set password_env or password_file, not both`},
+		{"sentinel unknown", "valkey: {sentinel: {master_set: m, addresses: ['s:1'], quorum: 2}}\npolicies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n", `unknown field "quorum"`},
 		{"admin inline", "admin: {token: abc}\npolicies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n", `unknown field "token"`},
 		{"envoy unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n", `bad.yaml:4:24: rate_limit: unknown unit "fortnight"`},
 		{"envoy unknown", "domain: d\ndescriptors:\n  - key: k\n    rate_limt: {unit: second, requests_per_unit: 5}\n", `unknown field "rate_limt"`},

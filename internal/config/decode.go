@@ -19,7 +19,7 @@ func (d *decoder) address(n *yaml.Node, what string) string {
 	return s
 }
 
-var valkeyFields = []string{"addresses", "address", "username", "password_env", "password_file", "tls", "timeout", "connect_timeout"}
+var valkeyFields = []string{"addresses", "address", "username", "password_env", "password_file", "tls", "timeout", "connect_timeout", "sentinel"}
 
 func (d *decoder) valkey(n *yaml.Node) *Valkey {
 	f := d.mapping(n, "valkey", valkeyFields...)
@@ -59,7 +59,48 @@ func (d *decoder) valkey(n *yaml.Node) *Valkey {
 	if x, ok := f["connect_timeout"]; ok {
 		v.ConnectTimeout = d.duration(x.val, "valkey.connect_timeout", time.Millisecond, 5*time.Minute)
 	}
+	if x, ok := f["sentinel"]; ok {
+		v.Sentinel = d.sentinel(x.val)
+		if len(v.Addresses) > 0 {
+			d.errorf(x.key, "valkey: set address(es) or sentinel, not both (with sentinel, the Sentinels name the master)")
+		}
+	}
 	return v
+}
+
+func (d *decoder) sentinel(n *yaml.Node) *Sentinel {
+	f := d.mapping(n, "valkey.sentinel", "master_set", "addresses", "username", "password_env", "password_file")
+	if f == nil {
+		return nil
+	}
+	s := &Sentinel{}
+	if x, ok := f["master_set"]; ok {
+		s.MasterSet = d.str(x.val, "valkey.sentinel.master_set")
+	}
+	if s.MasterSet == "" {
+		d.errorf(n, "valkey.sentinel: master_set is required (the name the Sentinels monitor, such as mymaster)")
+	}
+	if x, ok := f["addresses"]; ok {
+		for _, a := range d.sequence(x.val, "valkey.sentinel.addresses") {
+			s.Addresses = append(s.Addresses, d.address(a, "valkey.sentinel.addresses item"))
+		}
+	}
+	if len(s.Addresses) == 0 {
+		d.errorf(n, "valkey.sentinel: addresses must list at least one Sentinel (host:port)")
+	}
+	if x, ok := f["username"]; ok {
+		s.Username = d.str(x.val, "valkey.sentinel.username")
+	}
+	if x, ok := f["password_env"]; ok {
+		s.PasswordEnv = d.str(x.val, "valkey.sentinel.password_env")
+	}
+	if x, ok := f["password_file"]; ok {
+		s.PasswordFile = d.str(x.val, "valkey.sentinel.password_file")
+		if s.PasswordEnv != "" {
+			d.errorf(x.key, "valkey.sentinel: set password_env or password_file, not both")
+		}
+	}
+	return s
 }
 
 func (d *decoder) tls(n *yaml.Node) *TLS {

@@ -33,6 +33,29 @@ func (v *Valkey) Password(env func(string) (string, bool)) (string, error) {
 	return "", nil
 }
 
+// Password reads the Sentinels' password ("" when none is configured).
+// env is the environment to look in (nil: the process environment).
+func (s *Sentinel) Password(env func(string) (string, bool)) (string, error) {
+	switch {
+	case s.PasswordEnv != "":
+		if env == nil {
+			env = os.LookupEnv
+		}
+		p, ok := env(s.PasswordEnv)
+		if !ok {
+			return "", fmt.Errorf("valkey.sentinel.password_env: environment variable %s is not set", s.PasswordEnv)
+		}
+		return p, nil
+	case s.PasswordFile != "":
+		b, err := readSmallFile(s.PasswordFile)
+		if err != nil {
+			return "", fmt.Errorf("valkey.sentinel.password_file: %w", err)
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	}
+	return "", nil
+}
+
 // Token reads the admin token. env is the environment to look in (nil: the
 // process environment).
 func (a *Admin) Token(env func(string) (string, bool)) (string, error) {

@@ -25,6 +25,22 @@ type Valkey struct {
 	Timeout time.Duration
 	// ConnectTimeout bounds opening a connection (default 2s).
 	ConnectTimeout time.Duration
+	// Sentinel, when set, finds the master through Valkey Sentinel (and
+	// follows it when the Sentinels fail over); Addresses is then empty.
+	// Username, the password and TLS above are the master's.
+	Sentinel *Sentinel
+}
+
+// Sentinel configures Valkey Sentinel: the master set to follow, the
+// Sentinels to ask, and the Sentinels' own credentials (optional).
+type Sentinel struct {
+	MasterSet string
+	// Addresses of the Sentinels (host:port), at least one.
+	Addresses []string
+	Username  string
+	// PasswordEnv or PasswordFile (at most one) hold the Sentinels'
+	// password, when they require one.
+	PasswordEnv, PasswordFile string
 }
 
 // TLS configures TLS to Valkey.

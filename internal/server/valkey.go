@@ -59,6 +59,22 @@ func ClientOption(v *config.Valkey, env func(string) (string, bool)) (valkey.Cli
 		// connection, failing the calls of longer timeouts that share it.
 		AlwaysPipelining: true,
 	}
+	if v.Sentinel != nil {
+		if len(v.Addresses) > 0 {
+			return opt, fmt.Errorf("valkey: addresses %v (from the config or --valkey) and valkey.sentinel are exclusive: with sentinel, the Sentinels name the master", v.Addresses)
+		}
+		spw, err := v.Sentinel.Password(env)
+		if err != nil {
+			return opt, err
+		}
+		opt.InitAddress = v.Sentinel.Addresses
+		opt.Sentinel = valkey.SentinelOption{
+			MasterSet: v.Sentinel.MasterSet,
+			Username:  v.Sentinel.Username,
+			Password:  spw,
+			Dialer:    opt.Dialer,
+		}
+	}
 	if v.TLS != nil {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: v.TLS.ServerName}
 		if v.TLS.CAFile != "" {
@@ -80,6 +96,9 @@ func ClientOption(v *config.Valkey, env func(string) (string, bool)) (valkey.Cli
 			tc.Certificates = []tls.Certificate{cert}
 		}
 		opt.TLSConfig = tc
+		if v.Sentinel != nil {
+			opt.Sentinel.TLSConfig = tc // the Sentinels too
+		}
 	}
 	return opt, nil
 }

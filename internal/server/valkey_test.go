@@ -110,3 +110,52 @@ func slogTo(write func([]byte)) *slog.Logger {
 		return len(p), nil
 	}), nil))
 }
+
+// TestValkeySentinel: a valkey.sentinel section connects through the
+// Sentinels to their master; addresses besides it are refused.
+func TestValkeySentinel(t *testing.T) {
+	primary := valkeytest.Start(t)
+	valkeytest.StartReplica(t, primary.Addr)
+	ss := valkeytest.StartSentinels(t, primary, 1, 1)
+	v := &config.Valkey{ConnectTimeout: time.Second,
+		Sentinel: &config.Sentinel{MasterSet: valkeytest.SentinelMaster, Addresses: ss.Addrs}}
+	opt, err := ClientOption(v, testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs := ConnectValkey(opt, quietLogger())
+	defer vs.Close()
+	cfg, err := config.Parse("t.yaml", []byte("policies:\n  - {name: a, algorithm: fixed_window, limit: 2, window: 1h, timeout: 1s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, Options{Store: vs, StoreName: "valkey", Logger: quietLogger(), Env: testEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(5 * time.Second)
+	for vs.Ping(ctx) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("not connected through the Sentinels: %v", vs.Ping(ctx))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	l := s.state.Load().policies["a"].limiter
+	for i, want := range []bool{true, true, false} {
+		res, err := l.Allow(ctx, "k")
+		if err != nil || res.Degraded || res.Allowed != want {
+			t.Fatalf("decision %d: %+v, %v; want allowed %v by Valkey", i, res, err, want)
+		}
+	}
+	// The count is on the master the Sentinels name.
+	keys, err := primary.Do("DBSIZE")
+	if err != nil || keys.(int64) != 1 {
+		t.Errorf("DBSIZE on the master: %v, %v; want 1", keys, err)
+	}
+
+	v.Addresses = []string{"127.0.0.1:1"} // as --valkey would set them
+	if _, err := ClientOption(v, testEnv); err == nil || !strings.Contains(err.Error(), "exclusive") {
+		t.Errorf("addresses with sentinel: %v, want an error", err)
+	}
+}
