@@ -1,14 +1,32 @@
-// Package valkeystore is the sluice.Store on Valkey, standalone or Cluster,
-// through the caller's valkey-go client.
+// Package valkeystore is the sluice.Store on Valkey, standalone, through
+// Sentinel, or Cluster, through the caller's valkey-go client.
 //
 // Each decision is one Lua script (internal/luascript/scripts/*.lua) run with
 // EVALSHA, and EVAL when the server lost its script cache (NOSCRIPT after a
 // restart or SCRIPT FLUSH), so scripts reload transparently. Decisions of a
 // batch that share an algorithm and a cluster slot run in one script call;
-// all script calls of a batch go out in one pipelined round trip. A script
-// call is never retried after it was sent: it may have run, and a retry
-// would count twice. A circuit breaker (see Breaker) makes calls fail at
-// once while Valkey is down or hung, until a background probe sees it back.
+// all script calls of a batch go out in one pipelined round trip.
+//
+// The guarantees are layers, each in its own file:
+//   - deadline.go: every call returns by its deadline, whatever the
+//     network does, with or without a breaker.
+//   - nodes.go: health per node. Each node (a standalone server, the
+//     Sentinels' master, or a cluster primary with its slots) has its own
+//     batcher, breaker and deadline guard, so a dead primary costs only the
+//     decisions of its slots.
+//   - breaker.go: a circuit breaker per node (see Breaker) makes calls fail
+//     at once while the node is down or too slow for them, until a probe
+//     sees its slots answer again.
+//   - retry.go: a script call is sent again once, within its deadline, only
+//     on a reply that proves it did not run (MOVED, ASK, TRYAGAIN,
+//     CLUSTERDOWN, READONLY, LOADING, MASTERDOWN); never after a timeout or
+//     a broken connection, after which it may have run.
+//   - durable.go: WithReplicaAck, WAIT for replicas, for counts that must
+//     survive a failover.
+//
+// Give the client AlwaysPipelining: without it, valkey-go sends a lone call
+// with the connection's read deadline set to the call's, and a call that
+// times out closes the connection, failing the calls that share it.
 package valkeystore
 
 import (
