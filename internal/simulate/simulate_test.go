@@ -463,3 +463,28 @@ func TestPictures(t *testing.T) {
 		t.Error("gif: no error")
 	}
 }
+
+// FuzzParseTraffic: any --traffic value parses or is refused, never
+// panics, and what parses can be planned.
+func FuzzParseTraffic(f *testing.F) {
+	for _, s := range []string{"steady:12/s", "poisson:100/s,keys=3", "burst:10@990ms", "on-off:50/s,on=2s,off=3s", "retry:20/s,key=m", "steady:1/s,from=1s,until=2s,cost=2"} {
+		f.Add(s)
+	}
+	pols, err := ParsePolicies([]string{"algorithm=gcra,burst=10,rate=10/s"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tr, err := ParseTraffic(s)
+		if err != nil {
+			return
+		}
+		if tr.Keys < 1 || tr.Cost < 1 || tr.Key == "" {
+			t.Fatalf("%q: %+v", s, tr)
+		}
+		if tr.Keys > 1000 {
+			return // planning builds the key table
+		}
+		NewPlan(Options{Policies: pols, Traffic: []Traffic{tr}, Duration: time.Second, MaxDecisions: 1000})
+	})
+}
