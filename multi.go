@@ -16,6 +16,9 @@ type Check struct {
 	// is_negative_hits asks); its Result is allowed. AllowAll refuses
 	// negative costs.
 	Cost int64
+	// Plan names the limiter's plan to decide under ("" for its policy;
+	// see WithPlan). An unknown plan is an error wrapping ErrUnknownPlan.
+	Plan string
 }
 
 // A Decision is the outcome of AllowAll.
@@ -144,10 +147,17 @@ func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []
 			}
 			cost = 0 // checked as a peek: a give-back may be of any amount
 		}
-		if err := c.Limiter.check(c.Key, cost); err != nil {
+		rule, ok := c.Limiter.PlanRule(c.Plan)
+		if !ok {
+			return Decision{}, nil, fmt.Errorf("check %d: %w %q of %s", i, ErrUnknownPlan, c.Plan, c.Limiter.Name())
+		}
+		if err := c.Limiter.check(c.Key, rule, cost); err != nil {
 			return Decision{}, nil, err
 		}
-		ops[i] = Op{Key: c.Limiter.Key(c.Key), Rule: c.Limiter.rule, Cost: c.Cost}
+		ops[i] = Op{Key: c.Limiter.Key(c.Key), Rule: rule, Cost: c.Cost}
+		if c.Limiter.ovs != nil {
+			ops[i].Override = c.Limiter.overrideKey(c.Key)
+		}
 		if c.Cost < 0 {
 			// A fixed window gives back from the window of its receipt:
 			// the current one.

@@ -35,4 +35,34 @@ type Result struct {
 	// Shadowed reports that the limit refused the request but the limiter is
 	// in shadow mode, so Allowed is true anyway.
 	Shadowed bool
+
+	// Source says which limit decided: the key's override, the plan the
+	// decision named, or the limiter's policy.
+	Source LimitSource
+
+	// OverrideInvalid reports that the key has an override the store could
+	// not use (malformed in Valkey): the plan or policy decided instead.
+	OverrideInvalid bool
+}
+
+// LimitSource says which limit decided a Result: precedence is a key's
+// override, then the key's plan, then the limiter's policy.
+type LimitSource uint8
+
+// The sources of a limit.
+const (
+	SourcePolicy LimitSource = iota
+	SourcePlan
+	SourceOverride
+)
+
+// String returns "policy", "plan" or "override".
+func (s LimitSource) String() string {
+	switch s {
+	case SourcePlan:
+		return "plan"
+	case SourceOverride:
+		return "override"
+	}
+	return "policy"
 }

@@ -55,6 +55,8 @@ type config struct {
 	logger   *slog.Logger
 	observer Observer
 	noDeny   bool
+	plans    []namedPolicy
+	ovOn     bool
 }
 
 // WithName names the limiter. The name is part of every key, so limiters
@@ -146,6 +148,8 @@ type Limiter struct {
 
 	lastLog atomic.Int64 // unix nanoseconds of the last store-error log
 	deny    *denyCache   // nil when off
+	plans   map[string]Rule
+	ovs     OverrideStore // nil unless WithOverrides
 }
 
 // New returns a Limiter enforcing policy on store. It fails with an error
@@ -194,7 +198,17 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		cfg.logger = slog.Default()
 	}
 	l := &Limiter{store: store, rule: rule, cfg: cfg}
-	if !cfg.noDeny && !rule.CountRejected {
+	if l.plans, err = buildPlans(rule, cfg.plans); err != nil {
+		return nil, err
+	}
+	if cfg.ovOn {
+		ovs, ok := store.(OverrideStore)
+		if !ok {
+			return nil, fmt.Errorf("%w: WithOverrides: store %T keeps no overrides (it does not implement OverrideStore)", ErrInvalidPolicy, store)
+		}
+		l.ovs = ovs
+	}
+	if !cfg.noDeny && !rule.CountRejected && len(l.plans) == 0 && l.ovs == nil {
 		l.deny = newDenyCache(rule)
 	}
 	return l, nil
@@ -277,7 +291,15 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
 // store's error is logged). An error is returned only for invalid input or
 // when ctx itself ends before the decision.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
-	if err := l.check(key, n); err != nil {
+	if err := l.ready(); err != nil {
+		return Result{}, err
+	}
+	return l.allow(ctx, key, l.rule, n)
+}
+
+// allow decides under rule r, the policy's or a plan's.
+func (l *Limiter) allow(ctx context.Context, key string, r Rule, n int64) (Result, error) {
+	if err := l.check(key, r, n); err != nil {
 		return Result{}, err
 	}
 	var buf [192]byte
@@ -287,7 +309,10 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 			return l.local(res), nil
 		}
 	}
-	batch := [1]Op{{Key: string(k), Rule: l.rule, Cost: n}}
+	batch := [1]Op{{Key: string(k), Rule: r, Cost: n}}
+	if l.ovs != nil {
+		batch[0].Override = l.overrideKey(key)
+	}
 	if err := l.do(ctx, batch[:]); err != nil {
 		return Result{}, err
 	}
@@ -326,7 +351,7 @@ func (l *Limiter) local(res Result) Result {
 	return res
 }
 
-func (l *Limiter) check(key string, n int64) error {
+func (l *Limiter) check(key string, r Rule, n int64) error {
 	if err := l.ready(); err != nil {
 		return err
 	}
@@ -336,8 +361,16 @@ func (l *Limiter) check(key string, n int64) error {
 	if n < 0 {
 		return fmt.Errorf("%w: cost %d is negative", ErrInvalidCost, n)
 	}
-	if n > l.rule.Limit {
-		return fmt.Errorf("%w: cost %d exceeds the limit %d of %s and could never be allowed", ErrInvalidCost, n, l.rule.Limit, l.cfg.name)
+	if l.ovs != nil {
+		// An override may raise the limit: only what no limit allows is
+		// refused here.
+		if max := r.maxLimit(); n > max {
+			return fmt.Errorf("%w: cost %d exceeds the largest limit %v may have (%d)", ErrInvalidCost, n, r.Algorithm, max)
+		}
+		return nil
+	}
+	if n > r.Limit {
+		return fmt.Errorf("%w: cost %d exceeds the limit %d of %s and could never be allowed", ErrInvalidCost, n, r.Limit, l.cfg.name)
 	}
 	return nil
 }
@@ -378,7 +411,12 @@ func (l *Limiter) finish(ctx context.Context, ops []Op, err error, start time.Ti
 			}
 			continue
 		}
-		op.Result.Limit = l.rule.Limit
+		if op.Result.Source != SourceOverride {
+			op.Result.Limit = op.Rule.Limit
+			if op.Rule != l.rule {
+				op.Result.Source = SourcePlan
+			}
+		}
 		if op.Result.Allowed && op.Cost > 0 && l.deny != nil {
 			// A take changes what a cached refusal of a larger cost implies.
 			l.deny.forgetStale(op.Key)
@@ -417,7 +455,7 @@ func (l *Limiter) logStoreError(err error) {
 // degrade decides op by the fail mode.
 func (l *Limiter) degrade(op *Op) {
 	l.logStoreError(op.Err)
-	res := Result{Limit: l.rule.Limit, Degraded: true}
+	res := Result{Limit: op.Rule.Limit, Degraded: true}
 	if l.cfg.failMode == FailOpen || l.cfg.shadow {
 		res.Allowed = true
 		res.Shadowed = l.cfg.failMode == FailClosed

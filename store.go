@@ -47,6 +47,12 @@ type Op struct {
 	// the take's time in microseconds, or for GCRA the theoretical arrival
 	// time the take wrote.
 	Receipt int64
+	// Override is the store key of the key's override (see OverrideKey), or
+	// "" when the limiter reads none. When a live, well-formed override is
+	// stored there, its limit (and parameter) replace the Rule's for this
+	// decision, and the Result's Source is SourceOverride with its Limit; a
+	// malformed one is ignored and reported by OverrideInvalid.
+	Override string
 	// Now is the time of the decision. The zero Time means the store's own
 	// clock (Valkey's TIME).
 	Now time.Time

@@ -31,6 +31,7 @@ type Store struct {
 	clock  func() time.Time
 	seed   maphash.Seed
 	shards [shardCount]shard
+	ovs    overrides
 }
 
 type shard struct {
@@ -63,6 +64,7 @@ func New(opts ...Option) *Store {
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]*item)
 	}
+	s.ovs.init()
 	return s
 }
 
@@ -114,7 +116,7 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	}
 	st.alg = op.Rule.Algorithm
 
-	r := op.Rule
+	r, src, ovInvalid := s.applyOverride(op, now)
 	var (
 		rep        reply
 		write, del bool
@@ -160,12 +162,18 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	if rep.receipt != 0 {
 		op.Receipt = rep.receipt
 	}
-	return sluice.Result{
-		Allowed:    rep.allowed,
-		Remaining:  rep.remaining,
-		RetryAfter: time.Duration(rep.retry) * time.Microsecond,
-		ResetAfter: time.Duration(rep.reset) * time.Microsecond,
-	}, nil
+	res := sluice.Result{
+		Allowed:         rep.allowed,
+		Remaining:       rep.remaining,
+		RetryAfter:      time.Duration(rep.retry) * time.Microsecond,
+		ResetAfter:      time.Duration(rep.reset) * time.Microsecond,
+		Source:          src,
+		OverrideInvalid: ovInvalid,
+	}
+	if src == sluice.SourceOverride {
+		res.Limit = r.Limit
+	}
+	return res, nil
 }
 
 func (sh *shard) sweep(now time.Time) {

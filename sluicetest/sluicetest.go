@@ -103,6 +103,8 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RealTime", func(t *testing.T) { RunRealTime(t, h) })
 	t.Run("Edges", func(t *testing.T) { RunEdges(t, h) })
 	t.Run("Calendar", func(t *testing.T) { RunCalendar(t, h) })
+	t.Run("Plans", func(t *testing.T) { RunPlans(t, h) })
+	t.Run("Overrides", func(t *testing.T) { RunOverrides(t, h) })
 }
 
 // A Step is one row of a timeline: at At after Epoch, a request of Cost

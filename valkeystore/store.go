@@ -275,8 +275,16 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 	// One allocation for the keys and arguments, one for the digits of all
 	// the numbers. buf is made large enough never to grow (a number takes at
 	// most maxDigits bytes), so the strings can share it.
-	strs := make([]string, n+n*luascript.ArgsPerKey)
-	keys, args := strs[:n], strs[n:]
+	nov := 0
+	for _, i := range c.ops {
+		if batch[i].Override != "" {
+			nov++
+		}
+	}
+	strs := make([]string, n+nov+n*luascript.ArgsPerKey)
+	// keys has room for the override keys, which append never moves
+	// into args.
+	keys, args := strs[:n:n+nov], strs[n+nov:]
 	buf := make([]byte, 0, n*luascript.ArgsPerKey*maxDigits)
 	str := func(from int) string { return unsafe.String(&buf[from], len(buf)-from) }
 	num := func(v int64) string {
@@ -298,12 +306,19 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 		if op.Rule.IsCalendar() {
 			a[2] = luascript.CalendarParam(op, time.Now().Add(clockSkew))
 		}
+		if op.Override != "" {
+			// The override key follows the decisions' keys; it shares the
+			// decision's hash tag, so the call stays in one slot.
+			keys = append(keys, op.Override)
+			a[6] = strconv.Itoa(len(keys))
+			a[7] = luascript.OverrideBounds(op)
+		}
 	}
 	sc := c.sc
 	if sha {
-		return e.client.B().Evalsha().Sha1(sc.SHA).Numkeys(int64(n)).Key(keys...).Arg(args...).Build()
+		return e.client.B().Evalsha().Sha1(sc.SHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	}
-	return e.client.B().Eval().Script(sc.Src).Numkeys(int64(n)).Key(keys...).Arg(args...).Build()
+	return e.client.B().Eval().Script(sc.Src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 }
 
 // clockSkew is added to this host's clock by tests that play a skewed

@@ -107,14 +107,17 @@ const clockSkew = 2
 // ArgsPerKey is the number of ARGV of each key; ReplyPerKey the number of
 // integers of the reply for each key (see batch.lua).
 const (
-	ArgsPerKey  = 6
-	ReplyPerKey = 5
+	ArgsPerKey  = 8
+	ReplyPerKey = 7
 )
 
 // Args returns the ARGV of op, in order: now in microseconds (0: the
 // server's TIME), limit, the algorithm's parameter, cost, the flag
 // (CountRejected: 1), and for a refund (negative cost) the receipt of the
-// take it refunds, else 0.
+// take it refunds, else 0; then two zeros, for a decision that reads no
+// override. A caller that sends op.Override among the call's keys puts
+// its index in KEYS (from 1) in the seventh, and OverrideBounds(op) in the
+// eighth.
 func Args(op *sluice.Op) [ArgsPerKey]int64 {
 	var a [ArgsPerKey]int64
 	if !op.Now.IsZero() {
@@ -132,23 +135,45 @@ func Args(op *sluice.Op) [ArgsPerKey]int64 {
 	return a
 }
 
+// OverrideBounds is the eighth argument of a decision that reads an
+// override: the bounds an override must keep to apply
+// (sluice.Rule.OverrideBounds), separated by spaces.
+func OverrideBounds(op *sluice.Op) string {
+	b := op.Rule.OverrideBounds()
+	buf := make([]byte, 0, 4*21)
+	for i, v := range b {
+		if i > 0 {
+			buf = append(buf, ' ')
+		}
+		buf = strconv.AppendInt(buf, v, 10)
+	}
+	return string(buf)
+}
+
 // ErrReply is the error of a reply that does not hold what the scripts
 // return.
 var ErrReply = errors.New("reply out of range")
 
 // Decode turns the reply of one key (allowed, remaining, retry after and
-// reset after in microseconds, receipt) into its Result and receipt.
+// reset after in microseconds, receipt, the override's limit and status)
+// into its Result and receipt.
 func Decode(v [ReplyPerKey]int64) (sluice.Result, int64, error) {
 	if v[0] == clockSkew {
 		return sluice.Result{}, 0, sluice.ErrClockSkew
 	}
-	if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[2] < 0 || v[3] < 0 || v[4] <= 0 {
+	if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[2] < 0 || v[3] < 0 || v[4] <= 0 ||
+		v[6] < 0 || v[6] > 2 || (v[6] == 1) != (v[5] > 0) {
 		return sluice.Result{}, 0, fmt.Errorf("%w: %v", ErrReply, v)
 	}
-	return sluice.Result{
-		Allowed:    v[0] == 1,
-		Remaining:  v[1],
-		RetryAfter: time.Duration(v[2]) * time.Microsecond,
-		ResetAfter: time.Duration(v[3]) * time.Microsecond,
-	}, v[4], nil
+	res := sluice.Result{
+		Allowed:         v[0] == 1,
+		Remaining:       v[1],
+		RetryAfter:      time.Duration(v[2]) * time.Microsecond,
+		ResetAfter:      time.Duration(v[3]) * time.Microsecond,
+		OverrideInvalid: v[6] == 2,
+	}
+	if v[6] == 1 {
+		res.Source, res.Limit = sluice.SourceOverride, v[5]
+	}
+	return res, v[4], nil
 }

@@ -1,17 +1,22 @@
 -- The driver of every script: one call decides any number of keys.
--- KEYS[i]: the key of decision i.
--- ARGV, 6 per key: now (microseconds; 0 = the server's TIME, read once per
+-- KEYS[i]: the key of decision i, for i up to the number of decisions
+--   (#ARGV / 8); the override keys of the decisions that read one follow.
+-- ARGV, 8 per key: now (microseconds; 0 = the server's TIME, read once per
 --   call), limit, the algorithm's parameter (a number, or for calendar
 --   periods a string of bounds, see calendar.lua), cost, flag, receipt (for a
---   negative cost, the receipt of the take it refunds; else 0).
--- Reply, 5 integers per key: allowed (1/0), remaining, retry_after_us,
---   reset_after_us, receipt (what a refund of this decision passes back).
+--   negative cost, the receipt of the take it refunds; else 0), the index
+--   in KEYS of the decision's override key (0: none), and the bounds an
+--   override must keep (see override in prelude.lua; "0" for none).
+-- Reply, 7 integers per key: allowed (1/0), remaining, retry_after_us,
+--   reset_after_us, receipt (what a refund of this decision passes back),
+--   the override's limit (0 when none applied) and the override's status
+--   (0 none, 1 applied, 2 malformed and ignored).
 -- Each algorithm defines decide(key, now, limit, parameter, cost, flag,
 -- receipt) and flush(), which writes what decide kept to write once at the
 -- end.
 local out, snow = {}, nil
-for i = 1, #KEYS do
-  local b = (i - 1) * 6
+for i = 1, #ARGV / 8 do
+  local b = (i - 1) * 8
   local now = tonumber(ARGV[b + 1])
   if now == 0 then
     if not snow then
@@ -20,14 +25,22 @@ for i = 1, #KEYS do
     end
     now = snow
   end
+  local limit, param = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]) or ARGV[b + 3]
+  local ov, ovLimit = 0, 0
+  local oi = tonumber(ARGV[b + 7])
+  if oi > 0 then
+    limit, param, ov = override(KEYS[oi], now, limit, param, ARGV[b + 8])
+    if ov == 1 then ovLimit = limit end
+  end
   local allowed, remaining, retry, reset, receipt = decide(KEYS[i], now,
-    tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]) or ARGV[b + 3], tonumber(ARGV[b + 4]), ARGV[b + 5],
-    tonumber(ARGV[b + 6]))
+    limit, param, tonumber(ARGV[b + 4]), ARGV[b + 5], tonumber(ARGV[b + 6]))
   out[#out + 1] = allowed
   out[#out + 1] = remaining
   out[#out + 1] = retry
   out[#out + 1] = reset
   out[#out + 1] = receipt or now
+  out[#out + 1] = ovLimit
+  out[#out + 1] = ov
 end
 flush() -- the state the algorithm kept for the end of the call
 return out

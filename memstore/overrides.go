@@ -1,0 +1,126 @@
+package memstore
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// overrides are the Store's key overrides (sluice.OverrideStore), read by
+// every decision whose Op names one. A record lapses at its Expires, on
+// the store's clock for GetOverride and ListOverrides, and at the
+// decision's time for a decision, as valkeystore's script does.
+type overrides struct {
+	mu    sync.Mutex
+	recs  map[string]sluice.OverrideRecord
+	index map[string]map[string]bool // index → identities
+}
+
+func (o *overrides) init() {
+	o.recs = make(map[string]sluice.OverrideRecord)
+	o.index = make(map[string]map[string]bool)
+}
+
+// lookup returns the record under key, live at now.
+func (o *overrides) lookup(key string, now time.Time) (sluice.OverrideRecord, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	rec, ok := o.recs[key]
+	if !ok || !now.Before(rec.Expires) {
+		return sluice.OverrideRecord{}, false
+	}
+	return rec, true
+}
+
+// PutOverride implements sluice.OverrideStore.
+func (s *Store) PutOverride(ctx context.Context, index, key string, rec sluice.OverrideRecord) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	o := &s.ovs
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.sweep(s.clock())
+	o.recs[key] = rec
+	if o.index[index] == nil {
+		o.index[index] = map[string]bool{}
+	}
+	o.index[index][rec.Identity] = true
+	return nil
+}
+
+// sweep drops lapsed records; called with o.mu held, on writes, so the
+// records held are bounded by the live ones plus those since the last
+// write.
+func (o *overrides) sweep(now time.Time) {
+	for k, rec := range o.recs {
+		if !now.Before(rec.Expires) {
+			delete(o.recs, k)
+		}
+	}
+}
+
+// GetOverride implements sluice.OverrideStore.
+func (s *Store) GetOverride(ctx context.Context, key string) (sluice.OverrideRecord, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return sluice.OverrideRecord{}, false, err
+	}
+	rec, ok := s.ovs.lookup(key, s.clock())
+	return rec, ok, nil
+}
+
+// DeleteOverride implements sluice.OverrideStore.
+func (s *Store) DeleteOverride(ctx context.Context, index, key, identity string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	o := &s.ovs
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.recs, key)
+	delete(o.index[index], identity)
+	return nil
+}
+
+// ListOverrides implements sluice.OverrideStore.
+func (s *Store) ListOverrides(ctx context.Context, index string, keyOf func(string) string) ([]sluice.OverrideRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := s.clock()
+	o := &s.ovs
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []sluice.OverrideRecord
+	for id := range o.index[index] {
+		rec, ok := o.recs[keyOf(id)]
+		if !ok || !now.Before(rec.Expires) {
+			delete(o.index[index], id)
+			continue
+		}
+		out = append(out, rec)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Identity < out[j].Identity })
+	return out, nil
+}
+
+// applyOverride returns the rule op decides under at now: its Rule, or
+// the Rule with the key's live override; invalid reports an override that
+// is not a valid rule (ignored).
+func (s *Store) applyOverride(op *sluice.Op, now time.Time) (r sluice.Rule, src sluice.LimitSource, invalid bool) {
+	if op.Override == "" {
+		return op.Rule, sluice.SourcePolicy, false
+	}
+	rec, ok := s.ovs.lookup(op.Override, now)
+	if !ok {
+		return op.Rule, sluice.SourcePolicy, false
+	}
+	eff, err := op.Rule.Overridden(rec.Limit, rec.Param)
+	if err != nil {
+		return op.Rule, sluice.SourcePolicy, true
+	}
+	return eff, sluice.SourceOverride, false
+}

@@ -1,0 +1,313 @@
+package sluice
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Overrides per key: a limit (and optionally a window or rate) for one key
+// of one limiter, until an expiry, with a reason and an actor for audit.
+// They live in the store, so every process sees one at once; the store
+// reads a key's override in the same atomic step as the decision (with
+// valkeystore, in the same script call, from a key in the same cluster
+// slot as the counter). An override never touches the key's state: its
+// limit applies to what the key has already taken, and when it lapses the
+// plan's or policy's limit applies again to the same state.
+//
+// Precedence: the key's override, then the plan the decision names, then
+// the limiter's policy. Result.Source says which decided.
+
+// Override is a limit for one key until Expires.
+type Override struct {
+	// Limit replaces the limit, capacity or burst. Required.
+	Limit int64 `json:"limit"`
+	// Window replaces the window of SlidingLog, SlidingWindow and a
+	// FixedWindow of durations (not of calendar periods); zero keeps it.
+	Window time.Duration `json:"window,omitempty"`
+	// Rate per Per replaces the rate of TokenBucket and GCRA; zero keeps it.
+	Rate float64       `json:"rate,omitempty"`
+	Per  time.Duration `json:"per,omitempty"`
+	// Expires is when the override lapses by itself. Required, and after
+	// the time it is set.
+	Expires time.Time `json:"expires"`
+	// Reason and Actor say why and by whom, for audit.
+	Reason string `json:"reason,omitempty"`
+	Actor  string `json:"actor,omitempty"`
+	// Set is when the override was set (filled in by SetOverride).
+	Set time.Time `json:"set"`
+}
+
+// KeyOverride is an override and the key it is for.
+type KeyOverride struct {
+	Key string `json:"key"`
+	Override
+}
+
+// OverrideRecord is an override as a store keeps it: what the store reads
+// when deciding (Limit, Param in microseconds, 0 keeping the rule's, and
+// Expires), and Info, which the store keeps for the limiter unread.
+type OverrideRecord struct {
+	Identity string
+	Limit    int64
+	Param    int64
+	Expires  time.Time
+	Info     string
+}
+
+// OverrideStore is implemented by stores that keep overrides (memstore,
+// valkeystore). An override record lives under its key (OverrideKey) until
+// it expires; index lists the identities that have one, for listing.
+type OverrideStore interface {
+	// PutOverride stores rec under key until rec.Expires, and lists it in
+	// index.
+	PutOverride(ctx context.Context, index, key string, rec OverrideRecord) error
+	// GetOverride returns the live record under key; ok is false when
+	// there is none.
+	GetOverride(ctx context.Context, key string) (rec OverrideRecord, ok bool, err error)
+	// DeleteOverride removes the record under key and its entry in index.
+	DeleteOverride(ctx context.Context, index, key, identity string) error
+	// ListOverrides returns the live records listed in index; keyOf gives
+	// an identity's key.
+	ListOverrides(ctx context.Context, index string, keyOf func(identity string) string) ([]OverrideRecord, error)
+}
+
+// ErrInvalidOverride is returned for an override that cannot be set: no
+// limit, an expiry that has passed, a window or rate the policy's
+// algorithm does not take. The wrapping error names the field.
+var ErrInvalidOverride = errors.New("sluice: invalid override")
+
+// WithOverrides makes every decision of the limiter read the key's
+// override (default off: a decision then reads only the key's state). The
+// store must implement OverrideStore. A limiter with overrides has no deny
+// cache: an override set by another process must apply at once.
+func WithOverrides(on bool) Option {
+	return optionFunc(func(c *config) { c.ovOn = on })
+}
+
+// OverrideKey returns the store key of identity's override under the
+// limiter named name: <prefix>:<name>:ov:{<identity>}, with the same hash
+// tag as the identity's counters, so that on a cluster a script reads it
+// in the same slot.
+func OverrideKey(prefix, name, identity string) string {
+	b := make([]byte, 0, len(prefix)+len(name)+len(identity)+10)
+	b = append(b, prefix...)
+	b = append(b, ':')
+	b = append(b, name...)
+	b = append(b, ":ov:{"...)
+	b = appendIdentity(b, identity)
+	return string(append(b, '}'))
+}
+
+// OverrideIndex returns the store key that lists the limiter's overrides.
+func OverrideIndex(prefix, name string) string { return prefix + ":" + name + ":ovindex" }
+
+func (l *Limiter) overrideKey(key string) string { return OverrideKey(l.cfg.prefix, l.cfg.name, key) }
+
+func (l *Limiter) overridable() error {
+	if err := l.ready(); err != nil {
+		return err
+	}
+	if l.ovs == nil {
+		return fmt.Errorf("%w: limiter %s reads no overrides (WithOverrides)", ErrInvalidOverride, l.cfg.name)
+	}
+	return nil
+}
+
+func badOverride(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOverride}, args...)...)
+}
+
+// WithOverride returns r with o's limit, and window or rate, and the
+// parameter a store keeps for it (0 when o keeps r's).
+func (r Rule) WithOverride(o Override) (Rule, int64, error) {
+	if o.Limit <= 0 {
+		return Rule{}, 0, badOverride("limit must be positive, got %d", o.Limit)
+	}
+	var param int64
+	switch {
+	case o.Window != 0 && (r.Algorithm.Rated() || r.IsCalendar()):
+		return Rule{}, 0, badOverride("window is not for %v", r)
+	case (o.Rate != 0 || o.Per != 0) && !r.Algorithm.Rated():
+		return Rule{}, 0, badOverride("rate is not for %v", r)
+	case o.Window != 0:
+		if err := checkWindow("window", o.Window); err != nil {
+			return Rule{}, 0, badOverride("%v", err)
+		}
+		param = o.Window.Microseconds()
+	case o.Rate != 0 || o.Per != 0:
+		iv, err := checkRate(o.Rate, o.Per)
+		if err != nil {
+			return Rule{}, 0, badOverride("rate: %v", err)
+		}
+		param = iv.Microseconds()
+	}
+	out, err := r.Overridden(o.Limit, param)
+	if err != nil {
+		return Rule{}, 0, badOverride("%v", err)
+	}
+	return out, param, nil
+}
+
+// Overridden returns r with limit and param (microseconds of window or
+// interval; 0 keeps r's), as a store applies an override it read, and an
+// error when the result is not a valid rule (a malformed override).
+func (r Rule) Overridden(limit, param int64) (Rule, error) {
+	out := r
+	out.Limit = limit
+	if param != 0 {
+		if r.IsCalendar() {
+			return Rule{}, invalid("a calendar period's override sets its limit only")
+		}
+		if r.Algorithm.Rated() {
+			out.Interval = time.Duration(param) * time.Microsecond
+		} else {
+			out.Window = time.Duration(param) * time.Microsecond
+		}
+	}
+	if param < 0 || param > MaxWindow.Microseconds() {
+		return Rule{}, invalid("parameter %dus out of range", param)
+	}
+	if err := out.Validate(); err != nil {
+		return Rule{}, err
+	}
+	return out, nil
+}
+
+// maxLimit is the largest limit a rule of r's algorithm may have.
+func (r Rule) maxLimit() int64 {
+	if r.Algorithm == AlgorithmSlidingLog {
+		return MaxSlidingLogLimit
+	}
+	return maxLimit
+}
+
+// OverrideBounds are the bounds within which a store's script accepts an
+// override it reads for r, the same as Overridden's: the largest limit,
+// the least and largest parameter in microseconds (0 and 0 when only the
+// limit may change), and the largest limit × parameter (0 for no bound).
+func (r Rule) OverrideBounds() [4]int64 {
+	b := [4]int64{r.maxLimit(), 0, 0, 0}
+	switch {
+	case r.IsCalendar():
+	case r.Algorithm.Rated():
+		b[1], b[2], b[3] = 1, MaxWindow.Microseconds(), MaxWindow.Microseconds()
+	default:
+		b[1], b[2] = MinWindow.Microseconds(), MaxWindow.Microseconds()
+	}
+	return b
+}
+
+func (l *Limiter) now() time.Time {
+	if l.cfg.clock != nil {
+		return l.cfg.clock()
+	}
+	return time.Now()
+}
+
+// SetOverride sets key's override to o, replacing any other, until
+// o.Expires. It is an error wrapping ErrInvalidOverride when o has no
+// limit, has expired, or sets a window or rate the policy does not take,
+// and when the limiter reads no overrides (WithOverrides).
+func (l *Limiter) SetOverride(ctx context.Context, key string, o Override) error {
+	if err := l.overridable(); err != nil {
+		return err
+	}
+	if key == "" {
+		return ErrInvalidKey
+	}
+	_, param, err := l.rule.WithOverride(o)
+	if err != nil {
+		return err
+	}
+	now := l.now()
+	if o.Expires.IsZero() {
+		return badOverride("expires is required (an override lapses by itself)")
+	}
+	if !o.Expires.After(now) {
+		return badOverride("expires %v is not after now (%v)", o.Expires.Format(time.RFC3339), now.Format(time.RFC3339))
+	}
+	o.Set = now
+	info, err := json.Marshal(o)
+	if err != nil {
+		return badOverride("%v", err)
+	}
+	rec := OverrideRecord{Identity: key, Limit: o.Limit, Param: param, Expires: o.Expires, Info: string(info)}
+	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	defer cancel()
+	if err := l.ovs.PutOverride(tctx, OverrideIndex(l.cfg.prefix, l.cfg.name), l.overrideKey(key), rec); err != nil {
+		return fmt.Errorf("%w: set override of %s: %w", ErrStoreUnavailable, l.cfg.name, err)
+	}
+	return nil
+}
+
+func decodeOverride(rec OverrideRecord) (Override, error) {
+	var o Override
+	if err := json.Unmarshal([]byte(rec.Info), &o); err != nil {
+		return Override{}, fmt.Errorf("sluice: malformed override of %q: %w", rec.Identity, err)
+	}
+	o.Limit, o.Expires = rec.Limit, rec.Expires
+	return o, nil
+}
+
+// GetOverride returns key's live override; ok is false when it has none.
+func (l *Limiter) GetOverride(ctx context.Context, key string) (o Override, ok bool, err error) {
+	if err := l.overridable(); err != nil {
+		return Override{}, false, err
+	}
+	if key == "" {
+		return Override{}, false, ErrInvalidKey
+	}
+	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	defer cancel()
+	rec, ok, err := l.ovs.GetOverride(tctx, l.overrideKey(key))
+	if err != nil || !ok {
+		return Override{}, false, err
+	}
+	o, err = decodeOverride(rec)
+	return o, err == nil, err
+}
+
+// Overrides returns the limiter's live overrides. A malformed one is left
+// out and reported in err, after the others.
+func (l *Limiter) Overrides(ctx context.Context) ([]KeyOverride, error) {
+	if err := l.overridable(); err != nil {
+		return nil, err
+	}
+	tctx, cancel := context.WithTimeout(ctx, 4*l.cfg.timeout)
+	defer cancel()
+	recs, err := l.ovs.ListOverrides(tctx, OverrideIndex(l.cfg.prefix, l.cfg.name), l.overrideKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: list overrides of %s: %w", ErrStoreUnavailable, l.cfg.name, err)
+	}
+	out := make([]KeyOverride, 0, len(recs))
+	var errs []error
+	for _, rec := range recs {
+		o, err := decodeOverride(rec)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, KeyOverride{Key: rec.Identity, Override: o})
+	}
+	return out, errors.Join(errs...)
+}
+
+// DeleteOverride removes key's override: its plan's or the policy's limit
+// applies again at once.
+func (l *Limiter) DeleteOverride(ctx context.Context, key string) error {
+	if err := l.overridable(); err != nil {
+		return err
+	}
+	if key == "" {
+		return ErrInvalidKey
+	}
+	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	defer cancel()
+	if err := l.ovs.DeleteOverride(tctx, OverrideIndex(l.cfg.prefix, l.cfg.name), l.overrideKey(key), key); err != nil {
+		return fmt.Errorf("%w: delete override of %s: %w", ErrStoreUnavailable, l.cfg.name, err)
+	}
+	return nil
+}

@@ -1,0 +1,147 @@
+package sluicetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// RunPlans checks plans on h.Store: a key that moves to another plan keeps
+// what it took, the new limit applies at once, Result.Source says which
+// limit decided, and an unknown plan is an error.
+func RunPlans(t *testing.T, h Harness) {
+	ctx := context.Background()
+	clock := NewClock()
+	l := h.NewLimiter(t, sluice.FixedWindow{Limit: 5, Window: time.Minute}, sluice.WithClock(clock.Now),
+		sluice.WithPlan("pro", sluice.FixedWindow{Limit: 10, Window: time.Minute}))
+	step := func(plan string, n int64, want sluice.Result) {
+		t.Helper()
+		res, err := l.AllowPlan(ctx, "k", plan, n)
+		if err != nil || res != want {
+			t.Fatalf("plan %q cost %d:\n got %+v %v\nwant %+v", plan, n, res, err, want)
+		}
+	}
+	step("", 4, sluice.Result{Allowed: true, Limit: 5, Remaining: 1, ResetAfter: time.Minute})
+	// Upgraded mid-window: the 4 taken count against the new limit.
+	step("pro", 1, sluice.Result{Allowed: true, Limit: 10, Remaining: 5, ResetAfter: time.Minute, Source: sluice.SourcePlan})
+	step("pro", 5, sluice.Result{Allowed: true, Limit: 10, Remaining: 0, ResetAfter: time.Minute, Source: sluice.SourcePlan})
+	// Downgraded: 10 taken, over the policy's 5.
+	step("", 1, sluice.Result{Limit: 5, Remaining: 0, RetryAfter: time.Minute, ResetAfter: time.Minute})
+	if _, err := l.AllowPlan(ctx, "k", "gold", 1); !errors.Is(err, sluice.ErrUnknownPlan) {
+		t.Fatalf("unknown plan: %v, want ErrUnknownPlan", err)
+	}
+	for _, bad := range []sluice.Option{
+		sluice.WithPlan("pro", sluice.GCRA{Rate: 1, Per: time.Second, Burst: 5}),
+		sluice.WithPlan("pro", sluice.FixedWindow{Limit: 10, Window: time.Hour}),
+		sluice.WithPlan("bad name", sluice.FixedWindow{Limit: 10, Window: time.Minute}),
+	} {
+		if _, err := sluice.New(h.Store, sluice.FixedWindow{Limit: 5, Window: time.Minute}, bad); !errors.Is(err, sluice.ErrInvalidPolicy) {
+			t.Errorf("a plan that cannot share the policy's state: %v, want ErrInvalidPolicy", err)
+		}
+	}
+}
+
+// RunOverrides checks key overrides on h.Store, which must implement
+// sluice.OverrideStore (a store that does not must make New refuse
+// WithOverrides): an override applies to the key's existing state, takes
+// precedence over the plan, lapses by itself at its expiry, and can be
+// read, listed and deleted; bad overrides are refused.
+func RunOverrides(t *testing.T, h Harness) {
+	ctx := context.Background()
+	clock := NewClock()
+	policy := sluice.FixedWindow{Limit: 2, Window: time.Hour}
+	opts := []sluice.Option{sluice.WithPrefix(Prefix(t)), sluice.WithTimeout(5 * time.Second), sluice.WithClock(clock.Now),
+		sluice.WithOverrides(true), sluice.WithPlan("pro", sluice.FixedWindow{Limit: 4, Window: time.Hour})}
+	l, err := sluice.New(h.Store, policy, opts...)
+	if _, ok := h.Store.(sluice.OverrideStore); !ok {
+		if err == nil {
+			t.Fatal("WithOverrides accepted by a store that keeps no overrides")
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(what, plan string, n int64, want sluice.Result) {
+		t.Helper()
+		res, err := l.AllowPlan(ctx, "k", plan, n)
+		if err != nil || res != want {
+			t.Fatalf("%s:\n got %+v %v\nwant %+v", what, res, err, want)
+		}
+	}
+	hour := time.Hour
+	step("policy", "", 1, sluice.Result{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: hour})
+	expires := clock.Now().Add(10 * time.Minute)
+	if err := l.SetOverride(ctx, "k", sluice.Override{Limit: 6, Expires: expires, Reason: "migration", Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	// The override applies to what the key took before it.
+	step("override", "", 3, sluice.Result{Allowed: true, Limit: 6, Remaining: 2, ResetAfter: hour, Source: sluice.SourceOverride})
+	// It takes precedence over the plan.
+	step("override over plan", "pro", 1, sluice.Result{Allowed: true, Limit: 6, Remaining: 1, ResetAfter: hour, Source: sluice.SourceOverride})
+	o, ok, err := l.GetOverride(ctx, "k")
+	if err != nil || !ok || o.Limit != 6 || !o.Expires.Equal(expires) || o.Reason != "migration" || o.Actor != "ops" || !o.Set.Equal(clock.Now()) {
+		t.Fatalf("GetOverride: %+v %v %v", o, ok, err)
+	}
+	if err := l.SetOverride(ctx, "other", sluice.Override{Limit: 9, Expires: expires.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := l.Overrides(ctx)
+	if err != nil || len(list) != 2 || list[0].Key != "k" || list[1].Key != "other" || list[1].Limit != 9 {
+		t.Fatalf("Overrides: %+v %v", list, err)
+	}
+	// The last microsecond of the override, then its lapse: the policy's
+	// limit applies to the same count (5 taken).
+	clock.Set(10*time.Minute - time.Microsecond)
+	step("override's last microsecond", "", 0, sluice.Result{Allowed: true, Limit: 6, Remaining: 1, ResetAfter: hour - 10*time.Minute + time.Microsecond, Source: sluice.SourceOverride})
+	clock.Set(10 * time.Minute)
+	step("lapsed", "", 1, sluice.Result{Limit: 2, RetryAfter: 50 * time.Minute, ResetAfter: 50 * time.Minute})
+	step("lapsed, plan", "pro", 1, sluice.Result{Limit: 4, RetryAfter: 50 * time.Minute, ResetAfter: 50 * time.Minute, Source: sluice.SourcePlan})
+	// Delete: the plan applies again at once.
+	if err := l.DeleteOverride(ctx, "other"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := l.GetOverride(ctx, "other"); ok || err != nil {
+		t.Fatalf("deleted override still there: %v %v", ok, err)
+	}
+	// Bad overrides, refused with the field named.
+	for _, tc := range []struct {
+		o    sluice.Override
+		want string
+	}{
+		{sluice.Override{Expires: clock.Now().Add(time.Hour)}, "limit must be positive"},
+		{sluice.Override{Limit: 3}, "expires is required"},
+		{sluice.Override{Limit: 3, Expires: clock.Now()}, "is not after now"},
+		{sluice.Override{Limit: 3, Expires: clock.Now().Add(time.Hour), Rate: 5, Per: time.Second}, "rate is not for"},
+		{sluice.Override{Limit: 3, Expires: clock.Now().Add(time.Hour), Window: time.Nanosecond}, "window must be at least"},
+	} {
+		err := l.SetOverride(ctx, "k", tc.o)
+		if !errors.Is(err, sluice.ErrInvalidOverride) || !contains(err.Error(), tc.want) {
+			t.Errorf("SetOverride(%+v) = %v, want %q", tc.o, err, tc.want)
+		}
+	}
+	// A rate override of a token bucket: its interval applies.
+	tb, err := sluice.New(h.Store, sluice.TokenBucket{Capacity: 2, Rate: 1, Per: time.Second}, opts[:4]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.SetOverride(ctx, "k", sluice.Override{Limit: 4, Rate: 4, Per: time.Second, Expires: clock.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := tb.AllowN(ctx, "k", 4)
+	if err != nil || !res.Allowed || res.Limit != 4 || res.Source != sluice.SourceOverride || res.ResetAfter != time.Second {
+		t.Fatalf("token bucket with a rate override: %+v %v, want 4 taken, full again after 1s (4/s)", res, err)
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,134 @@
+package valkeystore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/valkey-io/valkey-go"
+)
+
+// Key overrides (sluice.OverrideStore). An override is a hash under its
+// key (limit, param and until, which the scripts read in the decision's
+// call; info and id, for listing), expiring at until by PEXPIREAT. The
+// index is a sorted set of identities scored by their expiry, trimmed of
+// lapsed ones at every write and list, so it holds no more than the live
+// overrides and those lapsed since the last write. The index and the hash
+// are in different slots: a put writes the hash first, and a list skips
+// an identity whose hash is gone.
+
+// PutOverride implements sluice.OverrideStore.
+func (s *Store) PutOverride(ctx context.Context, index, key string, rec sluice.OverrideRecord) error {
+	c := s.e.client
+	until := rec.Expires.UnixMicro()
+	hash := c.DoMulti(ctx,
+		c.B().Hset().Key(key).FieldValue().
+			FieldValue("limit", strconv.FormatInt(rec.Limit, 10)).
+			FieldValue("param", strconv.FormatInt(rec.Param, 10)).
+			FieldValue("until", strconv.FormatInt(until, 10)).
+			FieldValue("info", rec.Info).
+			FieldValue("id", rec.Identity).Build(),
+		c.B().Pexpireat().Key(key).MillisecondsTimestamp((until+999)/1000).Build())
+	for _, r := range hash {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("valkeystore: put override: %w", err)
+		}
+	}
+	now := strconv.FormatInt(time.Now().UnixMicro(), 10)
+	ms := (until + 999) / 1000
+	for _, r := range c.DoMulti(ctx,
+		c.B().Zadd().Key(index).ScoreMember().ScoreMember(float64(until), rec.Identity).Build(),
+		c.B().Zremrangebyscore().Key(index).Min("-inf").Max(now).Build(),
+		c.B().Pexpireat().Key(index).MillisecondsTimestamp(ms).Nx().Build(),
+		c.B().Pexpireat().Key(index).MillisecondsTimestamp(ms).Gt().Build()) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("valkeystore: put override in its index: %w", err)
+		}
+	}
+	return nil
+}
+
+// GetOverride implements sluice.OverrideStore. A record the scripts would
+// not read is an error.
+func (s *Store) GetOverride(ctx context.Context, key string) (sluice.OverrideRecord, bool, error) {
+	c := s.e.client
+	return readOverride(c.Do(ctx, c.B().Hmget().Key(key).Field("limit", "param", "until", "info", "id").Build()), key)
+}
+
+func readOverride(r valkey.ValkeyResult, key string) (sluice.OverrideRecord, bool, error) {
+	vals, err := r.ToArray()
+	if err != nil {
+		return sluice.OverrideRecord{}, false, fmt.Errorf("valkeystore: get override %s: %w", key, err)
+	}
+	var f [5]string
+	var present int
+	for i := range f {
+		if i < len(vals) {
+			if v, err := vals[i].ToString(); err == nil {
+				f[i] = v
+				present++
+			}
+		}
+	}
+	if present == 0 {
+		return sluice.OverrideRecord{}, false, nil
+	}
+	limit, err1 := strconv.ParseInt(f[0], 10, 64)
+	param, err2 := strconv.ParseInt(f[1], 10, 64)
+	until, err3 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return sluice.OverrideRecord{}, false, fmt.Errorf("valkeystore: malformed override %s: limit %q, param %q, until %q", key, f[0], f[1], f[2])
+	}
+	exp := time.UnixMicro(until)
+	if !time.Now().Before(exp) {
+		return sluice.OverrideRecord{}, false, nil
+	}
+	return sluice.OverrideRecord{Identity: f[4], Limit: limit, Param: param, Expires: exp, Info: f[3]}, true, nil
+}
+
+// DeleteOverride implements sluice.OverrideStore.
+func (s *Store) DeleteOverride(ctx context.Context, index, key, identity string) error {
+	c := s.e.client
+	for _, r := range c.DoMulti(ctx, c.B().Del().Key(key).Build(), c.B().Zrem().Key(index).Member(identity).Build()) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("valkeystore: delete override: %w", err)
+		}
+	}
+	return nil
+}
+
+// ListOverrides implements sluice.OverrideStore. A malformed record is
+// left out and reported in the error, after the others are read.
+func (s *Store) ListOverrides(ctx context.Context, index string, keyOf func(string) string) ([]sluice.OverrideRecord, error) {
+	c := s.e.client
+	now := strconv.FormatInt(time.Now().UnixMicro(), 10)
+	if err := c.Do(ctx, c.B().Zremrangebyscore().Key(index).Min("-inf").Max(now).Build()).Error(); err != nil {
+		return nil, fmt.Errorf("valkeystore: list overrides: %w", err)
+	}
+	ids, err := c.Do(ctx, c.B().Zrange().Key(index).Min("0").Max("-1").Build()).AsStrSlice()
+	if err != nil {
+		return nil, fmt.Errorf("valkeystore: list overrides: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make(valkey.Commands, len(ids))
+	for i, id := range ids {
+		cmds[i] = c.B().Hmget().Key(keyOf(id)).Field("limit", "param", "until", "info", "id").Build()
+	}
+	var out []sluice.OverrideRecord
+	var bad error
+	for i, r := range c.DoMulti(ctx, cmds...) {
+		rec, ok, err := readOverride(r, keyOf(ids[i]))
+		if err != nil {
+			bad = err
+			continue
+		}
+		if ok {
+			out = append(out, rec)
+		}
+	}
+	return out, bad
+}
