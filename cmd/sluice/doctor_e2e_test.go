@@ -23,6 +23,7 @@ policies:
 // replica-less cluster) and a healthy one; bad input gets a message and a
 // non-zero exit.
 func TestE2EDoctor(t *testing.T) {
+	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "sluice.yaml")
 	writeFile(t, cfg, doctorYAML)
 

@@ -51,6 +51,7 @@ func fill(t *testing.T, cfgPath string, c valkey.Client, policy, key string, n i
 // TestE2EKeys: keys, inspect and reset through the binary, on one Valkey
 // and on a Cluster.
 func TestE2EKeys(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "sluice.yaml")
 	writeFile(t, cfg, keysYAML)

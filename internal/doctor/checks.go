@@ -25,6 +25,11 @@ func (d *doc) version(ctx context.Context, addr string, node valkey.Client) {
 		d.add("version", Unknown, addr, "", "could not read INFO server: %v", err)
 		return
 	}
+	d.versionOf(addr, m)
+}
+
+// versionOf judges the fields of INFO server.
+func (d *doc) versionOf(addr string, m map[string]string) {
 	name, v := "valkey", m["valkey_version"]
 	if v == "" {
 		name, v = "redis", m["redis_version"]
@@ -125,9 +130,16 @@ func (d *doc) replication(ctx context.Context, addr string, node valkey.Client) 
 		d.add("replication", Unknown, addr, "", "could not read INFO replication: %v", err)
 		return
 	}
+	mrw, err := configGet(ctx, node, "min-replicas-to-write")
+	d.replicationOf(addr, m, mrw, err)
+}
+
+// replicationOf judges the fields of INFO replication and the setting
+// min-replicas-to-write (mrwErr when it could not be read).
+func (d *doc) replicationOf(addr string, m map[string]string, mrw string, mrwErr error) {
 	n, _ := strconv.Atoi(m["connected_slaves"])
 	if n == 0 {
-		if d.client.Mode() != valkey.ClientModeCluster { // the cluster check says it per primary
+		if !d.isCluster { // the cluster check says it per primary
 			d.add("replication", Info, addr, "a replica (replicaof) and a failover mechanism (Sentinel or Cluster), if the limiter must survive this server",
 				"no replica: if this server is lost, so are all counts, and decisions follow on_failure until it is back")
 		}
@@ -148,9 +160,8 @@ func (d *doc) replication(ctx context.Context, addr string, node valkey.Client) 
 			d.add("replication lag", OK, addr, "", "%d replicas, lag at most %ds", n, worst)
 		}
 	}
-	mrw, err := configGet(ctx, node, "min-replicas-to-write")
-	if err != nil {
-		d.couldNot("min-replicas-to-write", addr, "min-replicas-to-write", err)
+	if mrwErr != nil {
+		d.couldNot("min-replicas-to-write", addr, "min-replicas-to-write", mrwErr)
 		return
 	}
 	k, _ := strconv.Atoi(mrw)
@@ -181,7 +192,12 @@ func (d *doc) clock(ctx context.Context, addr string, node valkey.Client) {
 		d.add("clock", Unknown, addr, "", "could not read TIME: %v", err)
 		return
 	}
-	server := time.Unix(arr[0], arr[1]*1000)
+	d.clockOf(addr, t1, t2, time.Unix(arr[0], arr[1]*1000))
+}
+
+// clockOf judges a server's TIME, server, read between t1 and t2 on this
+// host's clock.
+func (d *doc) clockOf(addr string, t1, t2, server time.Time) {
 	rtt := t2.Sub(t1)
 	skew := server.Sub(t1.Add(rtt / 2))
 	if skew.Abs() > clockSkewMax {

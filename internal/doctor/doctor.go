@@ -111,7 +111,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	var b [4]byte
 	rand.Read(b[:])
 	d := &doc{opts: opts, cfg: opts.Config, client: client, prims: prims, prefix: "sluice-doctor-" + hex.EncodeToString(b[:]),
-		risked: map[string]bool{}}
+		risked: map[string]bool{}, isCluster: client.Mode() == valkey.ClientModeCluster}
 	rep := &Report{Valkey: opts.Config.Valkey.Addresses, Mode: valkeyops.Mode(ctx, client)}
 	d.rep = rep
 	store, err := valkeystore.New(client)
@@ -145,7 +145,9 @@ type doc struct {
 	client valkey.Client
 	prims  map[string]valkey.Client
 	prefix string
-	rep    *Report
+	// cluster: the client is a cluster client.
+	isCluster bool
+	rep       *Report
 	// risked holds "node setting" for each risk Store.Risks named.
 	risked  map[string]bool
 	riskErr error
