@@ -142,7 +142,11 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return usage("%v", err)
 	}
 	// Say up front what the run is, and about how long it takes.
-	fmt.Fprintf(stdout, "simulating %d policies over %v in buckets of %v: about %d decisions", len(policies), plan.Duration, plan.Bucket, plan.Decisions)
+	what := fmt.Sprintf("%d policies", len(policies))
+	if len(policies) == 1 {
+		what = "1 policy"
+	}
+	fmt.Fprintf(stdout, "simulating %s over %v in buckets of %v: about %d decisions", what, plan.Duration, plan.Bucket, plan.Decisions)
 	if est := plan.Estimate(); est >= time.Second {
 		fmt.Fprintf(stdout, ", about %v of work", est.Round(time.Second))
 	}

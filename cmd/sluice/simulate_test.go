@@ -103,6 +103,10 @@ func TestSimulateCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s %s", code, stdout, stderr)
 	}
+	// The run's size is said up front, before the results.
+	if i, j := strings.Index(stdout, "simulating 1 policy over 20s in buckets of 100ms: about 560 decisions"), strings.Index(stdout, "done in"); i < 0 || j < i {
+		t.Errorf("no size up front:\n%s", stdout)
+	}
 	for _, ext := range []string{".csv", ".svg", ".png"} {
 		if st, err := os.Stat(out + ext); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", ext, err)
