@@ -72,6 +72,41 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 500}
 `
 
+// compatExamples follows the cases of envoyproxy/ratelimit's README:
+// nested descriptors, most specific match first, depth, shadow mode on a
+// nested value, replaces across descriptors.
+const compatExamples = `
+domain: examples
+descriptors:
+  - key: kind
+    value: promo
+    descriptors:
+      - key: phone
+        rate_limit: {unit: day, requests_per_unit: 2}
+  - key: phone
+    rate_limit: {unit: day, requests_per_unit: 50}
+  - key: ip
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: ip
+    value: 50.0.0.5
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: top
+    value: t
+    rate_limit: {unit: hour, requests_per_unit: 7}
+  - key: svc
+    descriptors:
+      - {key: user, value: soft, shadow_mode: true, rate_limit: {unit: hour, requests_per_unit: 1}}
+      - {key: user, value: hard, rate_limit: {unit: hour, requests_per_unit: 1}}
+  - key: k1
+    value: v1
+    descriptors:
+      - {key: user, value: bk, rate_limit: {name: specific, unit: hour, requests_per_unit: 5}}
+  - key: k2
+    value: v2
+    descriptors:
+      - {key: user, value: bk, rate_limit: {unit: hour, requests_per_unit: 10, replaces: [{name: specific}]}}
+`
+
 // runtimeTree writes version v of the configuration under root/v and
 // points root/current at it, swapping the link atomically as a Kubernetes
 // ConfigMap update does.
@@ -99,7 +134,7 @@ func runtimeTree(t *testing.T, root, v string, files map[string]string) {
 func TestEnvoyCompat(t *testing.T) {
 	v := valkeytest.Start(t)
 	root := t.TempDir()
-	runtimeTree(t, root, "v1", map[string]string{"a.yaml": compatA, "b.yaml": compatB, "mongo.yaml": compatOther})
+	runtimeTree(t, root, "v1", map[string]string{"a.yaml": compatA, "b.yaml": compatB, "mongo.yaml": compatOther, "examples.yaml": compatExamples})
 	p := serve(t, []string{
 		"RUNTIME_ROOT=" + filepath.Join(root, "current"), "RUNTIME_SUBDIRECTORY=ratelimit",
 		"MERGE_DOMAIN_CONFIG=true", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + v.Addr, "REDIS_POOL_SIZE=5",
@@ -242,6 +277,48 @@ func TestEnvoyCompat(t *testing.T) {
 		back.IsNegativeHits = true
 		if st := ask(1, back).Statuses[0]; st.Code != OK || st.LimitRemaining != 2 {
 			t.Errorf("give back: %v", st)
+		}
+	})
+	t.Run("README cases", func(t *testing.T) {
+		ex := func(ds ...*commonrl.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+			t.Helper()
+			r, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "examples", Descriptors: ds})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		// Nested and flat limits in one call: both count.
+		r := ex(d("kind", "promo", "phone", "555"), d("phone", "555"))
+		if r.Statuses[0].LimitRemaining != 1 || r.Statuses[1].LimitRemaining != 49 {
+			t.Errorf("nested + flat: %v", r)
+		}
+		expect("promo twice", ex(d("kind", "promo", "phone", "555"), d("phone", "555")), OK, OK, OK)
+		expect("promo over, phone counts", ex(d("kind", "promo", "phone", "555"), d("phone", "555")), OVER, OVER, OK)
+		if r = ex(d("phone", "555")); r.Statuses[0].LimitRemaining != 46 {
+			t.Errorf("phone after 3 calls and this one: %v", r)
+		}
+		// The most specific match first: a value beats the key alone.
+		expect("listed address", ex(d("ip", "50.0.0.5")), OVER)
+		if r = ex(d("ip", "50.0.0.1")); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 10 {
+			t.Errorf("other address: %v", r)
+		}
+		// Depth: a request deeper than the tree matches nothing.
+		if r = ex(d("top", "t", "sub", "s")); r.Statuses[0].CurrentLimit != nil {
+			t.Errorf("deeper: %v", r)
+		}
+		// shadow_mode on one nested value only.
+		for range 2 {
+			ex(d("svc", "a", "user", "soft"), d("svc", "a", "user", "hard"))
+		}
+		expect("soft never, hard over", ex(d("svc", "a", "user", "soft"), d("svc", "a", "user", "hard")), OVER, OK, OVER)
+		// replaces: with both, the named limit gives way; alone it applies.
+		r = ex(d("k1", "v1", "user", "bk"), d("k2", "v2", "user", "bk"))
+		if r.Statuses[0].CurrentLimit != nil || r.Statuses[1].CurrentLimit.GetRequestsPerUnit() != 10 {
+			t.Errorf("replaced: %v", r)
+		}
+		if r = ex(d("k1", "v1", "user", "bk")); r.Statuses[0].CurrentLimit.GetName() != "specific" || r.Statuses[0].LimitRemaining != 4 {
+			t.Errorf("alone: %v", r)
 		}
 	})
 	t.Run("unknown domain", func(t *testing.T) {
