@@ -131,7 +131,7 @@ func TestConfigDisabled(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := func(k string) (string, bool) { return "app-password-123", k == "APP_PW" }
-	rep, out := run(t, doctor.Options{Config: cfg(t, []string{srv.Addr}, "  username: app\n  password_env: APP_PW\n", policies), Env: env})
+	rep, out := run(t, doctor.Options{Config: cfg(t, []string{srv.Addr}, "  username: app\n  password_env: APP_PW\n  timeout: 2s\n", policies), Env: env})
 	for _, check := range []string{"maxmemory-policy", "persistence", "min-replicas-to-write", "acl"} {
 		want(t, rep, check, doctor.Unknown, "could not check", "")
 	}
