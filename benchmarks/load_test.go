@@ -47,12 +47,15 @@ func TestBucketsContiguous(t *testing.T) {
 
 func TestTargets(t *testing.T) {
 	all, err := Targets("all")
-	if err != nil || len(all) != len(SluiceAlgorithms)+len(Peers) {
+	if err != nil || len(all) != len(SluiceAlgorithms)+len(SluiceGoRedisAlgorithms)+len(Peers) {
 		t.Fatalf("Targets(all) = %d targets, %v", len(all), err)
 	}
 	some, err := Targets("sluice,throttled")
 	if err != nil || len(some) != len(SluiceAlgorithms)+1 {
 		t.Fatalf("Targets(sluice,throttled) = %d targets, %v", len(some), err)
+	}
+	if one, err := Targets("sluice-goredis/sliding_log"); err != nil || len(one) != 1 || one[0].Client != "go-redis" {
+		t.Errorf("Targets(sluice-goredis/sliding_log) = %v, %v", one, err)
 	}
 	if _, err := Targets("sluice/leaky"); err == nil {
 		t.Error("Targets(sluice/leaky): no error")

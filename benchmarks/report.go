@@ -169,7 +169,7 @@ func (r *Report) writeRatios(w io.Writer) {
 			seen[k] = true
 			cells = append(cells, k)
 		}
-		if res.Target.Name != "sluice" {
+		if !strings.HasPrefix(res.Target.Name, "sluice") { // Sluice on either client is not a peer
 			if b, ok := best[k]; !ok || res.Stats.Rate() > b.Stats.Rate() {
 				best[k] = res
 			}

@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/valkey-io/valkey-go/valkeylimiter"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/valkeystore"
 )
 
@@ -101,18 +103,39 @@ func SluiceTarget(algorithm string) Target {
 	}}
 }
 
+// SluiceGoRedisTarget is Sluice with algorithm on redisstore, through a
+// go-redis client.
+func SluiceGoRedisTarget(algorithm string) Target {
+	return Target{Name: "sluice-goredis", Algorithm: algorithm, Client: "go-redis", Open: func(c Config) (Decider, error) {
+		return openSluiceGoRedis(c, algorithm)
+	}}
+}
+
+// SluiceGoRedisAlgorithms are the algorithms "all" measures on redisstore,
+// beside the same on valkeystore; "sluice-goredis/<algorithm>" names any.
+var SluiceGoRedisAlgorithms = []string{"gcra", "token_bucket"}
+
 // Targets returns the targets named in list ("all", or a comma-separated
 // list of peer names and sluice algorithms such as "sluice/gcra" or
-// "sluice" for all of them), in report order: Sluice first.
+// "sluice" for all of them, "sluice-goredis/gcra" for Sluice on go-redis),
+// in report order: Sluice first.
 func Targets(list string) ([]Target, error) {
-	var all []Target
+	var all, more []Target
 	for _, a := range SluiceAlgorithms {
 		all = append(all, SluiceTarget(a))
+	}
+	for _, a := range SluiceAlgorithms {
+		if slices.Contains(SluiceGoRedisAlgorithms, a) {
+			all = append(all, SluiceGoRedisTarget(a))
+		} else {
+			more = append(more, SluiceGoRedisTarget(a))
+		}
 	}
 	all = append(all, Peers...)
 	if list == "" || list == "all" {
 		return all, nil
 	}
+	all = append(all, more...)
 	want := map[string]bool{}
 	for _, n := range strings.Split(list, ",") {
 		want[strings.TrimSpace(n)] = true
@@ -130,7 +153,7 @@ func Targets(list string) ([]Target, error) {
 	}
 	for n := range want {
 		if !used[n] {
-			return nil, fmt.Errorf("unknown target %q (want all, sluice, sluice/<algorithm>, valkeylimiter, redis_rate, ulule, throttled)", n)
+			return nil, fmt.Errorf("unknown target %q (want all, sluice, sluice/<algorithm>, sluice-goredis/<algorithm>, valkeylimiter, redis_rate, ulule, throttled)", n)
 		}
 	}
 	return out, nil
@@ -161,8 +184,8 @@ func newValkeyClient(addr string) (valkey.Client, error) {
 }
 
 type sluiceDecider struct {
-	l *sluice.Limiter
-	c valkey.Client
+	l     *sluice.Limiter
+	close func()
 }
 
 func openSluice(c Config, algorithm string) (Decider, error) {
@@ -179,17 +202,37 @@ func openSluice(c Config, algorithm string) (Decider, error) {
 		client.Close()
 		return nil, err
 	}
-	timeout := c.SluiceTimeout
-	if timeout <= 0 {
-		timeout = sluice.DefaultTimeout
+	return newSluiceDecider(c, "sluice", algorithm, policy, store, client.Close)
+}
+
+// openSluiceGoRedis is openSluice on redisstore: a go-redis client with
+// default options, but for the ContextTimeoutEnabled redisstore requires.
+func openSluiceGoRedis(c Config, algorithm string) (Decider, error) {
+	policy, err := sluicePolicy(algorithm, c.Profile)
+	if err != nil {
+		return nil, err
 	}
-	l, err := sluice.New(store, policy, sluice.WithPrefix("sluice"),
-		sluice.WithName("bench-"+algorithm+"-"+c.Profile.String()), sluice.WithTimeout(timeout))
+	client := goredis.NewClient(&goredis.Options{Addr: c.Addr, ContextTimeoutEnabled: true})
+	store, err := redisstore.New(client)
 	if err != nil {
 		client.Close()
 		return nil, err
 	}
-	return &sluiceDecider{l: l, c: client}, nil
+	return newSluiceDecider(c, "sluice-goredis", algorithm, policy, store, func() { client.Close() })
+}
+
+func newSluiceDecider(c Config, prefix, algorithm string, policy sluice.Policy, store sluice.Store, closeClient func()) (Decider, error) {
+	timeout := c.SluiceTimeout
+	if timeout <= 0 {
+		timeout = sluice.DefaultTimeout
+	}
+	l, err := sluice.New(store, policy, sluice.WithPrefix(prefix),
+		sluice.WithName("bench-"+algorithm+"-"+c.Profile.String()), sluice.WithTimeout(timeout))
+	if err != nil {
+		closeClient()
+		return nil, err
+	}
+	return &sluiceDecider{l: l, close: closeClient}, nil
 }
 
 func (d *sluiceDecider) Allow(ctx context.Context, key string) (Outcome, error) {
@@ -205,7 +248,7 @@ func (d *sluiceDecider) Allow(ctx context.Context, key string) (Outcome, error) 
 	return Denied, nil
 }
 
-func (d *sluiceDecider) Close() { d.c.Close() }
+func (d *sluiceDecider) Close() { d.close() }
 
 // windowLimit is Profile p for the fixed-window peers.
 func windowLimit(p Profile) (int64, time.Duration) {

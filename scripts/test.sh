@@ -26,5 +26,7 @@ echo "== go test"
 go test -race -shuffle=on -count=1 -timeout 15m ./... "$@"
 echo "== failover suite (a 3+3 Valkey Cluster: replica and primary killed, CLUSTER FAILOVER, reshard; about 15s)"
 go test -race -count=1 -timeout 5m -tags failover -run 'TestClusterFailover' ./valkeystore
+echo "== redisstore module (the store on go-redis: standalone, Cluster, Sentinel)"
+(cd redisstore && go vet ./... && go test -race -shuffle=on -count=1 -timeout 5m ./...)
 echo "== benchmarks module (vet, and its tests: the harness, not the measurements)"
 (cd benchmarks && go vet ./... && go test -count=1 -timeout 5m ./...)

@@ -1,5 +1,6 @@
-// Package luascript holds the Lua scripts that decide on Valkey, for every
-// store that runs them: their source, their SHA-1 for EVALSHA, and the
+// Package luascript holds the Lua scripts that decide on Valkey (and
+// Redis), for every store that runs them (valkeystore on valkey-go,
+// redisstore on go-redis): their source, their SHA-1 for EVALSHA, and the
 // layout of their arguments and replies.
 package luascript
 

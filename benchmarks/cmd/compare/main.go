@@ -79,7 +79,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.memKeys, "mem-keys", 100_000, "identities for the bytes-per-key measurement (0 skips it)")
 	fs.StringVar(&conc, "conc", "1,16,128", "concurrencies (goroutines) of the spread and hot-key runs")
 	fs.StringVar(&refused, "refused-conc", "128", "concurrencies of the refused-hot-key runs")
-	fs.StringVar(&targets, "targets", "all", "libraries: all, or a comma list of sluice, sluice/<algorithm>, valkeylimiter, redis_rate, ulule, throttled")
+	fs.StringVar(&targets, "targets", "all", "libraries: all, or a comma list of sluice, sluice/<algorithm>, sluice-goredis/<algorithm>, valkeylimiter, redis_rate, ulule, throttled")
 	fs.StringVar(&scenarios, "scenarios", "memory,spread,hot,refused", "what to measure, a comma list")
 	fs.DurationVar(&o.timeout, "sluice-timeout", time.Second, "Sluice's decision timeout; decisions past it are counted as degraded")
 	fs.StringVar(&o.out, "out", "", "also write the report to this file")

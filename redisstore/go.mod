@@ -1,0 +1,18 @@
+module github.com/sluicehq/sluice/redisstore
+
+go 1.26.0
+
+// Developed in the same repository as the library: build against it.
+replace github.com/sluicehq/sluice => ../
+
+require (
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
+	github.com/valkey-io/valkey-go v1.0.79
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)

@@ -1,0 +1,307 @@
+// Package redisstore is the sluice.Store on a go-redis v9 client: a
+// standalone, Sentinel (failover) or Cluster client, as
+// redis.NewUniversalClient makes them, talking to Valkey or Redis.
+//
+// It runs the same Lua scripts as valkeystore, one script call (EVALSHA,
+// and EVAL when the server lost its scripts) per algorithm and hash tag of
+// a batch, all calls of a batch pipelined. A script call is never retried
+// once sent: it may have run, and a retry would count twice. The package is
+// a module of its own, so that go-redis is not a dependency of Sluice's
+// other users.
+//
+// The client must honour context deadlines (ContextTimeoutEnabled: true),
+// or a decision could outlast its timeout by go-redis's read timeout; New
+// refuses a client without it. Options returns the options to build such a
+// client from yours.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/luascript"
+)
+
+// Store is a sluice.Store on a go-redis client. It is safe for concurrent
+// use.
+type Store struct {
+	client   redis.UniversalClient
+	cluster  bool
+	maxBatch int
+}
+
+// An Option configures a Store.
+type Option func(*Store)
+
+// WithMaxKeysPerCall bounds how many decisions of one batch share one
+// script call (default 64). A script blocks the server while it runs, so
+// larger calls trade others' latency for throughput.
+func WithMaxKeysPerCall(n int) Option { return func(s *Store) { s.maxBatch = n } }
+
+// ErrClient is returned by New for a client the Store cannot use safely.
+var ErrClient = errors.New("redisstore: unsuitable client")
+
+// Options returns a copy of opt with what the Store needs:
+// ContextTimeoutEnabled, so that each decision ends by its deadline.
+//
+//	client := redis.NewUniversalClient(redisstore.Options(&redis.UniversalOptions{Addrs: addrs}))
+func Options(opt *redis.UniversalOptions) *redis.UniversalOptions {
+	cp := *opt
+	cp.ContextTimeoutEnabled = true
+	return &cp
+}
+
+// New returns a Store on client: a *redis.Client (standalone or Sentinel
+// failover) or a *redis.ClusterClient with ContextTimeoutEnabled. The Store
+// does not own the client: closing it is the caller's job.
+func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
+	s := &Store{client: client, maxBatch: 64}
+	switch c := client.(type) {
+	case *redis.Client:
+		if c == nil {
+			return nil, fmt.Errorf("%w: nil client", ErrClient)
+		}
+		if !c.Options().ContextTimeoutEnabled {
+			return nil, fmt.Errorf("%w: ContextTimeoutEnabled is false, so go-redis would ignore each decision's deadline; set it (redisstore.Options does)", ErrClient)
+		}
+	case *redis.ClusterClient:
+		if c == nil {
+			return nil, fmt.Errorf("%w: nil client", ErrClient)
+		}
+		if !c.Options().ContextTimeoutEnabled {
+			return nil, fmt.Errorf("%w: ContextTimeoutEnabled is false, so go-redis would ignore each decision's deadline; set it (redisstore.Options does)", ErrClient)
+		}
+		s.cluster = true
+	case nil:
+		return nil, fmt.Errorf("%w: nil client", ErrClient)
+	default:
+		return nil, fmt.Errorf("%w: %T (want *redis.Client or *redis.ClusterClient; a Ring spreads keys by its own hashing, which the scripts' keys do not follow)", ErrClient, client)
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.maxBatch < 1 {
+		return nil, fmt.Errorf("redisstore: max keys per call must be positive, got %d", s.maxBatch)
+	}
+	return s, nil
+}
+
+// scriptCmd is a script call that go-redis must never retry: a call sent
+// may have run, and a retry would count twice.
+type scriptCmd struct{ *redis.Cmd }
+
+func (scriptCmd) NoRetry() bool { return true }
+
+// call is one script call: the indices of the Ops it decides.
+type call struct {
+	alg sluice.Algorithm
+	ops []int
+}
+
+// Do implements sluice.Store.
+func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	if dl := earliest(batch); !dl.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl)
+		defer cancel()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	calls := s.plan(batch)
+	if len(calls) == 0 {
+		return nil
+	}
+	cmds := make([]scriptCmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = command(ctx, batch, c, true)
+	}
+	s.run(ctx, cmds)
+	// A server that lost its scripts (restart, SCRIPT FLUSH) answers
+	// NOSCRIPT without running anything: send those calls again in full.
+	var again []int
+	for i := range cmds {
+		if isNoScript(cmds[i].Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		re := make([]scriptCmd, len(again))
+		for j, i := range again {
+			re[j] = command(ctx, batch, calls[i], false)
+		}
+		s.run(ctx, re)
+		for j, i := range again {
+			cmds[i] = re[j]
+		}
+	}
+	for i, c := range calls {
+		decode(batch, c, cmds[i])
+	}
+	return nil
+}
+
+// run sends cmds: one alone, several in one pipeline (go-redis splits it
+// by node on a cluster). Errors are left in the commands.
+func (s *Store) run(ctx context.Context, cmds []scriptCmd) {
+	if len(cmds) == 1 {
+		_ = s.client.Process(ctx, cmds[0])
+		return
+	}
+	pipe := s.client.Pipeline()
+	for _, c := range cmds {
+		_ = pipe.Process(ctx, c)
+	}
+	_, _ = pipe.Exec(ctx)
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// earliest returns the earliest Deadline of batch, zero if none has one.
+func earliest(batch []sluice.Op) time.Time {
+	var dl time.Time
+	for i := range batch {
+		if d := batch[i].Deadline; !d.IsZero() && (dl.IsZero() || d.Before(dl)) {
+			dl = d
+		}
+	}
+	return dl
+}
+
+// plan groups the valid Ops of batch into script calls: one per algorithm
+// (and on a cluster per hash tag, so that a call's keys share a slot),
+// split at maxBatch keys. Invalid Ops get their error.
+func (s *Store) plan(batch []sluice.Op) []call {
+	type group struct {
+		alg sluice.Algorithm
+		tag string
+	}
+	index := map[group]int{}
+	var calls []call
+	for i := range batch {
+		op := &batch[i]
+		if err := op.Validate(); err != nil {
+			op.Err = err
+			continue
+		}
+		g := group{alg: op.Rule.Algorithm}
+		if s.cluster {
+			g.tag = hashTag(op.Key)
+		}
+		ci, ok := index[g]
+		if !ok || len(calls[ci].ops) >= s.maxBatch {
+			ci = len(calls)
+			index[g] = ci
+			calls = append(calls, call{alg: g.alg})
+		}
+		calls[ci].ops = append(calls[ci].ops, i)
+	}
+	return calls
+}
+
+// hashTag returns what a cluster hashes of key: the part between the first
+// '{' and the next '}' when not empty, else the whole key. Keys with equal
+// tags share a slot.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// command builds the EVALSHA (or EVAL) of one call.
+func command(ctx context.Context, batch []sluice.Op, c call, sha bool) scriptCmd {
+	sc := luascript.For(c.alg)
+	n := len(c.ops)
+	args := make([]any, 0, 3+n+n*luascript.ArgsPerKey)
+	if sha {
+		args = append(args, "evalsha", sc.SHA)
+	} else {
+		args = append(args, "eval", sc.Src)
+	}
+	args = append(args, n)
+	for _, i := range c.ops {
+		args = append(args, batch[i].Key)
+	}
+	for _, i := range c.ops {
+		for _, a := range luascript.Args(&batch[i]) {
+			args = append(args, a)
+		}
+	}
+	return scriptCmd{redis.NewCmd(ctx, args...)}
+}
+
+// decode fills in the Results of one call from its reply.
+func decode(batch []sluice.Op, c call, cmd scriptCmd) {
+	fail := func(err error) {
+		for _, i := range c.ops {
+			batch[i].Err = err
+		}
+	}
+	if err := cmd.Err(); err != nil {
+		fail(fmt.Errorf("redisstore: %v script: %w", c.alg, err))
+		return
+	}
+	vals, err := cmd.Int64Slice()
+	if err != nil {
+		fail(fmt.Errorf("redisstore: %v script: unexpected reply: %w", c.alg, err))
+		return
+	}
+	if len(vals) != len(c.ops)*luascript.ReplyPerKey {
+		fail(fmt.Errorf("redisstore: %v script: %d values in reply, want %d", c.alg, len(vals), len(c.ops)*luascript.ReplyPerKey))
+		return
+	}
+	for j, i := range c.ops {
+		var v [luascript.ReplyPerKey]int64
+		copy(v[:], vals[j*luascript.ReplyPerKey:])
+		res, receipt, err := luascript.Decode(v)
+		if err != nil {
+			batch[i].Err = fmt.Errorf("redisstore: %v script: %w", c.alg, err)
+			continue
+		}
+		batch[i].Result, batch[i].Receipt = res, receipt
+	}
+}
+
+// Delete implements sluice.Store: one DEL per key, pipelined (keys of
+// different slots cannot share a command on a cluster).
+func (s *Store) Delete(ctx context.Context, keys ...string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.IntCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Del(ctx, k)
+	}
+	_, _ = pipe.Exec(ctx)
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return fmt.Errorf("redisstore: delete: %w", err)
+		}
+	}
+	return nil
+}
+
+// Ping reports whether the store can decide: PING on a standalone or
+// Sentinel client, PING to every primary on a cluster.
+func (s *Store) Ping(ctx context.Context) error {
+	if c, ok := s.client.(*redis.ClusterClient); ok {
+		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			return n.Ping(ctx).Err()
+		})
+	}
+	return s.client.Ping(ctx).Err()
+}
