@@ -100,6 +100,7 @@ func (scriptCmd) NoRetry() bool { return true }
 // call is one script call: the indices of the Ops it decides.
 type call struct {
 	alg sluice.Algorithm
+	sc  *luascript.Script
 	ops []int
 }
 
@@ -178,12 +179,12 @@ func earliest(batch []sluice.Op) time.Time {
 	return dl
 }
 
-// plan groups the valid Ops of batch into script calls: one per algorithm
-// (and on a cluster per hash tag, so that a call's keys share a slot),
+// plan groups the valid Ops of batch into script calls: one per script
+// (an algorithm's, or the calendar one) (and on a cluster per hash tag, so that a call's keys share a slot),
 // split at maxBatch keys. Invalid Ops get their error.
 func (s *Store) plan(batch []sluice.Op) []call {
 	type group struct {
-		alg sluice.Algorithm
+		sc  *luascript.Script
 		tag string
 	}
 	index := map[group]int{}
@@ -194,7 +195,7 @@ func (s *Store) plan(batch []sluice.Op) []call {
 			op.Err = err
 			continue
 		}
-		g := group{alg: op.Rule.Algorithm}
+		g := group{sc: luascript.ForRule(&op.Rule)}
 		if s.cluster {
 			g.tag = hashTag(op.Key)
 		}
@@ -202,7 +203,7 @@ func (s *Store) plan(batch []sluice.Op) []call {
 		if !ok || len(calls[ci].ops) >= s.maxBatch {
 			ci = len(calls)
 			index[g] = ci
-			calls = append(calls, call{alg: g.alg})
+			calls = append(calls, call{alg: op.Rule.Algorithm, sc: g.sc})
 		}
 		calls[ci].ops = append(calls[ci].ops, i)
 	}
@@ -223,7 +224,7 @@ func hashTag(key string) string {
 
 // command builds the EVALSHA (or EVAL) of one call.
 func command(ctx context.Context, batch []sluice.Op, c call, sha bool) scriptCmd {
-	sc := luascript.For(c.alg)
+	sc := c.sc
 	n := len(c.ops)
 	args := make([]any, 0, 3+n+n*luascript.ArgsPerKey)
 	if sha {
@@ -236,7 +237,12 @@ func command(ctx context.Context, batch []sluice.Op, c call, sha bool) scriptCmd
 		args = append(args, batch[i].Key)
 	}
 	for _, i := range c.ops {
-		for _, a := range luascript.Args(&batch[i]) {
+		op := &batch[i]
+		for k, a := range luascript.Args(op) {
+			if k == 2 && op.Rule.IsCalendar() {
+				args = append(args, luascript.CalendarParam(op, time.Now()))
+				continue
+			}
 			args = append(args, a)
 		}
 	}

@@ -91,6 +91,11 @@ func TestDifferential(t *testing.T) {
 	sluicetest.RunDifferential(t, harness(t, c, v))
 }
 
+func TestDifferentialCalendar(t *testing.T) {
+	c, v := standalone(t)
+	sluicetest.RunDifferentialCalendar(t, harness(t, c, v))
+}
+
 func TestDifferentialBatches(t *testing.T) {
 	c, v := standalone(t)
 	sluicetest.RunDifferentialBatches(t, harness(t, c, v))
