@@ -155,3 +155,39 @@ func TestDenyCacheDifferential(t *testing.T) {
 		t.Fatalf("cost 5 after a cached refusal of cost 1: %+v, want RetryAfter 4.5s", res)
 	}
 }
+
+// TestDenyCacheAnswersWhatFollows: the cases README.md lists are answered
+// without a round trip; the others reach the store.
+func TestDenyCacheAnswersWhatFollows(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		p           sluice.Policy
+		take, first int64 // taken, then refused
+		then        int64 // a later cost
+		local       bool  // answered by the cache
+	}{
+		{sluice.FixedWindow{Limit: 5, Window: time.Minute}, 5, 1, 3, true},
+		{sluice.TokenBucket{Capacity: 5, Rate: 1, Per: time.Minute}, 5, 1, 4, true},
+		{sluice.GCRA{Rate: 1, Per: time.Minute, Burst: 5}, 5, 2, 5, true},
+		{sluice.SlidingLog{Limit: 5, Window: time.Minute}, 5, 1, 1, true},
+		{sluice.SlidingLog{Limit: 5, Window: time.Minute}, 5, 1, 2, false},
+		{sluice.SlidingWindow{Limit: 5, Window: time.Minute}, 5, 1, 1, true},
+		{sluice.SlidingWindow{Limit: 5, Window: time.Minute}, 5, 1, 2, false},
+	} {
+		clock := sluicetest.NewClock()
+		store := &countingStore{Store: memstore.New(memstore.WithClock(clock.Now))}
+		l, _ := sluice.New(store, c.p, sluice.WithClock(clock.Now))
+		l.AllowN(ctx, "k", c.take)
+		if res, _ := l.AllowN(ctx, "k", c.first); res.Allowed {
+			t.Fatalf("%v: cost %d allowed", l.Rule(), c.first)
+		}
+		before := store.calls.Load()
+		clock.Advance(time.Second)
+		if res, _ := l.AllowN(ctx, "k", c.then); res.Allowed {
+			t.Fatalf("%v: cost %d allowed", l.Rule(), c.then)
+		}
+		if local := store.calls.Load() == before; local != c.local {
+			t.Errorf("%v: cost %d after a refusal of %d answered locally: %v, want %v", l.Rule(), c.then, c.first, local, c.local)
+		}
+	}
+}
