@@ -94,3 +94,32 @@ func TestInstallAndDeployCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseFiles: the licence is Apache-2.0's text, NOTICE names it, the
+// changelog exists, and no module's go directive asks for a patch release
+// (go 1.N.0: users of the library are not forced onto a newer Go patch).
+func TestReleaseFiles(t *testing.T) {
+	lic, err := os.ReadFile(filepath.Join(repoRoot, "LICENSE"))
+	if err != nil || !strings.Contains(string(lic), "Apache License") || !strings.Contains(string(lic), "Version 2.0, January 2004") ||
+		!strings.Contains(string(lic), "END OF TERMS AND CONDITIONS") {
+		t.Errorf("LICENSE is not the Apache License 2.0 text (%v)", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(repoRoot, "NOTICE")); err != nil || !strings.Contains(string(b), "Apache License, Version 2.0") {
+		t.Errorf("NOTICE does not name the licence (%v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(repoRoot, "CHANGELOG.md")); err != nil {
+		t.Error(err)
+	}
+	mods, _ := filepath.Glob(filepath.Join(repoRoot, "*", "go.mod"))
+	mods = append(mods, filepath.Join(repoRoot, "go.mod"))
+	for _, m := range mods {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := regexp.MustCompile(`(?m)^go (\S+)`).FindSubmatch(b)
+		if d == nil || !regexp.MustCompile(`^1\.\d+\.0$`).Match(d[1]) {
+			t.Errorf("%s: go directive %q, want 1.N.0", m, d)
+		}
+	}
+}
