@@ -31,7 +31,10 @@ const KeyTTLMargin = time.Second
 
 // An Op is one decision for a Store.
 type Op struct {
-	// Key is the full store key, as built by Key.
+	// Key is the full store key, as built by Key with this Op's Rule: a
+	// key holds the state of one algorithm (its Rule.State is part of the
+	// key). An Op whose key holds another algorithm's state is outside the
+	// contract (memstore refuses it; Valkey may refuse or misread it).
 	Key string
 	// Rule is the validated rule to apply.
 	Rule Rule
