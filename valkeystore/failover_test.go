@@ -9,7 +9,7 @@ package valkeystore_test
 // -9. Decisions for the slots of the nodes that are not involved must
 // never be degraded; the dead primary's slots follow their fail mode and
 // are decided normally again within failoverRecovery of their replica's
-// promotion; readiness (Store.Ping) holds while every slot has a primary
+// promotion; sluice serve's /readyz is 200 while every slot has a primary
 // that answers, and only then.
 //
 // The suite takes about 15s, so it has its own step in scripts/test.sh:
@@ -19,6 +19,9 @@ package valkeystore_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -27,6 +30,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/internal/valkeytest"
 	"github.com/sluicehq/sluice/valkeystore"
 )
@@ -217,24 +222,66 @@ func (f *fleet) check(phase string, involved ...string) string {
 	return b.String()
 }
 
-// readiness polls Store.Ping every 20ms until stop, and counts failures.
-func readiness(s *valkeystore.Store) (stop func() (ok, failed int, last error)) {
+// readyz is a sluice serve HTTP handler on the cluster, for /readyz.
+func readyz(t *testing.T, cl *valkeytest.Cluster) *httptest.Server {
+	t.Helper()
+	opt, err := server.ClientOption(&config.Valkey{Addresses: cl.Addrs, ConnectTimeout: time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs := server.ConnectValkey(opt, discardLogger)
+	t.Cleanup(vs.Close)
+	cfg, err := config.Parse("t.yaml", []byte("policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(cfg, server.Options{Store: vs, StoreName: "valkey", Logger: discardLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(ts.URL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return ts
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz not 200 10s after start: %v %v", resp, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// readiness polls sluice serve's /readyz every 20ms until stop, and counts
+// 200s and 503s.
+func readiness(ts *httptest.Server) (stop func() (ok, failed int, last string)) {
 	done := make(chan struct{})
 	var ok, failed int
-	var last error
+	var last string
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			err := s.Ping(ctx)
-			cancel()
-			if err != nil {
+			resp, err := http.Get(ts.URL + "/readyz")
+			switch {
+			case err != nil:
 				failed++
-				last = err
-			} else {
+				last = err.Error()
+			case resp.StatusCode == 200:
 				ok++
+			default:
+				failed++
+				b, _ := io.ReadAll(resp.Body)
+				last = fmt.Sprintf("%d %s", resp.StatusCode, b)
+			}
+			if resp != nil {
+				resp.Body.Close()
 			}
 			select {
 			case <-done:
@@ -243,7 +290,7 @@ func readiness(s *valkeystore.Store) (stop func() (ok, failed int, last error)) 
 			}
 		}
 	}()
-	return func() (int, int, error) {
+	return func() (int, int, string) {
 		close(done)
 		wg.Wait()
 		return ok, failed, last
@@ -256,6 +303,7 @@ func TestClusterFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rz := readyz(t, cl)
 	f := newFleet(t, cl, s)
 	f.run(8)
 	defer f.halt()
@@ -264,13 +312,13 @@ func TestClusterFailover(t *testing.T) {
 	// A replica dies: nothing is degraded, and the store stays ready.
 	t.Run("replica-killed", func(t *testing.T) {
 		f.remap()
-		ready := readiness(s)
+		ready := readiness(rz)
 		time.Sleep(200 * time.Millisecond)
 		r[2].Kill(t)
 		time.Sleep(1500 * time.Millisecond) // past the node timeout: the others mark it failed
 		ok, failed, last := ready()
 		if failed > 0 {
-			t.Errorf("readiness failed %d times of %d with only a replica lost: %v", failed, ok+failed, last)
+			t.Errorf("/readyz failed %d times of %d with only a replica lost: %v", failed, ok+failed, last)
 		}
 		t.Logf("replica %s killed:%s ready %d of %d", r[2].Addr, f.check("replica-killed"), ok, ok+failed)
 	})
@@ -303,7 +351,7 @@ func TestClusterFailover(t *testing.T) {
 		f.mu.Lock()
 		f.watch = p[0].Addr
 		f.mu.Unlock()
-		ready := readiness(s)
+		ready := readiness(rz)
 		time.Sleep(200 * time.Millisecond)
 		killed := time.Now()
 		p[0].Kill(t)
@@ -324,14 +372,18 @@ func TestClusterFailover(t *testing.T) {
 			t.Errorf("decisions for the dead primary's slots degraded until %v after its replica's promotion, want within %v", d, failoverRecovery)
 		}
 		if failed == 0 {
-			t.Errorf("readiness never failed while a primary was dead")
+			t.Errorf("/readyz never failed while a primary was dead")
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if err := s.Ping(ctx); err != nil {
-			t.Errorf("not ready after the promotion: %v", err)
+		resp, err := http.Get(rz.URL + "/readyz")
+		if err != nil || resp.StatusCode != 200 {
+			t.Errorf("/readyz after the promotion: %v %v", resp, err)
+		} else {
+			resp.Body.Close()
 		}
-		t.Logf("primary %s killed; replica %s promoted %v later; last degraded decision %v after the promotion;%s readiness failed %d of %d (last: %v); breakers %v",
+		if st := s.BreakerState(); st != valkeystore.BreakerClosed {
+			t.Errorf("breakers %v after the promotion, want all closed (the dead primary's closes when its slots answer)", s.Breakers())
+		}
+		t.Logf("primary %s killed; replica %s promoted %v later; last degraded decision %v after the promotion;%s /readyz failed %d of %d (last: %v); breakers %v",
 			p[0].Addr, r[0].Addr, promoted.Sub(killed), late.Sub(promoted), stats, failed, ok+failed, last, s.Breakers())
 	})
 	t.Logf("%d decisions in all", f.n.Load())
