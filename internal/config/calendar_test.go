@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -63,5 +64,67 @@ func TestCalendarErrors(t *testing.T) {
 				t.Fatalf("error:\n%v\nwant it to contain:\n%s", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestPlansAndOverrides(t *testing.T) {
+	const y = `
+policies:
+  - name: api
+    algorithm: token_bucket
+    burst: 20
+    rate: 5/s
+    overrides: true
+    plans:
+      free: {burst: 10}
+      pro: {burst: 100, rate: 50/s}
+`
+	c, err := Parse("x.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Policy("api")
+	if !p.Overrides || len(p.Plans) != 2 || p.Plans[0].Name != "free" || p.Plans[1].Policy != (sluice.TokenBucket{Capacity: 100, Rate: 50, Per: time.Second}) ||
+		p.Plans[0].Policy != (sluice.TokenBucket{Capacity: 10, Rate: 5, Per: time.Second}) {
+		t.Fatalf("%+v", p)
+	}
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"plan window", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1h, plans: {pro: {limit: 2, window: 2h}}}\n", `plan pro: unknown field "window"`},
+		{"plan rate on a window", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1h, plans: {pro: {limit: 2, rate: 1/s}}}\n", `plan pro: unknown field "rate"`},
+		{"plan without limit", "policies:\n  - {name: a, algorithm: gcra, burst: 1, rate: 1/s, plans: {pro: {rate: 2/s}}}\n", `plan "pro" needs burst`},
+		{"plan twice", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1h, plans: {pro: {limit: 2}, pro: {limit: 3}}}\n", `pro`},
+		{"plan bad name", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1h, plans: {'a b': {limit: 2}}}\n", `plan name`},
+		{"plans not a mapping", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1h, plans: [pro]}\n", `plans must be a mapping`},
+		{"overrides not bool", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1h, overrides: sometimes}\n", `overrides must be true or false`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse("bad.yaml", []byte(tc.yaml))
+			if err == nil {
+				t.Fatalf("accepted: %+v", c)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error:\n%v\nwant it to contain:\n%s", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestServeDocReference: the configuration reference in docs/serve.md
+// parses, its quota policy included.
+func TestServeDocReference(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/serve.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, _ := strings.Cut(string(doc), "## Configuration reference")
+	_, block, _ := strings.Cut(after, "```yaml\n")
+	block, _, _ = strings.Cut(block, "```")
+	c, err := Parse("serve.md", []byte(block))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Policy("messages")
+	if p == nil || !p.Overrides || len(p.Plans) != 1 || p.Params.Calendar.Unit != sluice.Day {
+		t.Fatalf("messages: %+v", p)
 	}
 }

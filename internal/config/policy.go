@@ -12,7 +12,8 @@ import (
 // Decoding and validation of named policies.
 
 var policyFields = []string{"name", "algorithm", "limit", "window", "period", "zone", "renewal_day",
-	"burst", "rate", "count_rejected", "on_failure", "shadow", "headers", "timeout", "description", "show_keys"}
+	"burst", "rate", "count_rejected", "on_failure", "shadow", "headers", "timeout", "description", "show_keys",
+	"overrides", "plans"}
 
 // fieldsFor lists the fields each algorithm uses.
 var fieldsFor = map[sluice.Algorithm][]string{
@@ -143,7 +144,79 @@ func (d *decoder) policy(n *yaml.Node, c *Config, defaultTimeout time.Duration) 
 	p.Policy = pol
 	p.Limit = limit
 	p.Limiter = p.Name + "." + alg.String()
+	if x := get("overrides"); x != nil {
+		p.Overrides = d.boolean(x, "overrides")
+	}
+	if x := get("plans"); x != nil {
+		p.Plans = d.plans(x, p)
+	}
+	if len(d.errs) > errsBefore {
+		return nil
+	}
 	return p
+}
+
+// plans decodes a policy's plans: a mapping of plan names to the numbers
+// that differ from the policy's, limit (or burst) and, for token_bucket
+// and gcra, rate. Everything else is the policy's.
+func (d *decoder) plans(n *yaml.Node, p *Policy) []Plan {
+	r := d.resolve(n)
+	if r == nil {
+		return nil
+	}
+	if r.Kind != yaml.MappingNode {
+		d.errorf(r, "policy %q: plans must be a mapping of plan names to their limits, got %s", p.Name, describe(r))
+		return nil
+	}
+	limitField := "limit"
+	allowed := []string{"limit"}
+	if p.Algorithm.Rated() {
+		limitField = "burst"
+		allowed = []string{"burst", "rate"}
+	}
+	var out []Plan
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(r.Content); i += 2 {
+		k, v := r.Content[i], r.Content[i+1]
+		name := d.str(k, "plan name")
+		if err := checkName(name); err != nil {
+			d.errorf(k, "policy %q: plan name: %v", p.Name, err)
+			continue
+		}
+		if seen[name] {
+			d.errorf(k, "policy %q: plan %q is given twice", p.Name, name)
+			continue
+		}
+		seen[name] = true
+		f := d.mapping(v, "plan "+name, allowed...)
+		if f == nil {
+			continue
+		}
+		params := p.Params
+		x, ok := f[limitField]
+		if !ok {
+			d.errorf(v, "policy %q: plan %q needs %s", p.Name, name, limitField)
+			continue
+		}
+		params.Limit, _ = d.integer(x.val, limitField, 1, 1<<40)
+		if x, ok := f["rate"]; ok {
+			if s, ok := d.scalar(x.val, "rate"); ok {
+				rate, per, err := ParseRate(s)
+				if err != nil {
+					d.errorf(x.val, "%v", err)
+					continue
+				}
+				params.Rate, params.Per = rate, per
+			}
+		}
+		pol, err := p.Algorithm.Policy(params)
+		if err != nil {
+			d.errorf(v, "policy %q: plan %q: %s", p.Name, name, strings.TrimPrefix(err.Error(), sluice.ErrInvalidPolicy.Error()+": "))
+			continue
+		}
+		out = append(out, Plan{Name: name, Policy: pol, Limit: params.Limit})
+	}
+	return out
 }
 
 // optionalFields are the fields an algorithm may go without (a fixed window

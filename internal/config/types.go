@@ -125,8 +125,21 @@ type Policy struct {
 	// EnvoyLimit is the rate_limit the policy was generated from, nil for
 	// a named policy.
 	EnvoyLimit *EnvoyLimit
+	// Overrides makes every decision read the key's override (see
+	// PUT /v1/overrides): the option sluice.WithOverrides.
+	Overrides bool
+	// Plans are the policy's named plans, in the order given.
+	Plans []Plan
 	// Line is where the policy is defined.
 	Line int
+}
+
+// Plan is a named plan of a policy: the same algorithm and window with
+// another limit (and rate).
+type Plan struct {
+	Name   string
+	Policy sluice.Policy
+	Limit  int64
 }
 
 // Window returns the span the policy's limit is measured over, as shown to

@@ -60,7 +60,7 @@ func (s *Server) handlePeek(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, s.decisionError(err, p))
 		return
 	}
-	writeJSON(w, http.StatusOK, toResult(p, key, 0, res))
+	writeJSON(w, http.StatusOK, toResult(p, key, "", 0, res))
 }
 
 func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {

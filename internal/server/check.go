@@ -20,6 +20,9 @@ type checkItem struct {
 	Key    string `json:"key"`
 	// Cost is the number of units to take (default 1; 0 peeks).
 	Cost *int64 `json:"cost"`
+	// Plan names the policy's plan to decide under (default: none, the
+	// policy's own limit).
+	Plan string `json:"plan,omitempty"`
 }
 
 type checkRequest struct {
@@ -29,16 +32,20 @@ type checkRequest struct {
 
 // Result is the JSON form of a decision.
 type Result struct {
-	Policy       string            `json:"policy,omitempty"`
-	Key          string            `json:"key,omitempty"`
-	Allowed      bool              `json:"allowed"`
-	Limit        int64             `json:"limit"`
-	Remaining    int64             `json:"remaining"`
-	RetryAfterMS int64             `json:"retry_after_ms"`
-	ResetAfterMS int64             `json:"reset_after_ms"`
-	Degraded     bool              `json:"degraded"`
-	Shadow       bool              `json:"shadow"`
-	Headers      map[string]string `json:"headers,omitempty"`
+	Policy       string `json:"policy,omitempty"`
+	Key          string `json:"key,omitempty"`
+	Allowed      bool   `json:"allowed"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+	Degraded     bool   `json:"degraded"`
+	Shadow       bool   `json:"shadow"`
+	// Source says which limit decided: "override", "plan" or "policy".
+	Source string `json:"source"`
+	// OverrideInvalid reports a key override the store could not use.
+	OverrideInvalid bool              `json:"override_invalid,omitempty"`
+	Headers         map[string]string `json:"headers,omitempty"`
 }
 
 // MultiResult is the answer to {"checks":[...]}.
@@ -48,11 +55,12 @@ type MultiResult struct {
 	Results      []Result `json:"results"`
 }
 
-func toResult(p *policy, key string, cost int64, r sluice.Result) Result {
+func toResult(p *policy, key, plan string, cost int64, r sluice.Result) Result {
 	return Result{
 		Policy: p.cfg.Name, Key: key, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
 		RetryAfterMS: ceilMS(r.RetryAfter), ResetAfterMS: ceilMS(r.ResetAfter),
-		Degraded: r.Degraded, Shadow: r.Shadowed, Headers: headers(p, cost, r),
+		Degraded: r.Degraded, Shadow: r.Shadowed, Headers: headers(p, plan, cost, r),
+		Source: r.Source.String(), OverrideInvalid: r.OverrideInvalid,
 	}
 }
 
@@ -169,13 +177,17 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		res, err := p.limiter.AllowN(r.Context(), req.Key, *req.Cost)
+		if err := p.checkPlan(req.Plan, "", *req.Cost); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		res, err := p.limiter.AllowPlan(r.Context(), req.Key, req.Plan, *req.Cost)
 		if err != nil {
 			s.fail(w, r, s.decisionError(err, p))
 			return
 		}
 		s.refused.note(p.cfg, req.Key, res)
-		out := toResult(p, "", *req.Cost, res)
+		out := toResult(p, "", req.Plan, *req.Cost, res)
 		for k, v := range out.Headers {
 			w.Header()[k] = []string{v} // as spelled in the drafts, not canonicalized
 		}
@@ -190,12 +202,12 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		if *c.Cost > p.cfg.Limit {
-			s.fail(w, r, bad(http.StatusBadRequest, "checks[%d].cost %d exceeds the limit %d of policy %q and could never be allowed", i, *c.Cost, p.cfg.Limit, p.cfg.Name))
+		if err := p.checkPlan(c.Plan, fmt.Sprintf("checks[%d].", i), *c.Cost); err != nil {
+			s.fail(w, r, err)
 			return
 		}
 		pols[i] = p
-		checks[i] = sluice.Check{Limiter: p.limiter, Key: c.Key, Cost: *c.Cost}
+		checks[i] = sluice.Check{Limiter: p.limiter, Key: c.Key, Cost: *c.Cost, Plan: c.Plan}
 	}
 	d, err := sluice.AllowAll(r.Context(), checks)
 	if err != nil {
@@ -205,9 +217,26 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	out := MultiResult{Allowed: d.Allowed, RetryAfterMS: ceilMS(d.RetryAfter()), Results: make([]Result, len(d.Results))}
 	for i, res := range d.Results {
 		s.refused.note(pols[i].cfg, req.Checks[i].Key, res)
-		out.Results[i] = toResult(pols[i], req.Checks[i].Key, *req.Checks[i].Cost, res)
+		out.Results[i] = toResult(pols[i], req.Checks[i].Key, req.Checks[i].Plan, *req.Checks[i].Cost, res)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// checkPlan refuses a plan the policy does not have, and a cost over the
+// plan's limit that could never be allowed (unless an override may raise
+// it).
+func (p *policy) checkPlan(plan, where string, cost int64) error {
+	rule, ok := p.limiter.PlanRule(plan)
+	if !ok {
+		if len(plan) > 64 {
+			plan = plan[:64] + "..."
+		}
+		return bad(http.StatusBadRequest, "%splan %q is not a plan of policy %q (it has %v)", where, plan, p.cfg.Name, p.limiter.Plans())
+	}
+	if cost > rule.Limit && !p.cfg.Overrides {
+		return bad(http.StatusBadRequest, "%scost %d exceeds the limit %d of policy %q and could never be allowed", where, cost, rule.Limit, p.cfg.Name)
+	}
+	return nil
 }
 
 func (st *state) policy(name, where string) (*policy, error) {

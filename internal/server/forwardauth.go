@@ -221,7 +221,7 @@ func (s *Server) handleForwardAuth(fl flavor) http.HandlerFunc {
 		}
 		res := d.Results[b]
 		if !res.Degraded {
-			for k, v := range headers(pols[b], checks[b].Cost, res) {
+			for k, v := range headers(pols[b], "", checks[b].Cost, res) {
 				w.Header()[k] = []string{v}
 			}
 		}

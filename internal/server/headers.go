@@ -31,16 +31,30 @@ func ceilSeconds(d time.Duration) int64 {
 // for the caller to pass on to its client, as httplimit.WriteHeaders writes
 // them (the one writer of these headers): a shadow policy and a degraded
 // result are not shown.
-func headers(p *policy, cost int64, r sluice.Result) map[string]string {
+func headers(p *policy, plan string, cost int64, r sluice.Result) map[string]string {
 	if p.cfg.Headers == config.HeadersNone {
 		return nil
 	}
 	st := httplimit.Status{Allowed: r.Allowed, Limits: []httplimit.LimitStatus{{
-		Name: p.cfg.Name, Rule: p.limiter.Rule(), Cost: cost, Result: r, Shadow: p.cfg.Shadow,
+		Name: p.cfg.Name, Rule: p.ruleOf(plan, r), Cost: cost, Result: r, Shadow: p.cfg.Shadow,
 	}}}
 	return httplimit.HeaderFields(&st, httplimit.HeaderOptions{
 		OmitXRateLimit: p.cfg.Headers&config.HeadersXRateLimit == 0,
 		OmitRateLimit:  p.cfg.Headers&config.HeadersIETF == 0,
 		OmitRetryAfter: p.cfg.Headers&config.HeadersRetryAfter == 0,
 	})
+}
+
+// ruleOf is the rule that decided r under plan: the plan's (or the
+// policy's), with a key override's limit. An override's window or rate is
+// not in a Result: the headers then show the plan's.
+func (p *policy) ruleOf(plan string, r sluice.Result) sluice.Rule {
+	rule, ok := p.limiter.PlanRule(plan)
+	if !ok {
+		rule = p.limiter.Rule()
+	}
+	if r.Source == sluice.SourceOverride && r.Limit > 0 {
+		rule.Limit = r.Limit
+	}
+	return rule
 }

@@ -16,6 +16,8 @@ import (
 //	GET    /v1/keys/{policy}/{key}   admin: peek without consuming
 //	DELETE /v1/keys/{policy}/{key}   admin: reset ("unlock this user")
 //	GET    /v1/top-refused           admin: the most refused keys per policy
+//	PUT/GET/DELETE /v1/overrides/{policy}/{key}, GET /v1/overrides/{policy}
+//	                                 admin: key overrides (keyoverrides.go)
 //	GET    /ui                       the dashboard (embedded files; /ui/state.json)
 //	GET    /metrics /healthz /readyz
 //	*      /v1/forward-auth /v1/forward-auth/nginx   reverse proxies (forwardauth.go)
@@ -31,6 +33,7 @@ func (s *Server) Handler() http.Handler {
 	route("GET /v1/keys/{policy}/{key...}", "keys", s.admin(s.handlePeek))
 	route("DELETE /v1/keys/{policy}/{key...}", "keys", s.admin(s.handleReset))
 	route("GET /v1/top-refused", "top_refused", s.admin(s.handleTopRefused))
+	s.overrideRoutes(route)
 	route("GET /ui/state.json", "ui", s.handleUIState)
 	ui := s.handleUI()
 	route("GET /ui", "ui", ui)

@@ -242,7 +242,10 @@ func (s *Server) build(cfg *config.Config) (*state, error) {
 			sluice.WithLogger(s.log),
 			sluice.WithObserver(s.obs),
 		}
-		opts = append(opts, sluice.WithTimeout(decisionTimeout(p)))
+		opts = append(opts, sluice.WithTimeout(decisionTimeout(p)), sluice.WithOverrides(p.Overrides))
+		for _, pl := range p.Plans {
+			opts = append(opts, sluice.WithPlan(pl.Name, pl.Policy))
+		}
 		lim, err := sluice.New(s.opts.Store, p.Policy, append(opts, sluice.WithShadow(p.Shadow))...)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: policy %q: %w", cfg.Source, p.Line, p.Name, err)
