@@ -21,6 +21,7 @@ import (
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluicehq/sluice/internal/valkeytest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -77,7 +78,7 @@ domains:
         rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
-// scrapeLive starts sluice serve, sends HTTP and Envoy gRPC traffic, and
+// scrapeLive starts sluice serve on a Valkey, sends HTTP and Envoy gRPC traffic, and
 // returns its /metrics.
 func scrapeLive(t *testing.T) []byte {
 	t.Helper()
@@ -85,7 +86,9 @@ func scrapeLive(t *testing.T) []byte {
 	if err := os.WriteFile(cfg, []byte(monitoringYAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := start(t, binary(t), nil, nil, "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0")
+	// An evicting Valkey, so that the settings risk is reported too.
+	v := valkeytest.Start(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
+	p := start(t, binary(t), nil, nil, "serve", "--config", cfg, "--valkey", v.Addr, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0")
 	waitReady(t, p)
 	for range 5 {
 		post(t, p.HTTP+"/v1/check", `{"policy":"api","key":"k"}`)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/sluicehq/sluice/valkeystore"
 )
 
 // The dashboard at /ui: one page of embedded static files (no CDN, no build
@@ -54,9 +53,12 @@ type dashState struct {
 	ReadyErr string       `json:"ready_error,omitempty"`
 	Config   dashConfig   `json:"config"`
 	Policies []dashPolicy `json:"policies"`
-	// Nodes are the Valkey nodes and their breakers; none for the
-	// in-process store.
+	// Nodes are the Valkey nodes and their breakers
+	// (sluice_valkey_breaker_state); none for the in-process store.
 	Nodes []dashNode `json:"nodes"`
+	// Risks are the Valkey settings that lose counts or refuse decisions
+	// (sluice_valkey_config_risk).
+	Risks []dashRisk `json:"risks"`
 	// Version is sluice_build_info's version label.
 	Version string `json:"version,omitempty"`
 }
@@ -104,15 +106,16 @@ type dashNode struct {
 	Breaker string `json:"breaker"`
 }
 
-// breakerStore is a store with circuit breakers per node (valkeystore).
-type breakerStore interface {
-	Breakers() map[string]valkeystore.BreakerState
+type dashRisk struct {
+	Node    string `json:"node"`
+	Setting string `json:"setting"`
+	Value   string `json:"value"`
 }
 
 func (s *Server) handleUIState(w http.ResponseWriter, r *http.Request) {
 	uiHeaders(w)
 	st := s.state.Load()
-	out := dashState{Now: time.Now().UTC(), Store: s.opts.StoreName, Policies: []dashPolicy{}, Nodes: []dashNode{}}
+	out := dashState{Now: time.Now().UTC(), Store: s.opts.StoreName, Policies: []dashPolicy{}, Nodes: []dashNode{}, Risks: []dashRisk{}}
 	if err := s.Ready(r.Context()); err != nil {
 		out.ReadyErr = err.Error()
 	} else {
@@ -173,15 +176,16 @@ func (s *Server) handleUIState(w http.ResponseWriter, r *http.Request) {
 				}
 			case "sluice_build_info":
 				out.Version = labels["version"]
+			case "sluice_valkey_breaker_state":
+				if m.GetGauge().GetValue() == 1 {
+					out.Nodes = append(out.Nodes, dashNode{Address: labels["node"], Breaker: labels["state"]})
+				}
+			case "sluice_valkey_config_risk":
+				out.Risks = append(out.Risks, dashRisk{Node: labels["node"], Setting: labels["setting"], Value: labels["value"]})
 			}
 		}
 	}
-	if bs, ok := s.opts.Store.(breakerStore); ok {
-		for addr, b := range bs.Breakers() {
-			out.Nodes = append(out.Nodes, dashNode{Address: addr, Breaker: b.String()})
-		}
-		sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Address < out.Nodes[j].Address })
-	}
+	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Address < out.Nodes[j].Address })
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -114,6 +114,11 @@
       cell(row, n.breaker, "breaker", n.breaker === "closed" ? "ok" : "bad");
       tbody.appendChild(row);
     }
+    const risks = $("risks");
+    risks.replaceChildren();
+    for (const r of st.risks) {
+      risks.appendChild(el("li", r.node + ": " + r.setting + " " + r.value, "bad"));
+    }
     let note = "";
     if (st.store === "memory") note = "In-process store: no Valkey; limits are per process.";
     else if (st.nodes.length === 0) note = "No breaker state reported by the store.";
