@@ -224,7 +224,7 @@ func runKeys(ctx context.Context, args []string, env func(string) (string, bool)
 		enc.Encode(map[string]any{"prefix": k.cfg.Prefix, "groups": out, "examined": seen, "truncated": truncated})
 		return 0
 	}
-	fmt.Fprintf(stdout, "prefix %s on %s (%s)\n\n", k.cfg.Prefix, strings.Join(k.cfg.Valkey.Addresses, ","), valkeyops.Mode(ctx, k.client))
+	fmt.Fprintf(stdout, "prefix %s on %s (%s)\n\n", k.cfg.Prefix, valkeyops.Describe(k.cfg.Valkey), valkeyops.Mode(ctx, k.client))
 	fmt.Fprintf(stdout, "%-20s %-28s %8s %10s   %s\n", "policy", "limiter:state", "keys", "memory", "ttl min / median / max")
 	for _, g := range out {
 		pol := g.Policy
@@ -461,7 +461,7 @@ func runReset(ctx context.Context, args []string, env func(string) (string, bool
 		result = "no state"
 	}
 	slog.New(slog.NewJSONHandler(audit, nil)).Info("sluice reset", "audit", true, "policy", p.Name, "key", key,
-		"store_key", sk, "had_state", n > 0, "result", result, "user", who, "host", host, "valkey", strings.Join(k.cfg.Valkey.Addresses, ","))
+		"store_key", sk, "had_state", n > 0, "result", result, "user", who, "host", host, "valkey", valkeyops.Describe(k.cfg.Valkey))
 	switch {
 	case err != nil:
 		fmt.Fprintf(stderr, "sluice reset: %v\n", err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/valkeyops"
 )
 
 // opsFlags are the flags every operator command shares with sluice serve:
@@ -41,8 +42,8 @@ func (o *opsFlags) load(needValkey bool) (*config.Config, error) {
 		}
 		cfg.Valkey.Addresses = addrs
 	}
-	if needValkey && (cfg.Valkey == nil || len(cfg.Valkey.Addresses) == 0 && cfg.Valkey.Sentinel == nil) {
-		return nil, fmt.Errorf("%s names no Valkey: add a valkey section with addresses, or pass --valkey host:port", cfg.Source)
+	if needValkey && !valkeyops.Configured(cfg.Valkey) {
+		return nil, fmt.Errorf("%s names no Valkey: add a valkey section with addresses (or sentinel), or pass --valkey host:port", cfg.Source)
 	}
 	return cfg, nil
 }

@@ -63,7 +63,7 @@ type Finding struct {
 
 // Report is what Run found.
 type Report struct {
-	Valkey   []string   `json:"valkey"`
+	Valkey   string     `json:"valkey"`
 	Mode     string     `json:"mode"`
 	Findings []*Finding `json:"findings"`
 	// Worst is the highest severity found.
@@ -112,7 +112,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rand.Read(b[:])
 	d := &doc{opts: opts, cfg: opts.Config, client: client, prims: prims, prefix: "sluice-doctor-" + hex.EncodeToString(b[:]),
 		risked: map[string]bool{}, isCluster: client.Mode() == valkey.ClientModeCluster}
-	rep := &Report{Valkey: opts.Config.Valkey.Addresses, Mode: valkeyops.Mode(ctx, client)}
+	rep := &Report{Valkey: valkeyops.Describe(opts.Config.Valkey), Mode: valkeyops.Mode(ctx, client)}
 	d.rep = rep
 	store, err := valkeystore.New(client)
 	if err != nil {
@@ -203,7 +203,7 @@ func fields(s string) map[string]string {
 // WriteText writes the report for people: one line per finding, worst
 // first within each check's order, and a summary.
 func (rep *Report) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "valkey %s (%s)\n\n", strings.Join(rep.Valkey, ","), rep.Mode)
+	fmt.Fprintf(w, "valkey %s (%s)\n\n", rep.Valkey, rep.Mode)
 	counts := map[Severity]int{}
 	for _, f := range rep.Findings {
 		counts[f.Severity]++

@@ -20,13 +20,30 @@ import (
 
 // ErrNoValkey is returned when neither the configuration nor the command
 // line names a Valkey.
-var ErrNoValkey = errors.New("no Valkey configured: add a valkey section with addresses to the configuration, or pass --valkey host:port")
+var ErrNoValkey = errors.New("no Valkey configured: add a valkey section with addresses (or sentinel) to the configuration, or pass --valkey host:port")
+
+// Configured reports whether v names a Valkey: addresses, or Sentinels.
+func Configured(v *config.Valkey) bool {
+	return v != nil && (len(v.Addresses) > 0 || v.Sentinel != nil)
+}
+
+// Describe names the Valkey of v for messages: its addresses, or the
+// master set and its Sentinels.
+func Describe(v *config.Valkey) string {
+	if v == nil {
+		return "(none)"
+	}
+	if v.Sentinel != nil {
+		return fmt.Sprintf("master %s via Sentinels %s", v.Sentinel.MasterSet, strings.Join(v.Sentinel.Addresses, ","))
+	}
+	return strings.Join(v.Addresses, ",")
+}
 
 // Connect opens a client to the Valkey of v, as sluice serve would (same
 // credentials, TLS and timeouts), and checks that it answers within
 // v.ConnectTimeout. Several addresses make a cluster client.
 func Connect(ctx context.Context, v *config.Valkey, env func(string) (string, bool)) (valkey.Client, error) {
-	if v == nil || len(v.Addresses) == 0 {
+	if !Configured(v) {
 		return nil, ErrNoValkey
 	}
 	opt, err := server.ClientOption(v, env)
@@ -36,13 +53,13 @@ func Connect(ctx context.Context, v *config.Valkey, env func(string) (string, bo
 	opt.ClientName = "sluice-ops"
 	c, err := valkey.NewClient(opt)
 	if err != nil {
-		return nil, fmt.Errorf("cannot connect to valkey %s: %w", strings.Join(v.Addresses, ","), err)
+		return nil, fmt.Errorf("cannot connect to valkey %s: %w", Describe(v), err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, max(v.ConnectTimeout, time.Second))
 	defer cancel()
 	if err := c.Do(pctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("valkey %s does not answer PING: %w", strings.Join(v.Addresses, ","), err)
+		return nil, fmt.Errorf("valkey %s does not answer PING: %w", Describe(v), err)
 	}
 	return c, nil
 }
@@ -121,9 +138,14 @@ func Glob(s string) string {
 	return b.String()
 }
 
-// Mode describes c: "standalone" or "cluster (N primaries)".
+// Mode describes c: "standalone", "sentinel, master at ADDR" or "cluster,
+// N primaries".
 func Mode(ctx context.Context, c valkey.Client) string {
-	if c.Mode() != valkey.ClientModeCluster {
+	switch c.Mode() {
+	case valkey.ClientModeSentinel:
+		return "sentinel, master at " + strings.Join(SortedAddrs(c.Nodes()), ",")
+	case valkey.ClientModeCluster:
+	default:
 		return "standalone"
 	}
 	prims, err := Primaries(ctx, c)

@@ -149,12 +149,12 @@ const failDecisions = 8
 
 func (r *run) fault(ctx context.Context, p *config.Policy, fault string, want bool, bound time.Duration, chk *Check) (slowest time.Duration, n int, err error) {
 	v := *r.cfg.Valkey
-	px, err := startFaultProxy(v.Addresses[0])
+	px, err := startFaultProxy(r.primary)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer px.Close()
-	v.Addresses = []string{px.Addr()}
+	v.Addresses, v.Sentinel = []string{px.Addr()}, nil
 	opt, err := server.ClientOption(&v, r.opts.Env)
 	if err != nil {
 		return 0, 0, err
@@ -163,7 +163,7 @@ func (r *run) fault(ctx context.Context, p *config.Policy, fault string, want bo
 	// about the client's timeout and fail mode.
 	opt.ForceSingleClient = true
 	if opt.TLSConfig != nil && opt.TLSConfig.ServerName == "" {
-		host, _, _ := net.SplitHostPort(r.cfg.Valkey.Addresses[0])
+		host, _, _ := net.SplitHostPort(r.primary)
 		opt.TLSConfig.ServerName = host
 	}
 	client, err := valkey.NewClient(opt)

@@ -23,7 +23,7 @@ func checkLine(c *Check) string {
 // WriteText writes the report for people: a heading per policy, a line
 // per check with its figures, and the verdict.
 func (rep *Report) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "valkey %s (%s), scratch prefix %s\n", strings.Join(rep.Valkey, ","), rep.Mode, rep.Prefix)
+	fmt.Fprintf(w, "valkey %s (%s), scratch prefix %s\n", rep.Valkey, rep.Mode, rep.Prefix)
 	checks, failed := 0, 0
 	for _, p := range rep.Policies {
 		shadow := ""

@@ -105,7 +105,7 @@ func (e *PrefixInUseError) Error() string {
 
 // Report is the outcome of Run.
 type Report struct {
-	Valkey   []string        `json:"valkey"`
+	Valkey   string          `json:"valkey"`
 	Mode     string          `json:"mode"`
 	Prefix   string          `json:"prefix"`
 	Policies []*PolicyReport `json:"policies"`
@@ -168,6 +168,9 @@ type run struct {
 	// workers are the concurrency check's worker processes, started on
 	// first use and ended by Run.
 	workers []*workerProc
+	// primary is the address of a primary the client reached: what the
+	// failure check's proxy stands in front of.
+	primary string
 }
 
 // Run verifies the policies of opts.Config against its Valkey. The error is
@@ -225,7 +228,15 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	r := &run{opts: opts, cfg: opts.Config, client: client, store: store, prefix: prefix,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	defer r.stopWorkers()
-	rep := &Report{Valkey: opts.Config.Valkey.Addresses, Mode: valkeyops.Mode(ctx, client), Prefix: prefix, Passed: true}
+	prims, err := valkeyops.Primaries(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	if len(prims) == 0 {
+		return nil, errors.New("verify: the client knows no primary")
+	}
+	r.primary = valkeyops.SortedAddrs(prims)[0]
+	rep := &Report{Valkey: valkeyops.Describe(opts.Config.Valkey), Mode: valkeyops.Mode(ctx, client), Prefix: prefix, Passed: true}
 	defer func() {
 		// Scratch keys go, even when a check failed or ctx ended.
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -32,14 +32,16 @@ type job struct {
 	Valkey config.Valkey `json:"valkey"`
 	// Password is the Valkey password, already read from where the
 	// configuration says (it never goes on a command line).
-	Password   string     `json:"password,omitempty"`
-	Prefix     string     `json:"prefix"`
-	Limiter    string     `json:"limiter"`
-	Policy     wirePolicy `json:"policy"`
-	Identity   string     `json:"identity"`
-	AtMicro    int64      `json:"at_us"`
-	Attempts   int64      `json:"attempts"`
-	Goroutines int        `json:"goroutines"`
+	Password string `json:"password,omitempty"`
+	// SentinelPassword is the Sentinels' password, read the same way.
+	SentinelPassword string     `json:"sentinel_password,omitempty"`
+	Prefix           string     `json:"prefix"`
+	Limiter          string     `json:"limiter"`
+	Policy           wirePolicy `json:"policy"`
+	Identity         string     `json:"identity"`
+	AtMicro          int64      `json:"at_us"`
+	Attempts         int64      `json:"attempts"`
+	Goroutines       int        `json:"goroutines"`
 }
 
 // wirePolicy carries a sluice.Policy: exactly one field is set.
@@ -169,7 +171,21 @@ func dialWorker(ctx context.Context, j job) (*workerConn, error) {
 	if j.Password != "" {
 		v.PasswordEnv = "password"
 	}
-	client, err := valkeyops.Connect(ctx, &v, func(string) (string, bool) { return j.Password, true })
+	if v.Sentinel != nil {
+		s := *v.Sentinel
+		s.PasswordEnv, s.PasswordFile = "", ""
+		if j.SentinelPassword != "" {
+			s.PasswordEnv = "sentinel_password"
+		}
+		v.Sentinel = &s
+	}
+	env := func(k string) (string, bool) {
+		if k == "sentinel_password" {
+			return j.SentinelPassword, true
+		}
+		return j.Password, true
+	}
+	client, err := valkeyops.Connect(ctx, &v, env)
 	if err != nil {
 		return nil, err
 	}
@@ -298,6 +314,11 @@ func (r *run) spawn(ctx context.Context, p *config.Policy, j job, attempts int64
 		return sum, err
 	}
 	j.Valkey, j.Password, j.Prefix, j.Limiter = *v, pw, r.prefix, p.Limiter
+	if v.Sentinel != nil {
+		if j.SentinelPassword, err = v.Sentinel.Password(r.opts.Env); err != nil {
+			return sum, err
+		}
+	}
 	if j.Policy, err = toWire(p.Policy); err != nil {
 		return sum, err
 	}
