@@ -31,6 +31,7 @@ func commands() []command {
 		{"keys", "count the keys of each policy, their memory and TTL spread (SCAN)", runKeys},
 		{"inspect", "show a key's state as its algorithm sees it", runInspect},
 		{"reset", "forget a key's state (audit-logged)", runReset},
+		{"override", "set, get, list or remove a key's override of its limit", runOverride},
 		{"explain", "show which Envoy descriptor entry matches a request, and why", runExplain},
 		{"version", "print the version and the revision this binary was built from", withoutEnv(runVersion)},
 		{"simulate", "draw what policies decide on simulated traffic; replay a decision log", withoutEnv(runSimulate)},

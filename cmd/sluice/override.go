@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/user"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/config"
+)
+
+// sluice override set|get|list|rm: key overrides in the deployment's
+// Valkey, as PUT/GET/DELETE /v1/overrides does through sluice serve.
+
+const overrideUsage = `usage: sluice override set [flags] --limit N (--expires TIME | --for DURATION) POLICY KEY
+       sluice override get [flags] POLICY KEY
+       sluice override list [flags] POLICY
+       sluice override rm [flags] POLICY KEY
+
+Sets, shows, lists or removes the override of one key of a policy: its limit
+(and optionally --window or --rate) until an expiry, with a reason and an
+actor for audit. The policy must say overrides: true in the configuration.
+Every process of sluice serve sees an override at once, and it lapses by
+itself at its expiry. Exit code 1 when get finds no override, 2 for bad
+input.
+
+flags:
+`
+
+func runOverride(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		if len(args) == 0 {
+			fmt.Fprint(stderr, overrideUsage)
+			return 2
+		}
+		fmt.Fprint(stdout, overrideUsage)
+		return 0
+	}
+	verb := args[0]
+	fs := newFlags("override " + verb)
+	of := addOpsFlags(fs)
+	limit := fs.Int64("limit", 0, "set: the key's `limit` (limit, capacity or burst)")
+	expires := fs.String("expires", "", "set: when the override lapses, RFC 3339 (`2030-01-31T00:00:00Z`)")
+	forD := fs.String("for", "", "set: lapse after this `duration` from now (72h, 7d) instead of --expires")
+	window := fs.String("window", "", "set: another `window` (window algorithms)")
+	rate := fs.String("rate", "", "set: another `rate` such as 50/s (token_bucket, gcra)")
+	reason := fs.String("reason", "", "set: why, for audit")
+	actor := fs.String("actor", "", "set: who (default: the operating-system user)")
+	asJSON := fs.Bool("json", false, "get, list: JSON output")
+	if code, ok := parseFlags(fs, overrideUsage, args[1:], stdout, stderr); !ok {
+		return code
+	}
+	want := map[string]int{"set": 2, "get": 2, "rm": 2, "list": 1}[verb]
+	if want == 0 {
+		return usageError(fs, stderr, "unknown subcommand %q (want set, get, list or rm)", verb)
+	}
+	if fs.NArg() != want {
+		return usageError(fs, stderr, "want %d arguments (POLICY%s), got %d", want, map[int]string{1: "", 2: " KEY"}[want], fs.NArg())
+	}
+	var o sluice.Override
+	if verb == "set" {
+		var err error
+		if o, err = overrideFlags(*limit, *expires, *forD, *window, *rate, *reason, *actor); err != nil {
+			return usageError(fs, stderr, "%v", err)
+		}
+	}
+	k, err := openKeyEnv(ctx, of, env)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice override: %v\n", err)
+		return 1
+	}
+	defer k.Close()
+	p, err := k.policy(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice override: %v\n", err)
+		return 2
+	}
+	if !p.Overrides {
+		fmt.Fprintf(stderr, "sluice override: policy %q does not read key overrides: set overrides: true in %s first\n", p.Name, k.cfg.Source)
+		return 2
+	}
+	l, err := sluice.New(k.store, p.Policy, sluice.WithName(p.Limiter), sluice.WithPrefix(k.cfg.Prefix),
+		sluice.WithTimeout(5*time.Second), sluice.WithOverrides(true))
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice override: %v\n", err)
+		return 1
+	}
+	key := fs.Arg(1)
+	switch verb {
+	case "set":
+		if err := l.SetOverride(ctx, key, o); err != nil {
+			fmt.Fprintf(stderr, "sluice override set: %v\n", err)
+			return 2
+		}
+		fmt.Fprintf(stdout, "%s %s: limit %d until %s\n", p.Name, key, o.Limit, o.Expires.UTC().Format(time.RFC3339))
+	case "get":
+		got, ok, err := l.GetOverride(ctx, key)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice override get: %v\n", err)
+			return 1
+		}
+		if !ok {
+			fmt.Fprintf(stderr, "sluice override get: %s %s has no override\n", p.Name, key)
+			return 1
+		}
+		printOverrides(stdout, *asJSON, []sluice.KeyOverride{{Key: key, Override: got}})
+	case "list":
+		list, err := l.Overrides(ctx)
+		printOverrides(stdout, *asJSON, list)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice override list: %v\n", err)
+			return 1
+		}
+	case "rm":
+		if err := l.DeleteOverride(ctx, key); err != nil {
+			fmt.Fprintf(stderr, "sluice override rm: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s %s: override removed\n", p.Name, key)
+	}
+	return 0
+}
+
+// overrideFlags builds the override the set flags describe.
+func overrideFlags(limit int64, expires, forD, window, rate, reason, actor string) (sluice.Override, error) {
+	o := sluice.Override{Limit: limit, Reason: reason, Actor: actor}
+	if limit <= 0 {
+		return o, fmt.Errorf("--limit is missing or not positive")
+	}
+	switch {
+	case expires != "" && forD != "":
+		return o, fmt.Errorf("give --expires or --for, not both")
+	case expires != "":
+		t, err := time.Parse(time.RFC3339, expires)
+		if err != nil {
+			return o, fmt.Errorf("--expires %q is not an RFC 3339 time (such as 2030-01-31T00:00:00Z)", expires)
+		}
+		o.Expires = t
+	case forD != "":
+		d, err := config.ParseDuration(forD)
+		if err != nil || d <= 0 {
+			return o, fmt.Errorf("--for %q is not a positive duration (72h, 7d)", forD)
+		}
+		o.Expires = time.Now().Add(d)
+	default:
+		return o, fmt.Errorf("--expires or --for is required: an override lapses by itself")
+	}
+	var err error
+	if window != "" {
+		if o.Window, err = config.ParseDuration(window); err != nil {
+			return o, fmt.Errorf("--window: %v", err)
+		}
+	}
+	if rate != "" {
+		if o.Rate, o.Per, err = config.ParseRate(rate); err != nil {
+			return o, fmt.Errorf("--rate: %v", err)
+		}
+	}
+	if o.Actor == "" {
+		if u, err := user.Current(); err == nil {
+			o.Actor = u.Username
+		}
+	}
+	return o, nil
+}
+
+func printOverrides(w io.Writer, asJSON bool, list []sluice.KeyOverride) {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if list == nil {
+			list = []sluice.KeyOverride{}
+		}
+		enc.Encode(list)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tLIMIT\tEXPIRES\tACTOR\tREASON")
+	for _, ko := range list {
+		fmt.Fprintln(tw, ko.Key+"\t"+strconv.FormatInt(ko.Limit, 10)+"\t"+ko.Expires.UTC().Format(time.RFC3339)+"\t"+ko.Actor+"\t"+ko.Reason)
+	}
+	tw.Flush()
+}
