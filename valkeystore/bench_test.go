@@ -17,12 +17,12 @@ import (
 )
 
 // benchPolicies have limits high enough that most decisions are allowed:
-// the benchmarks measure decisions, not refusals (except the sliding log on
-// a hot key, which holds one entry per unit: past 100k units in its 10s
-// window it measures refusals by Valkey).
+// the benchmarks measure decisions, not refusals (except the sliding log,
+// which holds one entry per unit, at most MaxSlidingLogLimit: on a hot key,
+// past that many units in its 10s window it measures refusals by Valkey).
 var benchPolicies = []sluice.Policy{
 	sluice.FixedWindow{Limit: 1 << 30, Window: time.Hour},
-	sluice.SlidingLog{Limit: 100_000, Window: 10 * time.Second},
+	sluice.SlidingLog{Limit: sluice.MaxSlidingLogLimit, Window: 10 * time.Second},
 	sluice.SlidingWindow{Limit: 1 << 30, Window: time.Hour},
 	sluice.TokenBucket{Capacity: 1 << 30, Rate: 1e6, Per: time.Second},
 	sluice.GCRA{Rate: 1e6, Per: time.Second, Burst: 1 << 30},
