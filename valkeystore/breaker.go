@@ -52,9 +52,9 @@ func (errCircuitOpen) Unwrap() error { return sluice.ErrStoreUnavailable }
 // longer one: each limiter has its own timeout (sluice.WithTimeout), and a
 // node that takes 100ms is dead to a 50ms limiter and healthy to a 1s one.
 // So a breaker opened by timeouts refuses only the calls whose time left
-// is not clearly more (by half) than that of the calls that timed out; a
-// call with more time goes to Valkey, and if it times out too, the bar
-// rises to its time.
+// is not clearly more (twice as much) than that of the calls that timed
+// out; a call with more time goes to Valkey, and if it times out too, the
+// bar rises to its time.
 // A breaker opened by any other failure refuses every call.
 //
 // While a breaker is open, a single background goroutine probes its node,
@@ -276,11 +276,12 @@ func (b *breaker) allow(budget int64) (pass, error) {
 	return normal, b.openErr.Load().err
 }
 
-// exceeds reports whether budget is clearly more than level: by half. The
-// time left of calls made with one timeout varies a little with when they
-// are sent; only a longer timeout gets through.
+// exceeds reports whether budget is clearly more than level: twice as
+// much. The time left of calls made with one timeout varies with when
+// they are sent (a loaded machine stalls); only a longer timeout gets
+// through.
 func exceeds(budget, level int64) bool {
-	return level != hard && budget > level+level/2
+	return level != hard && budget > 2*level
 }
 
 // record takes the outcome of a call allow let through with p: the replies
@@ -305,6 +306,12 @@ func (b *breaker) record(ctx context.Context, p pass, budget int64, resps []valk
 			b.failLevel.Store(0)
 			b.setLocked(BreakerClosed)
 		case failed:
+			// A trial's time left may be short by a stall: it does not
+			// lower the bar that the failures before it set, unless those
+			// were hard failures the probe has since seen pass.
+			if prev := b.level.Load(); prev != hard {
+				lvl = max(lvl, prev)
+			}
 			b.level.Store(lvl)
 			b.openLocked(cause)
 		}
