@@ -104,10 +104,9 @@ func (s *Server) decideAllOrNothing(ctx context.Context, rs []resolved, checks [
 		}
 	}
 	for k := range checks {
+		// A refused call only looks; AllowAll takes no give-backs
+		// (is_negative_hits), so those only look too.
 		if refused || checks[k].Cost < 0 {
-			checks[k].Cost = max(checks[k].Cost, 0)
-		}
-		if refused {
 			checks[k].Cost = 0
 		}
 	}
@@ -139,13 +138,16 @@ func (s *Server) status(domain string, r *resolved, res sluice.Result, now time.
 	} else {
 		ds.CurrentLimit = currentLimit(r.pol.cfg)
 	}
+	// Over the limit: refused by the store, or refused but shadowed, or
+	// more hits than the limit could ever allow.
 	over := !res.Allowed || res.Shadowed || r.hits > uint64(limit) && !r.refund
+	refuse := over && !r.shadow && !r.pol.cfg.Shadow
 	if res.Degraded {
+		// The store did not answer: the policy's on_failure decided.
 		over = !res.Allowed
+		refuse = over
 	}
-	if over && !r.shadow && !r.pol.cfg.Shadow && !res.Degraded {
-		ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-	} else if res.Degraded && !res.Allowed {
+	if refuse {
 		ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	if !over {

@@ -324,3 +324,23 @@ descriptors:
 		}
 	})
 }
+
+// TestEnvoyStoreDown: when the store fails, each limit's on_failure
+// decides (allow, for envoyproxy/ratelimit's format), and the call is
+// answered, not failed.
+func TestEnvoyStoreDown(t *testing.T) {
+	cfg, err := config.Parse("envoy.yaml", []byte("domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 1}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, Options{Store: &downStore{}, Logger: quietLogger()}) // forwardauth_test.go
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		r, err := s.shouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonrl.RateLimitDescriptor{desc("k", "v")}})
+		if err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("%v %v", r, err)
+		}
+	}
+}
