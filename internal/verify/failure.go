@@ -170,7 +170,11 @@ func (r *run) fault(ctx context.Context, p *config.Policy, fault string, want bo
 	if err != nil {
 		return 0, 0, fmt.Errorf("connecting through the proxy: %w", err)
 	}
-	defer client.Close()
+	// The proxy goes first: a client closing over a hung connection waits.
+	defer func() {
+		px.Close()
+		client.Close()
+	}()
 	store, err := valkeystore.New(client)
 	if err != nil {
 		return 0, 0, err
