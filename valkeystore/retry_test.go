@@ -192,7 +192,8 @@ func retryRig(t *testing.T, act func(n int64) string, timeout time.Duration) (*i
 	}
 	obs := &errLog{}
 	l, err := sluice.New(s, sluice.FixedWindow{Limit: 10, Window: time.Hour}, sluice.WithName("retry"),
-		sluice.WithPrefix("retry:"+strings.ReplaceAll(t.Name(), "/", ":")), sluice.WithTimeout(timeout),
+		// A prefix of its own per run: the shared server outlives -count.
+		sluice.WithPrefix("retry:"+strings.ReplaceAll(t.Name(), "/", ":")+":"+strconv.FormatInt(time.Now().UnixNano(), 36)), sluice.WithTimeout(timeout),
 		sluice.WithObserver(obs), sluice.WithLogger(discardLogger))
 	if err != nil {
 		t.Fatal(err)
