@@ -72,6 +72,11 @@ func (s *Server) decideEach(ctx context.Context, rs []resolved, checks []sluice.
 		}
 		over := make([]bool, len(checks))
 		anyOver := false
+		for i := range rs {
+			if rs[i].kind == kindDeny && rs[i].hits > 0 {
+				anyOver = true // a requests_per_unit 0 limit is over with any hit
+			}
+		}
 		for k, res := range seen.Results {
 			if checks[k].Cost > 0 && checks[k].Cost > res.Remaining || rs[idx[k]].hits > uint64(rs[idx[k]].pol.cfg.Limit) {
 				over[k], anyOver = true, true

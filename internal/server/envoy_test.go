@@ -225,6 +225,7 @@ domain: d
 descriptors:
   - {key: wide, rate_limit: {unit: hour, requests_per_unit: 5}}
   - {key: narrow, rate_limit: {unit: hour, requests_per_unit: 1}}
+  - {key: zero, rate_limit: {unit: hour, requests_per_unit: 0}}
 `
 	for _, stop := range []bool{false, true} {
 		_, c, _ := startEnvoy(t, y, EnvoyOptions{StopIncrementWhenOverLimit: stop})
@@ -242,6 +243,19 @@ descriptors:
 		}
 		if last.Statuses[0].LimitRemaining != want || last.Statuses[1].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
 			t.Errorf("stop=%v: %v", stop, last)
+		}
+		// A requests_per_unit: 0 descriptor is over with any hit: the
+		// others do not count beside it.
+		r, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonrl.RateLimitDescriptor{desc("wide", "x"), desc("zero", "z")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = 4
+		if stop {
+			want = 5
+		}
+		if r.Statuses[0].LimitRemaining != want || r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("stop=%v, beside a zero limit: %v", stop, r)
 		}
 	}
 }
