@@ -148,8 +148,13 @@ func slidingLog(s *state, ok bool, now, limit, window, cost int64, countRejected
 			write = true
 		}
 		if !r.allowed {
-			k := int64(len(s.log)) + need - limit
-			r.retry = s.log[k-1] + window - now
+			// A cost over the limit in force (an override lowered it) waits
+			// for the whole log, or a window.
+			if k := min(int64(len(s.log))+need-limit, int64(len(s.log))); k > 0 {
+				r.retry = s.log[k-1] + window - now
+			} else {
+				r.retry = window
+			}
 		}
 	}
 	count := int64(len(s.log))

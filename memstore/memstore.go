@@ -116,7 +116,14 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	}
 	st.alg = op.Rule.Algorithm
 
-	r, src, ovInvalid := s.applyOverride(op, now)
+	r, src, ovInvalid, until := s.applyOverride(op, now)
+	cost, receipt := op.Cost, op.Receipt
+	overLimit := src == sluice.SourceOverride && cost > r.Limit
+	if overLimit {
+		// More than the override allows: refused, taking nothing, until
+		// the override lapses (the plan's limit admits the cost).
+		cost, receipt = 0, 0
+	}
 	var (
 		rep        reply
 		write, del bool
@@ -125,21 +132,24 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	case sluice.AlgorithmFixedWindow:
 		if r.IsCalendar() {
 			var in bool
-			rep, write, del, in = calendarWindow(&st, ok, us, r.CalendarBounds(now), r.Limit, op.Cost, r.CountRejected, op.Receipt)
+			rep, write, del, in = calendarWindow(&st, ok, us, r.CalendarBounds(now), r.Limit, cost, r.CountRejected, receipt)
 			if !in {
 				return sluice.Result{}, fmt.Errorf("memstore: %w", sluice.ErrClockSkew)
 			}
 			break
 		}
-		rep, write, del = fixedWindow(&st, ok, us, r.Limit, r.Param(), op.Cost, r.CountRejected, op.Receipt)
+		rep, write, del = fixedWindow(&st, ok, us, r.Limit, r.Param(), cost, r.CountRejected, receipt)
 	case sluice.AlgorithmSlidingLog:
-		rep, write, del = slidingLog(&st, ok, us, r.Limit, r.Param(), op.Cost, r.CountRejected, op.Receipt)
+		rep, write, del = slidingLog(&st, ok, us, r.Limit, r.Param(), cost, r.CountRejected, receipt)
 	case sluice.AlgorithmSlidingWindow:
-		rep, write, del = slidingWindow(&st, ok, us, r.Limit, r.Param(), op.Cost, op.Receipt)
+		rep, write, del = slidingWindow(&st, ok, us, r.Limit, r.Param(), cost, receipt)
 	case sluice.AlgorithmTokenBucket:
-		rep, write, del = tokenBucket(&st, ok, us, r.Limit, r.Param(), op.Cost, op.Receipt)
+		rep, write, del = tokenBucket(&st, ok, us, r.Limit, r.Param(), cost, receipt)
 	case sluice.AlgorithmGCRA:
-		rep, write, del = gcra(&st, ok, us, r.Limit, r.Param(), op.Cost, op.Receipt)
+		rep, write, del = gcra(&st, ok, us, r.Limit, r.Param(), cost, receipt)
+	}
+	if overLimit {
+		rep.allowed, rep.retry = false, until.UnixMicro()-us
 	}
 	switch {
 	case del:

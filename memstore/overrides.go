@@ -110,17 +110,18 @@ func (s *Store) ListOverrides(ctx context.Context, index string, keyOf func(stri
 // applyOverride returns the rule op decides under at now: its Rule, or
 // the Rule with the key's live override; invalid reports an override that
 // is not a valid rule (ignored).
-func (s *Store) applyOverride(op *sluice.Op, now time.Time) (r sluice.Rule, src sluice.LimitSource, invalid bool) {
+// until is the override's expiry when one applies.
+func (s *Store) applyOverride(op *sluice.Op, now time.Time) (r sluice.Rule, src sluice.LimitSource, invalid bool, until time.Time) {
 	if op.Override == "" {
-		return op.Rule, sluice.SourcePolicy, false
+		return op.Rule, sluice.SourcePolicy, false, until
 	}
 	rec, ok := s.ovs.lookup(op.Override, now)
 	if !ok {
-		return op.Rule, sluice.SourcePolicy, false
+		return op.Rule, sluice.SourcePolicy, false, until
 	}
 	eff, err := op.Rule.Overridden(rec.Limit, rec.Param)
 	if err != nil {
-		return op.Rule, sluice.SourcePolicy, true
+		return op.Rule, sluice.SourcePolicy, true, until
 	}
-	return eff, sluice.SourceOverride, false
+	return eff, sluice.SourceOverride, false, rec.Expires
 }

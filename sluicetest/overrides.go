@@ -3,6 +3,8 @@ package sluicetest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -107,6 +109,15 @@ func RunOverrides(t *testing.T, h Harness) {
 	if _, ok, err := l.GetOverride(ctx, "other"); ok || err != nil {
 		t.Fatalf("deleted override still there: %v %v", ok, err)
 	}
+	// An override below a cost the plan admits: refused, taking nothing,
+	// until it lapses.
+	if err := l.SetOverride(ctx, "big", sluice.Override{Limit: 1, Expires: clock.Now().Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := l.AllowPlan(ctx, "big", "pro", 3)
+	if err != nil || res != (sluice.Result{Limit: 1, Remaining: 1, RetryAfter: time.Minute, Source: sluice.SourceOverride}) {
+		t.Fatalf("cost over the override's limit: %+v %v", res, err)
+	}
 	// Bad overrides, refused with the field named.
 	for _, tc := range []struct {
 		o    sluice.Override
@@ -131,7 +142,7 @@ func RunOverrides(t *testing.T, h Harness) {
 	if err := tb.SetOverride(ctx, "k", sluice.Override{Limit: 4, Rate: 4, Per: time.Second, Expires: clock.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := tb.AllowN(ctx, "k", 4)
+	res, err = tb.AllowN(ctx, "k", 4)
 	if err != nil || !res.Allowed || res.Limit != 4 || res.Source != sluice.SourceOverride || res.ResetAfter != time.Second {
 		t.Fatalf("token bucket with a rate override: %+v %v, want 4 taken, full again after 1s (4/s)", res, err)
 	}
@@ -144,4 +155,71 @@ func contains(s, sub string) bool {
 		}
 	}
 	return false
+}
+
+// RunDifferentialOverrides runs random operations with plans (rules of
+// other limits and rates on the same keys) and key overrides that are set,
+// deleted and lapse mid-timeline, on memstore and on h.Store, which must
+// implement sluice.OverrideStore: every Result, its Source and Limit
+// included, must be identical.
+func RunDifferentialOverrides(t *testing.T, h Harness) {
+	ovs, ok := h.Store.(sluice.OverrideStore)
+	if !ok {
+		t.Fatalf("%T does not implement sluice.OverrideStore", h.Store)
+	}
+	d := NewDiffer(t, h.Store)
+	ctx := context.Background()
+	prefix := Prefix(t)
+	for seed := range uint64(30) {
+		rng := rand.New(rand.NewPCG(seed, 13))
+		base := RandomRule(rng, int(seed%5))
+		// Plans: the same state, another limit (and interval for rates).
+		plans := []sluice.Rule{base}
+		for range 2 {
+			p, err := base.Overridden(int64(1+rng.IntN(12)), 0)
+			if base.Algorithm.Rated() && rng.IntN(2) == 0 {
+				p, err = base.Overridden(int64(1+rng.IntN(12)), int64(1+rng.IntN(400_000)))
+			}
+			if err == nil && p.Algorithm != sluice.AlgorithmSlidingLog || err == nil && p.Limit <= sluice.MaxSlidingLogLimit {
+				plans = append(plans, p)
+			}
+		}
+		name := fmt.Sprintf("o%d", seed)
+		now := Epoch.Add(time.Duration(rng.IntN(1e6)) * time.Microsecond)
+		w := base.Period()
+		for i := range 120 {
+			id := fmt.Sprint(rng.IntN(2))
+			key := sluice.Key(prefix, name, base, id)
+			ovKey := sluice.OverrideKey(prefix, name, id)
+			switch rng.IntN(12) {
+			case 0: // set an override on both stores, lapsing within a few windows
+				rec := sluice.OverrideRecord{Identity: id, Limit: int64(1 + rng.IntN(12)),
+					Expires: now.Add(time.Duration(rng.Int64N(int64(2*w)/1000+1)) * time.Microsecond)}
+				if rng.IntN(3) == 0 {
+					rec.Param = int64(rng.IntN(3_000_000)) // maybe out of bounds: then ignored
+				}
+				for _, s := range []sluice.OverrideStore{d.mem, ovs} {
+					if err := s.PutOverride(ctx, sluice.OverrideIndex(prefix, name), ovKey, rec); err != nil {
+						t.Fatal(err)
+					}
+				}
+			case 1:
+				for _, s := range []sluice.OverrideStore{d.mem, ovs} {
+					if err := s.DeleteOverride(ctx, sluice.OverrideIndex(prefix, name), ovKey, id); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			switch rng.IntN(4) {
+			case 0:
+				now = now.Add(time.Microsecond)
+			default:
+				now = now.Add(time.Duration(rng.Int64N(int64(w)*3/2/1000+1)) * time.Microsecond)
+			}
+			rule := plans[rng.IntN(len(plans))]
+			cost := int64(rng.IntN(int(rule.Limit) + 1))
+			d.Step(fmt.Sprintf("seed %d op %d (%v, cost %d, at +%v)", seed, i, rule, cost, now.Sub(Epoch)),
+				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now, Override: ovKey})
+		}
+	}
 }

@@ -62,3 +62,8 @@ func TestMalformedOverride(t *testing.T) {
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// TestDifferentialOverrides: see sluicetest.RunDifferentialOverrides.
+func TestDifferentialOverrides(t *testing.T) {
+	sluicetest.RunDifferentialOverrides(t, harness(t, valkeytest.Shared(t).Client(t)))
+}

@@ -26,14 +26,23 @@ for i = 1, #ARGV / 8 do
     now = snow
   end
   local limit, param = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]) or ARGV[b + 3]
-  local ov, ovLimit = 0, 0
+  local ov, ovLimit, untl = 0, 0, 0
   local oi = tonumber(ARGV[b + 7])
   if oi > 0 then
-    limit, param, ov = override(KEYS[oi], now, limit, param, ARGV[b + 8])
+    limit, param, ov, untl = override(KEYS[oi], now, limit, param, ARGV[b + 8])
     if ov == 1 then ovLimit = limit end
   end
-  local allowed, remaining, retry, reset, receipt = decide(KEYS[i], now,
-    limit, param, tonumber(ARGV[b + 4]), ARGV[b + 5], tonumber(ARGV[b + 6]))
+  local cost = tonumber(ARGV[b + 4])
+  local allowed, remaining, retry, reset, receipt
+  if ov == 1 and cost > limit then
+    -- More than the override allows: refused, taking nothing, until the
+    -- override lapses (the plan's limit admits the cost).
+    allowed, remaining, retry, reset, receipt = decide(KEYS[i], now, limit, param, 0, ARGV[b + 5], 0)
+    allowed, retry = 0, untl - now
+  else
+    allowed, remaining, retry, reset, receipt = decide(KEYS[i], now,
+      limit, param, cost, ARGV[b + 5], tonumber(ARGV[b + 6]))
+  end
   out[#out + 1] = allowed
   out[#out + 1] = remaining
   out[#out + 1] = retry

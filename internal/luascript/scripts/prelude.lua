@@ -35,8 +35,8 @@ local function isint(v) return v ~= nil and v == math.floor(v) end
 -- override returns the limit and parameter a decision takes under the
 -- override stored in the hash at key (fields limit, param in microseconds
 -- with 0 keeping the rule's, and until in microseconds), and its status:
--- 0 when there is none or it lapsed (until <= now), 1 when it applies, 2
--- when it is malformed (ignored: the decision takes limit and param). It
+-- 0 when there is none or it lapsed (until <= now), 1 when it applies
+-- (then until too), 2 when it is malformed (ignored: the decision takes limit and param). It
 -- must keep bounds, "maxLimit minParam maxParam maxProduct"
 -- (sluice.Rule.OverrideBounds): 1 <= limit <= maxLimit, param 0 or within
 -- [minParam, maxParam], limit * param <= maxProduct unless that is 0.
@@ -59,5 +59,5 @@ local function override(key, now, limit, param, bounds)
     return limit, param, 2
   end
   if b[4] > 0 and l * p > b[4] then return limit, param, 2 end
-  return l, p, 1
+  return l, p, 1, u
 end

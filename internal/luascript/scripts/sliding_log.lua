@@ -49,9 +49,15 @@ local function decide(key, now, limit, window, cost, flag, receipt)
       write = true
     end
     if allowed == 0 then
-      local k = count + need - limit
-      local e = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
-      retry = tonumber(e[2]) + window - now
+      -- The entry whose leaving makes room. A cost over the limit in force
+      -- (an override lowered it) waits for the whole log, or a window.
+      local k = math.min(count + need - limit, count)
+      if k > 0 then
+        local e = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
+        retry = tonumber(e[2]) + window - now
+      else
+        retry = window
+      end
     end
   end
   local reset = 0
