@@ -20,3 +20,7 @@ func ValkeystoreSkew(t testing.TB, s *Store, ops []sluice.Op, skew time.Duration
 	}
 	return ops[0].Err
 }
+
+// CrossSplits returns how many cross calls (keys of several slots of one
+// node) were split after a refusal that proved they did not run.
+func CrossSplits() int64 { return crossSplits.Load() }

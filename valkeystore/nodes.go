@@ -39,6 +39,12 @@ type node struct {
 	batcher *batcher // nil when batching is off
 	guard   guard    // the deadline layer; see deadline.go
 
+	// direct is valkey-go's client of this node alone (one of the cluster
+	// client's Nodes, on the same connections), which sends the calls
+	// whose keys span several of its slots; nil until the node is in
+	// valkey-go's map too. See cross.go.
+	direct atomic.Pointer[valkey.Client]
+
 	mu     sync.Mutex
 	askKey string // a key of askOf, for askSlot
 	askOf  uint16
@@ -181,12 +187,16 @@ func (e *engine) refresh(ctx context.Context) error {
 func (e *engine) install(owners map[string][][2]int64) {
 	t := &e.topo
 	var tab [numSlots]*node
+	clients := e.client.Nodes()
 	t.mu.Lock()
 	for addr, ranges := range owners {
 		n := t.byName[addr]
 		if n == nil {
 			n = e.newNode(addr)
 			t.byName[addr] = n
+		}
+		if c, ok := clients[addr]; ok {
+			n.direct.Store(&c)
 		}
 		for _, r := range ranges {
 			for i := r[0]; i <= r[1]; i++ {

@@ -32,7 +32,7 @@ import (
 
 // notRun reports whether r is a refusal that proves the script did not run
 // and may succeed if sent again: MOVED, ASK, TRYAGAIN, CLUSTERDOWN,
-// READONLY, LOADING, MASTERDOWN.
+// READONLY, LOADING, MASTERDOWN, and a cross call's NOTLOCAL (cross.go).
 func notRun(r valkey.ValkeyResult) bool {
 	verr, ok := valkey.IsValkeyErr(r.Error())
 	if !ok {
@@ -47,7 +47,7 @@ func notRun(r valkey.ValkeyResult) bool {
 	return false
 }
 
-var retryable = [...]string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "LOADING", "MASTERDOWN"}
+var retryable = [...]string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "LOADING", "MASTERDOWN", "NOTLOCAL "}
 
 func isNoScript(r valkey.ValkeyResult) bool {
 	verr, ok := valkey.IsValkeyErr(r.Error())
@@ -66,19 +66,29 @@ const (
 // EVALSHA first, EVAL for the scripts the server lost (NOSCRIPT), and one
 // more round for the calls refused by a reply that proves they did not
 // run (notRun), when the deadline leaves time for it.
-func (n *node) exchange(ctx context.Context, batch []sluice.Op, calls []call, resps []valkey.ValkeyResult) {
+//
+// A cross call (cross.go) refused that way is split into one call per
+// slot for the retry, and exchange returns the calls and replies as they
+// end up.
+func (n *node) exchange(ctx context.Context, batch []sluice.Op, calls []call, resps []valkey.ValkeyResult) ([]call, []valkey.ValkeyResult) {
 	n.round(ctx, batch, calls, resps, nil, true)
 	if redo := pick(resps, isNoScript); redo != nil {
 		n.round(ctx, batch, calls, resps, redo, false)
 	}
 	redo := pick(resps, notRun)
-	if redo == nil || !retryWait(ctx) {
-		return
+	if redo == nil {
+		return calls, resps
 	}
+	calls, resps, redo, wait := split(batch, calls, resps, redo)
+	if !wait && ctx.Err() != nil || wait && !retryWait(ctx) {
+		return calls, resps
+	}
+	n.e.refreshIfOlder(refreshAfterFailure)
 	n.round(ctx, batch, calls, resps, redo, true)
 	if again := pick(resps, isNoScript); again != nil {
 		n.round(ctx, batch, calls, resps, again, false)
 	}
+	return calls, resps
 }
 
 // round sends the calls listed in only (all when nil) in one pipelined
@@ -90,7 +100,7 @@ func (n *node) round(ctx context.Context, batch []sluice.Op, calls []call, resps
 		return
 	}
 	if only == nil && len(calls) == 1 { // no slices of commands
-		resps[0] = n.guard.do(ctx, e.client, e.command(batch, calls[0], sha))
+		resps[0] = n.guard.do(ctx, n.clientFor(&calls[0]), e.command(batch, calls[0], sha))
 		return
 	}
 	if only == nil {
@@ -99,13 +109,39 @@ func (n *node) round(ctx context.Context, batch []sluice.Op, calls []call, resps
 			only[i] = i
 		}
 	}
-	cmds := make(valkey.Commands, len(only))
-	for j, i := range only {
-		cmds[j] = e.command(batch, calls[i], sha)
+	// Cross calls go to the node's own client, the others to the cluster
+	// client: two pipelines, sent at the same time.
+	var cross, plain []int
+	for _, i := range only {
+		if calls[i].cross {
+			cross = append(cross, i)
+		} else {
+			plain = append(plain, i)
+		}
 	}
-	for j, r := range n.guard.doMulti(ctx, e.client, cmds) {
-		resps[only[j]] = r
+	send := func(idx []int) {
+		if len(idx) == 0 {
+			return
+		}
+		cmds := make(valkey.Commands, len(idx))
+		for j, i := range idx {
+			cmds[j] = e.command(batch, calls[i], sha)
+		}
+		for j, r := range n.guard.doMulti(ctx, n.clientFor(&calls[idx[0]]), cmds) {
+			resps[idx[j]] = r
+		}
 	}
+	if len(cross) == 0 || len(plain) == 0 {
+		send(only)
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		send(cross)
+	}()
+	send(plain)
+	<-done
 }
 
 // pick returns the indices of the replies for which match holds, or nil.

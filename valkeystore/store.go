@@ -121,9 +121,11 @@ func New(client valkey.Client, opts ...Option) (*Store, error) {
 
 // call is one script call: the indices of the Ops it decides.
 type call struct {
-	alg sluice.Algorithm
-	sc  *luascript.Script
-	ops []int
+	alg   sluice.Algorithm
+	sc    *luascript.Script
+	ops   []int
+	slot  uint16 // on a cluster, the slot of ops[0]
+	cross bool   // its keys span several slots of one node; see cross.go
 }
 
 // Do implements sluice.Store. The Ops go to the nodes that serve their
@@ -200,7 +202,7 @@ func (n *node) send(ctx context.Context, batch []sluice.Op) error {
 	}
 	e := n.e
 	var one [1]call
-	calls := e.plan(batch, one[:0])
+	calls := e.plan(batch, one[:0], n.crossOK())
 	if len(calls) == 0 {
 		return nil
 	}
@@ -217,7 +219,7 @@ func (n *node) send(ctx context.Context, batch []sluice.Op) error {
 	} else {
 		resps = make([]valkey.ValkeyResult, len(calls))
 	}
-	n.exchange(ctx, batch, calls, resps)
+	calls, resps = n.exchange(ctx, batch, calls, resps)
 	n.guard.note(ctx, resps)
 	n.breaker.record(ctx, p, budget, resps)
 	for i, c := range calls {
@@ -233,8 +235,10 @@ func (n *node) send(ctx context.Context, batch []sluice.Op) error {
 var firstOp = []int{0}
 
 // plan groups the valid Ops of batch into script calls: one per algorithm
-// and slot, split at maxBatch keys. Invalid Ops get their error.
-func (e *engine) plan(batch []sluice.Op, dst []call) []call {
+// and slot, or with cross (the Ops are all of one cluster node that can be
+// sent calls of several slots; see cross.go) one per algorithm, split at
+// maxBatch keys. Invalid Ops get their error.
+func (e *engine) plan(batch []sluice.Op, dst []call, cross bool) []call {
 	if len(batch) == 1 { // the common case, without maps or allocations
 		if err := batch[0].Validate(); err != nil {
 			batch[0].Err = err
@@ -255,16 +259,24 @@ func (e *engine) plan(batch []sluice.Op, dst []call) []call {
 			continue
 		}
 		g := group{sc: luascript.ForRule(&op.Rule)}
+		var sl uint16
 		if e.cluster {
-			g.slot = slot(op.Key)
+			sl = slot(op.Key)
+			if !cross {
+				g.slot = sl
+			}
 		}
 		ci, ok := index[g]
 		if !ok || len(calls[ci].ops) >= e.maxBatch {
 			ci = len(calls)
 			index[g] = ci
-			calls = append(calls, call{alg: op.Rule.Algorithm, sc: g.sc})
+			calls = append(calls, call{alg: op.Rule.Algorithm, sc: g.sc, slot: sl})
 		}
-		calls[ci].ops = append(calls[ci].ops, i)
+		c := &calls[ci]
+		c.ops = append(c.ops, i)
+		if sl != c.slot {
+			c.cross = true
+		}
 	}
 	return calls
 }
@@ -281,7 +293,9 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 			nov++
 		}
 	}
-	strs := make([]string, n+nov+n*luascript.ArgsPerKey)
+	// head: the number of keys, the first ARGV of a cross call.
+	all := make([]string, 1+n+nov+n*luascript.ArgsPerKey)
+	head, strs := all[:1], all[1:]
 	// keys has room for the override keys, which append never moves
 	// into args.
 	keys, args := strs[:n:n+nov], strs[n+nov:]
@@ -315,6 +329,16 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 		}
 	}
 	sc := c.sc
+	if c.cross {
+		// Undeclared keys: the number of keys, the keys, then the args,
+		// all in ARGV (see luascript.Script.Cross).
+		// keys filled its room: all is head, keys, args.
+		head[0] = strconv.Itoa(len(keys))
+		if sha {
+			return e.client.B().Evalsha().Sha1(sc.Cross.SHA).Numkeys(0).Arg(all...).Build()
+		}
+		return e.client.B().Eval().Script(sc.Cross.Src).Numkeys(0).Arg(all...).Build()
+	}
 	if sha {
 		return e.client.B().Evalsha().Sha1(sc.SHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	}

@@ -26,6 +26,10 @@ var (
 	preludeLua string
 	//go:embed scripts/batch.lua
 	batchLua string
+	//go:embed scripts/one.lua
+	oneLua string
+	//go:embed scripts/cross.lua
+	crossLua string
 	//go:embed scripts/fixed_window.lua
 	fixedWindowLua string
 	//go:embed scripts/sliding_log.lua
@@ -44,12 +48,30 @@ var (
 type Script struct {
 	Src string
 	SHA string
+
+	// Cross is the same decisions for keys of several slots of one
+	// cluster node, in one call: the script declares the flag
+	// allow-cross-slot-keys and takes its keys in ARGV (CrossArgs), since
+	// a server refuses declared keys of several slots. Before it writes
+	// anything it reads every key, and when the node does not serve one of
+	// them it replies an error beginning NOTLOCAL, having changed nothing.
+	// Nil on a Cross script.
+	Cross *Script
 }
 
+// CrossShebang is the first line of a Cross script.
+const CrossShebang = "#!lua flags=allow-cross-slot-keys\n"
+
 func newScript(decide string) *Script {
-	src := preludeLua + decide + batchLua
-	sum := sha1.Sum([]byte(src))
-	return &Script{Src: src, SHA: hex.EncodeToString(sum[:])}
+	body := preludeLua + decide + batchLua
+	s := sum(body + oneLua)
+	s.Cross = sum(CrossShebang + body + crossLua)
+	return s
+}
+
+func sum(src string) *Script {
+	h := sha1.Sum([]byte(src))
+	return &Script{Src: src, SHA: hex.EncodeToString(h[:])}
 }
 
 // For returns the script of an algorithm, nil for an unknown one.

@@ -13,10 +13,13 @@
 --   (0 none, 1 applied, 2 malformed and ignored).
 -- Each algorithm defines decide(key, now, limit, parameter, cost, flag,
 -- receipt) and flush(), which writes what decide kept to write once at the
--- end.
+-- end. decideAll(keys, argv, base) decides the keys of a call from argv
+-- after its first base values; one.lua passes KEYS and ARGV, cross.lua the
+-- keys it read from ARGV.
+local function decideAll(KEYS, ARGV, base)
 local out, snow = {}, nil
-for i = 1, #ARGV / 8 do
-  local b = (i - 1) * 8
+for i = 1, (#ARGV - base) / 8 do
+  local b = base + (i - 1) * 8
   local now = tonumber(ARGV[b + 1])
   if now == 0 then
     if not snow then
@@ -53,3 +56,4 @@ for i = 1, #ARGV / 8 do
 end
 flush() -- the state the algorithm kept for the end of the call
 return out
+end
