@@ -42,3 +42,10 @@ func (c *Clock) Set(d time.Duration) {
 
 // NewClockAt returns a Clock at t.
 func NewClockAt(t time.Time) *Clock { return &Clock{now: t} }
+
+// SetTime moves the clock to t.
+func (c *Clock) SetTime(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}

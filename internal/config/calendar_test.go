@@ -128,3 +128,23 @@ func TestServeDocReference(t *testing.T) {
 		t.Fatalf("messages: %+v", p)
 	}
 }
+
+// TestReadmeQuotaYAML: the configuration README.md's "Quotas" section
+// shows parses, as a daily quota in Los Angeles with a plan and overrides.
+func TestReadmeQuotaYAML(t *testing.T) {
+	doc, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, _ := strings.Cut(string(doc), "## Quotas: calendar periods, plans and key overrides")
+	_, block, _ := strings.Cut(after, "```yaml\n")
+	block, _, _ = strings.Cut(block, "```")
+	c, err := Parse("README.md", []byte(block))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Policy("messages")
+	if p == nil || !p.Overrides || len(p.Plans) != 1 || p.Plans[0].Limit != 50000 || p.Params.Calendar.Unit != sluice.Day || p.Params.Calendar.Zone.String() != "America/Los_Angeles" {
+		t.Fatalf("messages: %+v", p)
+	}
+}
