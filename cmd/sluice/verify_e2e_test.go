@@ -52,7 +52,7 @@ func TestE2EVerify(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := sluiceCmd(t, "verify", "--config", cfg, "--valkey", tc.addrs, "--margin", "750ms", "--blackhole-wait", "3s")
+			code, stdout, stderr := sluiceCmd(t, "verify", "--config", cfg, "--valkey", tc.addrs, "--margin", "1500ms", "--blackhole-wait", "3s")
 			if code != 0 {
 				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 			}
@@ -68,7 +68,7 @@ func TestE2EVerify(t *testing.T) {
 			if tc.name != "standalone" {
 				return // the JSON is the same report
 			}
-			code, stdout, _ = sluiceCmd(t, "verify", "--config", cfg, "--valkey", tc.addrs, "--margin", "750ms", "--blackhole-wait", "3s", "--json", "--policy", "api", "--processes", "2")
+			code, stdout, _ = sluiceCmd(t, "verify", "--config", cfg, "--valkey", tc.addrs, "--margin", "1500ms", "--blackhole-wait", "3s", "--json", "--policy", "api", "--processes", "2")
 			var rep struct {
 				Passed   bool
 				Policies []struct {
@@ -102,7 +102,7 @@ func TestE2EVerifyFails(t *testing.T) {
 	cfg := filepath.Join(dir, "sluice.yaml")
 	writeFile(t, cfg, verifyYAML)
 	proxy := valkeytest.SplitProxy(t, srv.Addr, 2*time.Millisecond)
-	code, stdout, stderr := sluiceCmd(t, "verify", "--config", cfg, "--valkey", proxy, "--margin", "750ms", "--policy", "api")
+	code, stdout, stderr := sluiceCmd(t, "verify", "--config", cfg, "--valkey", proxy, "--margin", "1500ms", "--policy", "api")
 	if code != 1 || !strings.Contains(stderr, "FAIL: api/concurrency\n") || !strings.Contains(stdout, "FAIL concurrency") ||
 		!strings.Contains(stdout, "not enforced atomically") {
 		t.Errorf("split proxy: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
