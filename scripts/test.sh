@@ -24,7 +24,7 @@ go vet ./...
 go vet -tags failover ./valkeystore
 echo "== go test"
 go test -race -shuffle=on -count=1 -timeout 15m ./... "$@"
-echo "== failover suite (a 3+3 Valkey Cluster: replica and primary killed, CLUSTER FAILOVER, reshard; about 15s)"
+echo "== failover suite (a 3+3 Valkey Cluster: replica and primary killed, CLUSTER FAILOVER, reshard, with batching per node; about 25s)"
 go test -race -count=1 -timeout 5m -tags failover -run 'TestClusterFailover' ./valkeystore
 echo "== redisstore module (the store on go-redis: standalone, Cluster, Sentinel)"
 (cd redisstore && go vet ./... && go test -race -shuffle=on -count=1 -timeout 5m ./...)

@@ -38,9 +38,9 @@ import (
 // on the connection of the slot's primary) and for the slots missing from
 // the map.
 
-// crossSplits counts the cross calls split after a refusal, in every Store
-// of the process (read by tests).
-var crossSplits atomic.Int64
+// crossCalls counts the cross calls sent, crossSplits those split after a
+// refusal, in every Store of the process (read by tests).
+var crossCalls, crossSplits atomic.Int64
 
 // crossOK reports whether n may be sent cross calls.
 func (n *node) crossOK() bool {

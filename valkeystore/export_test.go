@@ -24,3 +24,6 @@ func ValkeystoreSkew(t testing.TB, s *Store, ops []sluice.Op, skew time.Duration
 // CrossSplits returns how many cross calls (keys of several slots of one
 // node) were split after a refusal that proved they did not run.
 func CrossSplits() int64 { return crossSplits.Load() }
+
+// CrossCalls returns how many cross calls were sent.
+func CrossCalls() int64 { return crossCalls.Load() }

@@ -330,6 +330,7 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 	}
 	sc := c.sc
 	if c.cross {
+		crossCalls.Add(1)
 		// Undeclared keys: the number of keys, the keys, then the args,
 		// all in ARGV (see luascript.Script.Cross).
 		// keys filled its room: all is head, keys, args.
