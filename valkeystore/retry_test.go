@@ -29,7 +29,7 @@ import (
 // what to do: "" forwards it; a string starting with '-' is answered as
 // that error without forwarding; "reset" forwards it, then closes the
 // client's connection without the reply; "hang" forwards it and holds the
-// reply back for a second.
+// reply back for two seconds.
 type injector struct {
 	addr    string
 	scripts atomic.Int64 // script calls received
@@ -120,7 +120,7 @@ func (inj *injector) relay(in, out net.Conn) {
 			}
 			return
 		case "hang":
-			time.Sleep(time.Second)
+			time.Sleep(2 * time.Second)
 		}
 		if _, err := in.Write(reply); err != nil {
 			return
@@ -263,7 +263,7 @@ func TestRetryNever(t *testing.T) {
 					return tc.act
 				}
 				return ""
-			}, 200*time.Millisecond)
+			}, 500*time.Millisecond) // past a loaded machine's reconnection, short of the held reply
 			ctx := context.Background()
 			if _, err := l.Peek(ctx, "warm"); err != nil {
 				t.Fatal(err)
@@ -287,7 +287,7 @@ func TestRetryNever(t *testing.T) {
 			}
 			first.Store(-1)
 			if tc.act == "hang" {
-				time.Sleep(time.Second) // the held reply is gone
+				time.Sleep(2 * time.Second) // the held reply is gone
 			}
 			// How many units the failed decision took: one if the script ran.
 			var res2 sluice.Result
