@@ -27,14 +27,18 @@ const (
 	defaultGRPCListen = "127.0.0.1:8081"
 )
 
-const serveUsage = `usage: sluice serve [--config FILE] [--listen ADDR] [--grpc-listen ADDR] [--valkey ADDR[,ADDR...]]
+const serveUsage = `usage: sluice serve [--config FILE|DIR] [--listen ADDR] [--grpc-listen ADDR] [--valkey ADDR[,ADDR...]]
 
 Answers rate-limit decisions: POST /v1/check (HTTP JSON) and Envoy's
 envoy.service.ratelimit.v3.RateLimitService (gRPC). Without --config the
-embedded example configuration (examples/sluice.yaml) is used. Without a
-valkey section (or --valkey) counts are kept in process: limits are then per
-process. SIGHUP, or a change of the file, reloads the configuration; a bad
-file is rejected and the last good configuration keeps serving.
+embedded example configuration (examples/sluice.yaml) is used, unless
+envoyproxy/ratelimit's environment is set (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY
+or REDIS_URL): then its variables and configuration directory are read, as
+docs/serve.md's table says. A directory holds envoyproxy/ratelimit files, one
+domain each. Without a valkey section (or --valkey) counts are kept in
+process: limits are then per process. SIGHUP, or a change of the file or
+directory, reloads the configuration; a bad one is rejected and the last good
+configuration keeps serving.
 
 flags:
 `
