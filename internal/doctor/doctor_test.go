@@ -157,3 +157,23 @@ policies:
 		t.Errorf("latency findings: %+v", fs)
 	}
 }
+
+// TestSentinel: doctor reaches the master through Valkey Sentinel.
+func TestSentinel(t *testing.T) {
+	primary := valkeytest.Start(t)
+	ss := valkeytest.StartSentinels(t, primary, 1, 0)
+	c, err := config.Parse("sentinel.yaml", []byte(fmt.Sprintf(`
+valkey:
+  timeout: 2s
+  sentinel: {master_set: %s, addresses: [%s]}
+`, valkeytest.SentinelMaster, ss.Addrs[0])+policies))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, out := run(t, doctor.Options{Config: c})
+	if rep.Mode != "sentinel, master at "+primary.Addr || !strings.Contains(out, "valkey master mymaster via Sentinels "+ss.Addrs[0]) {
+		t.Errorf("mode %q:\n%s", rep.Mode, out)
+	}
+	want(t, rep, "scripts", doctor.OK, "all five", "")
+	want(t, rep, "version", doctor.OK, "valkey", "")
+}
