@@ -391,3 +391,27 @@ func httpText(t *testing.T, method, url, body string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// TestEnvoyCompatSentinel: REDIS_TYPE=sentinel with REDIS_URL
+// "<master>,<sentinel>" reaches the primary the Sentinel names.
+func TestEnvoyCompatSentinel(t *testing.T) {
+	primary := valkeytest.Start(t)
+	ss := valkeytest.StartSentinels(t, primary, 1, 0)
+	root := t.TempDir()
+	runtimeTree(t, root, "v1", map[string]string{"mongo.yaml": compatOther})
+	p := serve(t, []string{
+		"RUNTIME_ROOT=" + filepath.Join(root, "current"), "RUNTIME_SUBDIRECTORY=ratelimit",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=sentinel", "REDIS_URL=" + valkeytest.SentinelMaster + "," + ss.Addrs[0],
+		"USE_STATSD=false", "LOG_FORMAT=json", "LOG_LEVEL=info", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
+	})
+	waitReady(t, p)
+	body := `{"domain":"mongo_cps","descriptors":[{"entries":[{"key":"database","value":"users"}]}]}`
+	for _, want := range []string{`"limitRemaining":499`, `"limitRemaining":498`} {
+		if code, text := httpText(t, "POST", p.HTTP+"/json", body); code != 200 || !strings.Contains(text, want) {
+			t.Fatalf("/json: %d %s, want %s", code, text, want)
+		}
+	}
+	if !strings.Contains(p.Logs(), "sentinel") {
+		t.Errorf("the log does not say sentinel:\n%s", p.Logs())
+	}
+}

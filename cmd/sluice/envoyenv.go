@@ -120,7 +120,16 @@ func (e *envoyEnv) readRedis(get func(k, def string) string, boolean func(string
 		bad("REDIS_SOCKET_TYPE=%q: only tcp is supported (a Unix socket is not)", t)
 	}
 	v := &config.Valkey{Timeout: sluice.DefaultTimeout, ConnectTimeout: config.DefaultConnectTimeout}
+	typ := strings.ToLower(get("REDIS_TYPE", "single"))
 	urls := strings.Split(get("REDIS_URL", ""), ",")
+	if typ == "sentinel" && len(urls) > 1 {
+		// "master,sentinel1:port,sentinel2:port"
+		v.Sentinel = &config.Sentinel{MasterSet: strings.TrimSpace(urls[0])}
+		if get("REDIS_SENTINEL_AUTH", "") != "" {
+			v.Sentinel.PasswordEnv = "REDIS_SENTINEL_AUTH"
+		}
+		urls = urls[1:]
+	}
 	for _, u := range urls {
 		if u = strings.TrimSpace(u); u != "" {
 			if _, _, err := net.SplitHostPort(u); err != nil {
@@ -129,7 +138,7 @@ func (e *envoyEnv) readRedis(get func(k, def string) string, boolean func(string
 			v.Addresses = append(v.Addresses, u)
 		}
 	}
-	switch t := strings.ToLower(get("REDIS_TYPE", "single")); t {
+	switch t := typ; t {
 	case "single":
 		if len(v.Addresses) != 1 {
 			bad("REDIS_TYPE=single needs one address in REDIS_URL, got %d", len(v.Addresses))
@@ -139,9 +148,13 @@ func (e *envoyEnv) readRedis(get func(k, def string) string, boolean func(string
 			bad("REDIS_TYPE=cluster needs seed addresses in REDIS_URL")
 		}
 	case "sentinel":
-		bad("REDIS_TYPE=sentinel is not supported: point REDIS_URL at the primary, or use a cluster")
+		if v.Sentinel == nil || v.Sentinel.MasterSet == "" || len(v.Addresses) == 0 {
+			bad("REDIS_TYPE=sentinel needs REDIS_URL=<master name>,<sentinel host:port>,...")
+		} else {
+			v.Sentinel.Addresses, v.Addresses = v.Addresses, nil
+		}
 	default:
-		bad("REDIS_TYPE=%q: want single or cluster", t)
+		bad("REDIS_TYPE=%q: want single, cluster or sentinel", t)
 	}
 	if auth := get("REDIS_AUTH", ""); auth != "" {
 		v.PasswordEnv = "REDIS_AUTH"

@@ -46,13 +46,20 @@ func TestEnvoyEnv(t *testing.T) {
 		t.Errorf("REDIS_POOL_SIZE not noted: %v", e.notes)
 	}
 	for _, kv := range [][]string{
-		{"USE_STATSD", "true"}, {"REDIS_TYPE", "sentinel"}, {"REDIS_SOCKET_TYPE", "unix"}, {"BACKEND_TYPE", "memcache"},
+		{"USE_STATSD", "true"}, {"REDIS_TYPE", "sentinel"}, {"REDIS_TYPE", "proxy"}, {"REDIS_SOCKET_TYPE", "unix"}, {"BACKEND_TYPE", "memcache"},
 		{"LIMIT_RESPONSE_HEADERS_ENABLED", "true"}, {"CONFIG_TYPE", "GRPC_XDS_SOTW"}, {"NEAR_LIMIT_RATIO", "2"}, {"SHADOW_MODE", "maybe"},
 		{"REDIS_PERSECOND", "true"},
 	} {
 		if _, err := readEnvoyEnv(mapEnv(with(kv...))); err == nil || !strings.Contains(err.Error(), kv[0]) {
 			t.Errorf("%s=%s: %v", kv[0], kv[1], err)
 		}
+	}
+	e, err = readEnvoyEnv(mapEnv(with("REDIS_TYPE", "sentinel", "REDIS_URL", "mymaster,s1:26379,s2:26379", "REDIS_SENTINEL_AUTH", "spw")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := e.valkey.Sentinel; s == nil || s.MasterSet != "mymaster" || len(s.Addresses) != 2 || s.PasswordEnv != "REDIS_SENTINEL_AUTH" || len(e.valkey.Addresses) != 0 {
+		t.Errorf("sentinel: %+v %+v", e.valkey, e.valkey.Sentinel)
 	}
 	if envoyMode(mapEnv(map[string]string{"HOME": "/"})) {
 		t.Error("envoy mode without its variables")
