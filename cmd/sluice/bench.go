@@ -28,7 +28,9 @@ Loads a Valkey (several addresses: a Valkey Cluster) with rate-limit
 decisions through Sluice's Valkey store, as an application would: a number
 of goroutines call AllowN in a loop on random keys for a fixed duration.
 Prints a progress line per second to stderr, then decisions per second,
-allowed, denied and degraded counts and latency percentiles.
+allowed, denied and degraded counts, latency percentiles, and the script
+calls the servers ran meanwhile (INFO commandstats of every node, read
+before and after: decisions per call and server time per decision).
 
 The limit is -limit units per -window: a window's limit for the window
 algorithms, a burst (capacity) of -limit refilled at -limit per -window for
@@ -49,6 +51,7 @@ type benchConfig struct {
 	duration    time.Duration
 	cost        int64
 	timeout     time.Duration
+	batching    int
 }
 
 // parseBench reads bench's flags. A nil config with a nil error means -h
@@ -64,6 +67,7 @@ func parseBench(args []string, stdout io.Writer) (*benchConfig, error) {
 	duration := fs.Duration("duration", 10*time.Second, "how long to run")
 	cost := fs.Int64("cost", 1, "units each decision takes")
 	timeout := fs.Duration("timeout", sluice.DefaultTimeout, "decision timeout: decisions past it are degraded (decided by fail mode open)")
+	batching := fs.Int("batching", 4, "script calls in flight to each node (valkeystore.WithBatching; 0: no batching)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(fs, benchUsage, stdout)
@@ -74,7 +78,7 @@ func parseBench(args []string, stdout io.Writer) (*benchConfig, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	c := &benchConfig{algorithm: *alg, concurrency: *conc, keys: *keys, duration: *duration, cost: *cost, timeout: *timeout}
+	c := &benchConfig{algorithm: *alg, concurrency: *conc, keys: *keys, duration: *duration, cost: *cost, timeout: *timeout, batching: *batching}
 	for _, a := range strings.Split(*addrs, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			c.addrs = append(c.addrs, a)
@@ -91,6 +95,8 @@ func parseBench(args []string, stdout io.Writer) (*benchConfig, error) {
 		return nil, fmt.Errorf("--duration must be positive, got %v", c.duration)
 	case c.cost < 0:
 		return nil, fmt.Errorf("--cost must not be negative, got %d", c.cost)
+	case c.batching < 0:
+		return nil, fmt.Errorf("--batching must not be negative, got %d", c.batching)
 	}
 	a, err := sluice.ParseAlgorithm(*alg)
 	if err != nil {
@@ -130,7 +136,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 	defer client.Close()
-	store, err := valkeystore.New(client)
+	store, err := valkeystore.New(client, valkeystore.WithBatching(cfg.batching))
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
 		return 1
@@ -156,7 +162,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fmt.Fprintf(stdout, "sluice bench: %v on %s (%s), %d goroutines, %d keys, cost %d, %v\n",
 		lim.Rule(), strings.Join(cfg.addrs, ","), mode, cfg.concurrency, cfg.keys, cfg.cost, cfg.duration)
 
+	before, err := readScriptStats(ctx, client)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
+		return 1
+	}
 	tot := benchLoad(ctx, lim, cfg, stderr)
+	after, err := readScriptStats(ctx, client)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
+		return 1
+	}
 
 	secs := tot.elapsed.Seconds()
 	decided := tot.allowed + tot.denied
@@ -166,6 +182,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fmt.Fprintf(stdout, "degraded    %d (decided without Valkey: timeout %v, fail open)\n", tot.degraded, cfg.timeout)
 	if tot.errors > 0 {
 		fmt.Fprintf(stdout, "errors      %d (first: %v)\n", tot.errors, tot.firstErr)
+	}
+	// Every script call of the run, whatever its outcome, from the
+	// servers' INFO commandstats (other clients' calls meanwhile included).
+	calls, usec := after.calls-before.calls, after.usec-before.usec
+	if sent := decided + tot.degraded; calls > 0 && sent > 0 {
+		fmt.Fprintf(stdout, "scripts     %d calls: %.2f decisions per call, %.2f µs of server time per decision, %.1f per call\n",
+			calls, float64(sent)/float64(calls), float64(usec)/float64(sent), float64(usec)/float64(calls))
 	}
 	h := &tot.latency
 	fmt.Fprintf(stdout, "latency     p50 %v  p99 %v  p99.9 %v  max %v\n",

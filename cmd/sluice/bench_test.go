@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -18,7 +19,7 @@ func TestBenchStandalone(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, &out, &errb)
 	}
-	for _, want := range []string{"gcra(burst=50", "(standalone)", "decisions ", "allowed ", "denied ", "degraded ", "p99.9 "} {
+	for _, want := range []string{"gcra(burst=50", "(standalone)", "decisions ", "allowed ", "denied ", "degraded ", "p99.9 ", " decisions per call, "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("stdout lacks %q:\n%s", want, &out)
 		}
@@ -65,6 +66,7 @@ func TestBenchFlags(t *testing.T) {
 		{"-valkey", "127.0.0.1:1", "-concurrency", "0"},
 		{"-valkey", "127.0.0.1:1", "-limit", "0"},
 		{"-valkey", "127.0.0.1:1", "-cost", "-1"},
+		{"-valkey", "127.0.0.1:1", "-batching", "-1"},
 		{"-valkey", "127.0.0.1:1", "extra"},
 	} {
 		var out, errb bytes.Buffer
@@ -96,4 +98,41 @@ func benchCount(t *testing.T, out, label string) int64 {
 	}
 	t.Fatalf("no %q line in:\n%s", label, out)
 	return 0
+}
+
+// TestBenchClusterPerNode: on a 3-primary cluster with 1,000 keys, the
+// script calls bench reports decide several keys each (batching per node:
+// one call per slot would decide about one).
+func TestBenchClusterPerNode(t *testing.T) {
+	c := valkeytest.StartCluster(t, 3)
+	var out, errb bytes.Buffer
+	code := runBench(context.Background(), []string{
+		"-valkey", strings.Join(c.Addrs, ","), "-duration", "1s", "-concurrency", "64", "-keys", "1000", "-batching", "1", "-timeout", "2s",
+	}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, &out, &errb)
+	}
+	_, rest, ok := strings.Cut(out.String(), "calls: ")
+	var perCall float64
+	if ok {
+		_, err := fmt.Sscanf(rest, "%f decisions per call", &perCall)
+		ok = err == nil
+	}
+	if !ok || perCall < 2 {
+		t.Errorf("decisions per script call %v, want at least 2:\n%s", perCall, &out)
+	}
+}
+
+func TestParseScriptStats(t *testing.T) {
+	st, err := parseScriptStats("# Commandstats\r\ncmdstat_get:calls=9,usec=9,usec_per_call=1.00\r\n" +
+		"cmdstat_evalsha:calls=10,usec=250,usec_per_call=25.00,rejected_calls=0,failed_calls=1\r\n" +
+		"cmdstat_eval:calls=2,usec=40,usec_per_call=20.00\r\n")
+	if err != nil || st != (scriptStats{calls: 12, usec: 290}) {
+		t.Errorf("got %+v, %v", st, err)
+	}
+	for _, bad := range []string{"cmdstat_evalsha:calls=x,usec=1", "cmdstat_eval:calls=1", "cmdstat_evalsha:calls=-1,usec=2"} {
+		if _, err := parseScriptStats(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
 }

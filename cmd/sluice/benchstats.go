@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+// scriptStats is what the servers report for script calls (EVALSHA and
+// EVAL, from INFO commandstats), summed over every node.
+type scriptStats struct {
+	calls int64
+	usec  int64
+}
+
+// readScriptStats reads INFO commandstats from every node of client
+// (nothing is reset: bench reports the difference of two reads).
+func readScriptStats(ctx context.Context, client valkey.Client) (scriptStats, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var sum scriptStats
+	for addr, c := range client.Nodes() {
+		info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			return scriptStats{}, fmt.Errorf("INFO commandstats from %s: %w", addr, err)
+		}
+		st, err := parseScriptStats(info)
+		if err != nil {
+			return scriptStats{}, fmt.Errorf("INFO commandstats from %s: %w", addr, err)
+		}
+		sum.calls += st.calls
+		sum.usec += st.usec
+	}
+	return sum, nil
+}
+
+// parseScriptStats sums the calls and usec of the cmdstat_evalsha and
+// cmdstat_eval lines of an INFO commandstats reply.
+func parseScriptStats(info string) (scriptStats, error) {
+	var st scriptStats
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || name != "cmdstat_evalsha" && name != "cmdstat_eval" {
+			continue
+		}
+		var seen int
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			if k != "calls" && k != "usec" {
+				continue
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return scriptStats{}, fmt.Errorf("%s: malformed %s %q", name, k, v)
+			}
+			if k == "calls" {
+				st.calls += n
+			} else {
+				st.usec += n
+			}
+			seen++
+		}
+		if seen != 2 {
+			return scriptStats{}, fmt.Errorf("%s: no calls and usec in %q", name, fields)
+		}
+	}
+	return st, nil
+}
