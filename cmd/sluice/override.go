@@ -42,6 +42,10 @@ func runOverride(ctx context.Context, args []string, env func(string) (string, b
 		return 0
 	}
 	verb := args[0]
+	want := map[string]int{"set": 2, "get": 2, "rm": 2, "list": 1}[verb]
+	if want == 0 {
+		return usageError(newFlags("override"), stderr, "unknown subcommand %q (want set, get, list or rm)", verb)
+	}
 	fs := newFlags("override " + verb)
 	of := addOpsFlags(fs)
 	limit := fs.Int64("limit", 0, "set: the key's `limit` (limit, capacity or burst)")
@@ -54,10 +58,6 @@ func runOverride(ctx context.Context, args []string, env func(string) (string, b
 	asJSON := fs.Bool("json", false, "get, list: JSON output")
 	if code, ok := parseFlags(fs, overrideUsage, args[1:], stdout, stderr); !ok {
 		return code
-	}
-	want := map[string]int{"set": 2, "get": 2, "rm": 2, "list": 1}[verb]
-	if want == 0 {
-		return usageError(fs, stderr, "unknown subcommand %q (want set, get, list or rm)", verb)
 	}
 	if fs.NArg() != want {
 		return usageError(fs, stderr, "want %d arguments (POLICY%s), got %d", want, map[int]string{1: "", 2: " KEY"}[want], fs.NArg())
