@@ -16,11 +16,13 @@ import (
 type overrides struct {
 	mu    sync.Mutex
 	recs  map[string]sluice.OverrideRecord
+	in    map[string]string          // key → its index
 	index map[string]map[string]bool // index → identities
 }
 
 func (o *overrides) init() {
 	o.recs = make(map[string]sluice.OverrideRecord)
+	o.in = make(map[string]string)
 	o.index = make(map[string]map[string]bool)
 }
 
@@ -45,6 +47,7 @@ func (s *Store) PutOverride(ctx context.Context, index, key string, rec sluice.O
 	defer o.mu.Unlock()
 	o.sweep(s.clock())
 	o.recs[key] = rec
+	o.in[key] = index
 	if o.index[index] == nil {
 		o.index[index] = map[string]bool{}
 	}
@@ -52,15 +55,27 @@ func (s *Store) PutOverride(ctx context.Context, index, key string, rec sluice.O
 	return nil
 }
 
-// sweep drops lapsed records; called with o.mu held, on writes, so the
-// records held are bounded by the live ones plus those since the last
-// write.
+// sweep drops lapsed records and their index entries; called with o.mu
+// held, on every put, so the records held are the live ones plus those
+// lapsed since the last put.
 func (o *overrides) sweep(now time.Time) {
 	for k, rec := range o.recs {
 		if !now.Before(rec.Expires) {
-			delete(o.recs, k)
+			o.remove(k, rec.Identity)
 		}
 	}
+}
+
+// remove drops the record under key and its index entry.
+func (o *overrides) remove(key, identity string) {
+	if idx, ok := o.in[key]; ok {
+		delete(o.index[idx], identity)
+		if len(o.index[idx]) == 0 {
+			delete(o.index, idx)
+		}
+	}
+	delete(o.recs, key)
+	delete(o.in, key)
 }
 
 // GetOverride implements sluice.OverrideStore.
@@ -80,7 +95,7 @@ func (s *Store) DeleteOverride(ctx context.Context, index, key, identity string)
 	o := &s.ovs
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	delete(o.recs, key)
+	o.remove(key, identity)
 	delete(o.index[index], identity)
 	return nil
 }
