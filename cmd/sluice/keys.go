@@ -308,8 +308,8 @@ func runInspect(ctx context.Context, args []string, env func(string) (string, bo
 	if code, ok := parseFlags(fs, inspectUsage, args, stdout, stderr); !ok {
 		return code
 	}
-	if fs.NArg() != 2 {
-		return usageError(fs, stderr, "want POLICY and KEY, got %d arguments", fs.NArg())
+	if fs.NArg() != 2 || fs.Arg(1) == "" {
+		return usageError(fs, stderr, "want POLICY and a non-empty KEY, got %q", fs.Args())
 	}
 	k, p, l, code := keyArgs(ctx, "inspect", of, fs.Args(), env, stderr)
 	if k == nil {
@@ -420,8 +420,8 @@ func runReset(ctx context.Context, args []string, env func(string) (string, bool
 	if code, ok := parseFlags(fs, resetUsage, args, stdout, stderr); !ok {
 		return code
 	}
-	if fs.NArg() != 2 {
-		return usageError(fs, stderr, "want POLICY and KEY, got %d arguments", fs.NArg())
+	if fs.NArg() != 2 || fs.Arg(1) == "" {
+		return usageError(fs, stderr, "want POLICY and a non-empty KEY, got %q", fs.Args())
 	}
 	var audit io.Writer = stderr
 	if *auditPath != "" {
@@ -439,10 +439,6 @@ func runReset(ctx context.Context, args []string, env func(string) (string, bool
 	}
 	defer k.Close()
 	key := fs.Arg(1)
-	if key == "" {
-		fmt.Fprintln(stderr, "sluice reset: the key is empty")
-		return 2
-	}
 	sk := l.Key(key)
 	n, err := k.client.Do(ctx, k.client.B().Exists().Key(sk).Build()).AsInt64()
 	if err == nil {

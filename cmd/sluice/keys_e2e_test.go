@@ -155,8 +155,8 @@ func TestE2EKeys(t *testing.T) {
 		}
 		noStackTrace(t, strings.Join(args, " "), stderr)
 	}
-	for _, args := range [][]string{{"inspect", "api"}, {"reset"}, {"inspect", "a", "b", "c"}} {
-		if code, _, stderr := sluiceCmd(t, args...); code != 2 || !strings.Contains(stderr, "want POLICY and KEY") {
+	for _, args := range [][]string{{"inspect", "api"}, {"reset"}, {"inspect", "a", "b", "c"}, {"inspect", "api", ""}, {"reset", "api", ""}} {
+		if code, _, stderr := sluiceCmd(t, args...); code != 2 || !strings.Contains(stderr, "want POLICY and a non-empty KEY") {
 			t.Errorf("%v: exit %d, %q", args, code, stderr)
 		}
 	}

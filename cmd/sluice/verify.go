@@ -58,6 +58,9 @@ func runVerify(ctx context.Context, args []string, env func(string) (string, boo
 	if *processes < 1 || *goroutines < 1 {
 		return usageError(fs, stderr, "--processes and --goroutines must be at least 1")
 	}
+	if *wait <= 0 || *margin <= 0 {
+		return usageError(fs, stderr, "--blackhole-wait and --margin must be positive")
+	}
 	cfg, err := of.load(true)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice verify: %v\n", err)

@@ -180,7 +180,7 @@ type run struct {
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	start := time.Now()
 	if opts.Config == nil {
-		return nil, errors.New("verify: no configuration")
+		return nil, errors.New("no configuration")
 	}
 	if opts.Env == nil {
 		opts.Env = os.LookupEnv
@@ -211,7 +211,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		prefix = "sluice-verify-" + hex.EncodeToString(b[:])
 	}
 	if prefix == "" || strings.ContainsAny(prefix, "{} \t\r\n") {
-		return nil, fmt.Errorf("verify: prefix %q must be non-empty, without braces or spaces", prefix)
+		return nil, fmt.Errorf("the prefix %q must be non-empty, without braces or spaces", prefix)
 	}
 	client, err := valkeyops.Connect(ctx, opts.Config.Valkey, opts.Env)
 	if err != nil {
@@ -233,7 +233,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, err
 	}
 	if len(prims) == 0 {
-		return nil, errors.New("verify: the client knows no primary")
+		return nil, errors.New("the client knows no primary")
 	}
 	r.primary = valkeyops.SortedAddrs(prims)[0]
 	rep := &Report{Valkey: valkeyops.Describe(opts.Config.Valkey), Mode: valkeyops.Mode(ctx, client), Prefix: prefix, Passed: true}
@@ -268,7 +268,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 func selectPolicies(cfg *config.Config, names []string) ([]*config.Policy, error) {
 	if len(names) == 0 {
 		if len(cfg.Policies) == 0 {
-			return nil, fmt.Errorf("verify: %s defines no policies", cfg.Source)
+			return nil, fmt.Errorf("%s defines no policies", cfg.Source)
 		}
 		return cfg.Policies, nil
 	}
