@@ -150,6 +150,7 @@ policies:
 	o.Goroutines = 4
 	rep := run(t, o)
 	out := text(rep)
+	t.Logf("\n%s", out)
 	if rep.Passed || len(rep.Failed) == 0 || rep.Failed[0] != "api/concurrency" {
 		t.Fatalf("want concurrency to fail:\n%s", out)
 	}
