@@ -13,7 +13,8 @@ import (
 // calls. Up to max calls are in flight at once; a decision that arrives
 // while all are busy queues, and when a call returns, what queued
 // meanwhile leaves together as the next call (one EVALSHA deciding many
-// keys, split only by algorithm and, on a cluster, by slot). Requests for
+// keys, split only by algorithm: on a cluster, the node's slots share
+// calls; see cross.go). Requests for
 // one hot key that queue together are decided in one script call, one
 // after the other, exactly as if they had come one by one.
 //

@@ -103,6 +103,21 @@ func TestBatchPerNode(t *testing.T) {
 				i, calls, len(slots[i]), len(rules))
 		}
 	}
+	// A lone decision is one call of its own slot, not a cross call (the
+	// first loads the script of one slot on its node; the second counts).
+	lone := func(k string) {
+		op := []sluice.Op{{Key: k, Rule: rules[0], Cost: 1}}
+		if err := s.Do(context.Background(), op); err != nil || op[0].Err != nil || !op[0].Result.Allowed {
+			t.Fatalf("lone decision: %+v, %v, %v", op[0].Result, op[0].Err, err)
+		}
+	}
+	lone("{lone}a")
+	p := cl.Primaries[cl.PrimaryOf(valkeytest.Slot("{lone}b"))]
+	calls, cross := scriptCallsOf(t, p), valkeystore.CrossCalls()
+	lone("{lone}b")
+	if got := scriptCallsOf(t, p) - calls; got != 1 || valkeystore.CrossCalls() != cross {
+		t.Errorf("a lone decision made %d script calls (%d cross), want 1 (0)", got, valkeystore.CrossCalls()-cross)
+	}
 }
 
 // TestBatchPerNodeReshard sends batches of keys spread over one primary's

@@ -4,8 +4,9 @@
 // Each decision is one Lua script (internal/luascript/scripts/*.lua) run with
 // EVALSHA, and EVAL when the server lost its script cache (NOSCRIPT after a
 // restart or SCRIPT FLUSH), so scripts reload transparently. Decisions of a
-// batch that share an algorithm and a cluster slot run in one script call;
-// all script calls of a batch go out in one pipelined round trip.
+// batch that share an algorithm and a node run in one script call, on a
+// cluster too, whatever their slots (cross.go); all script calls of a
+// batch go out in one pipelined round trip.
 //
 // The guarantees are layers, each in its own file:
 //   - deadline.go: every call returns by its deadline, whatever the
@@ -21,6 +22,8 @@
 //     on a reply that proves it did not run (MOVED, ASK, TRYAGAIN,
 //     CLUSTERDOWN, READONLY, LOADING, MASTERDOWN); never after a timeout or
 //     a broken connection, after which it may have run.
+//   - cross.go: batching per node on a cluster, and how a call of several
+//     slots is split when its node no longer serves them all.
 //   - durable.go: WithReplicaAck, WAIT for replicas, for counts that must
 //     survive a failover.
 //
