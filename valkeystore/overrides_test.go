@@ -3,6 +3,7 @@ package valkeystore_test
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,4 +67,53 @@ func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 // TestDifferentialOverrides: see sluicetest.RunDifferentialOverrides.
 func TestDifferentialOverrides(t *testing.T) {
 	sluicetest.RunDifferentialOverrides(t, harness(t, valkeytest.Shared(t).Client(t)))
+}
+
+// BenchmarkOverrides measures what reading key overrides costs a decision:
+// a fixed window on 100k keys, 128 goroutines, without overrides, with
+// overrides on and none set, and with one set on every key.
+//
+//	go test -run '^$' -bench Overrides -benchtime 2s ./valkeystore
+func BenchmarkOverrides(b *testing.B) {
+	srv := valkeytest.Start(b)
+	c := srv.Client(b)
+	s := newStore(b, c)
+	ctx := context.Background()
+	const n = 100_000
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	policy := sluice.FixedWindow{Limit: 1 << 30, Window: time.Hour}
+	for _, mode := range []string{"off", "on-none-set", "on-all-set"} {
+		opts := []sluice.Option{sluice.WithTimeout(10 * time.Second), sluice.WithDenyCache(false), sluice.WithName("bench-" + mode)}
+		if mode != "off" {
+			opts = append(opts, sluice.WithOverrides(true))
+		}
+		l, err := sluice.New(s, policy, opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if mode == "on-all-set" {
+			for _, k := range keys {
+				if err := l.SetOverride(ctx, k, sluice.Override{Limit: 1 << 31, Expires: time.Now().Add(time.Hour)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.Run(mode, func(b *testing.B) {
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(64)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					res, err := l.Allow(ctx, keys[next.Add(1)%n])
+					if err != nil || res.Degraded || !res.Allowed || (mode == "on-all-set") != (res.Source == sluice.SourceOverride) {
+						b.Errorf("%+v %v", res, err)
+						return
+					}
+				}
+			})
+		})
+	}
 }
