@@ -288,7 +288,8 @@ func (b *batcher) lead(batch []*request) {
 			dl = r.deadline
 		}
 	}
-	merged := make([]sluice.Op, 0, n)
+	mp := mergedPool.Get().(*[]sluice.Op)
+	merged := (*mp)[:0]
 	for _, r := range batch {
 		merged = append(merged, r.ops...)
 	}
@@ -303,8 +304,15 @@ func (b *batcher) lead(batch []*request) {
 			i++
 		}
 	}
+	clear(merged) // drop the keys and errors it points to
+	*mp = merged[:0]
+	mergedPool.Put(mp)
 	for _, r := range batch[1:] {
 		r.wake <- wakeCall{}
 	}
 	b.handoff()
 }
+
+// mergedPool holds the Ops of merged calls between calls: the store keeps
+// no Op after the call that decided it returns.
+var mergedPool = sync.Pool{New: func() any { return new([]sluice.Op) }}

@@ -89,12 +89,16 @@ func (n *node) roundDurable(ctx context.Context, batch []sluice.Op, calls []call
 			only[i] = i
 		}
 	}
+	// Built here, so that the goroutines hold neither batch nor calls.
+	cmds := make(valkey.Commands, len(only))
+	for j, i := range only {
+		cmds[j] = e.command(batch, calls[i], sha)
+	}
 	out := n.guard.run(ctx, len(only), func() []valkey.ValkeyResult {
-		out := make([]valkey.ValkeyResult, len(only))
+		out := make([]valkey.ValkeyResult, len(cmds))
 		var wg sync.WaitGroup
-		for j, i := range only {
-			cmd := e.command(batch, calls[i], sha)
-			if j == len(only)-1 {
+		for j, cmd := range cmds {
+			if j == len(cmds)-1 {
 				out[j] = e.durable(ctx, cmd)
 				continue
 			}

@@ -119,29 +119,30 @@ func (n *node) round(ctx context.Context, batch []sluice.Op, calls []call, resps
 			plain = append(plain, i)
 		}
 	}
-	send := func(idx []int) {
-		if len(idx) == 0 {
-			return
-		}
+	// The commands are built here, not on the goroutine that sends the
+	// cross calls, which then holds neither batch nor calls: they stay
+	// on the caller's stack (see send).
+	build := func(idx []int) valkey.Commands {
 		cmds := make(valkey.Commands, len(idx))
 		for j, i := range idx {
 			cmds[j] = e.command(batch, calls[i], sha)
 		}
-		for j, r := range n.guard.doMulti(ctx, n.clientFor(&calls[idx[0]]), cmds) {
+		return cmds
+	}
+	store := func(idx []int, out []valkey.ValkeyResult) {
+		for j, r := range out {
 			resps[idx[j]] = r
 		}
 	}
 	if len(cross) == 0 || len(plain) == 0 {
-		send(only)
+		store(only, n.guard.doMulti(ctx, n.clientFor(&calls[only[0]]), build(only)))
 		return
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		send(cross)
-	}()
-	send(plain)
-	<-done
+	crossCmds, crossClient := build(cross), n.clientFor(&calls[cross[0]])
+	done := make(chan []valkey.ValkeyResult, 1)
+	go func() { done <- n.guard.doMulti(ctx, crossClient, crossCmds) }()
+	store(plain, n.guard.doMulti(ctx, n.clientFor(&calls[plain[0]]), build(plain)))
+	store(cross, <-done)
 }
 
 // pick returns the indices of the replies for which match holds, or nil.
