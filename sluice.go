@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -309,14 +310,28 @@ func (l *Limiter) allow(ctx context.Context, key string, r Rule, n int64) (Resul
 			return l.local(res), nil
 		}
 	}
-	batch := [1]Op{{Key: string(k), Rule: r, Cost: n}}
+	// The Op comes from a pool: passed to the Store (an interface), a
+	// local one would be allocated on the heap for every decision.
+	op := opPool.Get().(*[1]Op)
+	defer putOp(op)
+	batch := op[:]
+	batch[0] = Op{Key: string(k), Rule: r, Cost: n}
 	if l.ovs != nil {
 		batch[0].Override = l.overrideKey(key)
 	}
-	if err := l.do(ctx, batch[:]); err != nil {
+	if err := l.do(ctx, batch); err != nil {
 		return Result{}, err
 	}
 	return batch[0].Result, nil
+}
+
+// opPool holds the Ops of lone decisions between decisions. A Store keeps
+// no Op after its Do returns (see Store).
+var opPool = sync.Pool{New: func() any { return new([1]Op) }}
+
+func putOp(op *[1]Op) {
+	*op = [1]Op{} // drop the key, rule and error it points to
+	opPool.Put(op)
 }
 
 // processStart anchors mono's readings of the local clock.

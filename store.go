@@ -15,7 +15,8 @@ type Store interface {
 	// may run in any order. Do must return by the earliest Deadline of its
 	// Ops (failing those it could not decide), and when ctx ends. It returns
 	// an error only when nothing could be attempted (such as a canceled
-	// context); otherwise errors are per Op.
+	// context); otherwise errors are per Op. Do keeps nothing of batch
+	// after it returns: the caller reuses its Ops.
 	Do(ctx context.Context, batch []Op) error
 
 	// Delete removes all state kept under the given keys.
