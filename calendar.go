@@ -64,6 +64,15 @@ type Calendar struct {
 // IsZero reports whether c is the zero Calendar: no calendar.
 func (c Calendar) IsZero() bool { return c.Unit == 0 && c.Zone == nil && c.RenewalDay == 0 }
 
+// Equal reports whether c and o are the same periods: the same unit,
+// renewal day and zone (by name: two loads of one zone are equal).
+func (c Calendar) Equal(o Calendar) bool {
+	if c.Unit != o.Unit || c.RenewalDay != o.RenewalDay || (c.Zone == nil) != (o.Zone == nil) {
+		return false
+	}
+	return c.Zone == nil || c.Zone == o.Zone || c.Zone.String() == o.Zone.String()
+}
+
 // Validate reports whether c is a calendar period a limiter can enforce.
 func (c Calendar) Validate() error {
 	if c.Unit < Day || c.Unit > Month {

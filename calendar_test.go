@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
@@ -176,5 +177,23 @@ func TestCalendarRule(t *testing.T) {
 	}
 	if got := m.String(); got != "fixed_window(limit=5, period=month from day 31 in UTC)" {
 		t.Errorf("String = %q", got)
+	}
+}
+
+// TestCalendarPlans: a plan of a calendar quota may load its zone again;
+// another zone or period is refused.
+func TestCalendarPlans(t *testing.T) {
+	la1, _ := time.LoadLocation("America/Los_Angeles")
+	la2, _ := time.LoadLocation("America/Los_Angeles")
+	ny, _ := time.LoadLocation("America/New_York")
+	base := sluice.FixedWindow{Limit: 5, Calendar: sluice.Calendar{Unit: sluice.Day, Zone: la1}}
+	store := memstore.New()
+	if _, err := sluice.New(store, base, sluice.WithPlan("pro", sluice.FixedWindow{Limit: 9, Calendar: sluice.Calendar{Unit: sluice.Day, Zone: la2}})); err != nil {
+		t.Errorf("the same zone loaded twice: %v", err)
+	}
+	for _, c := range []sluice.Calendar{{Unit: sluice.Day, Zone: ny}, {Unit: sluice.Week, Zone: la2}} {
+		if _, err := sluice.New(store, base, sluice.WithPlan("pro", sluice.FixedWindow{Limit: 9, Calendar: c})); !errors.Is(err, sluice.ErrInvalidPolicy) {
+			t.Errorf("a plan of %v: %v, want ErrInvalidPolicy", c, err)
+		}
 	}
 }

@@ -70,7 +70,7 @@ func (r Rule) sameState(o Rule) error {
 		return invalid("a plan has the policy's algorithm (%v), not %v", r.Algorithm, o.Algorithm)
 	case o.CountRejected != r.CountRejected:
 		return invalid("a plan counts refused requests as the policy does (CountRejected %v)", r.CountRejected)
-	case o.Calendar != r.Calendar:
+	case !o.Calendar.Equal(r.Calendar):
 		return invalid("a plan has the policy's calendar period (%v), not %v", r.Calendar, o.Calendar)
 	case o.Window != r.Window:
 		return invalid("a plan has the policy's window (%v), not %v: a key keeps its count only within one window", r.Window, o.Window)
