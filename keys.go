@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"unsafe"
 )
 
 // DefaultPrefix is the prefix of every key unless WithPrefix says otherwise.
@@ -31,7 +32,10 @@ const MaxIdentityLen = 128
 // Valkey Cluster hash tag. name must be a valid limiter name (see WithName);
 // prefix must not contain braces.
 func Key(prefix, name string, rule Rule, identity string) string {
-	return string(AppendKey(make([]byte, 0, len(prefix)+len(name)+len(identity)+10), prefix, name, rule, identity))
+	b := AppendKey(make([]byte, 0, len(prefix)+len(name)+len(identity)+16), prefix, name, rule, identity)
+	// b is never written again: the string shares its bytes, as
+	// strings.Builder does, instead of copying them.
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // AppendKey appends Key(prefix, name, rule, identity) to dst.
@@ -85,7 +89,12 @@ func appendIdentity(b []byte, id string) []byte {
 // so that distinct part lists give distinct identities: ':' separates parts
 // and is escaped inside them.
 func Identity(parts ...string) string {
+	n := len(parts)
+	for _, p := range parts {
+		n += len(p) + strings.Count(p, ":") + strings.Count(p, `\`)
+	}
 	var b strings.Builder
+	b.Grow(n)
 	for i, p := range parts {
 		if i > 0 {
 			b.WriteByte(':')

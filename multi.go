@@ -207,6 +207,18 @@ func runGrouped(ctx context.Context, checks []Check, ops []Op) error {
 // storeGroups sends ops to their stores, one Do per distinct store, the
 // stores in parallel. Errors are recorded on the Ops.
 func storeGroups(ctx context.Context, checks []Check, ops []Op) error {
+	if oneStore(checks) {
+		// The common case (one store for every limiter): the ops go as
+		// they are, without grouping or copying them.
+		if err := checks[0].Limiter.store.Do(ctx, ops); err != nil {
+			for i := range ops {
+				if ops[i].Err == nil {
+					ops[i].Err = err
+				}
+			}
+		}
+		return ctx.Err()
+	}
 	type group struct {
 		store Store
 		idx   []int
@@ -247,4 +259,17 @@ outer:
 		}
 	}
 	return ctx.Err()
+}
+
+// oneStore reports whether every check's limiter uses the same store.
+func oneStore(checks []Check) bool {
+	if len(checks) == 0 {
+		return false
+	}
+	for _, c := range checks[1:] {
+		if c.Limiter.store != checks[0].Limiter.store {
+			return false
+		}
+	}
+	return true
 }

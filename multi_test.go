@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -189,5 +190,66 @@ func TestAllowAllRefundAfterWindowEdge(t *testing.T) {
 		if allowed != 3 {
 			t.Errorf("%v: %d allowed at 3s around a late refund, want 3", l.Rule(), allowed)
 		}
+	}
+}
+
+// batchCounter counts the batches and ops it is sent, and fails every
+// batch with err when set.
+type batchCounter struct {
+	inner        sluice.Store
+	batches, ops int
+	err          error
+}
+
+func (c *batchCounter) Do(ctx context.Context, batch []sluice.Op) error {
+	c.batches++
+	c.ops += len(batch)
+	if c.err != nil {
+		return c.err
+	}
+	return c.inner.Do(ctx, batch)
+}
+
+func (c *batchCounter) Delete(ctx context.Context, keys ...string) error {
+	return c.inner.Delete(ctx, keys...)
+}
+
+// TestAllowEachBatchPerStore: checks go to their own limiter's store, one
+// batch per store, whether every limiter shares one store or not, and a
+// store's error degrades only its own checks.
+func TestAllowEachBatchPerStore(t *testing.T) {
+	ctx := context.Background()
+	a, b := &batchCounter{inner: memstore.New()}, &batchCounter{inner: memstore.New(), err: errors.New("down")}
+	la, _ := sluice.New(a, sluice.FixedWindow{Limit: 1, Window: time.Hour}, sluice.WithName("a"))
+	la2, _ := sluice.New(a, sluice.FixedWindow{Limit: 5, Window: time.Hour}, sluice.WithName("a2"))
+	lb, _ := sluice.New(b, sluice.FixedWindow{Limit: 5, Window: time.Hour}, sluice.WithName("b"), sluice.WithFailMode(sluice.FailClosed))
+
+	d, err := sluice.AllowEach(ctx, []sluice.Check{{Limiter: la, Key: "k", Cost: 1}, {Limiter: la2, Key: "k", Cost: 1}, {Limiter: la, Key: "k", Cost: 1}})
+	if err != nil || d.Allowed || !d.Results[0].Allowed || !d.Results[1].Allowed || d.Results[2].Allowed {
+		t.Fatalf("one store: %+v %v", d, err)
+	}
+	if a.batches != 1 || a.ops != 3 {
+		t.Fatalf("one store: %d batches of %d ops, want 1 of 3", a.batches, a.ops)
+	}
+
+	d, err = sluice.AllowEach(ctx, []sluice.Check{{Limiter: la2, Key: "j", Cost: 1}, {Limiter: lb, Key: "j", Cost: 1}, {Limiter: la2, Key: "j", Cost: 1}})
+	if err != nil || !d.Results[0].Allowed || d.Results[0].Degraded || !d.Results[2].Allowed || d.Results[2].Remaining != 3 {
+		t.Fatalf("two stores, store a: %+v %v", d, err)
+	}
+	if d.Results[1].Allowed || !d.Results[1].Degraded {
+		t.Fatalf("two stores, store b down: %+v, want refused as degraded", d.Results[1])
+	}
+	if a.batches != 2 || a.ops != 5 || b.batches != 1 || b.ops != 1 {
+		t.Fatalf("two stores: a %d batches %d ops, b %d batches %d ops; want a 2/5, b 1/1", a.batches, a.ops, b.batches, b.ops)
+	}
+
+	b.inner, b.err = memstore.New(), nil
+	b.batches, b.ops = 0, 0
+	_, _ = sluice.AllowEach(ctx, []sluice.Check{{Limiter: lb, Key: "j", Cost: 1}})
+	lb2, _ := sluice.New(b, sluice.FixedWindow{Limit: 5, Window: time.Hour}, sluice.WithName("b2"), sluice.WithFailMode(sluice.FailClosed))
+	b.err = errors.New("down")
+	d, err = sluice.AllowEach(ctx, []sluice.Check{{Limiter: lb, Key: "j", Cost: 1}, {Limiter: lb2, Key: "j", Cost: 1}})
+	if err != nil || d.Results[0].Allowed || !d.Results[0].Degraded || d.Results[1].Allowed || !d.Results[1].Degraded {
+		t.Fatalf("one store down: %+v %v, want both refused as degraded", d, err)
 	}
 }
