@@ -215,3 +215,30 @@ func TestBatchPerNodeReshard(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchPerNodeReplicaAck: with WithReplicaAck, whose WAIT must follow
+// the script on its slot's connection, no call spans several slots.
+func TestBatchPerNodeReplicaAck(t *testing.T) {
+	s, err := valkeystore.New(valkeytest.SharedCluster(t).Client(t), valkeystore.WithReplicaAck(1), valkeystore.WithoutBreaker())
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := sluicetest.Prefix(t)
+	r, _ := sluice.FixedWindow{Limit: 10, Window: time.Minute}.Rule()
+	ops := make([]sluice.Op, 30)
+	for i := range ops {
+		ops[i] = sluice.Op{Key: fmt.Sprintf("%s:%d", prefix, i), Rule: r, Cost: 1, Deadline: time.Now().Add(100 * time.Millisecond)}
+	}
+	cross := valkeystore.CrossCalls()
+	if err := s.Do(context.Background(), ops); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops {
+		if op.Err == nil && !op.Result.Allowed {
+			t.Errorf("%s: %+v", op.Key, op.Result)
+		}
+	}
+	if n := valkeystore.CrossCalls() - cross; n != 0 {
+		t.Errorf("%d calls spanned several slots with WithReplicaAck", n)
+	}
+}
