@@ -2,6 +2,7 @@ package main
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,7 +10,9 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/sluicehq/sluice/internal/valkeytest"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 const quotaE2EYAML = `
@@ -19,7 +22,10 @@ policies:
 domains:
   - domain: edge
     descriptors:
-      - {key: tenant, policy: messages}
+      - key: tenant
+        policy: messages
+        descriptors:
+          - {key: plan, policy: messages, plan_entry: true}
 `
 
 // TestE2EQuotas: a daily quota in Los Angeles, a plan change and an
@@ -70,12 +76,24 @@ func TestE2EQuotas(t *testing.T) {
 			if _, m := post(t, p.HTTP+"/v1/check", `{"policy":"messages","key":"edge:tenant:acme","plan":"pro"}`); m["allowed"] != true || m["remaining"] != 1.0 || m["source"] != "plan" {
 				t.Fatalf("plan: %v", m)
 			}
+			// The plan as a descriptor entry: the same count (4 taken), pro's limit.
+			planReq := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{
+				{Entries: []*commonrl.RateLimitDescriptor_Entry{{Key: "tenant", Value: "acme"}, {Key: "plan", Value: "pro"}}},
+			}}
+			if r, err = rls.ShouldRateLimit(t.Context(), planReq); err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK ||
+				r.Statuses[0].LimitRemaining != 0 || r.Statuses[0].CurrentLimit.RequestsPerUnit != 5 {
+				t.Fatalf("envoy with plan pro: %v %v", r, err)
+			}
+			planReq.Descriptors[0].Entries[1].Value = "gold"
+			if r, err = rls.ShouldRateLimit(t.Context(), planReq); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `plan "gold" is not a plan of policy "messages"`) {
+				t.Fatalf("envoy with an unknown plan: %v %v, want InvalidArgument", r, err)
+			}
 			exp := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 			if code, m := request(t, "PUT", p.HTTP+"/v1/overrides/messages/edge:tenant:acme", `{"limit":10,"expires":"`+exp+`","reason":"e2e"}`, token); code != 200 {
 				t.Fatalf("PUT override: %d %v", code, m)
 			}
-			if r, err = rls.ShouldRateLimit(t.Context(), req); err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 5 {
-				t.Fatalf("envoy under the override (10, 5 taken): %v %v", r, err)
+			if r, err = rls.ShouldRateLimit(t.Context(), req); err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 4 {
+				t.Fatalf("envoy under the override (10, 6 taken): %v %v", r, err)
 			}
 			if code, _ := request(t, "DELETE", p.HTTP+"/v1/overrides/messages/edge:tenant:acme", "", token); code != 200 {
 				t.Fatalf("DELETE override: %d", code)

@@ -95,6 +95,9 @@ policies:
 		{"plan twice", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1h, plans: {pro: {limit: 2}, pro: {limit: 3}}}\n", `pro`},
 		{"plan bad name", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1h, plans: {'a b': {limit: 2}}}\n", `plan name`},
 		{"plans not a mapping", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1h, plans: [pro]}\n", `plans must be a mapping`},
+		{"plan_entry without policy", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1h, plans: {pro: {limit: 2}}}\ndomains:\n  - domain: d\n    descriptors:\n      - {key: plan, plan_entry: true}\n", `plan_entry needs policy`},
+		{"plan_entry with a value", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1h, plans: {pro: {limit: 2}}}\ndomains:\n  - domain: d\n    descriptors:\n      - {key: plan, value: pro, policy: a, plan_entry: true}\n", `the descriptor has no value`},
+		{"plan_entry without plans", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1h}\ndomains:\n  - domain: d\n    descriptors:\n      - {key: plan, policy: a, plan_entry: true}\n", `policy "a" has no plans`},
 		{"overrides not bool", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1h, overrides: sometimes}\n", `overrides must be true or false`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -67,6 +67,10 @@ type Descriptor struct {
 	QuotaMode bool
 	// ShareThreshold: all values matching a wildcard value share one counter.
 	ShareThreshold bool
+	// PlanEntry: the request's value of this entry names the plan of the
+	// descriptor's policy, and is not part of the key it counts under (a
+	// key keeps its count across plans).
+	PlanEntry bool
 	// DetailedMetric: its metrics are labelled with the request's values
 	// (detailed_metric); ValueToMetric: with the request's value at this
 	// level (value_to_metric).
@@ -107,7 +111,7 @@ type EnvoyLimit struct {
 var envoyDomainFields = []string{"domain", "descriptors", "counting"}
 
 var envoyDescriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode",
-	"detailed_metric", "value_to_metric", "share_threshold", "policy", "quota_mode", "metadata"}
+	"detailed_metric", "value_to_metric", "share_threshold", "policy", "quota_mode", "metadata", "plan_entry"}
 
 var envoyUnits = map[string]time.Duration{
 	"second": time.Second, "minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour,
@@ -219,6 +223,19 @@ func (d *decoder) moreDescriptors(c *Config, dom *Domain, n *yaml.Node, path []s
 		}
 		if hasRL {
 			d.rateLimit(c, dom, desc, rl.val, here)
+		}
+		if x, ok := f["plan_entry"]; ok {
+			desc.PlanEntry = d.boolean(x.val, "plan_entry")
+			p := c.Policy(desc.Policy)
+			switch {
+			case !desc.PlanEntry:
+			case desc.Policy == "":
+				d.errorf(x.key, "plan_entry needs policy on the same descriptor (the policy whose plan the value names)")
+			case desc.Value != "":
+				d.errorf(x.key, "plan_entry: the request's value names the plan, so the descriptor has no value (got %q)", desc.Value)
+			case p != nil && len(p.Plans) == 0:
+				d.errorf(x.key, "plan_entry: policy %q has no plans", desc.Policy)
+			}
 		}
 		if x, ok := f["descriptors"]; ok {
 			desc.Children = d.descriptors(c, dom, x.val, here)

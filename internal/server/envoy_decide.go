@@ -27,7 +27,7 @@ func (s *Server) decide(ctx context.Context, dom *config.Domain, rs []resolved, 
 			if rs[i].shadow {
 				lim = rs[i].pol.shadow
 			}
-			checks = append(checks, sluice.Check{Limiter: lim, Key: rs[i].key, Cost: rs[i].cost()})
+			checks = append(checks, sluice.Check{Limiter: lim, Key: rs[i].key, Cost: rs[i].cost(), Plan: rs[i].plan})
 			idx = append(idx, i)
 		}
 	}
@@ -78,7 +78,7 @@ func (s *Server) decideEach(ctx context.Context, rs []resolved, checks []sluice.
 			}
 		}
 		for k, res := range seen.Results {
-			if checks[k].Cost > 0 && checks[k].Cost > res.Remaining || rs[idx[k]].hits > uint64(rs[idx[k]].pol.cfg.Limit) {
+			if checks[k].Cost > 0 && checks[k].Cost > res.Remaining || rs[idx[k]].hits > uint64(rs[idx[k]].policyLimit()) {
 				over[k], anyOver = true, true
 			}
 		}
@@ -104,7 +104,7 @@ func (s *Server) decideAllOrNothing(ctx context.Context, rs []resolved, checks [
 		if r.shadow || r.hits == 0 {
 			continue
 		}
-		if r.kind == kindDeny || r.kind == kindLimit && r.hits > uint64(r.pol.cfg.Limit) && !r.pol.cfg.Shadow {
+		if r.kind == kindDeny || r.kind == kindLimit && r.hits > uint64(r.policyLimit()) && !r.pol.cfg.Shadow {
 			refused = true
 		}
 	}
@@ -137,11 +137,12 @@ func (s *Server) status(domain string, r *resolved, res sluice.Result, now time.
 		}
 		return ds
 	}
-	limit := r.pol.cfg.Limit
+	limit := r.policyLimit()
 	if r.limit != nil {
 		ds.CurrentLimit = envoyCurrentLimit(r.limit)
 	} else {
 		ds.CurrentLimit = currentLimit(r.pol.cfg)
+		ds.CurrentLimit.RequestsPerUnit = uint32(min(limit, math.MaxUint32)) // the plan's
 	}
 	// Over the limit: refused by the store, or refused but shadowed, or
 	// more hits than the limit could ever allow.

@@ -33,6 +33,8 @@ type resolved struct {
 	pol *policy
 	// key is what the descriptor is counted under (its domain and entries).
 	key string
+	// plan is the policy's plan a plan_entry named ("" for none).
+	plan string
 	// hits is the descriptor's cost: its hits_addend, else the request's,
 	// else 1.
 	hits uint64
@@ -113,7 +115,16 @@ func (s *Server) resolve(st *state, dom *config.Domain, req *rlsv3.RateLimitRequ
 				continue
 			}
 			r.kind = kindLimit
-			r.key = identity(dom.Name, config.CountedAs(path, entries))
+			counted := config.CountedAs(path, entries)
+			if node.PlanEntry {
+				// The last entry names the plan; the key leaves it out.
+				r.plan = entries[len(entries)-1].Value
+				counted = counted[:len(counted)-1]
+				if _, ok := r.pol.limiter.PlanRule(r.plan); !ok {
+					return nil, &inputError{fmt.Sprintf("descriptor %d: plan %q is not a plan of policy %q (it has %v)", i, r.plan, r.pol.cfg.Name, r.pol.limiter.Plans())}
+				}
+			}
+			r.key = identity(dom.Name, counted)
 			if !r.pol.cfg.Envoy {
 				r.limit = nil // a named policy answers with its own description
 			}
@@ -199,7 +210,15 @@ func (r *resolved) cost() int64 {
 		if r.pol.cfg.Algorithm != sluice.AlgorithmFixedWindow {
 			return 0 // only a fixed window can give back without its take: look
 		}
-		return -min(c, r.pol.cfg.Limit)
+		return -min(c, r.policyLimit())
 	}
-	return min(c, r.pol.cfg.Limit)
+	return min(c, r.policyLimit())
+}
+
+// policyLimit is the limit of the descriptor's policy under its plan.
+func (r *resolved) policyLimit() int64 {
+	if rule, ok := r.pol.limiter.PlanRule(r.plan); ok {
+		return rule.Limit
+	}
+	return r.pol.cfg.Limit
 }
