@@ -190,9 +190,9 @@ func (n *node) do(ctx context.Context, ops []sluice.Op) error {
 // doBy is send bounded by the deadline dl (none when zero).
 func (n *node) doBy(ctx context.Context, batch []sluice.Op, dl time.Time) error {
 	if !dl.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl)
-		defer cancel()
+		var end callEnd
+		ctx, end = withDeadline(ctx, dl) // see callctx.go
+		defer end.end()
 	}
 	return n.send(ctx, batch)
 }
