@@ -296,8 +296,15 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 			nov++
 		}
 	}
-	// head: the number of keys, the first ARGV of a cross call.
-	all := make([]string, 1+n+nov+n*luascript.ArgsPerKey)
+	// head: the number of keys, the first ARGV of a cross call. The
+	// builder copies the strings, so a lone decision's stay on the stack.
+	var lone [1 + 2 + luascript.ArgsPerKey]string
+	var all []string
+	if size := 1 + n + nov + n*luascript.ArgsPerKey; size <= len(lone) {
+		all = lone[:size]
+	} else {
+		all = make([]string, size)
+	}
 	head, strs := all[:1], all[1:]
 	// keys has room for the override keys, which append never moves
 	// into args.
