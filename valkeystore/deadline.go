@@ -2,7 +2,6 @@ package valkeystore
 
 import (
 	"context"
-	"sync/atomic"
 
 	"github.com/valkey-io/valkey-go"
 )
@@ -13,40 +12,27 @@ import (
 // the other way round.
 //
 // valkey-go (v1.0.79) does not always return by the context's deadline:
-// when a new connection's handshake times out against a server that
-// accepts and never answers (paused, hung, a black hole), closing that
-// connection may block for about a second. A connection is made anew only
-// after one failed, so while a node's latest call failed, its calls run on
-// a goroutine of their own and return when the context ends; the goroutine
-// ends when valkey-go returns. Calls to a healthy node go straight to the
-// client, without a goroutine.
+// when a connection fails against a server that accepts and never answers
+// (paused, hung, a black hole), closing it, or timing out a new
+// connection's handshake, may block for about a second. That can happen on
+// the very first call after a healthy stretch, before anything has failed,
+// so every call whose context can end runs on a goroutine of its own and
+// returns when the context ends; the goroutine ends when valkey-go
+// returns. The cost is one goroutine per script call (a merged call carries
+// many decisions), small beside a round trip, and it buys the guarantee.
 
-// guard is the deadline layer of one node.
-type guard struct {
-	fails atomic.Int32 // consecutive failed calls, capped
-}
+// guard is the deadline layer of one node. It keeps no state: it is a
+// type of its own so that the layer has one name and one place.
+type guard struct{}
 
-// guarded reports whether calls under ctx must run on their own goroutine.
-func (g *guard) guarded(ctx context.Context) bool {
-	return ctx.Done() != nil && g.fails.Load() != 0
-}
-
-// note takes the replies of a call made under ctx.
-func (g *guard) note(ctx context.Context, resps []valkey.ValkeyResult) {
-	switch out, _, _ := outcomeOf(ctx, resps); out {
-	case succeeded:
-		if g.fails.Load() != 0 {
-			g.fails.Store(0)
-		}
-	case failed:
-		if g.fails.Load() < 1<<20 {
-			g.fails.Add(1)
-		}
-	}
+// guarded reports whether calls under ctx must run on their own goroutine:
+// every call whose context can end.
+func (guard) guarded(ctx context.Context) bool {
+	return ctx.Done() != nil
 }
 
 // do is c.Do(ctx, cmd), returning by ctx's end.
-func (g *guard) do(ctx context.Context, c valkey.Client, cmd valkey.Completed) valkey.ValkeyResult {
+func (g guard) do(ctx context.Context, c valkey.Client, cmd valkey.Completed) valkey.ValkeyResult {
 	if !g.guarded(ctx) {
 		return c.Do(ctx, cmd)
 	}
@@ -61,12 +47,12 @@ func (g *guard) do(ctx context.Context, c valkey.Client, cmd valkey.Completed) v
 }
 
 // doMulti is c.DoMulti(ctx, cmds...), returning by ctx's end.
-func (g *guard) doMulti(ctx context.Context, c valkey.Client, cmds valkey.Commands) []valkey.ValkeyResult {
+func (g guard) doMulti(ctx context.Context, c valkey.Client, cmds valkey.Commands) []valkey.ValkeyResult {
 	return g.run(ctx, len(cmds), func() []valkey.ValkeyResult { return c.DoMulti(ctx, cmds...) })
 }
 
 // run is fn, which returns n replies, returning by ctx's end.
-func (g *guard) run(ctx context.Context, n int, fn func() []valkey.ValkeyResult) []valkey.ValkeyResult {
+func (g guard) run(ctx context.Context, n int, fn func() []valkey.ValkeyResult) []valkey.ValkeyResult {
 	if !g.guarded(ctx) {
 		return fn()
 	}

@@ -223,7 +223,6 @@ func (n *node) send(ctx context.Context, batch []sluice.Op) error {
 		resps = make([]valkey.ValkeyResult, len(calls))
 	}
 	calls, resps = n.exchange(ctx, batch, calls, resps)
-	n.guard.note(ctx, resps)
 	n.breaker.record(ctx, p, budget, resps)
 	for i, c := range calls {
 		if resps[i].Error() != nil && classify(ctx, resps[i].Error()) == failed {
@@ -425,7 +424,6 @@ func (s *Store) Delete(ctx context.Context, keys ...string) error {
 			return fmt.Errorf("valkeystore: delete: %w", err)
 		}
 		resps := n.guard.doMulti(ctx, e.client, byNode[n])
-		n.guard.note(ctx, resps)
 		n.breaker.record(ctx, p, budget, resps)
 		for _, r := range resps {
 			if err := r.Error(); err != nil {
