@@ -25,10 +25,19 @@ func (d *Domain) Match(entries []Entry) (node *Descriptor, matched []Entry) {
 // Walk returns the node matched at each level by Match's rules, one per
 // entry, or nil when the entries match no node of the tree.
 func (d *Domain) Walk(entries []Entry) []*Descriptor {
+	return d.WalkInto(nil, entries)
+}
+
+// WalkInto is Walk writing the path in buf's storage when it is large
+// enough (buf's length is ignored), so that a caller can reuse one buffer.
+func (d *Domain) WalkInto(buf []*Descriptor, entries []Entry) []*Descriptor {
 	if len(entries) == 0 {
 		return nil
 	}
-	path := make([]*Descriptor, 0, len(entries))
+	path := buf[:0]
+	if cap(path) < len(entries) {
+		path = make([]*Descriptor, 0, len(entries))
+	}
 	level := d.Descriptors
 	for i, e := range entries {
 		next := find(level, e)
@@ -51,6 +60,15 @@ func (d *Domain) Walk(entries []Entry) []*Descriptor {
 // matched path: its own values, or the wildcard pattern where
 // share_threshold is set.
 func CountedAs(path []*Descriptor, entries []Entry) []Entry {
+	shared := false
+	for i := range entries {
+		if n := path[i]; n.ShareThreshold && n.wildcard != nil {
+			shared = true
+		}
+	}
+	if !shared {
+		return entries // counted as sent: no copy
+	}
 	out := make([]Entry, len(entries))
 	for i, e := range entries {
 		out[i] = e

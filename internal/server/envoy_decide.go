@@ -19,8 +19,12 @@ import (
 // Under CountEach, each descriptor counts its own hits, refused ones
 // included; under CountAllOrNothing a refused request takes nothing.
 func (s *Server) decide(ctx context.Context, dom *config.Domain, rs []resolved, resp *rlsv3.RateLimitResponse) error {
-	var checks []sluice.Check
-	var idx []int
+	// Calls of up to smallCall descriptors decide without allocating
+	// these.
+	var checkBuf [smallCall]sluice.Check
+	var idxBuf [smallCall]int
+	var resultBuf [smallCall]sluice.Result
+	checks, idx := checkBuf[:0], idxBuf[:0]
 	for i := range rs {
 		if rs[i].kind == kindLimit {
 			lim := rs[i].pol.limiter
@@ -31,7 +35,10 @@ func (s *Server) decide(ctx context.Context, dom *config.Domain, rs []resolved, 
 			idx = append(idx, i)
 		}
 	}
-	results := make([]sluice.Result, len(rs))
+	results := resultBuf[:min(len(rs), smallCall)]
+	if len(rs) > smallCall {
+		results = make([]sluice.Result, len(rs))
+	}
 	if len(checks) > 0 {
 		var dec sluice.Decision
 		var err error
@@ -49,10 +56,30 @@ func (s *Server) decide(ctx context.Context, dom *config.Domain, rs []resolved, 
 		}
 	}
 	now := s.now()
+	blocks := make([]statusBlock, len(rs))
 	for i := range rs {
-		resp.Statuses[i] = s.status(dom.Name, &rs[i], results[i], now)
+		resp.Statuses[i] = s.status(&rs[i], results[i], now, &blocks[i])
 	}
 	return nil
+}
+
+// smallCall is the number of descriptors per call up to which deciding
+// uses buffers on the stack.
+const smallCall = 4
+
+// statusBlock holds one descriptor's answer and the messages it points to,
+// so that a call's answers take one allocation instead of three per
+// descriptor.
+type statusBlock struct {
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	limit  rlsv3.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
+}
+
+// setDuration sets dst to d, as durationpb.New does.
+func setDuration(dst *durationpb.Duration, d time.Duration) *durationpb.Duration {
+	dst.Seconds, dst.Nanos = int64(d/time.Second), int32(d%time.Second)
+	return dst
 }
 
 // decideEach counts every descriptor's hits. With StopIncrementWhenOverLimit
@@ -118,9 +145,10 @@ func (s *Server) decideAllOrNothing(ctx context.Context, rs []resolved, checks [
 	return sluice.AllowAll(ctx, checks)
 }
 
-// status is the answer for one descriptor.
-func (s *Server) status(domain string, r *resolved, res sluice.Result, now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
-	ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+// status is the answer for one descriptor, written in b.
+func (s *Server) status(r *resolved, res sluice.Result, now time.Time, b *statusBlock) *rlsv3.RateLimitResponse_DescriptorStatus {
+	ds := &b.status
+	ds.Code = rlsv3.RateLimitResponse_OK
 	switch r.kind {
 	case kindNone:
 		return ds
@@ -128,8 +156,8 @@ func (s *Server) status(domain string, r *resolved, res sluice.Result, now time.
 		ds.LimitRemaining = math.MaxUint32
 		return ds
 	case kindDeny:
-		ds.CurrentLimit = envoyCurrentLimit(r.limit)
-		ds.DurationUntilReset = durationpb.New(untilReset(r.limit.Window, 0, now))
+		ds.CurrentLimit = envoyCurrentLimit(r.limit, &b.limit)
+		ds.DurationUntilReset = setDuration(&b.reset, untilReset(r.limit.Window, 0, now))
 		over := r.hits > 0
 		s.envoyStats.record(r.stat, r.hits, 0, 0, over, r.shadow)
 		if over && !r.shadow {
@@ -139,9 +167,9 @@ func (s *Server) status(domain string, r *resolved, res sluice.Result, now time.
 	}
 	limit := r.policyLimit()
 	if r.limit != nil {
-		ds.CurrentLimit = envoyCurrentLimit(r.limit)
+		ds.CurrentLimit = envoyCurrentLimit(r.limit, &b.limit)
 	} else {
-		ds.CurrentLimit = currentLimit(r.pol.cfg)
+		ds.CurrentLimit = currentLimit(r.pol.cfg, &b.limit)
 		ds.CurrentLimit.RequestsPerUnit = uint32(min(limit, math.MaxUint32)) // the plan's
 	}
 	// Over the limit: refused by the store, or refused but shadowed, or
@@ -159,7 +187,7 @@ func (s *Server) status(domain string, r *resolved, res sluice.Result, now time.
 	if !over {
 		ds.LimitRemaining = uint32(min(max(res.Remaining, 0), math.MaxUint32))
 	}
-	ds.DurationUntilReset = durationpb.New(untilReset(r.pol.cfg.Window(), res.ResetAfter, now))
+	ds.DurationUntilReset = setDuration(&b.reset, untilReset(r.pol.cfg.Window(), res.ResetAfter, now))
 	if !r.refund {
 		s.envoyStats.record(r.stat, r.hits, limit, res.Remaining, over, r.shadow || r.pol.cfg.Shadow)
 	}
@@ -188,9 +216,9 @@ var envoyUnitEnum = map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
 }
 
 // envoyCurrentLimit describes an envoyproxy/ratelimit limit as written: its
-// name (empty when unnamed), requests per unit and unit.
-func envoyCurrentLimit(l *config.EnvoyLimit) *rlsv3.RateLimitResponse_RateLimit {
-	rl := &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: uint32(min(l.RequestsPerUnit, math.MaxUint32)), Unit: envoyUnitEnum[l.Unit]}
+// name (empty when unnamed), requests per unit and unit, written in rl.
+func envoyCurrentLimit(l *config.EnvoyLimit, rl *rlsv3.RateLimitResponse_RateLimit) *rlsv3.RateLimitResponse_RateLimit {
+	rl.Name, rl.RequestsPerUnit, rl.Unit = l.Name, uint32(min(l.RequestsPerUnit, math.MaxUint32)), envoyUnitEnum[l.Unit]
 	if l.Multiplier > 1 {
 		rl.UnitMultiplier = wrapperspb.UInt32(uint32(l.Multiplier))
 	}
@@ -199,9 +227,9 @@ func envoyCurrentLimit(l *config.EnvoyLimit) *rlsv3.RateLimitResponse_RateLimit 
 
 // currentLimit describes a named sluice policy in Envoy's terms: requests
 // per unit when its window is one unit, else its limit per its window in
-// seconds.
-func currentLimit(p *config.Policy) *rlsv3.RateLimitResponse_RateLimit {
-	rl := &rlsv3.RateLimitResponse_RateLimit{Name: p.Name, RequestsPerUnit: uint32(min(p.Limit, math.MaxUint32))}
+// seconds; written in rl.
+func currentLimit(p *config.Policy, rl *rlsv3.RateLimitResponse_RateLimit) *rlsv3.RateLimitResponse_RateLimit {
+	rl.Name, rl.RequestsPerUnit = p.Name, uint32(min(p.Limit, math.MaxUint32))
 	switch w := p.Window(); w {
 	case time.Second:
 		rl.Unit = rlsv3.RateLimitResponse_RateLimit_SECOND

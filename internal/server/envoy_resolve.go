@@ -82,25 +82,36 @@ func (e *inputError) Error() string { return e.msg }
 func (s *Server) resolve(st *state, dom *config.Domain, req *rlsv3.RateLimitRequest) ([]resolved, error) {
 	descs := req.GetDescriptors()
 	out := make([]resolved, len(descs))
+	// Every descriptor's entries in one slice, and one path buffer
+	// reused by each descriptor's walk.
+	n := 0
+	for _, d := range descs {
+		n += len(d.GetEntries())
+	}
+	all := make([]config.Entry, 0, n)
+	var pathArr [smallCall]*config.Descriptor
+	pathBuf := pathArr[:0]
 	for i, d := range descs {
 		r := &out[i]
 		r.hits = hitsOf(req, d)
 		r.quota = s.opts.Envoy.QuotaMode
 		r.refund = d.GetIsNegativeHits()
-		entries := make([]config.Entry, len(d.GetEntries()))
-		for j, e := range d.GetEntries() {
-			entries[j] = config.Entry{Key: e.GetKey(), Value: e.GetValue()}
+		start := len(all)
+		for _, e := range d.GetEntries() {
+			all = append(all, config.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
+		entries := all[start:len(all):len(all)]
 		if ov := d.GetLimit(); ov != nil {
 			if err := s.resolveOverride(st, dom, r, ov, entries); err != nil {
 				return nil, &inputError{fmt.Sprintf("descriptor %d: limit override: %v", i, err)}
 			}
 			continue
 		}
-		path := dom.Walk(entries)
+		path := dom.WalkInto(pathBuf[:0], entries)
 		if path == nil {
 			continue
 		}
+		pathBuf = path
 		node := path[len(path)-1]
 		r.node, r.shadow, r.quota, r.limit = node, node.Shadow, node.QuotaMode || r.quota, node.Limit
 		r.stat = s.envoyStats.configKey(dom.Name, path, entries)
@@ -193,7 +204,8 @@ func applyReplaces(rs []resolved) {
 // identity is the key a descriptor is counted under: its domain and every
 // entry, escaped so distinct descriptors never share a key.
 func identity(domain string, entries []config.Entry) string {
-	parts := make([]string, 0, 1+2*len(entries))
+	var buf [9]string // up to four entries without an allocation
+	parts := buf[:0]
 	parts = append(parts, domain)
 	for _, e := range entries {
 		parts = append(parts, e.Key, e.Value)

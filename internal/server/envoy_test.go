@@ -358,3 +358,66 @@ func TestEnvoyStoreDown(t *testing.T) {
 		}
 	}
 }
+
+// TestManyDescriptorsAsAlone: a call of more descriptors than decide's
+// stack buffers, of every depth and kind (nested, middle wildcard with
+// share_threshold, unlimited, requests_per_unit 0, unmatched), answers each
+// descriptor as a call of that descriptor alone does.
+func TestManyDescriptorsAsAlone(t *testing.T) {
+	const yaml = `domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 3}
+    descriptors:
+      - key: b
+        value: x
+        rate_limit: {unit: minute, requests_per_unit: 7, name: ab}
+        descriptors:
+          - {key: c, rate_limit: {unit: day, requests_per_unit: 9}}
+  - {key: path, value: "/v1/*/act", share_threshold: true, rate_limit: {unit: hour, requests_per_unit: 2}}
+  - {key: free, rate_limit: {unlimited: true}}
+  - {key: none, rate_limit: {unit: hour, requests_per_unit: 0}}
+`
+	call := func(s *Server, ds ...*commonrl.RateLimitDescriptor) []*rlsv3.RateLimitResponse_DescriptorStatus {
+		t.Helper()
+		resp, err := (&rls{s: s}).ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: ds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range resp.Statuses {
+			if st.CurrentLimit != nil && st.DurationUntilReset == nil {
+				t.Fatalf("no duration_until_reset in %v", st)
+			}
+			st.DurationUntilReset = nil // the clock's, not the decision's
+		}
+		return resp.Statuses
+	}
+	newServer := func() *Server {
+		cfg, err := config.Parse("envoy.yaml", []byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(cfg, Options{Store: memstore.New(), Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	descs := func() []*commonrl.RateLimitDescriptor {
+		return []*commonrl.RateLimitDescriptor{
+			desc("a", "1", "b", "x", "c", "z"), desc("path", "/v1/u1/act"), desc("a", "2"), desc("free", "f"),
+			desc("nothing", "n"), desc("a", "3", "b", "x"), desc("none", "n"), desc("a", "1", "b", "y"),
+			desc("path", "/v1/u2/act"), desc("a", "4", "b", "x", "c", "z", "d", "deep"),
+		}
+	}
+	together, alone := newServer(), newServer()
+	for round := range 4 {
+		got := call(together, descs()...)
+		for i, d := range descs() {
+			want := call(alone, d)[0]
+			if !proto.Equal(got[i], want) {
+				t.Errorf("round %d, descriptor %d: together %v, alone %v", round, i, got[i], want)
+			}
+		}
+	}
+}
