@@ -103,7 +103,9 @@ func TestE2EVerifyFails(t *testing.T) {
 	writeFile(t, cfg, verifyYAML)
 	proxy := valkeytest.SplitProxy(t, srv.Addr, 2*time.Millisecond)
 	code, stdout, stderr := sluiceCmd(t, "verify", "--config", cfg, "--valkey", proxy, "--margin", "1500ms", "--policy", "api")
-	if code != 1 || !strings.Contains(stderr, "FAIL: api/concurrency\n") || !strings.Contains(stdout, "FAIL concurrency") ||
+	// The concurrency check must catch it; through a proxy that pauses
+	// every call on a loaded machine, other checks may fail too.
+	if code != 1 || !strings.Contains(stderr, "FAIL: api/concurrency") || !strings.Contains(stdout, "FAIL concurrency") ||
 		!strings.Contains(stdout, "not enforced atomically") {
 		t.Errorf("split proxy: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
