@@ -286,13 +286,19 @@ func (e *engine) plan(batch []sluice.Op, dst []call, cross bool) []call {
 // command builds the EVALSHA (or EVAL) of one call.
 func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 	n := len(c.ops)
-	// One allocation for the keys and arguments, one for the digits of all
-	// the numbers. buf is made large enough never to grow (a number takes at
-	// most maxDigits bytes), so the strings can share it.
-	nov := 0
+	// One allocation for the keys and arguments (none for a lone
+	// decision), one for the digits of all the numbers but the small ones,
+	// which strconv has as constants. buf is made as large as those digits
+	// (digits), so it never grows and the strings can share it.
+	nov, size := 0, 0
 	for _, i := range c.ops {
 		if batch[i].Override != "" {
 			nov++
+		}
+		for _, x := range luascript.Args(&batch[i]) {
+			if !small(x) {
+				size += digits(x)
+			}
 		}
 	}
 	// head: the number of keys, the first ARGV of a cross call. The
@@ -308,7 +314,7 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 	// keys has room for the override keys, which append never moves
 	// into args.
 	keys, args := strs[:n:n+nov], strs[n+nov:]
-	buf := make([]byte, 0, n*luascript.ArgsPerKey*maxDigits)
+	buf := make([]byte, 0, size)
 	str := func(from int) string { return unsafe.String(&buf[from], len(buf)-from) }
 	num := func(v int64) string {
 		from := len(buf)
@@ -320,8 +326,8 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 		keys[j] = op.Key
 		a := args[j*luascript.ArgsPerKey : (j+1)*luascript.ArgsPerKey]
 		for k, x := range luascript.Args(op) {
-			if x == 0 {
-				a[k] = "0"
+			if small(x) {
+				a[k] = strconv.FormatInt(x, 10) // a constant: no allocation
 			} else {
 				a[k] = num(x)
 			}
@@ -359,9 +365,20 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 // client.
 var clockSkew time.Duration
 
-// maxDigits bounds the length of one formatted number: an int64 takes at
-// most 20 bytes.
-const maxDigits = 20
+// small reports whether strconv formats v without allocating (0 to 99).
+func small(v int64) bool { return 0 <= v && v < 100 }
+
+// digits is the length of v in decimal, with its sign.
+func digits(v int64) int {
+	n, u := 1, uint64(v)
+	if v < 0 {
+		n, u = 2, -u
+	}
+	for ; u >= 10; u /= 10 {
+		n++
+	}
+	return n
+}
 
 // decode fills in the Results of one call from its reply.
 func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {
