@@ -54,7 +54,7 @@ func (s *Server) handleJSON(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, status.Convert(err).Message())
 		return
 	}
-	out, err := protojson.Marshal(resp)
+	out, err := marshalResponse(resp)
 	if err != nil {
 		problem(w, http.StatusInternalServerError, "encoding the response failed")
 		return
