@@ -152,4 +152,3 @@ func plainString(s string) bool {
 	}
 	return true
 }
-
