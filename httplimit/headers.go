@@ -63,23 +63,30 @@ type HeaderOptions struct {
 //     until every refusing limit could allow the request, and never earlier
 //     than the t of a refusing limit.
 func WriteHeaders(h http.Header, st *Status, o HeaderOptions) {
+	writeFields(st, o, h.Set)
+}
+
+// writeFields passes each header of st to set, by its name as spelled in
+// HeaderXLimit and the other constants: WriteHeaders and HeaderFields
+// write through it.
+func writeFields(st *Status, o HeaderOptions, set func(name, value string)) {
 	if !o.OmitXRateLimit {
 		if b := st.binding(); b != nil {
-			h.Set(HeaderXLimit, strconv.FormatInt(b.Rule.Quota(), 10))
-			h.Set(HeaderXRemaining, strconv.FormatInt(max(b.Result.Remaining, 0), 10))
-			h.Set(HeaderXReset, strconv.FormatInt(b.xReset(o), 10))
+			set(HeaderXLimit, strconv.FormatInt(b.Rule.Quota(), 10))
+			set(HeaderXRemaining, strconv.FormatInt(max(b.Result.Remaining, 0), 10))
+			set(HeaderXReset, strconv.FormatInt(b.xReset(o), 10))
 		}
 	}
 	if !o.OmitRateLimit {
 		if v := st.policyField(); v != "" {
-			h.Set(HeaderPolicy, v)
+			set(HeaderPolicy, v)
 		}
 		if v := st.rateLimitField(); v != "" {
-			h.Set(HeaderRateLimit, v)
+			set(HeaderRateLimit, v)
 		}
 	}
 	if !st.Allowed && !o.OmitRetryAfter {
-		h.Set(HeaderRetryAfter, strconv.FormatInt(st.retryAfterSeconds(), 10))
+		set(HeaderRetryAfter, strconv.FormatInt(st.retryAfterSeconds(), 10))
 	}
 }
 
@@ -87,14 +94,8 @@ func WriteHeaders(h http.Header, st *Status, o HeaderOptions) {
 // as spelled in HeaderXLimit and the other constants, for callers that
 // pass them on in another form (sluice serve's JSON answers).
 func HeaderFields(st *Status, o HeaderOptions) map[string]string {
-	h := make(http.Header, len(headerNames))
-	WriteHeaders(h, st, o)
-	m := make(map[string]string, len(h))
-	for _, name := range headerNames {
-		if v := h.Get(name); v != "" {
-			m[name] = v
-		}
-	}
+	m := make(map[string]string, len(headerNames))
+	writeFields(st, o, func(name, value string) { m[name] = value })
 	return m
 }
 
