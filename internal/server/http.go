@@ -2,10 +2,14 @@ package server
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -121,6 +125,7 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (s *Server) instrument(name string, h http.HandlerFunc) http.Handler {
 	dur := s.metrics.httpDuration.WithLabelValues(name)
+	counts := &routeCounters{vec: s.metrics.httpRequests, route: name}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
@@ -137,9 +142,44 @@ func (s *Server) instrument(name string, h http.HandlerFunc) http.Handler {
 			if sw.code == 0 {
 				sw.code = http.StatusOK
 			}
-			s.metrics.httpRequests.WithLabelValues(name, strconv.Itoa(sw.code)).Inc()
+			counts.get(sw.code).Inc()
 			dur.Observe(time.Since(start).Seconds())
 		}()
 		h(sw, r)
 	})
+}
+
+// routeCounters are one route's request counters by status code, looked
+// up in a map read without a lock instead of hashing two labels into the
+// vector on every request. Status codes are three digits, so the map stays
+// small.
+type routeCounters struct {
+	vec   *prometheus.CounterVec
+	route string
+	mu    sync.Mutex // held to add a code
+	codes atomic.Pointer[map[int]prometheus.Counter]
+}
+
+func (r *routeCounters) get(code int) prometheus.Counter {
+	if m := r.codes.Load(); m != nil {
+		if c, ok := (*m)[code]; ok {
+			return c
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.codes.Load()
+	if old != nil {
+		if c, ok := (*old)[code]; ok {
+			return c
+		}
+	}
+	next := make(map[int]prometheus.Counter, 1)
+	if old != nil {
+		maps.Copy(next, *old)
+	}
+	c := r.vec.WithLabelValues(r.route, strconv.Itoa(code))
+	next[code] = c
+	r.codes.Store(&next)
+	return c
 }

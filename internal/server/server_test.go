@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -493,5 +495,29 @@ func TestHeaderTooLarge(t *testing.T) {
 		if tc.code == 431 && (r.header.Get("Content-Type") != "application/problem+json" || r.body["status"] != 431.0) {
 			t.Errorf("%d bytes of header: %s %s; want problem+json", tc.size, r.header.Get("Content-Type"), r.raw)
 		}
+	}
+}
+
+// TestRouteCounters: a route's cached counters are the vector's own, per
+// status code, under concurrent first uses.
+func TestRouteCounters(t *testing.T) {
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "t"}, []string{"route", "code"})
+	r := &routeCounters{vec: vec, route: "check"}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 100 {
+				r.get([]int{200, 429, 400, 500}[(g+i)%4]).Inc()
+			}
+		})
+	}
+	wg.Wait()
+	for _, code := range []string{"200", "429", "400", "500"} {
+		if v := testutil.ToFloat64(vec.WithLabelValues("check", code)); v != 200 {
+			t.Errorf("code %s: %v, want 200", code, v)
+		}
+	}
+	if n := testutil.CollectAndCount(vec); n != 4 {
+		t.Errorf("%d series, want 4", n)
 	}
 }
