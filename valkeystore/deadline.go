@@ -2,6 +2,7 @@ package valkeystore
 
 import (
 	"context"
+	"sync"
 
 	"github.com/valkey-io/valkey-go"
 )
@@ -36,15 +37,33 @@ func (g guard) do(ctx context.Context, c valkey.Client, cmd valkey.Completed) va
 	if !g.guarded(ctx) {
 		return c.Do(ctx, cmd)
 	}
-	ch := make(chan valkey.ValkeyResult, 1)
-	go func() { ch <- c.Do(ctx, cmd) }()
+	d := doCalls.Get().(*doCall)
+	d.ctx, d.c, d.cmd = ctx, c, cmd
+	go d.run()
 	select {
-	case r := <-ch:
+	case r := <-d.ch:
+		// The goroutine is done with d: its send was its last act.
+		d.ctx, d.c, d.cmd = nil, nil, valkey.Completed{}
+		doCalls.Put(d)
 		return r
 	case <-ctx.Done():
-		return valkey.NewErrorResult(ctx.Err())
+		return valkey.NewErrorResult(ctx.Err()) // d stays with its goroutine
 	}
 }
+
+// A doCall is one guarded c.Do: the goroutine's arguments and the channel
+// of its reply, reused once the reply was received (two allocations less
+// per call than a closure and a channel each time).
+type doCall struct {
+	ctx context.Context
+	c   valkey.Client
+	cmd valkey.Completed
+	ch  chan valkey.ValkeyResult
+}
+
+var doCalls = sync.Pool{New: func() any { return &doCall{ch: make(chan valkey.ValkeyResult, 1)} }}
+
+func (d *doCall) run() { d.ch <- d.c.Do(d.ctx, d.cmd) }
 
 // doMulti is c.DoMulti(ctx, cmds...), returning by ctx's end.
 func (g guard) doMulti(ctx context.Context, c valkey.Client, cmds valkey.Commands) []valkey.ValkeyResult {
