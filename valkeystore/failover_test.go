@@ -209,7 +209,7 @@ func (f *fleet) check(phase string, involved ...string) string {
 		}
 		fmt.Fprintf(&b, " %s: %d decisions, %d degraded;", o, c.n, c.degraded)
 		if !inv && c.degraded > 0 {
-			f.t.Errorf("%s: %d of %d decisions degraded for the slots of %s, which was not involved", phase, c.degraded, c.n, o)
+			f.t.Errorf("%s: %d of %d decisions degraded for the slots of %s, which was not involved (store errors of the phase: %v)", phase, c.degraded, c.n, o, f.obs.summary())
 		}
 		if c.n == 0 {
 			f.t.Errorf("%s: no decisions for %s", phase, o)
