@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -10,6 +12,9 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/memstore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
 )
 
 // BenchmarkCheck measures POST /v1/check in process (memory store), on
@@ -88,6 +93,42 @@ func BenchmarkJSON(b *testing.B) {
 		h.ServeHTTP(w, httptest.NewRequest("POST", "/json", strings.NewReader(bodies[i%len(bodies)])))
 		if w.Code != 200 {
 			b.Fatalf("%d %s", w.Code, w.Body)
+		}
+	}
+}
+
+// BenchmarkShouldRateLimitGRPC measures one Envoy call through gRPC over an
+// in-memory connection (bufconn): the codec, the interceptors and the
+// transport of both sides included, no network.
+func BenchmarkShouldRateLimitGRPC(b *testing.B) {
+	cfg, err := config.Parse("bench.yaml", []byte("domain: bench\ndescriptors:\n  - {key: remote_address, rate_limit: {unit: second, requests_per_unit: 1000000}}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := New(cfg, Options{Store: memstore.New(), Logger: quietLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := bufconn.Listen(1 << 20)
+	g := s.NewGRPCServer()
+	go g.Serve(l)
+	defer g.Stop()
+	conn, err := grpc.NewClient("passthrough:///bufconn", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return l.DialContext(ctx) }))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	reqs := make([]*rlsv3.RateLimitRequest, 10000)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonrl.RateLimitDescriptor{desc("remote_address", fmt.Sprint(i))}}
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		resp, err := c.ShouldRateLimit(b.Context(), reqs[i%len(reqs)])
+		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			b.Fatalf("%v %v", resp, err)
 		}
 	}
 }
