@@ -90,6 +90,8 @@ func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServ
 // INTERNAL.
 func (s *Server) RegisterGRPC(g grpc.ServiceRegistrar) {
 	r := &rls{s: s}
+	// One UnaryServerInfo for every call: the interceptors only read it.
+	info := &grpc.UnaryServerInfo{Server: r, FullMethod: "/" + rlsService + "/ShouldRateLimit"}
 	desc := grpc.ServiceDesc{
 		ServiceName: rlsService,
 		HandlerType: (*rlsv3.RateLimitServiceServer)(nil),
@@ -108,7 +110,6 @@ func (s *Server) RegisterGRPC(g grpc.ServiceRegistrar) {
 				if ic == nil {
 					return r.ShouldRateLimit(ctx, in)
 				}
-				info := &grpc.UnaryServerInfo{Server: r, FullMethod: "/" + rlsService + "/ShouldRateLimit"}
 				return ic(ctx, in, info, func(ctx context.Context, req any) (any, error) {
 					return r.ShouldRateLimit(ctx, req.(*rlsv3.RateLimitRequest))
 				})
