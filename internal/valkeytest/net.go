@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // handedOut holds the ports freePort gave out in this process, so two
@@ -55,9 +56,20 @@ func ClosedAddr(t testing.TB) string {
 // that hangs. It is closed, with its connections, in t.Cleanup.
 func Blackhole(t testing.TB) string {
 	t.Helper()
+	return listen(t, "blackhole", "", func(c, _ net.Conn) { io.Copy(io.Discard, c) })
+}
+
+// listen serves the connections of a loopback listener, each with serve on
+// a goroutine of its own: c is the accepted connection and up, when target
+// is not empty, a connection dialled to target for it (a connection whose
+// dial fails is closed unserved). The listener and every connection are
+// closed in t.Cleanup, which waits for every serve to return; what names
+// the listener in errors.
+func listen(t testing.TB, what, target string, serve func(c, up net.Conn)) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("valkeytest: blackhole: %v", err)
+		t.Fatalf("valkeytest: %s: %v", what, err)
 	}
 	var (
 		mu     sync.Mutex
@@ -73,18 +85,35 @@ func Blackhole(t testing.TB) string {
 			if err != nil {
 				return
 			}
+			var up net.Conn
+			if target != "" {
+				if up, err = net.DialTimeout("tcp", target, 5*time.Second); err != nil {
+					c.Close()
+					continue
+				}
+			}
 			mu.Lock()
 			if closed {
 				mu.Unlock()
 				c.Close()
+				if up != nil {
+					up.Close()
+				}
 				return
 			}
 			conns = append(conns, c)
+			if up != nil {
+				conns = append(conns, up)
+			}
 			wg.Add(1)
 			mu.Unlock()
 			go func() {
 				defer wg.Done()
-				io.Copy(io.Discard, c)
+				defer c.Close()
+				if up != nil {
+					defer up.Close()
+				}
+				serve(c, up)
 			}()
 		}
 	}()

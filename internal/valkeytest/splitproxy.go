@@ -8,7 +8,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -26,58 +25,7 @@ import (
 // closed, with its connections, in t.Cleanup.
 func SplitProxy(t testing.TB, target string, pause time.Duration) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("valkeytest: split proxy: %v", err)
-	}
-	var (
-		mu     sync.Mutex
-		conns  []net.Conn
-		closed bool
-		wg     sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.DialTimeout("tcp", target, 5*time.Second)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			if closed {
-				mu.Unlock()
-				c.Close()
-				up.Close()
-				return
-			}
-			conns = append(conns, c, up)
-			wg.Add(1)
-			mu.Unlock()
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				defer up.Close()
-				splitConn(c, up, pause)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		mu.Lock()
-		closed = true
-		l.Close()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return l.Addr().String()
+	return listen(t, "split proxy", target, func(c, up net.Conn) { splitConn(c, up, pause) })
 }
 
 // splitConn serves one client connection, one request at a time.
@@ -270,60 +218,22 @@ func readValue(r *bufio.Reader) (raw []byte, children [][]byte, err error) {
 // far away. It is closed, with its connections, in t.Cleanup.
 func DelayProxy(t testing.TB, target string, delay time.Duration) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("valkeytest: delay proxy: %v", err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	return listen(t, "delay proxy", target, func(c, up net.Conn) {
+		done := make(chan struct{})
+		go func() { io.Copy(up, c); up.Close(); close(done) }()
+		defer func() { c.Close(); <-done }()
+		buf := make([]byte, 32<<10)
 		for {
-			c, err := l.Accept()
+			n, err := up.Read(buf)
+			if n > 0 {
+				time.Sleep(delay)
+				if _, err := c.Write(buf[:n]); err != nil {
+					return
+				}
+			}
 			if err != nil {
 				return
 			}
-			up, err := net.DialTimeout("tcp", target, 5*time.Second)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, up)
-			mu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); io.Copy(up, c); up.Close() }()
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := up.Read(buf)
-					if n > 0 {
-						time.Sleep(delay)
-						if _, err := c.Write(buf[:n]); err != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
 	})
-	return l.Addr().String()
 }
