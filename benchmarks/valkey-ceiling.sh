@@ -35,11 +35,24 @@ repeat() { k=$1; shift; i=0; while [ $i -lt "$k" ]; do printf '%s ' "$@"; i=$((i
 
 printf '| script | keys | keys per call | calls/s | decisions/s |\n|---|---|---:|---:|---:|\n'
 for alg in gcra token_bucket; do
-	sha=$(cli script load "$(cat "$here/../internal/luascript/scripts/prelude.lua" "$here/../internal/luascript/scripts/$alg.lua" "$here/../internal/luascript/scripts/batch.lua")")
+	# The script as luascript builds it: prelude, the algorithm, the batch
+	# driver and the one-slot ending.
+	s="$here/../internal/luascript/scripts"
+	sha=$(cli script load "$(cat "$s/prelude.lua" "$s/$alg.lua" "$s/batch.lua" "$s/one.lua")")
+	# ARGV per key (see batch.lua): now (0: the server's TIME), limit,
+	# parameter, cost, flag, receipt, override key index, override bounds.
 	case $alg in
-	gcra) argv="0 1000000 1 1 0" ;;          # burst 1e6, interval 1µs: never refuses
-	token_bucket) argv="0 1000000 1 1 0" ;;  # capacity 1e6, 1 token/µs
+	gcra) argv="0 1000000 1 1 0 0 0 0" ;;          # burst 1e6, interval 1µs: never refuses
+	token_bucket) argv="0 1000000 1 1 0 0 0 0" ;;  # capacity 1e6, 1 token/µs
 	esac
+	# One call first, so that a script that fails says so instead of being
+	# timed: valkey-benchmark counts error replies as answers.
+	# shellcheck disable=SC2046
+	if ! out=$(cli evalsha "$sha" 1 ceiling:check $argv 2>&1) || echo "$out" | grep -qi err; then
+		echo "valkey-ceiling.sh: $alg script failed: $out" >&2
+		exit 1
+	fi
+	cli flushall >/dev/null
 	for keys in hot random; do
 		for per in 1 16; do
 			if [ "$keys" = hot ]; then
