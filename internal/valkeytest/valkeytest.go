@@ -3,9 +3,8 @@
 // by a whole test binary, on free loopback ports, with no persistence.
 //
 // Every test of a store runs against a real Valkey, because atomicity is what
-// the server provides and a mock does not (see DESIGN.md, "Tests against a
-// real Valkey"). valkey-server must be on PATH; Require fails the test with
-// instructions when it is not.
+// the server provides and a mock does not. valkey-server must be on PATH;
+// Require fails the test with instructions when it is not.
 //
 // Typical use:
 //
