@@ -260,24 +260,21 @@ func decode(batch []sluice.Op, c call, cmd scriptCmd) {
 		fail(fmt.Errorf("redisstore: %v script: %w", c.alg, err))
 		return
 	}
-	vals, err := cmd.Int64Slice()
+	reply, err := cmd.Text()
 	if err != nil {
 		fail(fmt.Errorf("redisstore: %v script: unexpected reply: %w", c.alg, err))
 		return
 	}
-	if len(vals) != len(c.ops)*luascript.ReplyPerKey {
-		fail(fmt.Errorf("redisstore: %v script: %d values in reply, want %d", c.alg, len(vals), len(c.ops)*luascript.ReplyPerKey))
-		return
-	}
-	for j, i := range c.ops {
-		var v [luascript.ReplyPerKey]int64
-		copy(v[:], vals[j*luascript.ReplyPerKey:])
-		res, receipt, err := luascript.Decode(v)
+	err = luascript.DecodeCall(reply, len(c.ops), func(j int, res sluice.Result, receipt int64, err error) {
+		op := &batch[c.ops[j]]
 		if err != nil {
-			batch[i].Err = fmt.Errorf("redisstore: %v script: %w", c.alg, err)
-			continue
+			op.Err = fmt.Errorf("redisstore: %v script: %w", c.alg, err)
+			return
 		}
-		batch[i].Result, batch[i].Receipt = res, receipt
+		op.Result, op.Receipt = res, receipt
+	})
+	if err != nil {
+		fail(fmt.Errorf("redisstore: %v script: %w", c.alg, err))
 	}
 }
 

@@ -391,32 +391,21 @@ func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {
 		fail(fmt.Errorf("valkeystore: %v script: %w", c.alg, err))
 		return
 	}
-	msgs, err := resp.ToArray()
+	reply, err := resp.ToString()
 	if err != nil {
 		fail(fmt.Errorf("valkeystore: %v script: unexpected reply: %w", c.alg, err))
 		return
 	}
-	if len(msgs) != len(c.ops)*luascript.ReplyPerKey {
-		fail(fmt.Errorf("valkeystore: %v script: %d values in reply, want %d", c.alg, len(msgs), len(c.ops)*luascript.ReplyPerKey))
-		return
-	}
-	for j, i := range c.ops {
-		var v [luascript.ReplyPerKey]int64
-		for k := range v {
-			if v[k], err = msgs[j*luascript.ReplyPerKey+k].AsInt64(); err != nil {
-				break
-			}
-		}
+	err = luascript.DecodeCall(reply, len(c.ops), func(j int, res sluice.Result, receipt int64, err error) {
+		op := &batch[c.ops[j]]
 		if err != nil {
-			batch[i].Err = fmt.Errorf("valkeystore: %v script: unexpected reply: %w", c.alg, err)
-			continue
+			op.Err = fmt.Errorf("valkeystore: %v script: %w", c.alg, err)
+			return
 		}
-		res, receipt, err := luascript.Decode(v)
-		if err != nil {
-			batch[i].Err = fmt.Errorf("valkeystore: %v script: %w", c.alg, err)
-			continue
-		}
-		batch[i].Result, batch[i].Receipt = res, receipt
+		op.Result, op.Receipt = res, receipt
+	})
+	if err != nil {
+		fail(fmt.Errorf("valkeystore: %v script: %w", c.alg, err))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -18,9 +19,8 @@ import (
 
 // The scripts, one per algorithm: prelude.lua, the algorithm's decide
 // function (scripts/<algorithm>.lua) and the driver batch.lua, which decides
-// any number of keys in one call: KEYS[i] with six ARGV each (now, limit,
-// parameter, cost, flag, receipt), and replies with five integers per key
-// (allowed, remaining, retry after and reset after in microseconds, receipt).
+// any number of keys in one call: KEYS[i] with ArgsPerKey ARGV each (Args),
+// and replies with one string of a record per key (DecodeCall).
 var (
 	//go:embed scripts/prelude.lua
 	preludeLua string
@@ -127,12 +127,8 @@ func CalendarParam(op *sluice.Op, clock time.Time) string {
 // clock is outside the periods sent: Decode returns sluice.ErrClockSkew.
 const clockSkew = 2
 
-// ArgsPerKey is the number of ARGV of each key; ReplyPerKey the number of
-// integers of the reply for each key (see batch.lua).
-const (
-	ArgsPerKey  = 8
-	ReplyPerKey = 7
-)
+// ArgsPerKey is the number of ARGV of each key (see batch.lua).
+const ArgsPerKey = 8
 
 // Args returns the ARGV of op, in order: now in microseconds (0: the
 // server's TIME), limit, the algorithm's parameter, cost, the flag
@@ -177,26 +173,63 @@ func OverrideBounds(op *sluice.Op) string {
 // return.
 var ErrReply = errors.New("reply out of range")
 
-// Decode turns the reply of one key (allowed, remaining, retry after and
-// reset after in microseconds, receipt, the override's limit and status)
-// into its Result and receipt.
-func Decode(v [ReplyPerKey]int64) (sluice.Result, int64, error) {
-	if v[0] == clockSkew {
+// RecordSize is the length in bytes of one decision's record in a call's
+// reply (see batch.lua): allowed and the override's status, one byte
+// each, then remaining, retry after and reset after in microseconds, the
+// receipt and the override's limit, each a little-endian int64.
+const RecordSize = 2 + 5*8
+
+// DecodeCall reads the reply of a call that decided n keys, one string
+// of n records (see batch.lua), and passes each decision's Result and
+// receipt to set, in order, or its error when its record is out of range
+// (ErrReply, or sluice.ErrClockSkew for a calendar decision whose clock is
+// outside its periods). It returns an ErrReply, and calls set for none,
+// when the reply does not hold n records.
+func DecodeCall(reply string, n int, set func(j int, res sluice.Result, receipt int64, err error)) error {
+	if len(reply) != n*RecordSize {
+		return fmt.Errorf("%w: %d bytes, want %d for %d decisions", ErrReply, len(reply), n*RecordSize, n)
+	}
+	for j := range n {
+		res, receipt, err := decodeRecord(reply[j*RecordSize : (j+1)*RecordSize])
+		set(j, res, receipt, err)
+	}
+	return nil
+}
+
+// decodeRecord turns one decision's record (allowed, the override's
+// status, remaining, retry after and reset after in microseconds, receipt,
+// the override's limit) into its Result and receipt.
+func decodeRecord(r string) (sluice.Result, int64, error) {
+	allowed, status := r[0], r[1]
+	remaining, retry, reset := int64At(r, 2), int64At(r, 10), int64At(r, 18)
+	receipt, ovLimit := int64At(r, 26), int64At(r, 34)
+	if allowed == clockSkew {
 		return sluice.Result{}, 0, sluice.ErrClockSkew
 	}
-	if v[0] != 0 && v[0] != 1 || v[1] < 0 || v[2] < 0 || v[3] < 0 || v[4] <= 0 ||
-		v[6] < 0 || v[6] > 2 || (v[6] == 1) != (v[5] > 0) {
-		return sluice.Result{}, 0, fmt.Errorf("%w: %v", ErrReply, v)
+	if allowed > 1 || remaining < 0 || retry < 0 || retry > maxMicros || reset < 0 || reset > maxMicros || receipt <= 0 ||
+		status > 2 || (status == 1) != (ovLimit > 0) {
+		return sluice.Result{}, 0, fmt.Errorf("%w: allowed %d, override status %d, remaining %d, retry after %dµs, reset after %dµs, receipt %d, override limit %d",
+			ErrReply, allowed, status, remaining, retry, reset, receipt, ovLimit)
 	}
 	res := sluice.Result{
-		Allowed:         v[0] == 1,
-		Remaining:       v[1],
-		RetryAfter:      time.Duration(v[2]) * time.Microsecond,
-		ResetAfter:      time.Duration(v[3]) * time.Microsecond,
-		OverrideInvalid: v[6] == 2,
+		Allowed:         allowed == 1,
+		Remaining:       remaining,
+		RetryAfter:      time.Duration(retry) * time.Microsecond,
+		ResetAfter:      time.Duration(reset) * time.Microsecond,
+		OverrideInvalid: status == 2,
 	}
-	if v[6] == 1 {
-		res.Source, res.Limit = sluice.SourceOverride, v[5]
+	if status == 1 {
+		res.Source, res.Limit = sluice.SourceOverride, ovLimit
 	}
-	return res, v[4], nil
+	return res, receipt, nil
+}
+
+// maxMicros is the longest time.Duration in microseconds.
+const maxMicros = math.MaxInt64 / int64(time.Microsecond)
+
+// int64At is the little-endian int64 at s[i:i+8].
+func int64At(s string, i int) int64 {
+	s = s[i : i+8]
+	return int64(uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56)
 }

@@ -7,10 +7,14 @@
 --   negative cost, the receipt of the take it refunds; else 0), the index
 --   in KEYS of the decision's override key (0: none), and the bounds an
 --   override must keep (see override in prelude.lua; "0" for none).
--- Reply, 7 integers per key: allowed (1/0), remaining, retry_after_us,
---   reset_after_us, receipt (what a refund of this decision passes back),
---   the override's limit (0 when none applied) and the override's status
---   (0 none, 1 applied, 2 malformed and ignored).
+-- Reply: one string, a record of 42 bytes per key, in the keys' order
+--   (struct.pack '<BBi8i8i8i8i8', integers little-endian): allowed (1/0;
+--   2 for a calendar decision whose clock is outside its periods), the
+--   override's status (0 none, 1 applied, 2 malformed and ignored),
+--   remaining, retry_after_us, reset_after_us, receipt (what a refund of
+--   this decision passes back) and the override's limit (0 when none
+--   applied). One string, not seven integers per key, is what the client
+--   reads fastest (luascript.DecodeCall reads it).
 -- Each algorithm defines decide(key, now, limit, parameter, cost, flag,
 -- receipt) and flush(), which writes what decide kept to write once at the
 -- end. decideAll(keys, argv, base) decides the keys of a call from argv
@@ -46,14 +50,8 @@ for i = 1, (#ARGV - base) / 8 do
     allowed, remaining, retry, reset, receipt = decide(KEYS[i], now,
       limit, param, cost, ARGV[b + 5], tonumber(ARGV[b + 6]))
   end
-  out[#out + 1] = allowed
-  out[#out + 1] = remaining
-  out[#out + 1] = retry
-  out[#out + 1] = reset
-  out[#out + 1] = receipt or now
-  out[#out + 1] = ovLimit
-  out[#out + 1] = ov
+  out[i] = struct.pack('<BBi8i8i8i8i8', allowed, ov, remaining, retry, reset, receipt or now, ovLimit)
 end
 flush() -- the state the algorithm kept for the end of the call
-return out
+return table.concat(out)
 end

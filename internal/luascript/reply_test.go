@@ -1,0 +1,134 @@
+package luascript
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// record is one decision's record as batch.lua packs it, built here with
+// encoding/binary rather than DecodeCall's own reading.
+type record struct {
+	allowed, status                           byte
+	remaining, retry, reset, receipt, ovLimit int64
+}
+
+func (r record) bytes() string {
+	b := []byte{r.allowed, r.status}
+	for _, v := range []int64{r.remaining, r.retry, r.reset, r.receipt, r.ovLimit} {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v))
+	}
+	return string(b)
+}
+
+func TestDecodeCall(t *testing.T) {
+	const receipt = 1_764_000_000_123_456 // a time in microseconds: more than 2^50
+	for _, tc := range []struct {
+		name    string
+		rec     record
+		want    sluice.Result
+		wantErr error
+	}{
+		{"allowed", record{1, 0, 9, 0, 1500, receipt, 0},
+			sluice.Result{Allowed: true, Remaining: 9, ResetAfter: 1500 * time.Microsecond}, nil},
+		{"refused", record{0, 0, 0, 250_000, 3_000_000, receipt, 0},
+			sluice.Result{RetryAfter: 250 * time.Millisecond, ResetAfter: 3 * time.Second}, nil},
+		{"override applied", record{1, 1, 4, 0, 7, receipt, 500},
+			sluice.Result{Allowed: true, Remaining: 4, ResetAfter: 7 * time.Microsecond, Source: sluice.SourceOverride, Limit: 500}, nil},
+		{"override malformed", record{1, 2, 4, 0, 7, receipt, 0},
+			sluice.Result{Allowed: true, Remaining: 4, ResetAfter: 7 * time.Microsecond, OverrideInvalid: true}, nil},
+		{"clock skew", record{2, 0, 0, 0, 0, 0, 0}, sluice.Result{}, sluice.ErrClockSkew},
+		{"allowed out of range", record{3, 0, 0, 0, 0, receipt, 0}, sluice.Result{}, ErrReply},
+		{"negative remaining", record{1, 0, -1, 0, 0, receipt, 0}, sluice.Result{}, ErrReply},
+		{"negative retry", record{0, 0, 0, -1, 0, receipt, 0}, sluice.Result{}, ErrReply},
+		{"negative reset", record{1, 0, 0, 0, -1, receipt, 0}, sluice.Result{}, ErrReply},
+		{"no receipt", record{1, 0, 0, 0, 0, 0, 0}, sluice.Result{}, ErrReply},
+		{"status out of range", record{1, 3, 0, 0, 0, receipt, 0}, sluice.Result{}, ErrReply},
+		{"applied without a limit", record{1, 1, 0, 0, 0, receipt, 0}, sluice.Result{}, ErrReply},
+		{"a limit without an override", record{1, 0, 0, 0, 0, receipt, 5}, sluice.Result{}, ErrReply},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The record between two good ones: each is read at its own
+			// offset.
+			good := record{1, 0, 1, 0, 1, 1, 0}
+			reply := good.bytes() + tc.rec.bytes() + good.bytes()
+			calls := 0
+			err := DecodeCall(reply, 3, func(j int, res sluice.Result, r int64, err error) {
+				if j != calls {
+					t.Fatalf("decision %d passed as %d", calls, j)
+				}
+				calls++
+				if j != 1 {
+					if err != nil || res != (sluice.Result{Allowed: true, Remaining: 1, ResetAfter: time.Microsecond}) || r != 1 {
+						t.Errorf("decision %d: %+v %d %v", j, res, r, err)
+					}
+					return
+				}
+				if !errors.Is(err, tc.wantErr) || res != tc.want {
+					t.Errorf("got %+v %v, want %+v %v", res, err, tc.want, tc.wantErr)
+				}
+				if err == nil && r != receipt {
+					t.Errorf("receipt %d, want %d", r, receipt)
+				}
+			})
+			if err != nil || calls != 3 {
+				t.Fatalf("DecodeCall: %v after %d decisions", err, calls)
+			}
+		})
+	}
+}
+
+func TestDecodeCallLength(t *testing.T) {
+	good := record{1, 0, 1, 0, 1, 1, 0}.bytes()
+	for _, tc := range []struct {
+		reply string
+		n     int
+	}{
+		{"", 1},
+		{good, 2},
+		{good + good, 1},
+		{good[:RecordSize-1], 1},
+		{good + "x", 1},
+		{"x", 0},
+	} {
+		err := DecodeCall(tc.reply, tc.n, func(int, sluice.Result, int64, error) {
+			t.Fatalf("a decision passed from a reply of %d bytes for %d", len(tc.reply), tc.n)
+		})
+		if !errors.Is(err, ErrReply) {
+			t.Errorf("%d bytes for %d decisions: %v, want ErrReply", len(tc.reply), tc.n, err)
+		}
+	}
+	if err := DecodeCall("", 0, nil); err != nil {
+		t.Errorf("an empty call: %v", err)
+	}
+}
+
+// FuzzDecodeCall: any reply either decodes into exactly n decisions, each
+// a Result within range or an error, or is refused whole; nothing panics.
+func FuzzDecodeCall(f *testing.F) {
+	f.Add(record{1, 0, 1, 0, 1, 1, 0}.bytes(), 1)
+	f.Add(record{2, 0, 0, 0, 0, 0, 0}.bytes()+record{0, 1, 5, 9, 9, 3, 5}.bytes(), 2)
+	f.Add("", 0)
+	f.Fuzz(func(t *testing.T, reply string, n int) {
+		if n < 0 || n > 1000 {
+			return
+		}
+		calls := 0
+		err := DecodeCall(reply, n, func(j int, res sluice.Result, receipt int64, err error) {
+			calls++
+			if err == nil && (res.Remaining < 0 || res.RetryAfter < 0 || res.ResetAfter < 0 || receipt <= 0 ||
+				(res.Source == sluice.SourceOverride) != (res.Limit > 0)) {
+				t.Fatalf("decision %d out of range: %+v receipt %d", j, res, receipt)
+			}
+		})
+		if (err == nil) != (len(reply) == n*RecordSize) {
+			t.Fatalf("%d bytes for %d decisions: %v", len(reply), n, err)
+		}
+		if err == nil && calls != n || err != nil && calls != 0 {
+			t.Fatalf("%d decisions passed for %d (%v)", calls, n, err)
+		}
+	})
+}
