@@ -10,28 +10,32 @@ import (
 )
 
 // The batcher merges concurrent decisions for one node into shared script
-// calls. Up to max calls are in flight at once; a decision that arrives
-// while all are busy queues, and when a call returns, what queued
-// meanwhile leaves together as the next call (one EVALSHA deciding many
-// keys, split only by algorithm: on a cluster, the node's slots share
-// calls; see cross.go). Requests for
-// one hot key that queue together are decided in one script call, one
-// after the other, exactly as if they had come one by one.
+// calls. The batchers of a store's nodes share a budget of calls in flight
+// (budget.go); a decision that arrives while its node may not start
+// another call queues, and when a call returns, what queued meanwhile
+// leaves together as the next call (one EVALSHA deciding many keys, split
+// only by algorithm: on a cluster, the node's slots share calls; see
+// cross.go). Requests for one hot key that queue together are decided in
+// one script call, one after the other, exactly as if they had come one by
+// one.
 //
-// No goroutine is started: the caller whose call returns hands the queue to
-// one of the queued callers, which sends it and wakes the others.
+// No goroutine is started: the caller whose call returns hands the slot to
+// one of the queued callers (of its node, or of another node; see
+// budget.go), which sends its node's queue and wakes the others.
 //
 // Invariants:
-//   - A lone decision never waits: when fewer than max calls are in flight
-//     it goes out at once.
+//   - A lone decision never waits: a node without a call in flight
+//     starts one at once, whatever the other nodes use of the budget.
 //   - Every caller returns by its own deadline (the earliest of its Ops'
 //     Deadlines and its ctx's), whatever the calls in flight do: a merged
 //     call is bounded by the earliest deadline among its requests (and the
 //     deadline layer, deadline.go, returns it by then); a queued request
-//     whose deadline passes is failed when the queue is handed on, or by a
+//     whose deadline passes is failed when its queue is sent, or by a
 //     timer of its own when it may wait for a call that outlives its
 //     deadline (armed when it queues behind such a call, or when such a
-//     call leaves without it).
+//     call leaves without it). A queued request is always sent by the end
+//     of its node's last call in flight: the slot of a node's last call
+//     stays with the node while it has requests queued.
 //   - A decision's own deadline decides it: requests are merged only with
 //     requests whose deadlines are close to theirs (within an eighth of
 //     the time left), so a decision with a long timeout is never cut short
@@ -40,17 +44,18 @@ import (
 //   - A caller that gives up (its ctx ends) while queued is never sent;
 //     once sent, it waits for the reply, which the call may already have
 //     acted on.
-//   - The batcher serves one node, so a dead node's calls fill only its
-//     own slots in flight, never those of a healthy node.
+//   - A dead node's calls never starve a healthy node: each node keeps one
+//     call in flight of its own, and a hung call frees its slot by its
+//     deadline (budget.go).
 type batcher struct {
 	n      *node
-	max    int // calls in flight at once
-	maxOps int // decisions per merged batch
+	bud    *budget // the store's; its mu guards the fields below
+	maxOps int     // decisions per merged batch
 
-	mu       sync.Mutex
-	inflight int
+	inflight int       // this node's calls in flight
 	latest   time.Time // the latest deadline of the calls in flight
 	pending  []*request
+	queued   int // the decisions in pending (given-up ones until dropped)
 }
 
 // A request is one caller's Do waiting in the queue.
@@ -58,7 +63,7 @@ type request struct {
 	ops      []sluice.Op // a copy: the caller may give up and return
 	deadline time.Time   // the earliest of the ops' deadlines; zero: none
 	state    atomic.Int32
-	rearmed  bool          // a rearm was sent (under batcher.mu)
+	rearmed  bool          // a rearm was sent (under budget.mu)
 	wake     chan wakeCall // a batch to send (the caller leads it), done, or rearm
 }
 
@@ -80,8 +85,8 @@ var never = time.Unix(1<<62, 0)
 // Room for a rearm and the final wake, so that neither send blocks.
 var requestPool = sync.Pool{New: func() any { return &request{wake: make(chan wakeCall, 2)} }}
 
-func newBatcher(e *engine, n *node, max int) *batcher {
-	return &batcher{n: n, max: max, maxOps: 16 * e.maxBatch}
+func newBatcher(e *engine, n *node) *batcher {
+	return &batcher{n: n, bud: e.budget, maxOps: 16 * e.maxBatch}
 }
 
 // earliest returns the earliest deadline of ops, or the zero Time.
@@ -107,13 +112,11 @@ func (b *batcher) do(ctx context.Context, ops []sluice.Op) error {
 	if d, ok := ctx.Deadline(); ok && (dl.IsZero() || d.Before(dl)) {
 		dl = d // the caller's own deadline bounds the merged call too
 	}
-	b.mu.Lock()
-	if b.inflight < b.max {
-		b.inflight++
-		if orNever(dl).After(b.latest) {
-			b.latest = orNever(dl)
-		}
-		b.mu.Unlock()
+	bud := b.bud
+	bud.mu.Lock()
+	if bud.mayStart(b) {
+		b.start(dl)
+		bud.mu.Unlock()
 		err := b.n.doBy(ctx, ops, dl)
 		b.handoff()
 		return err
@@ -123,9 +126,13 @@ func (b *batcher) do(ctx context.Context, ops []sluice.Op) error {
 	r.deadline = dl
 	r.rearmed = false
 	r.state.Store(queued)
+	if len(b.pending) == 0 {
+		bud.wait(b)
+	}
 	b.pending = append(b.pending, r)
+	b.queued += len(ops)
 	needTimer := !dl.IsZero() && dl.Before(b.latest)
-	b.mu.Unlock()
+	bud.mu.Unlock()
 
 	var (
 		timer   *time.Timer
@@ -189,80 +196,106 @@ func (b *batcher) final(r *request) []*request {
 	}
 }
 
-// handoff gives the queue to one of the queued callers, or frees the slot.
-// The batch it hands on is the first live request in the queue and the
-// requests after it whose deadlines are close to its own (mergeable); the
-// others stay queued, in order, for the next call.
+// start counts a call of b with deadline dl (zero: none) in flight.
+// bud.mu is held.
+func (b *batcher) start(dl time.Time) {
+	b.inflight++
+	b.bud.used++
+	if orNever(dl).After(b.latest) {
+		b.latest = orNever(dl)
+	}
+}
+
+// handoff frees the slot of a call of b that returned and passes it on:
+// to a queued caller of the node that next() chooses (b's, or another
+// node's), which leads that node's next batch; or to nobody, when no node
+// with requests queued may start a call.
 func (b *batcher) handoff() {
+	bud := b.bud
+	bud.mu.Lock()
+	b.inflight--
+	bud.used--
+	if b.inflight == 0 {
+		b.latest = time.Time{}
+	}
 	for {
-		b.mu.Lock()
-		if len(b.pending) == 0 {
-			b.inflight--
-			if b.inflight == 0 {
-				b.latest = time.Time{}
-			}
-			b.mu.Unlock()
+		x := bud.next()
+		if x == nil {
+			bud.mu.Unlock()
 			return
 		}
-		now := time.Now()
-		var (
-			live     []*request
-			anchor   time.Time // the deadline of the batch's first request
-			anchored bool
-			dl       time.Time // the earliest deadline in the batch
-			ops      int
-		)
-		keep := b.pending[:0] // filtered in place: keep never passes the reader
-		for _, r := range b.pending {
-			if r.state.Load() != queued {
-				continue // its caller gave up
-			}
-			if !r.deadline.IsZero() && !now.Before(r.deadline) {
-				if r.state.CompareAndSwap(queued, taken) {
-					for i := range r.ops {
-						r.ops[i].Err = context.DeadlineExceeded
-					}
-					r.wake <- wakeCall{}
-				}
-				continue
-			}
-			if ops >= b.maxOps || anchored && !mergeable(anchor, r.deadline, now) {
-				keep = append(keep, r)
-				continue
-			}
-			if !r.state.CompareAndSwap(queued, taken) {
-				continue
-			}
-			if !anchored {
-				anchor, anchored = r.deadline, true
-			}
-			live = append(live, r)
-			ops += len(r.ops)
-			if !r.deadline.IsZero() && (dl.IsZero() || r.deadline.Before(dl)) {
-				dl = r.deadline
-			}
+		if live := x.take(time.Now()); live != nil {
+			bud.mu.Unlock()
+			live[0].wake <- wakeCall{batch: live} // the slot passes to the leader
+			return
 		}
-		clear(b.pending[len(keep):])
-		b.pending = keep
-		if len(live) == 0 {
-			b.mu.Unlock()
+	}
+}
+
+// take removes the next batch from b's queue and counts it in flight: the
+// first live request in the queue and the requests after it whose
+// deadlines are close to its own (mergeable); the others stay queued, in
+// order, for the next call. Requests whose deadlines passed are failed on
+// the way. It returns nil when no live request was queued. bud.mu is held.
+func (b *batcher) take(now time.Time) []*request {
+	var (
+		live     []*request
+		anchor   time.Time // the deadline of the batch's first request
+		anchored bool
+		dl       time.Time // the earliest deadline in the batch
+		ops      int
+		left     int // the decisions that stay queued
+	)
+	keep := b.pending[:0] // filtered in place: keep never passes the reader
+	for _, r := range b.pending {
+		if r.state.Load() != queued {
+			continue // its caller gave up
+		}
+		if !r.deadline.IsZero() && !now.Before(r.deadline) {
+			if r.state.CompareAndSwap(queued, taken) {
+				for i := range r.ops {
+					r.ops[i].Err = context.DeadlineExceeded
+				}
+				r.wake <- wakeCall{}
+			}
 			continue
 		}
-		if orNever(dl).After(b.latest) {
-			b.latest = orNever(dl)
+		if ops >= b.maxOps || anchored && !mergeable(anchor, r.deadline, now) {
+			keep = append(keep, r)
+			left += len(r.ops)
+			continue
 		}
-		// A request left queued behind a call that outlives its deadline
-		// must not wait for that call without a timer of its own.
-		for _, r := range keep {
-			if !r.rearmed && !r.deadline.IsZero() && r.deadline.Before(orNever(dl)) {
-				r.rearmed = true
-				r.wake <- wakeCall{rearm: true}
-			}
+		if !r.state.CompareAndSwap(queued, taken) {
+			continue
 		}
-		b.mu.Unlock()
-		live[0].wake <- wakeCall{batch: live} // the slot passes to the leader
-		return
+		if !anchored {
+			anchor, anchored = r.deadline, true
+		}
+		live = append(live, r)
+		ops += len(r.ops)
+		if !r.deadline.IsZero() && (dl.IsZero() || r.deadline.Before(dl)) {
+			dl = r.deadline
+		}
 	}
+	clear(b.pending[len(keep):])
+	b.pending = keep
+	b.queued = left
+	if len(keep) == 0 {
+		b.bud.done(b)
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	b.start(dl)
+	// A request left queued behind a call that outlives its deadline
+	// must not wait for that call without a timer of its own.
+	for _, r := range keep {
+		if !r.rearmed && !r.deadline.IsZero() && r.deadline.Before(orNever(dl)) {
+			r.rearmed = true
+			r.wake <- wakeCall{rearm: true}
+		}
+	}
+	return live
 }
 
 // mergeable reports whether a request with deadline d may share a call

@@ -27,3 +27,17 @@ func CrossSplits() int64 { return crossSplits.Load() }
 
 // CrossCalls returns how many cross calls were sent.
 func CrossCalls() int64 { return crossCalls.Load() }
+
+// InFlight returns the calls in flight to each node of s, by name (the
+// primary's address on a cluster), and the requests queued on all of them.
+func InFlight(s *Store) (map[string]int, int) {
+	calls, queued := map[string]int{}, 0
+	bud := s.e.budget
+	bud.mu.Lock()
+	defer bud.mu.Unlock()
+	for _, n := range s.e.nodes() {
+		calls[n.name] = n.batcher.inflight
+		queued += len(n.batcher.pending)
+	}
+	return calls, queued
+}

@@ -18,7 +18,9 @@ import (
 // the slots it serves. Each node has its own circuit breaker, batcher and
 // deadline guard, so a dead primary costs only the decisions whose slots
 // it serves: decisions on the other primaries neither queue behind its
-// calls nor are refused by its breaker.
+// calls nor are refused by its breaker. (The batchers share a budget of
+// calls in flight, in which each node keeps a call of its own; see
+// budget.go.)
 //
 // valkey-go routes every command by its slot and does not tell which node
 // it went to, so the store keeps its own map of slots to primaries, read
@@ -55,8 +57,8 @@ func (e *engine) newNode(name string) *node {
 	if e.breakerCfg != nil {
 		n.breaker = newBreaker(e.breakerCfg, n)
 	}
-	if e.inflight > 0 {
-		n.batcher = newBatcher(e, n, e.inflight)
+	if e.budget != nil {
+		n.batcher = newBatcher(e, n)
 	}
 	return n
 }

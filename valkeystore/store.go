@@ -15,6 +15,8 @@
 //     Sentinels' master, or a cluster primary with its slots) has its own
 //     batcher, breaker and deadline guard, so a dead primary costs only the
 //     decisions of its slots.
+//   - budget.go: the batchers of a store's nodes share a budget of calls in
+//     flight, each node keeping one of its own.
 //   - breaker.go: a circuit breaker per node (see Breaker) makes calls fail
 //     at once while the node is down or too slow for them, until a probe
 //     sees its slots answer again.
@@ -60,6 +62,7 @@ type engine struct {
 	maxBatch   int
 	breakerCfg *Breaker // nil when off; see breaker.go
 	inflight   int      // WithBatching; see batch.go
+	budget     *budget  // the batchers' calls in flight; nil without batching
 	cluster    bool     // keys of a script call must share a slot
 	topo       topology // nodes and the slots they serve; see nodes.go
 	replicaAck int      // WithReplicaAck; see durable.go
@@ -77,11 +80,14 @@ func WithMaxKeysPerCall(n int) Option {
 }
 
 // WithBatching sets how many script calls the store keeps in flight at once
-// to each node (default 4; 0 turns batching off). Decisions that arrive
-// while that many are in flight queue, and leave together in the next
-// call: one script call then decides many keys, which is what lets one
-// Valkey make several times more decisions per second than one call per
-// decision. A lone decision never waits for company.
+// (default 4; 0 turns batching off), across the nodes of a cluster: each
+// node may always have one call in flight, and more within that budget.
+// Decisions that arrive while their node may not start a call queue, and
+// leave together in the next call: one script call then decides many keys,
+// which is what lets one Valkey make several times more decisions per
+// second than one call per decision. A budget shared by the nodes keeps
+// those batches as long on a cluster as on one server. A lone decision
+// never waits for company.
 func WithBatching(inflight int) Option {
 	return func(e *engine) { e.inflight = inflight }
 }
@@ -113,6 +119,9 @@ func New(client valkey.Client, opts ...Option) (*Store, error) {
 	}
 	if e.inflight < 0 {
 		return nil, fmt.Errorf("valkeystore: calls in flight must be zero (no batching) or positive, got %d", e.inflight)
+	}
+	if e.inflight > 0 {
+		e.budget = &budget{max: e.inflight}
 	}
 	e.cluster = client.Mode() == valkey.ClientModeCluster
 	e.done = make(chan struct{})

@@ -67,7 +67,7 @@ func parseBench(args []string, stdout io.Writer) (*benchConfig, error) {
 	duration := fs.Duration("duration", 10*time.Second, "how long to run")
 	cost := fs.Int64("cost", 1, "units each decision takes")
 	timeout := fs.Duration("timeout", sluice.DefaultTimeout, "decision timeout: decisions past it are degraded (decided by fail mode open)")
-	batching := fs.Int("batching", 4, "script calls in flight to each node (valkeystore.WithBatching; 0: no batching)")
+	batching := fs.Int("batching", 4, "script calls in flight, across the nodes of a cluster (valkeystore.WithBatching; 0: no batching)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(fs, benchUsage, stdout)
