@@ -68,6 +68,7 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	if logger == nil {
 		return code
 	}
+	tuneGC(env, logger)
 	cfg, data, code := loadServeConfig(f, logger, stderr)
 	if cfg == nil {
 		return code
