@@ -76,7 +76,7 @@ func readEnvoyEnv(env func(string) (string, bool)) (*envoyEnv, error) {
 	e.dir = filepath.Join(root, get("RUNTIME_SUBDIRECTORY", ""), get("RUNTIME_APPDIRECTORY", "config"))
 	e.dirOpts = config.DirOptions{Merge: boolean("MERGE_DOMAIN_CONFIG", false), IgnoreDotfiles: boolean("RUNTIME_IGNOREDOTFILES", false)}
 	if !boolean("RUNTIME_WATCH_ROOT", true) {
-		e.notes = append(e.notes, "RUNTIME_WATCH_ROOT=false: the directory is polled either way, so both ways of updating it are seen")
+		e.notes = append(e.notes, "RUNTIME_WATCH_ROOT=false: the directory and every directory above it are watched either way, so both ways of updating it are seen")
 	}
 	e.httpAddr = net.JoinHostPort(get("HOST", "0.0.0.0"), get("PORT", "8080"))
 	e.grpcAddr = net.JoinHostPort(get("GRPC_HOST", "0.0.0.0"), get("GRPC_PORT", "8081"))

@@ -40,18 +40,30 @@ func (s *Server) Reload(path, reason string) error {
 		err = s.Apply(cfg)
 	}
 	s.lastReload.Store(&reloadResult{at: time.Now().UTC(), err: errString(err)})
+	s.countReload(err)
 	if err != nil {
-		s.metrics.reloads.WithLabelValues("failure").Inc()
-		s.metrics.reloadOK.Set(0)
 		s.log.Error("configuration rejected; the last good configuration keeps serving",
 			"file", path, "reason", reason, "err", err.Error())
 		return err
 	}
 	s.SetLoaded(data)
-	s.metrics.reloads.WithLabelValues("success").Inc()
-	s.metrics.reloadOK.Set(1)
 	s.log.Info("configuration reloaded", "file", path, "reason", reason, "policies", len(cfg.Policies), "domains", len(cfg.Domains))
 	return nil
+}
+
+// countReload counts a reload's outcome, under Sluice's metrics and
+// envoyproxy/ratelimit's: a file or directory that does not decode, and a
+// configuration that cannot be built, are both failures.
+func (s *Server) countReload(err error) {
+	if err != nil {
+		s.metrics.reloads.WithLabelValues("failure").Inc()
+		s.metrics.reloadOK.Set(0)
+		s.envoyStats.loadError.Inc()
+		return
+	}
+	s.metrics.reloads.WithLabelValues("success").Inc()
+	s.metrics.reloadOK.Set(1)
+	s.envoyStats.loadSuccess.Inc()
 }
 
 // reloadResult is the outcome of one Reload, for the dashboard.

@@ -62,6 +62,9 @@ type Options struct {
 	// ConfigDir, when set, says that the path given to Reload and Watch is
 	// a configuration directory (config.LoadDir), read with these options.
 	ConfigDir *config.DirOptions
+	// DirPoll is how often a watched configuration directory is read
+	// besides its watch (default DirPollInterval).
+	DirPoll time.Duration
 }
 
 // Server answers decisions for the policies of its current configuration.
@@ -150,6 +153,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err := s.Apply(cfg); err != nil {
 		return nil, err
 	}
+	s.envoyStats.loadSuccess.Inc()
 	return s, nil
 }
 
@@ -178,10 +182,8 @@ func (s *Server) Apply(cfg *config.Config) error {
 	}
 	st, err := s.build(cfg)
 	if err != nil {
-		s.envoyStats.loadError.Inc()
 		return err
 	}
-	s.envoyStats.loadSuccess.Inc()
 	if old := s.state.Load(); old != nil {
 		if !sameValkey(old.cfg.Valkey, cfg.Valkey) {
 			s.log.Warn("the valkey connection settings changed; the store in use is kept until a restart",
