@@ -7,7 +7,8 @@
 -- default). The window is named by its first instant; keys expire at the
 -- period's end plus the margin. When now is outside the four, decide
 -- returns allowed = 2 (clock skew), which the client reports as an error.
--- Mirrors calendarWindow in memstore/algo.go.
+-- Mirrors calendarWindow in memstore/algo.go. Like fixed_window.lua's,
+-- decide only reads (readsFirst).
 local function decide(key, now, limit, bounds, cost, flag, receipt)
   local b, n = {}, 0
   for v in string.gmatch(bounds, '%-?%d+') do

@@ -4,19 +4,48 @@
 -- several slots (CROSSSLOT): ARGV[1] is their number n, ARGV[2..n+1] the
 -- keys (the decisions', then the override keys), and the decisions' eight
 -- values each follow, as in batch.lua.
--- Before anything is written, every key is read once: a key this node does
--- not serve (its slot moved, is migrating without the key, or the node is
--- a replica or its cluster is down) fails that read, and the call replies
+-- Before anything is written, every key is read: a key this node does not
+-- serve (its slot moved, is migrating without the key, or the node is a
+-- replica or its cluster is down) fails that read, and the call replies
 -- NOTLOCAL, having changed nothing, so that the caller may send its
--- decisions again, each to the node that serves it.
+-- decisions again, each to the node that serves it. When the algorithm's
+-- decide only reads and flush writes (readsFirst), the decisions' own reads
+-- are those reads: any error before flush (a read refused, or another) has
+-- changed nothing, and replies NOTLOCAL (a decision that fails for another
+-- reason fails again when sent alone). Otherwise, and for the override
+-- keys (whose read override() takes for a malformed override when it
+-- fails), each key is read first with EXISTS.
 local n = tonumber(ARGV[1])
+local d = (#ARGV - n - 1) / 8 -- the decisions; the override keys follow theirs
 local keys = {}
 for i = 1, n do
   local k = ARGV[i + 1]
   keys[i] = k
-  local r = redis.pcall('EXISTS', k)
-  if type(r) == 'table' and r.err then
-    return redis.error_reply('NOTLOCAL ' .. r.err)
+  if i > d or not readsFirst then
+    local r = redis.pcall('EXISTS', k)
+    if type(r) == 'table' and r.err then
+      return redis.error_reply('NOTLOCAL ' .. r.err)
+    end
   end
 end
-return decideAll(keys, ARGV, n + 1)
+if not readsFirst then
+  return decideAll(keys, ARGV, n + 1)
+end
+-- decideAll calls flush through this local: once it is called, writes may
+-- have begun, and an error is no longer a proof that nothing changed.
+local flushing, flushState = false, flush
+flush = function()
+  flushing = true
+  flushState()
+end
+local ok, r = pcall(decideAll, keys, ARGV, n + 1)
+if ok then
+  return r
+end
+if flushing then
+  error(r, 0) -- as if not caught
+end
+if type(r) == 'table' and r.err then
+  r = r.err
+end
+return redis.error_reply('NOTLOCAL ' .. tostring(r))

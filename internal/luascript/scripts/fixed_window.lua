@@ -12,6 +12,8 @@
 -- A key decided several times in one call (a hot key's queued requests) is
 -- read once and written once, by flush: states[key] is {w, c}, or false for
 -- none; pending[key] the PEXPIRE to write, or 0 to delete.
+-- decide only reads; every write waits for flush (cross.lua relies on it).
+local readsFirst = true
 local states, pending = {}, {}
 -- decideSpan decides in the window [start, stop) named idx.
 local function decideSpan(key, now, idx, start, stop, limit, cost, flag, receipt)

@@ -8,6 +8,8 @@
 -- returns allowed (1/0), remaining, retry_after_us and reset_after_us; the
 -- driver (batch.lua) runs it for every key of a call, after prelude.lua.
 -- Mirrors slidingLog in memstore/algo.go.
+-- decide writes as it goes, so cross.lua reads every key before the first.
+local readsFirst = false
 local function decide(key, now, limit, window, cost, flag, receipt)
   local countRejected = flag == '1'
 

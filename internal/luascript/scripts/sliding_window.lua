@@ -9,6 +9,8 @@
 -- driver (batch.lua) runs it for every key of a call, after prelude.lua.
 -- Mirrors slidingWindow and swRetry in memstore/algo.go, operation for
 -- operation, so that both compute the same doubles.
+-- decide only reads; every write waits for flush (cross.lua relies on it).
+local readsFirst = true
 local LOOPS = 64 -- bound of the search for the first allowed microsecond
 -- A key decided several times in one call (a hot key's queued requests) is
 -- read once and written once, by flush: states[key] is {w, c, p}, or false

@@ -11,6 +11,8 @@
 -- A key decided several times in one call (a hot key's queued requests) is
 -- read once and written once, by flush: states[key] is {u, ts}, or false for
 -- none; pending[key] the PEXPIRE to write, or 0 to delete.
+-- decide only reads; every write waits for flush (cross.lua relies on it).
+local readsFirst = true
 local states, pending = {}, {}
 local function decide(key, now, cap, interval, cost, _, receipt)
   local st = states[key]
