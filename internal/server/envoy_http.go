@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sluicehq/sluice/internal/config"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // envoyproxy/ratelimit's HTTP endpoints: POST /json (ShouldRateLimit in
@@ -45,7 +44,7 @@ func (s *Server) handleJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req rlsv3.RateLimitRequest
-	if err := protojson.Unmarshal(body, &req); err != nil {
+	if err := decodeRequest(body, &req); err != nil {
 		problem(w, http.StatusBadRequest, "not a RateLimitRequest in JSON: "+err.Error())
 		return
 	}
