@@ -3,6 +3,8 @@ package valkeystore_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -149,8 +151,8 @@ func TestBudgetSharedAcrossNodes(t *testing.T) {
 // primary (8 goroutines) and an idle one (lone decisions, one at a time)
 // decide every decision normally within a 1s timeout, and every caller of
 // the hung primary returns by its deadline (with a margin for a loaded
-// machine). Without a call of its own per node, the healthy primaries'
-// decisions would wait for the hung calls and time out.
+// machine), giving its slot back. Without a call of its own per node, the
+// healthy primaries' decisions would wait for the hung calls and time out.
 func TestBudgetHungPrimary(t *testing.T) {
 	cl := budgetCluster(t)
 	s, err := valkeystore.New(cl.Client(t), valkeystore.WithBatching(2), valkeystore.WithoutBreaker())
@@ -225,6 +227,11 @@ func TestBudgetHungPrimary(t *testing.T) {
 	stop.Store(true)
 	stopHung.Store(true)
 	wg.Wait()
+	// Every caller has returned: every slot was given back, the hung
+	// calls' too (their callers returned by their deadlines).
+	if flying, _ := valkeystore.InFlight(s); slices.ContainsFunc(slices.Collect(maps.Values(flying)), func(n int) bool { return n != 0 }) {
+		t.Errorf("calls still counted in flight after every caller returned: %v", flying)
+	}
 	if decided.Load() == 0 {
 		t.Error("no decision on the healthy primaries")
 	}
