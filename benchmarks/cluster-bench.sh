@@ -7,7 +7,9 @@
 # scripts of several slots, without a second server process), alternating,
 # ROUNDS times (default 2), DURATION each (default 8s). With OTHER_SLUICE
 # (another build of cmd/sluice), the 3-primary Cluster runs with it too,
-# beside SLUICE, for a before/after in the same run.
+# beside SLUICE, for a before/after in the same run; OTHER_ARGS are more
+# `sluice bench` flags for that row (such as "-batching 1" with the same
+# build twice).
 #
 # For each run: decisions/s, decisions per script call and server µs per
 # decision as `sluice bench` reads them from INFO commandstats (wall time
@@ -90,13 +92,14 @@ sched() {
 	echo "$cpu $rq"
 }
 
-# run LABEL SLUICE PORTS...
+# run LABEL SLUICE ARGS PORTS...: ARGS are more flags of sluice bench.
 run() {
-	label=$1 bin=$2
-	shift 2
+	label=$1 bin=$2 args=$3
+	shift 3
 	addrs=$(for p in "$@"; do printf '127.0.0.1:%s,' "$p"; done)
 	s0=$(sched "$@")
-	out=$("$bin" bench -valkey "${addrs%,}" -algorithm gcra -concurrency 128 -keys 100000 -duration "$duration" -timeout 2s 2>/dev/null)
+	# shellcheck disable=SC2086
+	out=$("$bin" bench -valkey "${addrs%,}" -algorithm gcra -concurrency 128 -keys 100000 -duration "$duration" -timeout 2s $args 2>/dev/null)
 	s1=$(sched "$@")
 	echo "$out" | awk -v label="$label" -v s="$s0 $s1" '
 		/^decisions/ { n = $2; rate = $5 }
@@ -114,12 +117,12 @@ echo
 echo "| setup | decisions/s | decisions per call | server µs per decision (commandstats) | server CPU µs per decision | server waiting for a core, µs per decision | degraded |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
 for _ in $(seq "$rounds"); do
-	run "one server" "$sluice" "$one"
-	run "3-primary Cluster" "$sluice" "$c1" "$c2" "$c3"
+	run "one server" "$sluice" "" "$one"
+	run "3-primary Cluster" "$sluice" "" "$c1" "$c2" "$c3"
 	if [ -n "$other" ]; then
-		run "3-primary Cluster, other build" "$other" "$c1" "$c2" "$c3"
+		run "3-primary Cluster, OTHER_SLUICE ${OTHER_ARGS:-}" "$other" "${OTHER_ARGS:-}" "$c1" "$c2" "$c3"
 	fi
-	run "1-primary Cluster" "$sluice" "$solo"
+	run "1-primary Cluster" "$sluice" "" "$solo"
 done
 echo
 echo "load after: $(uptime)"
