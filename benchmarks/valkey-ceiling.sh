@@ -21,17 +21,39 @@ trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT INT TERM
 cli() { valkey-cli -h 127.0.0.1 -p "$port" "$@"; }
 for i in 1 2 3 4 5 6 7 8 9 10; do cli ping >/dev/null 2>&1 && break; sleep 0.2; done
 
-# bench NAME CALLS_KEYS ARGS...: calls/s as valkey-benchmark reports it.
+# bench NAME CALLS ARGS...: calls/s as valkey-benchmark reports it, the
+# last argument read from $dir/args (-x: binary, as the scripts take it).
 bench() {
 	name=$1
 	n=$2
 	shift 2
-	qps=$(valkey-benchmark -h 127.0.0.1 -p "$port" -c 50 -P 16 -n "$n" -r 100000 --csv "$@" | tail -1 | cut -d, -f2 | tr -d '"')
+	qps=$(valkey-benchmark -h 127.0.0.1 -p "$port" -c 50 -P 16 -n "$n" -r 100000 --csv -x "$@" <"$dir/args" | tail -1 | cut -d, -f2 | tr -d '"')
 	echo "$name $qps"
 }
 
-# args KEYS ARGV5: ARGV repeated once per key.
+# repeat K WORDS...: WORDS K times.
 repeat() { k=$1; shift; i=0; while [ $i -lt "$k" ]; do printf '%s ' "$@"; i=$((i + 1)); done; }
+
+# le64 N: N (not negative) as eight bytes, little-endian.
+le64() {
+	n=$1 i=0 s=
+	while [ $i -lt 8 ]; do
+		s="$s\\$(printf '%03o' $((n % 256)))"
+		n=$((n / 256)) i=$((i + 1))
+	done
+	printf "$s"
+}
+
+# records K: K decisions' records, as luascript.AppendArgs writes them
+# (see batch.lua): now 0 (the server's TIME), limit 1e6, parameter 1 µs,
+# cost 1, receipt 0, and no flag, calendar or override.
+records() {
+	i=0
+	while [ $i -lt "$1" ]; do
+		le64 0; le64 1000000; le64 1; le64 1; le64 0; printf '\000\000\000'
+		i=$((i + 1))
+	done
+}
 
 printf '| script | keys | keys per call | calls/s | decisions/s |\n|---|---|---:|---:|---:|\n'
 for alg in gcra token_bucket; do
@@ -39,16 +61,12 @@ for alg in gcra token_bucket; do
 	# driver and the one-slot ending.
 	s="$here/../internal/luascript/scripts"
 	sha=$(cli script load "$(cat "$s/prelude.lua" "$s/$alg.lua" "$s/batch.lua" "$s/one.lua")")
-	# ARGV per key (see batch.lua): now (0: the server's TIME), limit,
-	# parameter, cost, flag, receipt, override key index, override bounds.
-	case $alg in
-	gcra) argv="0 1000000 1 1 0 0 0 0" ;;          # burst 1e6, interval 1µs: never refuses
-	token_bucket) argv="0 1000000 1 1 0 0 0 0" ;;  # capacity 1e6, 1 token/µs
-	esac
-	# One call first, so that a script that fails says so instead of being
-	# timed: valkey-benchmark counts error replies as answers.
-	# shellcheck disable=SC2046
-	if ! out=$(cli evalsha "$sha" 1 ceiling:check $argv 2>&1) || echo "$out" | grep -qi err; then
+	# GCRA: burst 1e6, interval 1µs; token bucket: capacity 1e6, a token
+	# every µs: neither refuses. One call first, so that a script that
+	# fails says so instead of being timed: valkey-benchmark counts error
+	# replies as answers. Its reply is one record of 42 bytes.
+	records 1 >"$dir/args"
+	if ! out=$(cli -x evalsha "$sha" 1 ceiling:check <"$dir/args" 2>&1) || [ "$(printf '%s' "$out" | wc -c)" -ne 42 ]; then
 		echo "valkey-ceiling.sh: $alg script failed: $out" >&2
 		exit 1
 	fi
@@ -60,8 +78,9 @@ for alg in gcra token_bucket; do
 			else
 				k=$(repeat "$per" "ceiling:{__rand_int__}")
 			fi
+			records "$per" >"$dir/args"
 			# shellcheck disable=SC2086
-			qps=$(bench x $((decisions / per)) EVALSHA "$sha" "$per" $k $(repeat "$per" $argv) | cut -d' ' -f2)
+			qps=$(bench x $((decisions / per)) EVALSHA "$sha" "$per" $k | cut -d' ' -f2)
 			dps=$(awk -v q="$qps" -v p="$per" 'BEGIN { printf "%d", q * p }')
 			printf '| %s | %s | %d | %s | %s |\n' "$alg" "$keys" "$per" "$qps" "$dps"
 			cli flushall >/dev/null

@@ -222,31 +222,29 @@ func hashTag(key string) string {
 	return key
 }
 
-// command builds the EVALSHA (or EVAL) of one call.
+// command builds the EVALSHA (or EVAL) of one call: its keys and one
+// string of the decisions' records (luascript.AppendArgs).
 func command(ctx context.Context, batch []sluice.Op, c call, sha bool) scriptCmd {
 	sc := c.sc
 	n := len(c.ops)
-	args := make([]any, 0, 3+n+n*luascript.ArgsPerKey)
+	args := make([]any, 0, 4+n)
 	if sha {
 		args = append(args, "evalsha", sc.SHA)
 	} else {
 		args = append(args, "eval", sc.Src)
 	}
 	args = append(args, n)
+	size := 0
 	for _, i := range c.ops {
 		args = append(args, batch[i].Key)
+		size += luascript.ArgsSize(&batch[i], false)
 	}
+	buf := make([]byte, 0, size)
+	clock := time.Now()
 	for _, i := range c.ops {
-		op := &batch[i]
-		for k, a := range luascript.Args(op) {
-			if k == 2 && op.Rule.IsCalendar() {
-				args = append(args, luascript.CalendarParam(op, time.Now()))
-				continue
-			}
-			args = append(args, a)
-		}
+		buf = luascript.AppendArgs(buf, &batch[i], 0, clock)
 	}
-	return scriptCmd{redis.NewCmd(ctx, args...)}
+	return scriptCmd{redis.NewCmd(ctx, append(args, buf)...)}
 }
 
 // decode fills in the Results of one call from its reply.

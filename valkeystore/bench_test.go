@@ -34,7 +34,8 @@ const benchKeys = 100_000
 // algorithm: one hot key and 100k keys, serial and parallel (128
 // goroutines), with batching on (the default) and off. cpu-µs/op is the
 // test process's CPU time (getrusage) per decision: the client's cost,
-// without the server's.
+// without the server's; srv-cpu-µs/op the server's (INFO cpu), and
+// ops/call the decisions per script call (INFO commandstats).
 //
 //	go test -run '^$' -bench Allow -benchmem ./valkeystore
 func BenchmarkAllow(b *testing.B) {
@@ -74,7 +75,7 @@ func BenchmarkAllow(b *testing.B) {
 						}
 						ctx := context.Background()
 						b.ReportAllocs()
-						cpu := processCPU()
+						cpu, srv := processCPU(), serverStats(b, c)
 						b.ResetTimer()
 						if par {
 							b.SetParallelism(64) // 2 cores × 64 = 128 goroutines
@@ -102,6 +103,11 @@ func BenchmarkAllow(b *testing.B) {
 						// the load of a shared machine inflates far less
 						// than the time per decision.
 						b.ReportMetric(float64(processCPU()-cpu)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+						after := serverStats(b, c)
+						b.ReportMetric(float64(after.cpu-srv.cpu)/float64(time.Microsecond)/float64(b.N), "srv-cpu-µs/op")
+						if calls := after.calls - srv.calls; calls > 0 {
+							b.ReportMetric(float64(b.N)/float64(calls), "ops/call")
+						}
 						if allowed.Load() == 0 {
 							b.Fatal("nothing allowed: the benchmark measured refusals")
 						}
@@ -110,6 +116,39 @@ func BenchmarkAllow(b *testing.B) {
 			}
 		}
 	}
+}
+
+// stats is what a server has done: its CPU time (user and system) and
+// its script calls.
+type stats struct {
+	cpu   time.Duration
+	calls int64
+}
+
+var (
+	cpuField   = regexp.MustCompile(`(?m)^used_cpu_(?:user|sys):([0-9.]+)`)
+	callsField = regexp.MustCompile(`(?m)^cmdstat_eval(?:sha)?:calls=(\d+)`)
+)
+
+// serverStats reads the server's stats from INFO cpu and commandstats.
+func serverStats(b *testing.B, c valkey.Client) stats {
+	info, err := c.Do(context.Background(), c.B().Info().Section("cpu").Section("commandstats").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var st stats
+	for _, m := range cpuField.FindAllStringSubmatch(info, -1) {
+		sec, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		st.cpu += time.Duration(sec * float64(time.Second))
+	}
+	for _, m := range callsField.FindAllStringSubmatch(info, -1) {
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		st.calls += n
+	}
+	return st
 }
 
 var usedMemory = regexp.MustCompile(`used_memory:(\d+)`)

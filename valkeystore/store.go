@@ -292,102 +292,68 @@ func (e *engine) plan(batch []sluice.Op, dst []call, cross bool) []call {
 	return calls
 }
 
-// command builds the EVALSHA (or EVAL) of one call.
+// command builds the EVALSHA (or EVAL) of one call: its keys (the
+// decisions', then the override keys) and one string of the decisions'
+// records (luascript.AppendArgs).
 func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 	n := len(c.ops)
-	// One allocation for the keys and arguments (none for a lone
-	// decision), one for the digits of all the numbers but the small ones,
-	// which strconv has as constants. buf is made as large as those digits
-	// (digits), so it never grows and the strings can share it.
 	nov, size := 0, 0
 	for _, i := range c.ops {
-		if batch[i].Override != "" {
+		ov := batch[i].Override != ""
+		if ov {
 			nov++
 		}
-		for _, x := range luascript.Args(&batch[i]) {
-			if !small(x) {
-				size += digits(x)
-			}
-		}
+		size += luascript.ArgsSize(&batch[i], ov)
 	}
-	// head: the number of keys, the first ARGV of a cross call. The
-	// builder copies the strings, so a lone decision's stay on the stack.
-	var lone [1 + 2 + luascript.ArgsPerKey]string
+	// all is the numbers of keys and of decisions (the first ARGV of a
+	// cross call), the keys, and the records; one allocation, none for a
+	// lone decision: the builder copies the strings, so they may stay on
+	// the stack. The records are one allocation: valkey-go may still hold
+	// the command after the call returned (the deadline layer returns by
+	// the deadline), so they are never reused.
+	var lone [5]string
 	var all []string
-	if size := 1 + n + nov + n*luascript.ArgsPerKey; size <= len(lone) {
+	if size := 3 + n + nov; size <= len(lone) {
 		all = lone[:size]
 	} else {
 		all = make([]string, size)
 	}
-	head, strs := all[:1], all[1:]
-	// keys has room for the override keys, which append never moves
-	// into args.
-	keys, args := strs[:n:n+nov], strs[n+nov:]
+	keys := all[2 : 2+n : 2+n+nov] // room for the override keys, which append never moves
 	buf := make([]byte, 0, size)
-	str := func(from int) string { return unsafe.String(&buf[from], len(buf)-from) }
-	num := func(v int64) string {
-		from := len(buf)
-		buf = strconv.AppendInt(buf, v, 10)
-		return str(from)
-	}
+	clock := time.Now().Add(clockSkew)
 	for j, i := range c.ops {
 		op := &batch[i]
 		keys[j] = op.Key
-		a := args[j*luascript.ArgsPerKey : (j+1)*luascript.ArgsPerKey]
-		for k, x := range luascript.Args(op) {
-			if small(x) {
-				a[k] = strconv.FormatInt(x, 10) // a constant: no allocation
-			} else {
-				a[k] = num(x)
-			}
-		}
-		if op.Rule.IsCalendar() {
-			a[2] = luascript.CalendarParam(op, time.Now().Add(clockSkew))
-		}
+		ovKey := 0
 		if op.Override != "" {
 			// The override key follows the decisions' keys; it shares the
 			// decision's hash tag, so the call stays in one slot.
 			keys = append(keys, op.Override)
-			a[6] = strconv.Itoa(len(keys))
-			a[7] = luascript.OverrideBounds(op)
+			ovKey = len(keys)
 		}
+		buf = luascript.AppendArgs(buf, op, ovKey, clock)
 	}
+	all[len(all)-1] = unsafe.String(unsafe.SliceData(buf), len(buf))
 	sc := c.sc
 	if c.cross {
 		crossCalls.Add(1)
-		// Undeclared keys: the number of keys, the keys, then the args,
-		// all in ARGV (see luascript.Script.Cross).
-		// keys filled its room: all is head, keys, args.
-		head[0] = strconv.Itoa(len(keys))
+		// Undeclared keys: the numbers of keys and of decisions, the
+		// keys, then the records, all in ARGV (see luascript.Script.Cross).
+		all[0], all[1] = strconv.Itoa(len(keys)), strconv.Itoa(n)
 		if sha {
 			return e.client.B().Evalsha().Sha1(sc.Cross.SHA).Numkeys(0).Arg(all...).Build()
 		}
 		return e.client.B().Eval().Script(sc.Cross.Src).Numkeys(0).Arg(all...).Build()
 	}
 	if sha {
-		return e.client.B().Evalsha().Sha1(sc.SHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		return e.client.B().Evalsha().Sha1(sc.SHA).Numkeys(int64(len(keys))).Key(keys...).Arg(all[len(all)-1]).Build()
 	}
-	return e.client.B().Eval().Script(sc.Src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	return e.client.B().Eval().Script(sc.Src).Numkeys(int64(len(keys))).Key(keys...).Arg(all[len(all)-1]).Build()
 }
 
 // clockSkew is added to this host's clock by tests that play a skewed
 // client.
 var clockSkew time.Duration
-
-// small reports whether strconv formats v without allocating (0 to 99).
-func small(v int64) bool { return 0 <= v && v < 100 }
-
-// digits is the length of v in decimal, with its sign.
-func digits(v int64) int {
-	n, u := 1, uint64(v)
-	if v < 0 {
-		n, u = 2, -u
-	}
-	for ; u >= 10; u /= 10 {
-		n++
-	}
-	return n
-}
 
 // decode fills in the Results of one call from its reply.
 func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {

@@ -7,11 +7,11 @@ package luascript
 import (
 	"crypto/sha1"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -19,8 +19,9 @@ import (
 
 // The scripts, one per algorithm: prelude.lua, the algorithm's decide
 // function (scripts/<algorithm>.lua) and the driver batch.lua, which decides
-// any number of keys in one call: KEYS[i] with ArgsPerKey ARGV each (Args),
-// and replies with one string of a record per key (DecodeCall).
+// any number of keys in one call: KEYS[i] and one string of a record per
+// key (AppendArgs), and replies with one string of a record per key
+// (DecodeCall).
 var (
 	//go:embed scripts/prelude.lua
 	preludeLua string
@@ -103,70 +104,85 @@ func ForRule(r *sluice.Rule) *Script {
 	return For(r.Algorithm)
 }
 
-// CalendarParam is the parameter of a calendar rule's script, in place of
-// Args' third: the first instants of four periods around the Op's time, or
-// around clock when the server's TIME decides (sluice.Rule.CalendarBounds),
-// in microseconds, separated by spaces (see calendar.lua).
-func CalendarParam(op *sluice.Op, clock time.Time) string {
-	now := op.Now
-	if now.IsZero() {
-		now = clock
-	}
-	b := op.Rule.CalendarBounds(now)
-	buf := make([]byte, 0, 4*21)
-	for i, v := range b {
-		if i > 0 {
-			buf = append(buf, ' ')
-		}
-		buf = strconv.AppendInt(buf, v, 10)
-	}
-	return string(buf)
-}
-
 // clockSkew is the "allowed" a calendar script replies when the deciding
 // clock is outside the periods sent: Decode returns sluice.ErrClockSkew.
 const clockSkew = 2
 
-// ArgsPerKey is the number of ARGV of each key (see batch.lua).
-const ArgsPerKey = 8
+// Argument records (see batch.lua): a decision's fixed part, and the
+// parts that follow it for calendar periods and for an override.
+const (
+	recordArgs   = 5*8 + 3
+	calendarArgs = 4 * 8
+	overrideArgs = 5 * 8
+)
 
-// Args returns the ARGV of op, in order: now in microseconds (0: the
-// server's TIME), limit, the algorithm's parameter, cost, the flag
-// (CountRejected: 1), and for a refund (negative cost) the receipt of the
-// take it refunds, else 0; then two zeros, for a decision that reads no
-// override. A caller that sends op.Override among the call's keys puts
-// its index in KEYS (from 1) in the seventh, and OverrideBounds(op) in the
-// eighth.
-func Args(op *sluice.Op) [ArgsPerKey]int64 {
-	var a [ArgsPerKey]int64
-	if !op.Now.IsZero() {
-		a[0] = op.Now.UnixMicro()
+// ArgsSize is the length of op's record among a call's arguments
+// (AppendArgs), when it reads an override or not.
+func ArgsSize(op *sluice.Op, override bool) int {
+	n := recordArgs
+	if op.Rule.IsCalendar() {
+		n += calendarArgs
 	}
-	a[1] = op.Rule.Limit
-	a[2] = op.Rule.Param()
-	a[3] = op.Cost
-	if op.Rule.CountRejected {
-		a[4] = 1
+	if override {
+		n += overrideArgs
 	}
-	if op.Cost < 0 {
-		a[5] = op.Receipt
-	}
-	return a
+	return n
 }
 
-// OverrideBounds is the eighth argument of a decision that reads an
-// override: the bounds an override must keep to apply
-// (sluice.Rule.OverrideBounds), separated by spaces.
-func OverrideBounds(op *sluice.Op) string {
-	b := op.Rule.OverrideBounds()
-	buf := make([]byte, 0, 4*21)
-	for i, v := range b {
-		if i > 0 {
-			buf = append(buf, ' ')
-		}
-		buf = strconv.AppendInt(buf, v, 10)
+// AppendArgs appends op's record to the arguments of a call (the one
+// string the scripts take: see batch.lua) and returns the extended
+// buffer: now in microseconds (0: the server's TIME), limit, the
+// algorithm's parameter, cost, and for a refund (negative cost) the
+// receipt of the take it refunds, else 0, then its flags. For calendar
+// periods the first instants of the four periods around the Op's time
+// follow, or around clock when the server's TIME decides
+// (sluice.Rule.CalendarBounds). A caller that sends op.Override among the
+// call's keys passes its index in KEYS (from 1) as overrideKey, and the
+// record ends with it and the bounds an override must keep to apply
+// (sluice.Rule.OverrideBounds); 0 when the decision reads no override.
+func AppendArgs(dst []byte, op *sluice.Op, overrideKey int, clock time.Time) []byte {
+	var now, receipt int64
+	if !op.Now.IsZero() {
+		now = op.Now.UnixMicro()
 	}
-	return string(buf)
+	if op.Cost < 0 {
+		receipt = op.Receipt
+	}
+	dst = appendInt64(dst, now)
+	dst = appendInt64(dst, op.Rule.Limit)
+	dst = appendInt64(dst, op.Rule.Param())
+	dst = appendInt64(dst, op.Cost)
+	dst = appendInt64(dst, receipt)
+	cal := op.Rule.IsCalendar()
+	dst = append(dst, flag(op.Rule.CountRejected), flag(cal), flag(overrideKey > 0))
+	if cal {
+		t := op.Now
+		if t.IsZero() {
+			t = clock
+		}
+		for _, v := range op.Rule.CalendarBounds(t) {
+			dst = appendInt64(dst, v)
+		}
+	}
+	if overrideKey > 0 {
+		dst = appendInt64(dst, int64(overrideKey))
+		for _, v := range op.Rule.OverrideBounds() {
+			dst = appendInt64(dst, v)
+		}
+	}
+	return dst
+}
+
+func flag(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// appendInt64 appends v, little-endian.
+func appendInt64(dst []byte, v int64) []byte {
+	return binary.LittleEndian.AppendUint64(dst, uint64(v))
 }
 
 // ErrReply is the error of a reply that does not hold what the scripts

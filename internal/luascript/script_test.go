@@ -2,7 +2,6 @@ package luascript_test
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
@@ -11,8 +10,10 @@ import (
 	"github.com/sluicehq/sluice/internal/valkeytest"
 )
 
-// TestScriptReply runs a script on a real Valkey and reads its reply with
-// DecodeCall: the records batch.lua packs are the ones DecodeCall reads,
+// TestScriptReply runs a script on a real Valkey, its arguments written by
+// AppendArgs, and reads its reply with DecodeCall: the records AppendArgs
+// writes are the ones batch.lua reads, and those batch.lua packs are the
+// ones DecodeCall reads,
 // field by field, for a call of several keys (one of them twice) at a time
 // in microseconds above 2^50.
 func TestScriptReply(t *testing.T) {
@@ -21,15 +22,13 @@ func TestScriptReply(t *testing.T) {
 	const now = 1_764_000_000_000_000
 	rule := sluice.Rule{Algorithm: sluice.AlgorithmGCRA, Limit: 2, Interval: time.Millisecond}
 	keys := []string{"{t}a", "{t}b", "{t}a", "{t}a"}
-	var args []string
+	var args []byte
 	for range keys {
 		op := sluice.Op{Key: "k", Rule: rule, Cost: 1, Now: time.UnixMicro(now)}
-		for _, a := range luascript.Args(&op) {
-			args = append(args, strconv.FormatInt(a, 10))
-		}
+		args = luascript.AppendArgs(args, &op, 0, time.Time{})
 	}
 	sc := luascript.For(sluice.AlgorithmGCRA)
-	reply, err := c.Do(ctx, c.B().Eval().Script(sc.Src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()).ToString()
+	reply, err := c.Do(ctx, c.B().Eval().Script(sc.Src).Numkeys(int64(len(keys))).Key(keys...).Arg(string(args)).Build()).ToString()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,30 +1,38 @@
 -- The driver of every script: one call decides any number of keys.
--- KEYS[i]: the key of decision i, for i up to the number of decisions
---   (#ARGV / 8); the override keys of the decisions that read one follow.
--- ARGV, 8 per key: now (microseconds; 0 = the server's TIME, read once per
---   call), limit, the algorithm's parameter (a number, or for calendar
---   periods a string of bounds, see calendar.lua), cost, flag, receipt (for a
---   negative cost, the receipt of the take it refunds; else 0), the index
---   in KEYS of the decision's override key (0: none), and the bounds an
---   override must keep (see override in prelude.lua; "0" for none).
--- Reply: one string, a record of 42 bytes per key, in the keys' order
---   (struct.pack '<BBi8i8i8i8i8', integers little-endian): allowed (1/0;
---   2 for a calendar decision whose clock is outside its periods), the
---   override's status (0 none, 1 applied, 2 malformed and ignored),
---   remaining, retry_after_us, reset_after_us, receipt (what a refund of
---   this decision passes back) and the override's limit (0 when none
---   applied). One string, not seven integers per key, is what the client
---   reads fastest (luascript.DecodeCall reads it).
+-- KEYS[i]: the key of decision i; the override keys of the decisions that
+--   read one follow the decisions' keys.
+-- ARGV[1]: the decisions' arguments, one record each, in order, packed
+--   (struct, integers little-endian: luascript.AppendArgs writes them).
+--   Numbers are read from binary, not parsed from text, which is where a
+--   script spent most of its time per key.
+--   '<i8i8i8i8i8BBB': now (microseconds; 0 = the server's TIME, read once
+--   per call), limit, the algorithm's parameter (0 for calendar periods),
+--   cost, receipt (for a negative cost, the receipt of the take it
+--   refunds; else 0), flag (1: CountRejected), calendar (1: four bounds
+--   follow, see calendar.lua), override (1: its key and bounds follow);
+--   then for calendar periods '<i8i8i8i8', the first instants of four
+--   periods; then for an override '<i8i8i8i8i8', the index in KEYS of the
+--   override key and the bounds it must keep (see override in
+--   prelude.lua).
+-- Reply: one string, a record of 42 bytes per decision, in order
+--   (struct.pack '<BBi8i8i8i8i8'): allowed (1/0; 2 for a calendar decision
+--   whose clock is outside its periods), the override's status (0 none,
+--   1 applied, 2 malformed and ignored), remaining, retry_after_us,
+--   reset_after_us, receipt (what a refund of this decision passes back)
+--   and the override's limit (0 when none applied). One string, not seven
+--   integers per key, is what the client reads fastest
+--   (luascript.DecodeCall reads it).
 -- Each algorithm defines decide(key, now, limit, parameter, cost, flag,
 -- receipt) and flush(), which writes what decide kept to write once at the
--- end. decideAll(keys, argv, base) decides the keys of a call from argv
--- after its first base values; one.lua passes KEYS and ARGV, cross.lua the
--- keys it read from ARGV.
-local function decideAll(KEYS, ARGV, base)
-local out, snow = {}, nil
-for i = 1, (#ARGV - base) / 8 do
-  local b = base + (i - 1) * 8
-  local now = tonumber(ARGV[b + 1])
+-- end. decideAll(keys, args) decides the keys of a call from the records
+-- in args; one.lua passes KEYS and ARGV[1], cross.lua the keys it read
+-- from ARGV and the records that follow them.
+local function decideAll(KEYS, args)
+local out, snow, pos, i = {}, nil, 1, 0
+while pos <= #args do
+  i = i + 1
+  local now, limit, param, cost, receipt, flag, cal, ovr
+  now, limit, param, cost, receipt, flag, cal, ovr, pos = struct.unpack('<i8i8i8i8i8BBB', args, pos)
   if now == 0 then
     if not snow then
       local t = redis.call('TIME')
@@ -32,23 +40,26 @@ for i = 1, (#ARGV - base) / 8 do
     end
     now = snow
   end
-  local limit, param = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]) or ARGV[b + 3]
+  if cal == 1 then
+    local b1, b2, b3, b4
+    b1, b2, b3, b4, pos = struct.unpack('<i8i8i8i8', args, pos)
+    param = { b1, b2, b3, b4 }
+  end
   local ov, ovLimit, untl = 0, 0, 0
-  local oi = tonumber(ARGV[b + 7])
-  if oi > 0 then
-    limit, param, ov, untl = override(KEYS[oi], now, limit, param, ARGV[b + 8])
+  if ovr == 1 then
+    local oi, m1, m2, m3, m4
+    oi, m1, m2, m3, m4, pos = struct.unpack('<i8i8i8i8i8', args, pos)
+    limit, param, ov, untl = override(KEYS[oi], now, limit, param, m1, m2, m3, m4)
     if ov == 1 then ovLimit = limit end
   end
-  local cost = tonumber(ARGV[b + 4])
-  local allowed, remaining, retry, reset, receipt
+  local allowed, remaining, retry, reset
   if ov == 1 and cost > limit then
     -- More than the override allows: refused, taking nothing, until the
     -- override lapses (the plan's limit admits the cost).
-    allowed, remaining, retry, reset, receipt = decide(KEYS[i], now, limit, param, 0, ARGV[b + 5], 0)
+    allowed, remaining, retry, reset, receipt = decide(KEYS[i], now, limit, param, 0, flag, 0)
     allowed, retry = 0, untl - now
   else
-    allowed, remaining, retry, reset, receipt = decide(KEYS[i], now,
-      limit, param, cost, ARGV[b + 5], tonumber(ARGV[b + 6]))
+    allowed, remaining, retry, reset, receipt = decide(KEYS[i], now, limit, param, cost, flag, receipt)
   end
   out[i] = struct.pack('<BBi8i8i8i8i8', allowed, ov, remaining, retry, reset, receipt or now, ovLimit)
 end

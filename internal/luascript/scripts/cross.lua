@@ -1,9 +1,10 @@
 -- The ending of a script whose keys span several slots of one cluster node
 -- (run with the flag allow-cross-slot-keys; see Cross in luascript.go).
 -- The keys are not declared, since a server refuses declared keys of
--- several slots (CROSSSLOT): ARGV[1] is their number n, ARGV[2..n+1] the
--- keys (the decisions', then the override keys), and the decisions' eight
--- values each follow, as in batch.lua.
+-- several slots (CROSSSLOT): ARGV[1] is their number n, ARGV[2] the number
+-- d of decisions, ARGV[3..n+2] the keys (the d decisions', then the
+-- override keys), and ARGV[n+3] the decisions' records, as ARGV[1] in
+-- batch.lua.
 -- Before anything is written, every key is read: a key this node does not
 -- serve (its slot moved, is migrating without the key, or the node is a
 -- replica or its cluster is down) fails that read, and the call replies
@@ -15,11 +16,10 @@
 -- reason fails again when sent alone). Otherwise, and for the override
 -- keys (whose read override() takes for a malformed override when it
 -- fails), each key is read first with EXISTS.
-local n = tonumber(ARGV[1])
-local d = (#ARGV - n - 1) / 8 -- the decisions; the override keys follow theirs
+local n, d = tonumber(ARGV[1]), tonumber(ARGV[2])
 local keys = {}
 for i = 1, n do
-  local k = ARGV[i + 1]
+  local k = ARGV[i + 2]
   keys[i] = k
   if i > d or not readsFirst then
     local r = redis.pcall('EXISTS', k)
@@ -29,7 +29,7 @@ for i = 1, n do
   end
 end
 if not readsFirst then
-  return decideAll(keys, ARGV, n + 1)
+  return decideAll(keys, ARGV[n + 3])
 end
 -- decideAll calls flush through this local: once it is called, writes may
 -- have begun, and an error is no longer a proof that nothing changed.
@@ -38,7 +38,7 @@ flush = function()
   flushing = true
   flushState()
 end
-local ok, r = pcall(decideAll, keys, ARGV, n + 1)
+local ok, r = pcall(decideAll, keys, ARGV[n + 3])
 if ok then
   return r
 end

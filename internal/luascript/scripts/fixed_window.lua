@@ -3,7 +3,7 @@
 -- decide(key, now, limit, window, cost, flag): window in microseconds.
 -- now is in microseconds; cost 0 peeks, a negative cost refunds what the
 -- take with that receipt (its time) took, if that was in this window, else
--- nothing: never a newer window's units. flag '1'
+-- nothing: never a newer window's units. flag 1
 -- counts refused requests too (CountRejected): the count then grows by
 -- every positive cost and may pass limit; remaining never goes below 0. decide
 -- returns allowed (1/0), remaining, retry_after_us and reset_after_us; the
@@ -41,7 +41,7 @@ local function decideSpan(key, now, idx, start, stop, limit, cost, flag, receipt
     end
   else
     retry = reset
-    if flag == '1' and cost > 0 then
+    if flag == 1 and cost > 0 then
       c = c + cost
       write = true
     end

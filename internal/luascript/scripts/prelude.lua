@@ -37,27 +37,25 @@ local function isint(v) return v ~= nil and v == math.floor(v) end
 -- with 0 keeping the rule's, and until in microseconds), and its status:
 -- 0 when there is none or it lapsed (until <= now), 1 when it applies
 -- (then until too), 2 when it is malformed (ignored: the decision takes limit and param). It
--- must keep bounds, "maxLimit minParam maxParam maxProduct"
+-- must keep bounds maxLimit, minParam, maxParam, maxProduct
 -- (sluice.Rule.OverrideBounds): 1 <= limit <= maxLimit, param 0 or within
 -- [minParam, maxParam], limit * param <= maxProduct unless that is 0.
 -- Mirrors sluice.Rule.Overridden, which memstore uses.
-local function override(key, now, limit, param, bounds)
+local function override(key, now, limit, param, maxLimit, minParam, maxParam, maxProduct)
   local ok, h = pcall(redis.call, 'HMGET', key, 'limit', 'param', 'until')
   if not ok then return limit, param, 2 end -- not a hash
   if not h[1] and not h[2] and not h[3] then return limit, param, 0 end
   local l, p, u = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
   if not isint(u) then return limit, param, 2 end
   if u <= now then return limit, param, 0 end
-  local b = {}
-  for v in string.gmatch(bounds, '%d+') do b[#b + 1] = tonumber(v) end
-  if #b ~= 4 or not isint(l) or l < 1 or l > b[1] or not isint(p) or p < 0 then
+  if not isint(l) or l < 1 or l > maxLimit or not isint(p) or p < 0 then
     return limit, param, 2
   end
   if p == 0 then
     p = param
-  elseif p < b[2] or p > b[3] then
+  elseif p < minParam or p > maxParam then
     return limit, param, 2
   end
-  if b[4] > 0 and l * p > b[4] then return limit, param, 2 end
+  if maxProduct > 0 and l * p > maxProduct then return limit, param, 2 end
   return l, p, 1, u
 end

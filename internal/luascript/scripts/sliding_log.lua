@@ -2,7 +2,7 @@
 -- State under key: a sorted set; score = time in microseconds, member =
 -- "<time>-<seq>", unique.
 -- decide(key, now, limit, window, cost, flag): window in microseconds; flag
--- '1' logs refused requests too (count_rejected).
+-- 1 logs refused requests too (count_rejected).
 -- now is in microseconds; cost 0 peeks, a negative cost refunds: it removes
 -- up to -cost entries of the take's time (receipt), still in the log. decide
 -- returns allowed (1/0), remaining, retry_after_us and reset_after_us; the
@@ -11,7 +11,7 @@
 -- decide writes as it goes, so cross.lua reads every key before the first.
 local readsFirst = false
 local function decide(key, now, limit, window, cost, flag, receipt)
-  local countRejected = flag == '1'
+  local countRejected = flag == 1
 
   local write = redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window) > 0
   local count = redis.call('ZCARD', key)
