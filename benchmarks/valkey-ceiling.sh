@@ -35,13 +35,14 @@ bench() {
 repeat() { k=$1; shift; i=0; while [ $i -lt "$k" ]; do printf '%s ' "$@"; i=$((i + 1)); done; }
 
 # le64 N: N (not negative) as eight bytes, little-endian.
+# (Shell variables are global: le64's are its own.)
 le64() {
-	n=$1 i=0 s=
-	while [ $i -lt 8 ]; do
-		s="$s\\$(printf '%03o' $((n % 256)))"
-		n=$((n / 256)) i=$((i + 1))
+	le_n=$1 le_i=0 le_s=
+	while [ $le_i -lt 8 ]; do
+		le_s="$le_s\\$(printf '%03o' $((le_n % 256)))"
+		le_n=$((le_n / 256)) le_i=$((le_i + 1))
 	done
-	printf "$s"
+	printf "$le_s"
 }
 
 # records K: K decisions' records, as luascript.AppendArgs writes them
@@ -64,10 +65,11 @@ for alg in gcra token_bucket; do
 	# GCRA: burst 1e6, interval 1µs; token bucket: capacity 1e6, a token
 	# every µs: neither refuses. One call first, so that a script that
 	# fails says so instead of being timed: valkey-benchmark counts error
-	# replies as answers. Its reply is one record of 42 bytes.
+	# replies as answers. Its reply is one record of 42 bytes (and
+	# valkey-cli's newline).
 	records 1 >"$dir/args"
-	if ! out=$(cli -x evalsha "$sha" 1 ceiling:check <"$dir/args" 2>&1) || [ "$(printf '%s' "$out" | wc -c)" -ne 42 ]; then
-		echo "valkey-ceiling.sh: $alg script failed: $out" >&2
+	if [ "$(cli -x evalsha "$sha" 1 ceiling:check <"$dir/args" 2>&1 | wc -c)" -ne 43 ]; then
+		echo "valkey-ceiling.sh: $alg script failed: $(cli -x evalsha "$sha" 1 ceiling:check <"$dir/args" 2>&1 | tr -c '[:print:]' .)" >&2
 		exit 1
 	fi
 	cli flushall >/dev/null
