@@ -261,7 +261,15 @@ func (e *engine) plan(batch []sluice.Op, dst []call, cross bool) []call {
 		sc   *luascript.Script
 		slot uint16
 	}
-	index := make(map[group]int)
+	// A merged batch is usually of one group: its calls are found
+	// through last (the group of the latest Op and its call), and the
+	// map of every group's open call is made only once a second group
+	// appears.
+	var (
+		index  map[group]int
+		last   group
+		lastCI = -1
+	)
 	calls := dst
 	for i := range batch {
 		op := &batch[i]
@@ -277,12 +285,30 @@ func (e *engine) plan(batch []sluice.Op, dst []call, cross bool) []call {
 				g.slot = sl
 			}
 		}
-		ci, ok := index[g]
-		if !ok || len(calls[ci].ops) >= e.maxBatch {
-			ci = len(calls)
-			index[g] = ci
-			calls = append(calls, call{alg: op.Rule.Algorithm, sc: g.sc, slot: sl})
+		ci := -1
+		switch {
+		case lastCI >= 0 && g == last:
+			ci = lastCI
+		case lastCI >= 0 && index == nil:
+			index = map[group]int{last: lastCI}
+			fallthrough
+		case index != nil:
+			if v, ok := index[g]; ok {
+				ci = v
+			}
 		}
+		if ci < 0 || len(calls[ci].ops) >= e.maxBatch {
+			ci = len(calls)
+			if index != nil {
+				index[g] = ci
+			}
+			c := call{alg: op.Rule.Algorithm, sc: g.sc, slot: sl}
+			if index == nil { // room for the rest of a batch of one group
+				c.ops = make([]int, 0, min(len(batch)-i, e.maxBatch))
+			}
+			calls = append(calls, c)
+		}
+		last, lastCI = g, ci
 		c := &calls[ci]
 		c.ops = append(c.ops, i)
 		if sl != c.slot {
