@@ -23,6 +23,8 @@ mkdir "$tmp/src"
 git -C "$here/.." archive "$id" | tar -x -C "$tmp/src"
 cp "$here/go.mod" "$tmp/at.mod"
 cp "$here/go.sum" "$tmp/at.sum"
-go mod edit -modfile="$tmp/at.mod" -replace "github.com/sluicehq/sluice=$tmp/src"
+# Sluice and its redisstore module, both as committed at REV.
+go mod edit -modfile="$tmp/at.mod" -replace "github.com/sluicehq/sluice=$tmp/src" \
+	-replace "github.com/sluicehq/sluice/redisstore=$tmp/src/redisstore"
 cd "$here"
 GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod -modfile=$tmp/at.mod" SLUICE_REV="commit $id" "$@"
