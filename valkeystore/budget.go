@@ -5,10 +5,9 @@ import "sync"
 // The budget of calls in flight. The batchers of one store's nodes
 // (batch.go) share one budget of calls in flight (WithBatching), not one
 // each: a cluster of N primaries keeps about as many calls in flight as one
-// server, so the decisions that queue behind them are as many, and a
-// call's batch about as long (with the same budget per node, each primary
-// would see a third of the callers behind as many calls, and batches a
-// third as long).
+// server, and the decisions queued behind each call stay many (with the
+// same budget per node, each of 3 primaries would see a third of the
+// callers behind as many calls, and batches a third as long).
 //
 // Invariants, on top of the batcher's:
 //   - Each node may always have one call in flight of its own, whatever

@@ -86,8 +86,10 @@ func WithMaxKeysPerCall(n int) Option {
 // leave together in the next call: one script call then decides many keys,
 // which is what lets one Valkey make several times more decisions per
 // second than one call per decision. A budget shared by the nodes keeps
-// those batches as long on a cluster as on one server. A lone decision
-// never waits for company.
+// those batches long on a cluster too (a budget per node would cut them
+// by the number of primaries). On an N-primary cluster, a budget of N or
+// less keeps one call in flight per busy primary: the longest batches. A
+// lone decision never waits for company.
 func WithBatching(inflight int) Option {
 	return func(e *engine) { e.inflight = inflight }
 }
