@@ -1,0 +1,118 @@
+#!/bin/bash
+# envoy-bench.sh DURATION UPSTREAM SLUICE [SLUICE...]
+#
+# docs/envoy-bench.md's side-by-side run: envoyproxy/ratelimit (the binary
+# UPSTREAM, built from its repository outside this one) and `sluice serve`
+# (each SLUICE binary: several compare builds), each with a Valkey of its
+# own, started with the same environment and configuration
+# (docs/envoy-bench), then loaded one after the other for DURATION each:
+# HTTP POST /json from wrk (2 threads, 64 connections, docs/envoy-bench.lua),
+# then a no-op Go handler answering the same JSON (benchmarks/cmd/noopjson,
+# the ceiling), then gRPC ShouldRateLimit from benchmarks/cmd/rlsload (64
+# callers, 2 connections). One line per leg: requests/s, p50, p99, and the
+# CPU the service, its Valkey and the load generator took and the machine
+# left idle, in percent of one core (the machine has 2: 200 in all), read
+# from /proc before and after the leg. The load average is printed before
+# and after.
+#
+#   (cd benchmarks && go build -o /tmp/noopjson ./cmd/noopjson && go build -o /tmp/rlsload ./cmd/rlsload)
+#   go build -o /tmp/sluice ./cmd/sluice
+#   NOOP=/tmp/noopjson RLSLOAD=/tmp/rlsload benchmarks/envoy-bench.sh 10s /path/to/ratelimit /tmp/sluice
+#
+# Ports: Valkeys on 16390+i, services on 18180+100i (HTTP), +1 (gRPC), +2
+# (debug); the no-op handler on 18099. Everything started is stopped at the
+# end.
+set -u
+if [ $# -lt 3 ]; then
+	echo "usage: $0 DURATION UPSTREAM SLUICE [SLUICE...]" >&2
+	exit 2
+fi
+dur=$1
+shift
+repo=$(cd "$(dirname "$0")/.." && pwd)
+noop=${NOOP:-noopjson}
+rlsload=${RLSLOAD:-rlsload}
+for tool in wrk valkey-server "$noop" "$rlsload"; do
+	command -v "$tool" >/dev/null || { echo "$0: $tool not found (see the usage above)" >&2; exit 2; }
+done
+out=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	rm -rf "$out"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# cpu PID: the process's user and system time, in 1/100 s.
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# idle: the machine's idle and iowait time, in 1/100 s (all cores).
+idle() { awk '/^cpu / {print $5 + $6; exit}' /proc/stat; }
+
+env=(RUNTIME_ROOT="$repo/docs/envoy-bench" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false
+	USE_STATSD=false REDIS_SOCKET_TYPE=tcp LOG_LEVEL=warn HOST=127.0.0.1 GRPC_HOST=127.0.0.1 DEBUG_HOST=127.0.0.1)
+names=() svc=() vk=()
+i=0
+for bin in "$@"; do
+	vport=$((16390 + i)) hport=$((18180 + 100 * i))
+	valkey-server --port "$vport" --save "" --appendonly no --bind 127.0.0.1 >/dev/null 2>&1 &
+	vk[i]=$!
+	pids+=($!)
+	sleep 0.3
+	args=(serve)
+	name="sluice $(basename "$bin")"
+	if [ "$i" = 0 ]; then
+		args=()
+		name="envoyproxy/ratelimit"
+	fi
+	env -i "${env[@]}" REDIS_URL="127.0.0.1:$vport" PORT="$hport" GRPC_PORT=$((hport + 1)) DEBUG_PORT=$((hport + 2)) \
+		"$bin" "${args[@]}" >"$out/svc$i.log" 2>&1 &
+	svc[i]=$!
+	pids+=($!)
+	names[i]=$name
+	i=$((i + 1))
+done
+"$noop" -listen 127.0.0.1:18099 >/dev/null 2>&1 &
+noopPid=$!
+pids+=($!)
+sleep 2
+for j in "${!svc[@]}"; do
+	kill -0 "${svc[j]}" 2>/dev/null || { echo "$0: ${names[j]} did not start:" >&2; cat "$out/svc$j.log" >&2; exit 1; }
+done
+
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-24s %-5s %10s %9s %9s  %s\n' service load 'req/s' p50 p99 'CPU % of one core: service valkey generator idle'
+# leg NAME PROTO SERVICE_PID VALKEY_PID TARGET
+leg() {
+	local name=$1 proto=$2 sp=$3 vp=$4 target=$5
+	local s0 v0=0 i0 t0 s1 v1=0 i1 t1 rps p50 p99 errs
+	s0=$(cpu "$sp")
+	[ -n "$vp" ] && v0=$(cpu "$vp")
+	i0=$(idle)
+	t0=$(date +%s.%N)
+	if [ "$proto" = http ]; then
+		/usr/bin/time -f '%U %S' -o "$out/gen" wrk -t2 -c64 -d"$dur" --latency -s "$repo/docs/envoy-bench.lua" "http://$target" >"$out/load" 2>&1
+		rps=$(awk '/Requests\/sec/ {print $2}' "$out/load")
+		p50=$(awk '$1 == "50%" {print $2}' "$out/load")
+		p99=$(awk '$1 == "99%" {print $2}' "$out/load")
+		errs=$(grep -E 'Non-2xx|Socket errors' "$out/load" | tr '\n' ' ')
+	else
+		/usr/bin/time -f '%U %S' -o "$out/gen" "$rlsload" -addr "$target" -c 64 -d "$dur" >"$out/load" 2>&1
+		rps=$(sed -n 's/.*: \([0-9]*\) calls\/s.*/\1/p' "$out/load")
+		p50=$(sed -n 's/.*p50 \([^,]*\),.*/\1/p' "$out/load")
+		p99=$(sed -n 's/.*p99 \([^,]*\),.*/\1/p' "$out/load")
+		errs=$(grep -v ', errors 0, over_limit 0' "$out/load" | tr '\n' ' ')
+	fi
+	t1=$(date +%s.%N)
+	s1=$(cpu "$sp")
+	[ -n "$vp" ] && v1=$(cpu "$vp")
+	i1=$(idle)
+	awk -v n="$name" -v p="$proto" -v r="$rps" -v p50="$p50" -v p99="$p99" -v e="$errs" \
+		-v s=$((s1 - s0)) -v v=$((v1 - v0)) -v i=$((i1 - i0)) -v t0="$t0" -v t1="$t1" -v g="$(cat "$out/gen")" \
+		'BEGIN { w = t1 - t0; split(g, x, " "); printf "%-24s %-5s %10.0f %9s %9s  %3.0f %3.0f %3.0f %3.0f  %s\n", n, p, r, p50, p99, s / w, v / w, 100 * (x[1] + x[2]) / w, i / w, e }'
+}
+for j in "${!svc[@]}"; do leg "${names[j]}" http "${svc[j]}" "${vk[j]}" "127.0.0.1:$((18180 + 100 * j))"; done
+leg "no-op handler" http "$noopPid" "" 127.0.0.1:18099
+for j in "${!svc[@]}"; do leg "${names[j]}" grpc "${svc[j]}" "${vk[j]}" "127.0.0.1:$((18181 + 100 * j))"; done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
