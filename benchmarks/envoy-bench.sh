@@ -19,6 +19,9 @@
 #   go build -o /tmp/sluice ./cmd/sluice
 #   NOOP=/tmp/noopjson RLSLOAD=/tmp/rlsload benchmarks/envoy-bench.sh 10s /path/to/ratelimit /tmp/sluice
 #
+# WRK_ARGS (default "-t2 -c64") and RLSLOAD_ARGS (default "-c 64 -conns 2")
+# change the load.
+#
 # Ports: Valkeys on 16390+i, services on 18180+100i (HTTP), +1 (gRPC), +2
 # (debug); the no-op handler on 18099. Everything started is stopped at the
 # end.
@@ -32,6 +35,8 @@ shift
 repo=$(cd "$(dirname "$0")/.." && pwd)
 noop=${NOOP:-noopjson}
 rlsload=${RLSLOAD:-rlsload}
+read -r -a wrkArgs <<<"${WRK_ARGS:--t2 -c64}"
+read -r -a rlsArgs <<<"${RLSLOAD_ARGS:--c 64 -conns 2}"
 for tool in wrk valkey-server "$noop" "$rlsload"; do
 	command -v "$tool" >/dev/null || { echo "$0: $tool not found (see the usage above)" >&2; exit 2; }
 done
@@ -81,7 +86,7 @@ for j in "${!svc[@]}"; do
 	kill -0 "${svc[j]}" 2>/dev/null || { echo "$0: ${names[j]} did not start:" >&2; cat "$out/svc$j.log" >&2; exit 1; }
 done
 
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); wrk ${wrkArgs[*]}, rlsload ${rlsArgs[*]}, ${dur} each"
 printf '%-24s %-5s %10s %9s %9s  %s\n' service load 'req/s' p50 p99 'CPU % of one core: service valkey generator idle'
 # leg NAME PROTO SERVICE_PID VALKEY_PID TARGET
 leg() {
@@ -92,13 +97,13 @@ leg() {
 	i0=$(idle)
 	t0=$(date +%s.%N)
 	if [ "$proto" = http ]; then
-		/usr/bin/time -f '%U %S' -o "$out/gen" wrk -t2 -c64 -d"$dur" --latency -s "$repo/docs/envoy-bench.lua" "http://$target" >"$out/load" 2>&1
+		/usr/bin/time -f '%U %S' -o "$out/gen" wrk "${wrkArgs[@]}" -d"$dur" --latency -s "$repo/docs/envoy-bench.lua" "http://$target" >"$out/load" 2>&1
 		rps=$(awk '/Requests\/sec/ {print $2}' "$out/load")
 		p50=$(awk '$1 == "50%" {print $2}' "$out/load")
 		p99=$(awk '$1 == "99%" {print $2}' "$out/load")
 		errs=$(grep -E 'Non-2xx|Socket errors' "$out/load" | tr '\n' ' ')
 	else
-		/usr/bin/time -f '%U %S' -o "$out/gen" "$rlsload" -addr "$target" -c 64 -d "$dur" >"$out/load" 2>&1
+		/usr/bin/time -f '%U %S' -o "$out/gen" "$rlsload" -addr "$target" "${rlsArgs[@]}" -d "$dur" >"$out/load" 2>&1
 		rps=$(sed -n 's/.*: \([0-9]*\) calls\/s.*/\1/p' "$out/load")
 		p50=$(sed -n 's/.*p50 \([^,]*\),.*/\1/p' "$out/load")
 		p99=$(sed -n 's/.*p99 \([^,]*\),.*/\1/p' "$out/load")
