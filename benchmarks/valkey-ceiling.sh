@@ -9,10 +9,15 @@
 #
 # Starts its own valkey-server on PORT (default 36399), FLUSHALLs it between
 # runs, and stops it at the end. Set DECISIONS to change the decisions per
-# run (default 500000).
+# run (default 500000), CONNS and PIPELINE valkey-benchmark's connections
+# and calls pipelined on each (default 50 and 16): CONNS=8 PIPELINE=1 keeps
+# 128 decisions in flight at 16 keys per call, as many as 128 goroutines
+# calling Allow can.
 set -eu
 port=${1:-36399}
 decisions=${DECISIONS:-500000}
+conns=${CONNS:-50}
+pipeline=${PIPELINE:-16}
 here=$(cd "$(dirname "$0")" && pwd)
 dir=$(mktemp -d)
 valkey-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --daemonize no --logfile "$dir/log" &
@@ -27,7 +32,7 @@ bench() {
 	name=$1
 	n=$2
 	shift 2
-	qps=$(valkey-benchmark -h 127.0.0.1 -p "$port" -c 50 -P 16 -n "$n" -r 100000 --csv -x "$@" <"$dir/args" | tail -1 | cut -d, -f2 | tr -d '"')
+	qps=$(valkey-benchmark -h 127.0.0.1 -p "$port" -c "$conns" -P "$pipeline" -n "$n" -r 100000 --csv -x "$@" <"$dir/args" | tail -1 | cut -d, -f2 | tr -d '"')
 	echo "$name $qps"
 }
 
