@@ -49,6 +49,12 @@ func (b *syncBuffer) String() string {
 // force for domain d's key k, and the log.
 func watchedDir(t *testing.T, dir string) (*Server, func() uint32, *syncBuffer) {
 	t.Helper()
+	return watchedDirPoll(t, dir, time.Hour)
+}
+
+// watchedDirPoll is watchedDir with the given poll interval.
+func watchedDirPoll(t *testing.T, dir string, poll time.Duration) (*Server, func() uint32, *syncBuffer) {
+	t.Helper()
 	o := config.DirOptions{}
 	cfg, sum, err := config.LoadDir(dir, o)
 	if err != nil {
@@ -56,7 +62,7 @@ func watchedDir(t *testing.T, dir string) (*Server, func() uint32, *syncBuffer) 
 	}
 	logs := &syncBuffer{}
 	s, err := New(cfg, Options{Store: memstore.New(), Logger: slog.New(slog.NewTextHandler(logs, nil)),
-		ConfigDir: &o, DirPoll: time.Hour})
+		ConfigDir: &o, DirPoll: poll})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,4 +194,25 @@ func TestDirWatchRuntimeRoot(t *testing.T) {
 	// A second file merging nothing: a domain of its own, "e".
 	write(t, filepath.Join(cfgDir("v3"), "b.yaml"), strings.Replace(limitFile(3), "domain: d", "domain: e", 1))
 	eventually(t, "a file added (domain e)", logs, func() bool { return s.Config().Domain("e") != nil })
+}
+
+// TestDirPollBackstop: a change no watch can see (a file linking outside
+// the directory, its target edited in place) is read by the poll that
+// backs the watch.
+func TestDirPollBackstop(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	write(t, filepath.Join(outside, "a.yaml"), limitFile(5))
+	if err := os.Symlink(filepath.Join(outside, "a.yaml"), filepath.Join(dir, "a.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	_, limit, logs := watchedDirPoll(t, dir, 50*time.Millisecond)
+	if got := limit(); got != 5 {
+		t.Fatalf("initial limit %d, want 5", got)
+	}
+	// The first change may be read when the watch starts; the second only
+	// by the poll.
+	write(t, filepath.Join(outside, "a.yaml"), limitFile(6))
+	eventually(t, "the link's target edited (limit 6)", logs, func() bool { return limit() == 6 })
+	write(t, filepath.Join(outside, "a.yaml"), limitFile(7))
+	eventually(t, "the link's target edited again (limit 7)", logs, func() bool { return limit() == 7 })
 }
