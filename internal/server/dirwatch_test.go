@@ -154,6 +154,9 @@ func TestDirWatchConfigMap(t *testing.T) {
 	if got := limit(); got != 7 {
 		t.Errorf("after a bad version the limit is %d, want the last good 7", got)
 	}
+	if last := s.lastReload.Load(); last == nil || !strings.Contains(last.err, "a.yaml:3:") {
+		t.Errorf("the dashboard's last reload does not show the refusal: %+v", last)
+	}
 	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "a.yaml:3:") {
 		t.Errorf("the refusal is not logged with its position:\n%s", l)
 	}
@@ -161,6 +164,9 @@ func TestDirWatchConfigMap(t *testing.T) {
 	write(t, filepath.Join(dir, "..v4", "a.yaml"), limitFile(9))
 	swapLink(t, "..v4", filepath.Join(dir, "..data"))
 	eventually(t, "a good version after a bad one (limit 9)", logs, func() bool { return limit() == 9 })
+	if last := s.lastReload.Load(); last == nil || last.err != "" {
+		t.Errorf("the dashboard's last reload does not show the success: %+v", last)
+	}
 }
 
 // TestDirWatchRuntimeRoot: envoyproxy/ratelimit's runtime layout,

@@ -39,8 +39,7 @@ func (s *Server) Reload(path, reason string) error {
 	if err == nil {
 		err = s.Apply(cfg)
 	}
-	s.lastReload.Store(&reloadResult{at: time.Now().UTC(), err: errString(err)})
-	s.countReload(err)
+	s.recordReload(err)
 	if err != nil {
 		s.log.Error("configuration rejected; the last good configuration keeps serving",
 			"file", path, "reason", reason, "err", err.Error())
@@ -51,10 +50,12 @@ func (s *Server) Reload(path, reason string) error {
 	return nil
 }
 
-// countReload counts a reload's outcome, under Sluice's metrics and
-// envoyproxy/ratelimit's: a file or directory that does not decode, and a
+// recordReload records a reload's outcome, of a file or a directory alike:
+// for the dashboard's last reload, and counted under Sluice's metrics and
+// envoyproxy/ratelimit's. A file or directory that does not decode, and a
 // configuration that cannot be built, are both failures.
-func (s *Server) countReload(err error) {
+func (s *Server) recordReload(err error) {
+	s.lastReload.Store(&reloadResult{at: time.Now().UTC(), err: errString(err)})
 	if err != nil {
 		s.metrics.reloads.WithLabelValues("failure").Inc()
 		s.metrics.reloadOK.Set(0)

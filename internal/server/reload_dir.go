@@ -46,7 +46,7 @@ func (s *Server) reloadDir(dir, reason string) error {
 	if err == nil {
 		err = s.Apply(cfg)
 	}
-	s.countReload(err)
+	s.recordReload(err)
 	if err != nil {
 		s.log.Error("configuration rejected; the last good configuration keeps serving",
 			"dir", dir, "reason", reason, "err", err.Error())
