@@ -18,7 +18,8 @@ shift
 here=$(cd "$(dirname "$0")" && pwd)
 id=$(git -C "$here/.." rev-parse --short=12 "$rev^{commit}")
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT INT TERM
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM # a signal ends the script (through the EXIT trap), not only the command it ran
 mkdir "$tmp/src"
 git -C "$here/.." archive "$id" | tar -x -C "$tmp/src"
 cp "$here/go.mod" "$tmp/at.mod"

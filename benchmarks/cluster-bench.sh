@@ -43,7 +43,8 @@ cleanup() {
 	sleep 0.2
 	rm -rf "$dir"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 1' INT TERM # a signal ends the script (through the EXIT trap), not only the command it ran
 
 # start PORT [cluster]: a valkey-server, its pid in $dir/PORT.pid.
 start() {

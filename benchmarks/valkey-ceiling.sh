@@ -22,7 +22,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 dir=$(mktemp -d)
 valkey-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --daemonize no --logfile "$dir/log" &
 pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT INT TERM
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'exit 1' INT TERM # a signal ends the script (through the EXIT trap), not only the command it ran
 cli() { valkey-cli -h 127.0.0.1 -p "$port" "$@"; }
 for i in 1 2 3 4 5 6 7 8 9 10; do cli ping >/dev/null 2>&1 && break; sleep 0.2; done
 
