@@ -20,7 +20,10 @@
 #   NOOP=/tmp/noopjson RLSLOAD=/tmp/rlsload benchmarks/envoy-bench.sh 10s /path/to/ratelimit /tmp/sluice
 #
 # WRK_ARGS (default "-t2 -c64") and RLSLOAD_ARGS (default "-c 64 -conns 2")
-# change the load.
+# change the load. PIN=1 keeps the load generator off the services' core:
+# services, Valkeys and the no-op handler run on CPU 0, wrk and rlsload on
+# CPU 1 (taskset), so the generator's CPU is not taken from the service
+# measured (each Go process then runs with GOMAXPROCS=1).
 #
 # Ports: Valkeys on 16390+i, services on 18180+100i (HTTP), +1 (gRPC), +2
 # (debug); the no-op handler on 18099. Everything started is stopped at the
@@ -37,7 +40,11 @@ noop=${NOOP:-noopjson}
 rlsload=${RLSLOAD:-rlsload}
 read -r -a wrkArgs <<<"${WRK_ARGS:--t2 -c64}"
 read -r -a rlsArgs <<<"${RLSLOAD_ARGS:--c 64 -conns 2}"
-for tool in wrk valkey-server "$noop" "$rlsload"; do
+svcPin=() genPin=()
+if [ "${PIN:-0}" = 1 ]; then
+	svcPin=(taskset -c 0) genPin=(taskset -c 1)
+fi
+for tool in wrk valkey-server "$noop" "$rlsload" ${svcPin[0]+taskset}; do
 	command -v "$tool" >/dev/null || { echo "$0: $tool not found (see the usage above)" >&2; exit 2; }
 done
 out=$(mktemp -d)
@@ -61,7 +68,7 @@ names=() svc=() vk=()
 i=0
 for bin in "$@"; do
 	vport=$((16390 + i)) hport=$((18180 + 100 * i))
-	valkey-server --port "$vport" --save "" --appendonly no --bind 127.0.0.1 >/dev/null 2>&1 &
+	"${svcPin[@]}" valkey-server --port "$vport" --save "" --appendonly no --bind 127.0.0.1 >/dev/null 2>&1 &
 	vk[i]=$!
 	pids+=($!)
 	sleep 0.3
@@ -71,14 +78,14 @@ for bin in "$@"; do
 		args=()
 		name="envoyproxy/ratelimit"
 	fi
-	env -i "${env[@]}" REDIS_URL="127.0.0.1:$vport" PORT="$hport" GRPC_PORT=$((hport + 1)) DEBUG_PORT=$((hport + 2)) \
+	"${svcPin[@]}" env -i "${env[@]}" REDIS_URL="127.0.0.1:$vport" PORT="$hport" GRPC_PORT=$((hport + 1)) DEBUG_PORT=$((hport + 2)) \
 		"$bin" "${args[@]}" >"$out/svc$i.log" 2>&1 &
 	svc[i]=$!
 	pids+=($!)
 	names[i]=$name
 	i=$((i + 1))
 done
-"$noop" -listen 127.0.0.1:18099 >/dev/null 2>&1 &
+"${svcPin[@]}" "$noop" -listen 127.0.0.1:18099 >/dev/null 2>&1 &
 noopPid=$!
 pids+=($!)
 sleep 2
@@ -86,7 +93,7 @@ for j in "${!svc[@]}"; do
 	kill -0 "${svc[j]}" 2>/dev/null || { echo "$0: ${names[j]} did not start:" >&2; cat "$out/svc$j.log" >&2; exit 1; }
 done
 
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); wrk ${wrkArgs[*]}, rlsload ${rlsArgs[*]}, ${dur} each"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); wrk ${wrkArgs[*]}, rlsload ${rlsArgs[*]}, ${dur} each${svcPin[0]+; services on CPU 0, generators on CPU 1}"
 printf '%-24s %-5s %10s %9s %9s  %s\n' service load 'req/s' p50 p99 'CPU % of one core: service valkey generator idle'
 # leg NAME PROTO SERVICE_PID VALKEY_PID TARGET
 leg() {
@@ -97,13 +104,13 @@ leg() {
 	i0=$(idle)
 	t0=$(date +%s.%N)
 	if [ "$proto" = http ]; then
-		/usr/bin/time -f '%U %S' -o "$out/gen" wrk "${wrkArgs[@]}" -d"$dur" --latency -s "$repo/docs/envoy-bench.lua" "http://$target" >"$out/load" 2>&1
+		/usr/bin/time -f '%U %S' -o "$out/gen" "${genPin[@]}" wrk "${wrkArgs[@]}" -d"$dur" --latency -s "$repo/docs/envoy-bench.lua" "http://$target" >"$out/load" 2>&1
 		rps=$(awk '/Requests\/sec/ {print $2}' "$out/load")
 		p50=$(awk '$1 == "50%" {print $2}' "$out/load")
 		p99=$(awk '$1 == "99%" {print $2}' "$out/load")
 		errs=$(grep -E 'Non-2xx|Socket errors' "$out/load" | tr '\n' ' ')
 	else
-		/usr/bin/time -f '%U %S' -o "$out/gen" "$rlsload" -addr "$target" "${rlsArgs[@]}" -d "$dur" >"$out/load" 2>&1
+		/usr/bin/time -f '%U %S' -o "$out/gen" "${genPin[@]}" "$rlsload" -addr "$target" "${rlsArgs[@]}" -d "$dur" >"$out/load" 2>&1
 		rps=$(sed -n 's/.*: \([0-9]*\) calls\/s.*/\1/p' "$out/load")
 		p50=$(sed -n 's/.*p50 \([^,]*\),.*/\1/p' "$out/load")
 		p99=$(sed -n 's/.*p99 \([^,]*\),.*/\1/p' "$out/load")
