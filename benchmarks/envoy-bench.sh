@@ -9,7 +9,7 @@
 # HTTP POST /json from wrk (2 threads, 64 connections, docs/envoy-bench.lua),
 # then a no-op Go handler answering the same JSON (benchmarks/cmd/noopjson,
 # the ceiling), then gRPC ShouldRateLimit from benchmarks/cmd/rlsload (64
-# callers, 2 connections). One line per leg: requests/s, p50, p99, and the
+# callers, 2 connections), the no-op handler's gRPC server last. One line per leg: requests/s, p50, p99, and the
 # CPU the service, its Valkey and the load generator took and the machine
 # left idle, in percent of one core (the machine has 2: 200 in all), read
 # from /proc before and after the leg. The load average is printed before
@@ -26,7 +26,7 @@
 # measured (each Go process then runs with GOMAXPROCS=1).
 #
 # Ports: Valkeys on 16390+i, services on 18180+100i (HTTP), +1 (gRPC), +2
-# (debug); the no-op handler on 18099. Everything started is stopped at the
+# (debug); the no-op handler on 18099 (HTTP) and 18098 (gRPC). Everything started is stopped at the
 # end.
 set -u
 if [ $# -lt 3 ]; then
@@ -85,7 +85,7 @@ for bin in "$@"; do
 	names[i]=$name
 	i=$((i + 1))
 done
-"${svcPin[@]}" "$noop" -listen 127.0.0.1:18099 >/dev/null 2>&1 &
+"${svcPin[@]}" "$noop" -listen 127.0.0.1:18099 -grpc 127.0.0.1:18098 >/dev/null 2>&1 &
 noopPid=$!
 pids+=($!)
 sleep 2
@@ -127,4 +127,5 @@ leg() {
 for j in "${!svc[@]}"; do leg "${names[j]}" http "${svc[j]}" "${vk[j]}" "127.0.0.1:$((18180 + 100 * j))"; done
 leg "no-op handler" http "$noopPid" "" 127.0.0.1:18099
 for j in "${!svc[@]}"; do leg "${names[j]}" grpc "${svc[j]}" "${vk[j]}" "127.0.0.1:$((18181 + 100 * j))"; done
+leg "no-op handler" grpc "$noopPid" "" 127.0.0.1:18098
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
