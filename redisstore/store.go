@@ -249,31 +249,13 @@ func command(ctx context.Context, batch []sluice.Op, c call, sha bool) scriptCmd
 
 // decode fills in the Results of one call from its reply.
 func decode(batch []sluice.Op, c call, cmd scriptCmd) {
-	fail := func(err error) {
-		for _, i := range c.ops {
-			batch[i].Err = err
-		}
+	callErr := cmd.Err()
+	var reply string
+	var replyErr error
+	if callErr == nil {
+		reply, replyErr = cmd.Text()
 	}
-	if err := cmd.Err(); err != nil {
-		fail(fmt.Errorf("redisstore: %v script: %w", c.alg, err))
-		return
-	}
-	reply, err := cmd.Text()
-	if err != nil {
-		fail(fmt.Errorf("redisstore: %v script: unexpected reply: %w", c.alg, err))
-		return
-	}
-	err = luascript.DecodeCall(reply, len(c.ops), func(j int, res sluice.Result, receipt int64, err error) {
-		op := &batch[c.ops[j]]
-		if err != nil {
-			op.Err = fmt.Errorf("redisstore: %v script: %w", c.alg, err)
-			return
-		}
-		op.Result, op.Receipt = res, receipt
-	})
-	if err != nil {
-		fail(fmt.Errorf("redisstore: %v script: %w", c.alg, err))
-	}
+	luascript.FillCall(batch, c.ops, "redisstore", c.alg, reply, callErr, replyErr)
 }
 
 // Delete implements sluice.Store: one DEL per key, pipelined (keys of

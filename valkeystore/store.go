@@ -385,31 +385,13 @@ var clockSkew time.Duration
 
 // decode fills in the Results of one call from its reply.
 func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {
-	fail := func(err error) {
-		for _, i := range c.ops {
-			batch[i].Err = err
-		}
+	callErr := resp.Error()
+	var reply string
+	var replyErr error
+	if callErr == nil {
+		reply, replyErr = resp.ToString()
 	}
-	if err := resp.Error(); err != nil {
-		fail(fmt.Errorf("valkeystore: %v script: %w", c.alg, err))
-		return
-	}
-	reply, err := resp.ToString()
-	if err != nil {
-		fail(fmt.Errorf("valkeystore: %v script: unexpected reply: %w", c.alg, err))
-		return
-	}
-	err = luascript.DecodeCall(reply, len(c.ops), func(j int, res sluice.Result, receipt int64, err error) {
-		op := &batch[c.ops[j]]
-		if err != nil {
-			op.Err = fmt.Errorf("valkeystore: %v script: %w", c.alg, err)
-			return
-		}
-		op.Result, op.Receipt = res, receipt
-	})
-	if err != nil {
-		fail(fmt.Errorf("valkeystore: %v script: %w", c.alg, err))
-	}
+	luascript.FillCall(batch, c.ops, "valkeystore", c.alg, reply, callErr, replyErr)
 }
 
 // Delete implements sluice.Store: one DEL per key, pipelined to each

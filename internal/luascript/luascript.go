@@ -212,6 +212,39 @@ func DecodeCall(reply string, n int, set func(j int, res sluice.Result, receipt 
 	return nil
 }
 
+// FillCall fills in the decisions of one script call, batch[idx[j]] for
+// the call's j-th key: its Result and Receipt from reply, or its Err. A
+// call that failed (callErr), a reply that is not a string (replyErr) or
+// does not hold len(idx) records fails every decision of the call; a
+// record out of range fails its own. Errors read "<store>: <alg> script:
+// <cause>"; replyErr is marked as an unexpected reply.
+func FillCall(batch []sluice.Op, idx []int, store string, alg sluice.Algorithm, reply string, callErr, replyErr error) {
+	fail := func(err error) {
+		for _, i := range idx {
+			batch[i].Err = err
+		}
+	}
+	switch {
+	case callErr != nil:
+		fail(fmt.Errorf("%s: %v script: %w", store, alg, callErr))
+		return
+	case replyErr != nil:
+		fail(fmt.Errorf("%s: %v script: unexpected reply: %w", store, alg, replyErr))
+		return
+	}
+	err := DecodeCall(reply, len(idx), func(j int, res sluice.Result, receipt int64, err error) {
+		op := &batch[idx[j]]
+		if err != nil {
+			op.Err = fmt.Errorf("%s: %v script: %w", store, alg, err)
+			return
+		}
+		op.Result, op.Receipt = res, receipt
+	})
+	if err != nil {
+		fail(fmt.Errorf("%s: %v script: %w", store, alg, err))
+	}
+}
+
 // decodeRecord turns one decision's record (allowed, the override's
 // status, remaining, retry after and reset after in microseconds, receipt,
 // the override's limit) into its Result and receipt.

@@ -3,6 +3,7 @@ package luascript
 import (
 	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,4 +132,49 @@ func FuzzDecodeCall(f *testing.F) {
 			t.Fatalf("%d decisions passed for %d (%v)", calls, n, err)
 		}
 	})
+}
+
+// TestFillCall: a call's decisions land at their own indexes of the batch,
+// the others untouched; a failed call, a reply that is not a string and a
+// reply of the wrong length fail every decision of the call, named by
+// store and algorithm; a record out of range fails only its own.
+func TestFillCall(t *testing.T) {
+	good := record{1, 0, 1, 0, 1, 7, 0}
+	bad := record{3, 0, 0, 0, 0, 7, 0}
+	idx := []int{3, 0}
+	cause := errors.New("cause")
+	for _, tc := range []struct {
+		name              string
+		reply             string
+		callErr, replyErr error
+		wantErr           [2]error // for idx[0], idx[1]
+		wantText          string
+	}{
+		{"answered", good.bytes() + good.bytes(), nil, nil, [2]error{nil, nil}, ""},
+		{"one record out of range", bad.bytes() + good.bytes(), nil, nil, [2]error{ErrReply, nil}, "store: gcra script: "},
+		{"call failed", "", cause, nil, [2]error{cause, cause}, "store: gcra script: cause"},
+		{"not a string", "", nil, cause, [2]error{cause, cause}, "store: gcra script: unexpected reply: cause"},
+		{"wrong length", good.bytes(), nil, nil, [2]error{ErrReply, ErrReply}, "store: gcra script: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			batch := make([]sluice.Op, 5)
+			FillCall(batch, idx, "store", sluice.AlgorithmGCRA, tc.reply, tc.callErr, tc.replyErr)
+			for j, i := range idx {
+				op := batch[i]
+				if want := tc.wantErr[j]; want == nil {
+					if op.Err != nil || op.Receipt != 7 || op.Result != (sluice.Result{Allowed: true, Remaining: 1, ResetAfter: time.Microsecond}) {
+						t.Errorf("batch[%d] = %+v", i, op)
+					}
+					continue
+				} else if !errors.Is(op.Err, want) || !strings.HasPrefix(op.Err.Error(), tc.wantText) {
+					t.Errorf("batch[%d].Err = %v, want %v starting %q", i, op.Err, want, tc.wantText)
+				}
+			}
+			for _, i := range []int{1, 2, 4} {
+				if batch[i] != (sluice.Op{}) {
+					t.Errorf("batch[%d], not in the call, was touched: %+v", i, batch[i])
+				}
+			}
+		})
+	}
 }
