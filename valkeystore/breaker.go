@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,8 +37,9 @@ func (errCircuitOpen) Unwrap() error { return sluice.ErrStoreUnavailable }
 //
 // A breaker counts consecutive failed calls: network errors (connection
 // refused or reset, a failed dial), timeouts (the decision's deadline
-// passed before Valkey answered), and the replies by which a server says
-// it cannot serve at all (LOADING, BUSY, MASTERDOWN, CLUSTERDOWN). Any
+// passed before Valkey answered, or before a new connection's handshake
+// ended), and the replies by which a server says it cannot serve at all
+// (LOADING, BUSY, MASTERDOWN, CLUSTERDOWN). Any
 // other reply counts as a success, errors included: WRONGTYPE, a script
 // error or OOM under maxmemory-policy noeviction mean the server answered
 // at once, and refusing calls would only hide when it recovers. A call
@@ -456,7 +458,7 @@ func outcomeOf(ctx context.Context, resps []valkey.ValkeyResult) (out outcome, c
 			if out != failed {
 				out, cause, timedOut = failed, err, true
 			}
-			if !errors.Is(err, context.DeadlineExceeded) {
+			if !ownTimeout(ctx, err) {
 				timedOut = false
 			}
 		case succeeded:
@@ -466,6 +468,28 @@ func outcomeOf(ctx context.Context, resps []valkey.ValkeyResult) (out outcome, c
 		}
 	}
 	return out, cause, timedOut
+}
+
+// ownTimeout reports whether err is the call's own deadline passing: the
+// context's error, or a network timeout once that deadline has passed.
+// valkey-go makes a new connection's handshake under the context of the
+// call that needs it first, with the connection's deadline set to the
+// context's, so a call whose time runs out there fails with "i/o
+// timeout", not with the context's error. That is a timeout of that call,
+// which bars only the calls with no more time than it had, not a network
+// failure, which would bar every call.
+func ownTimeout(ctx context.Context, err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var nerr net.Error
+	if !errors.As(err, &nerr) || !nerr.Timeout() {
+		return false
+	}
+	dl, ok := ctx.Deadline()
+	// The connection's deadline and the context's timer are the same
+	// instant on two clocks' paths: either may fire first.
+	return ok && !time.Now().Before(dl)
 }
 
 // classify tells whether err, the error of one command sent under ctx,

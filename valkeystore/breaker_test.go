@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -185,6 +187,52 @@ type countingClient struct {
 func (c countingClient) Nodes() map[string]valkey.Client {
 	c.n.Add(1)
 	return c.Client.Nodes()
+}
+
+// TestBreakerHandshakeTimeout: a call whose deadline passes during a new
+// connection's handshake fails with a network timeout, not the context's
+// error. Among timeouts of 50ms calls it still counts as a timeout, so the
+// breaker they open lets a 1s call through; a network error that is not a
+// timeout, or a network timeout before the call's deadline, still bars
+// every call.
+func TestBreakerHandshakeTimeout(t *testing.T) {
+	srv := valkeytest.Start(t)
+	ioTimeout := []valkey.ValkeyResult{valkey.NewErrorResult(&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded})}
+	ctx := context.Background()
+	expired, cancel := context.WithDeadline(ctx, time.Now())
+	defer cancel()
+	later, cancel2 := context.WithTimeout(ctx, time.Hour)
+	defer cancel2()
+	budget := int64(50 * time.Millisecond)
+	for _, tc := range []struct {
+		name    string
+		ctx     context.Context // the last failure's
+		last    []valkey.ValkeyResult
+		refused bool // a 1s call, once the breaker is open
+	}{
+		{"handshake timeout after the deadline", expired, ioTimeout, false},
+		{"context deadline", expired, timeout, false},
+		{"network timeout before the deadline", later, ioTimeout, true},
+		{"connection closed", expired, netErr, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := newTestBreaker(t, srv.Addr, Breaker{Failures: 3, MinProbeInterval: time.Hour})
+			b := s.e.topo.single.breaker
+			b.record(expired, normal, budget, timeout)
+			b.record(expired, normal, budget, timeout)
+			b.record(tc.ctx, normal, budget, tc.last)
+			if st := s.BreakerState(); st != BreakerOpen {
+				t.Fatalf("breaker %v after 3 failures, want open", st)
+			}
+			p, err := b.allow(int64(time.Second))
+			if refused := err != nil; refused != tc.refused {
+				t.Errorf("a 1s call: pass %v, err %v; want refused %v", p, err, tc.refused)
+			}
+			if _, err := b.allow(budget); err == nil {
+				t.Error("a 50ms call went through the open breaker")
+			}
+		})
+	}
 }
 
 func TestClassify(t *testing.T) {
