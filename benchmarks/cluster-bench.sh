@@ -11,7 +11,7 @@
 # `sluice bench` flags for that row (such as "-batching 1" with the same
 # build twice).
 #
-# For each run: decisions/s, decisions per script call and server µs per
+# For each run: decisions/s, p99 latency, decisions per script call and server µs per
 # decision as `sluice bench` reads them from INFO commandstats (wall time
 # inside the server's script calls), and from /proc/PID/schedstat the
 # servers' CPU time per decision and the time they spent runnable but not
@@ -106,17 +106,18 @@ run() {
 		/^decisions/ { n = $2; rate = $5 }
 		/^scripts/ { calls = $2; per = $4; usec = $8 }
 		/^degraded/ { deg = $2 }
+		/^latency/ { p99 = $5 }
 		END {
 			split(s, v, " ")
-			printf "| %s | %s | %s | %s | %.1f | %.1f | %s |\n", label, rate, per, usec,
+			printf "| %s | %s | %s | %s | %s | %.1f | %.1f | %s |\n", label, rate, p99, per, usec,
 				(v[3] - v[1]) / 1000 / n, (v[4] - v[2]) / 1000 / n, deg
 		}'
 }
 
 echo "load before: $(uptime)"
 echo
-echo "| setup | decisions/s | decisions per call | server µs per decision (commandstats) | server CPU µs per decision | server waiting for a core, µs per decision | degraded |"
-echo "|---|---:|---:|---:|---:|---:|---:|"
+echo "| setup | decisions/s | p99 | decisions per call | server µs per decision (commandstats) | server CPU µs per decision | server waiting for a core, µs per decision | degraded |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 for _ in $(seq "$rounds"); do
 	run "one server" "$sluice" "" "$one"
 	run "3-primary Cluster" "$sluice" "" "$c1" "$c2" "$c3"

@@ -114,7 +114,7 @@ func (b *batcher) do(ctx context.Context, ops []sluice.Op) error {
 	}
 	bud := b.bud
 	bud.mu.Lock()
-	if bud.mayStart(b) {
+	if b.inflight == 0 {
 		b.start(dl)
 		bud.mu.Unlock()
 		err := b.n.doBy(ctx, ops, dl)
@@ -131,8 +131,17 @@ func (b *batcher) do(ctx context.Context, ops []sluice.Op) error {
 	}
 	b.pending = append(b.pending, r)
 	b.queued += len(ops)
+	// A call beyond the node's first, when the budget allows it now
+	// (budget.go): the queue leaves at once, led by its first caller.
+	var extra []*request
+	if bud.mayStart(b) {
+		extra = b.take(time.Now())
+	}
 	needTimer := !dl.IsZero() && dl.Before(b.latest)
 	bud.mu.Unlock()
+	if extra != nil {
+		extra[0].wake <- wakeCall{batch: extra}
+	}
 
 	var (
 		timer   *time.Timer

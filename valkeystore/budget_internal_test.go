@@ -9,13 +9,21 @@ import (
 
 // TestBudgetNext compares budget.next with a plain model on random states:
 // among the batchers with requests queued, those that may start a call
-// (none in flight, or the budget not spent) compete, and the one with the
-// most decisions queued per call in flight wins (none in flight: an
-// infinite ratio), the first listed on a tie; nil when none may start.
+// (none in flight, or the budget not spent and at least full decisions
+// queued: 1 on one server, a full call on a cluster of several primaries)
+// compete, and the one with the most decisions queued per call in flight
+// wins (none in flight: an infinite ratio), the first listed on a tie; nil
+// when none may start.
 func TestBudgetNext(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 16))
 	for range 20000 {
-		bud := &budget{max: 1 + rng.IntN(6)}
+		fullCall, primaries := 1+rng.IntN(40), 1+rng.IntN(3)
+		bud := newBudget(1+rng.IntN(6), fullCall)
+		bud.primaries(primaries)
+		full := 1 // the decisions queued for a call beyond a node's first
+		if primaries > 1 {
+			full = fullCall
+		}
 		for range rng.IntN(6) {
 			b := &batcher{bud: bud, inflight: rng.IntN(4), queued: 1 + rng.IntN(40)}
 			bud.used += b.inflight
@@ -26,7 +34,7 @@ func TestBudgetNext(t *testing.T) {
 		var want *batcher
 		best := math.Inf(-1)
 		for _, b := range bud.waiting {
-			if b.inflight > 0 && bud.used >= bud.max {
+			if b.inflight > 0 && (bud.used >= bud.max || b.queued < full) {
 				continue
 			}
 			ratio := math.Inf(1)
@@ -38,7 +46,7 @@ func TestBudgetNext(t *testing.T) {
 			}
 		}
 		if got := bud.next(); got != want {
-			t.Fatalf("max %d, used %d, waiting %v: next %v, want %v", bud.max, bud.used, states(bud.waiting), state(got), state(want))
+			t.Fatalf("max %d, used %d, %d primaries, full call %d, waiting %v: next %v, want %v", bud.max, bud.used, primaries, fullCall, states(bud.waiting), state(got), state(want))
 		}
 	}
 }

@@ -71,10 +71,12 @@ func warmUp(t *testing.T, s *valkeystore.Store, keys [][]string) {
 // store, shared by a cluster's primaries, not a budget per primary. With
 // WithBatching(4) and all three primaries paused, 60 concurrent decisions
 // (20 per primary) make at most 6 calls in flight (the budget, and a first
-// call of each primary that came once it was spent), every primary at
-// least one, and the others queue; once the primaries resume, each
-// primary's queue leaves in one call: at most 9 calls for 60 decisions. A
-// budget per primary makes 12 calls in flight and at least 15 calls.
+// call of each primary that came once it was spent; here 3, since no
+// primary's queue fills a call of 64, see TestBudgetFullCall), every
+// primary at least one, and the others queue; once the primaries resume,
+// each primary's queue leaves in one call: at most 9 calls for 60
+// decisions. A budget per primary makes 12 calls in flight and at least 15
+// calls.
 func TestBudgetSharedAcrossNodes(t *testing.T) {
 	cl := budgetCluster(t)
 	s, err := valkeystore.New(cl.Client(t), valkeystore.WithBatching(4))
@@ -145,8 +147,10 @@ func TestBudgetSharedAcrossNodes(t *testing.T) {
 }
 
 // TestBudgetHungPrimary: a hung primary takes the shared part of the
-// budget but never the others' own calls. With WithBatching(2), no
-// breaker, and primary 0 paused while 16 goroutines decide its keys with a
+// budget but never the others' own calls. With WithBatching(2), calls of
+// at most 4 keys (so that its queue fills a call, for which a primary of a
+// cluster starts a second one), no breaker, and primary 0 paused while 16
+// goroutines decide its keys with a
 // 3s timeout, its calls hold the whole budget for 3s; meanwhile a loaded
 // primary (8 goroutines) and an idle one (lone decisions, one at a time)
 // decide every decision normally within a 1s timeout, and every caller of
@@ -155,7 +159,7 @@ func TestBudgetSharedAcrossNodes(t *testing.T) {
 // healthy primaries' decisions would wait for the hung calls and time out.
 func TestBudgetHungPrimary(t *testing.T) {
 	cl := budgetCluster(t)
-	s, err := valkeystore.New(cl.Client(t), valkeystore.WithBatching(2), valkeystore.WithoutBreaker())
+	s, err := valkeystore.New(cl.Client(t), valkeystore.WithBatching(2), valkeystore.WithMaxKeysPerCall(4), valkeystore.WithoutBreaker())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,4 +240,65 @@ func TestBudgetHungPrimary(t *testing.T) {
 		t.Error("no decision on the healthy primaries")
 	}
 	t.Logf("%d decisions on the healthy primaries while the hung one held the shared budget", decided.Load())
+}
+
+// TestBudgetFullCall: on a cluster, a primary starts a call beyond its
+// first only for a full call (WithMaxKeysPerCall decisions queued), within
+// the budget. With WithBatching(6), calls of at most 8 keys and primary 0
+// paused: a lone decision starts its call at once; 7 more queue behind it,
+// without a second call, though the budget has room; the 8th fills a call,
+// which leaves at once with all 8.
+func TestBudgetFullCall(t *testing.T) {
+	cl := budgetCluster(t)
+	s, err := valkeystore.New(cl.Client(t), valkeystore.WithBatching(6), valkeystore.WithMaxKeysPerCall(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := keysByPrimary(t, cl, 9)
+	warmUp(t, s, keys)
+	p := cl.Primaries[0]
+	p.Pause(t)
+	t.Cleanup(func() { p.Resume(t) })
+
+	var wg sync.WaitGroup
+	decide := func(k string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			op := []sluice.Op{{Key: k, Rule: budgetRule, Cost: 1}}
+			if err := s.Do(ctx, op); err != nil || op[0].Err != nil || !op[0].Result.Allowed {
+				t.Errorf("%s: %+v %v %v", k, op[0].Result, op[0].Err, err)
+			}
+		}()
+	}
+	// await waits until primary 0 has calls in flight and queued requests
+	// are queued.
+	await := func(calls, queued int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			flying, q := valkeystore.InFlight(s)
+			if flying[p.Addr] == calls && q == queued {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%v calls in flight and %d queued, want %d on %s and %d queued", flying, q, calls, p.Addr, queued)
+			}
+		}
+	}
+	decide(keys[0][0])
+	await(1, 0) // a lone decision: at once
+	for _, k := range keys[0][1:8] {
+		decide(k)
+	}
+	await(1, 7)
+	time.Sleep(100 * time.Millisecond)
+	if flying, q := valkeystore.InFlight(s); flying[p.Addr] != 1 || q != 7 {
+		t.Errorf("%v calls in flight and %d queued, want 1 on %s and 7 queued: a second call for less than a full call", flying, q, p.Addr)
+	}
+	decide(keys[0][8])
+	await(2, 0) // a full call: at once, within the budget
+	p.Resume(t)
+	wg.Wait()
 }

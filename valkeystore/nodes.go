@@ -208,6 +208,9 @@ func (e *engine) install(owners map[string][][2]int64) {
 	}
 	t.mu.Unlock()
 	t.table.Store(&tab)
+	if e.budget != nil {
+		e.budget.primaries(len(owners))
+	}
 }
 
 // slotsOf returns the first slot n serves in the current map, and whether

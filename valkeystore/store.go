@@ -87,9 +87,11 @@ func WithMaxKeysPerCall(n int) Option {
 // which is what lets one Valkey make several times more decisions per
 // second than one call per decision. A budget shared by the nodes keeps
 // those batches long on a cluster too (a budget per node would cut them
-// by the number of primaries). On an N-primary cluster, a budget of N or
-// less keeps one call in flight per busy primary: the longest batches. A
-// lone decision never waits for company.
+// by the number of primaries), and there a primary starts a call beyond
+// its first only when a full call (WithMaxKeysPerCall) is queued for it:
+// the primaries' first calls already overlap, and one call in flight per
+// busy primary gives the longest batches. A lone decision never waits for
+// company.
 func WithBatching(inflight int) Option {
 	return func(e *engine) { e.inflight = inflight }
 }
@@ -123,7 +125,7 @@ func New(client valkey.Client, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("valkeystore: calls in flight must be zero (no batching) or positive, got %d", e.inflight)
 	}
 	if e.inflight > 0 {
-		e.budget = &budget{max: e.inflight}
+		e.budget = newBudget(e.inflight, e.maxBatch)
 	}
 	e.cluster = client.Mode() == valkey.ClientModeCluster
 	e.done = make(chan struct{})
