@@ -3,6 +3,8 @@ package valkeystore
 import (
 	"context"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/valkey-io/valkey-go"
 )
@@ -12,31 +14,108 @@ import (
 // count of anything but its own need, and the breaker relies on it, not
 // the other way round.
 //
-// valkey-go (v1.0.79) does not always return by the context's deadline:
-// when a connection fails against a server that accepts and never answers
-// (paused, hung, a black hole), closing it, or timing out a new
-// connection's handshake, may block for about a second. That can happen on
-// the very first call after a healthy stretch, before anything has failed,
-// so every call whose context can end runs on a goroutine of its own and
-// returns when the context ends; the goroutine ends when valkey-go
-// returns. The cost is one goroutine per script call (a merged call carries
-// many decisions), small beside a round trip, and it buys the guarantee.
+// valkey-go (v1.0.79) returns by the context's deadline on every path a
+// call takes on an open connection. Two paths do not:
+//   - A call that needs a connection while another call is opening it
+//     (after the previous one failed) waits for that call's dial and
+//     handshake, which end at that call's deadline (at the dial timeout
+//     for valkey-go's own calls, such as a cluster's slot map). Against a
+//     server that accepts and never answers, a 50ms call behind a 1s
+//     call's handshake returns after a second.
+//   - A pipeline of ClientOption.BlockingPipeline commands or more goes on
+//     a connection of its own, which valkey-go closes when a call on it
+//     fails; closing a connection to a hung server waits up to a second.
+//
+// Neither happens on a healthy node: its connection is open, and a
+// connection ends when a call on it fails, or when the server (or
+// something on the way) closes it, or when it was idle long enough for
+// valkey-go's background PING to time out (over a second by default). So
+// a single command goes straight to valkey-go, on the caller's goroutine,
+// while its node is trusted: the node's latest call ended with replies
+// (Valkey's errors are replies), less than trustFor ago, and no call failed
+// since. Any other call whose context can end (the first calls of a store,
+// the calls after a failure or a quiet spell, a pipeline of several
+// commands) runs on a goroutine of its own and returns when the context
+// ends; the goroutine ends when valkey-go returns.
+//
+// What is left: a connection that ends under calls in flight fails them,
+// and their failure ends the trust as soon as the first of them returns; a
+// call that starts in that instant may go straight to valkey-go and wait
+// for the new connection's handshake, which ends by the deadline of the
+// call that opened it. Over a network that closes connections and then
+// swallows packets, such a wait is bounded by the longest timeout of the
+// store's calls (or the client's dial timeout, for valkey-go's own), not
+// by the call's own: TestDeadlineMidTraffic makes that fault under
+// traffic of 50ms and 1s decisions.
 
-// guard is the deadline layer of one node. It keeps no state: it is a
-// type of its own so that the layer has one name and one place.
-type guard struct{}
+// trustFor is how long a reply keeps a node trusted.
+const trustFor = 100 * time.Millisecond
 
-// guarded reports whether calls under ctx must run on their own goroutine:
-// every call whose context can end.
-func (guard) guarded(ctx context.Context) bool {
-	return ctx.Done() != nil
+// guard is the deadline layer of one node; see above.
+type guard struct {
+	okAt    atomic.Int64  // mono() when a call last ended with replies; 0 after a failure
+	fails   atomic.Uint64 // failed calls so far
+	guarded atomic.Int64  // calls run on a goroutine of their own (for tests)
+}
+
+// monoBase makes mono monotonic: time.Since reads the monotonic clock.
+var monoBase = time.Now()
+
+// mono returns the time on the monotonic clock, in nanoseconds, never 0.
+func mono() int64 { return int64(time.Since(monoBase)) | 1 }
+
+// trusted reports whether calls may go straight to valkey-go, and the
+// count of failures, for note.
+func (g *guard) trusted() (bool, uint64) {
+	fails := g.fails.Load()
+	at := g.okAt.Load()
+	return at != 0 && mono()-at < int64(trustFor), fails
+}
+
+// note takes the outcome of a call begun when fails failures had been
+// counted: a failure (no reply: a timeout, a network error) ends the trust;
+// replies renew it, unless a call failed meanwhile.
+func (g *guard) note(fails uint64, replied bool) {
+	if !replied {
+		g.fails.Add(1)
+		g.okAt.Store(0)
+		return
+	}
+	if g.fails.Load() != fails {
+		return
+	}
+	now := mono()
+	if at := g.okAt.Load(); at != 0 && now-at < int64(trustFor)/4 {
+		return // fresh enough: no write shared by every caller
+	}
+	g.okAt.Store(now)
+	if g.fails.Load() != fails { // a failure between the check and the store
+		g.okAt.Store(0)
+	}
+}
+
+// replied reports whether every result is a reply.
+func replied(rs []valkey.ValkeyResult) bool {
+	for _, r := range rs {
+		if r.NonValkeyError() != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // do is c.Do(ctx, cmd), returning by ctx's end.
-func (g guard) do(ctx context.Context, c valkey.Client, cmd valkey.Completed) valkey.ValkeyResult {
-	if !g.guarded(ctx) {
-		return c.Do(ctx, cmd)
+func (g *guard) do(ctx context.Context, c valkey.Client, cmd valkey.Completed) valkey.ValkeyResult {
+	if ctx.Done() == nil {
+		return c.Do(ctx, cmd) // cannot end: nothing to return by
 	}
+	ok, fails := g.trusted()
+	if ok {
+		r := c.Do(ctx, cmd)
+		g.note(fails, r.NonValkeyError() == nil)
+		return r
+	}
+	g.guarded.Add(1)
 	d := doCalls.Get().(*doCall)
 	d.ctx, d.c, d.cmd = ctx, c, cmd
 	go d.run()
@@ -45,8 +124,10 @@ func (g guard) do(ctx context.Context, c valkey.Client, cmd valkey.Completed) va
 		// The goroutine is done with d: its send was its last act.
 		d.ctx, d.c, d.cmd = nil, nil, valkey.Completed{}
 		doCalls.Put(d)
+		g.note(fails, r.NonValkeyError() == nil)
 		return r
 	case <-ctx.Done():
+		g.note(fails, false)
 		return valkey.NewErrorResult(ctx.Err()) // d stays with its goroutine
 	}
 }
@@ -66,21 +147,27 @@ var doCalls = sync.Pool{New: func() any { return &doCall{ch: make(chan valkey.Va
 func (d *doCall) run() { d.ch <- d.c.Do(d.ctx, d.cmd) }
 
 // doMulti is c.DoMulti(ctx, cmds...), returning by ctx's end.
-func (g guard) doMulti(ctx context.Context, c valkey.Client, cmds valkey.Commands) []valkey.ValkeyResult {
+func (g *guard) doMulti(ctx context.Context, c valkey.Client, cmds valkey.Commands) []valkey.ValkeyResult {
 	return g.run(ctx, len(cmds), func() []valkey.ValkeyResult { return c.DoMulti(ctx, cmds...) })
 }
 
-// run is fn, which returns n replies, returning by ctx's end.
-func (g guard) run(ctx context.Context, n int, fn func() []valkey.ValkeyResult) []valkey.ValkeyResult {
-	if !g.guarded(ctx) {
+// run is fn, which returns n replies, returning by ctx's end: always on a
+// goroutine of its own when ctx can end (a pipeline of several commands
+// may go on a connection of its own; see above).
+func (g *guard) run(ctx context.Context, n int, fn func() []valkey.ValkeyResult) []valkey.ValkeyResult {
+	if ctx.Done() == nil {
 		return fn()
 	}
+	g.guarded.Add(1)
+	fails := g.fails.Load()
 	ch := make(chan []valkey.ValkeyResult, 1)
 	go func() { ch <- fn() }()
 	select {
 	case r := <-ch:
+		g.note(fails, replied(r))
 		return r
 	case <-ctx.Done():
+		g.note(fails, false)
 		out := make([]valkey.ValkeyResult, n)
 		for i := range out {
 			out[i] = valkey.NewErrorResult(ctx.Err())

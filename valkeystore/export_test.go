@@ -41,3 +41,13 @@ func InFlight(s *Store) (map[string]int, int) {
 	}
 	return calls, queued
 }
+
+// GuardedCalls returns how many calls the deadline layer of s ran on a
+// goroutine of their own.
+func GuardedCalls(s *Store) int64 {
+	var n int64
+	for _, nd := range s.e.nodes() {
+		n += nd.guard.guarded.Load()
+	}
+	return n
+}
