@@ -68,7 +68,8 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	if logger == nil {
 		return code
 	}
-	tuneGC(env, logger)
+	_, stopGC := tuneGC(env, logger)
+	defer stopGC()
 	cfg, data, code := loadServeConfig(f, logger, stderr)
 	if cfg == nil {
 		return code
