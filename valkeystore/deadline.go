@@ -2,6 +2,7 @@ package valkeystore
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,31 +32,49 @@ import (
 // something on the way) closes it, or when it was idle long enough for
 // valkey-go's background PING to time out (over a second by default). So
 // a single command goes straight to valkey-go, on the caller's goroutine,
-// while its node is trusted: the node's latest call ended with replies
-// (Valkey's errors are replies), less than trustFor ago, and no call failed
-// since. Any other call whose context can end (the first calls of a store,
-// the calls after a failure or a quiet spell, a pipeline of several
-// commands) runs on a goroutine of its own and returns when the context
-// ends; the goroutine ends when valkey-go returns.
+// when two things hold:
+//   - its node is trusted: the node's latest call ended with replies
+//     (Valkey's errors are replies), less than trustFor ago, and no call
+//     failed since;
+//   - its time left is within an eighth of the longest time left of the
+//     node's calls begun in the last topFor (see longest): if its
+//     connection ends in the instant before the failure is seen, the call
+//     of the store that opens the next one ends its handshake by its own
+//     deadline, no later than an eighth of the time left past this call's,
+//     and a 50ms call never waits behind a 1s call.
 //
-// What is left: a connection that ends under calls in flight fails them,
-// and their failure ends the trust as soon as the first of them returns; a
-// call that starts in that instant may go straight to valkey-go and wait
-// for the new connection's handshake, which ends by the deadline of the
-// call that opened it. Over a network that closes connections and then
-// swallows packets, such a wait is bounded by the longest timeout of the
-// store's calls (or the client's dial timeout, for valkey-go's own), not
-// by the call's own: TestDeadlineMidTraffic makes that fault under
-// traffic of 50ms and 1s decisions.
+// Any other call whose context can end (the first calls of a store, the
+// calls after a failure or a quiet spell, the shorter calls of a node that
+// also serves longer ones, every pipeline of several commands) runs on a
+// goroutine of its own and returns when the context ends; the goroutine
+// ends when valkey-go returns.
+//
+// What is left: a call that goes straight to valkey-go returns when its
+// context ends wherever valkey-go watches the context, which is always
+// once a connection has had two calls in flight at once (valkey-go then
+// queues every call on it; AlwaysPipelining does so from the start). A
+// lone call on a connection that never had company is written and read
+// with the connection's deadline set to the call's: a cancellation before
+// the deadline waits for the reply, or the deadline. And a connection
+// opened by a call that is not the store's (the application's, on a shared
+// client, or valkey-go's own) is waited for only while the node is
+// trusted: when the connection ended under no call of the store's, less
+// than trustFor after a reply.
 
 // trustFor is how long a reply keeps a node trusted.
 const trustFor = 100 * time.Millisecond
+
+// topFor is how long the longest time left of a node's calls is kept
+// (see longest).
+const topFor = time.Second
 
 // guard is the deadline layer of one node; see above.
 type guard struct {
 	okAt    atomic.Int64  // mono() when a call last ended with replies; 0 after a failure
 	fails   atomic.Uint64 // failed calls so far
 	guarded atomic.Int64  // calls run on a goroutine of their own (for tests)
+	top     atomic.Int64  // the longest time left of a call begun lately, in ns
+	topAt   atomic.Int64  // mono() when top was set or last matched
 }
 
 // monoBase makes mono monotonic: time.Since reads the monotonic clock.
@@ -64,12 +83,42 @@ var monoBase = time.Now()
 // mono returns the time on the monotonic clock, in nanoseconds, never 0.
 func mono() int64 { return int64(time.Since(monoBase)) | 1 }
 
-// trusted reports whether calls may go straight to valkey-go, and the
-// count of failures, for note.
-func (g *guard) trusted() (bool, uint64) {
+// direct reports whether a call under ctx may go straight to valkey-go:
+// its node is trusted and its time left is among the longest of the
+// node's calls; and the count of failures, for note.
+func (g *guard) direct(ctx context.Context) (bool, uint64) {
 	fails := g.fails.Load()
+	now := mono()
+	left := int64(math.MaxInt64)
+	if dl, ok := ctx.Deadline(); ok {
+		left = int64(time.Until(dl))
+	}
+	long := g.longest(now, left)
 	at := g.okAt.Load()
-	return at != 0 && mono()-at < int64(trustFor), fails
+	return long && at != 0 && now-at < int64(trustFor), fails
+}
+
+// longest takes the time left of a call begun at now and reports whether
+// it is within an eighth of the longest of the node's calls of the last
+// topFor. Only those may go straight to valkey-go: a call that opens a
+// connection makes the calls behind it wait until its own deadline, so a
+// direct call waits at most an eighth of its time left past its deadline
+// behind a call of the store that started before it, where a 50ms call
+// behind a 1s call would wait a second.
+func (g *guard) longest(now, left int64) bool {
+	top, at := g.top.Load(), g.topAt.Load()
+	switch {
+	case left > top+top/64 || now-at > int64(topFor):
+		g.top.Store(left)
+		g.topAt.Store(now)
+		return true
+	case left >= top-top/8:
+		if now-at > int64(topFor)/4 {
+			g.topAt.Store(now)
+		}
+		return true
+	}
+	return false
 }
 
 // note takes the outcome of a call begun when fails failures had been
@@ -109,7 +158,7 @@ func (g *guard) do(ctx context.Context, c valkey.Client, cmd valkey.Completed) v
 	if ctx.Done() == nil {
 		return c.Do(ctx, cmd) // cannot end: nothing to return by
 	}
-	ok, fails := g.trusted()
+	ok, fails := g.direct(ctx)
 	if ok {
 		r := c.Do(ctx, cmd)
 		g.note(fails, r.NonValkeyError() == nil)
@@ -159,7 +208,7 @@ func (g *guard) run(ctx context.Context, n int, fn func() []valkey.ValkeyResult)
 		return fn()
 	}
 	g.guarded.Add(1)
-	fails := g.fails.Load()
+	_, fails := g.direct(ctx) // counts its time left
 	ch := make(chan []valkey.ValkeyResult, 1)
 	go func() { ch <- fn() }()
 	select {

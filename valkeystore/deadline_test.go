@@ -163,31 +163,107 @@ func TestDeadlineBehindHandshake(t *testing.T) {
 	}
 }
 
-// TestDeadlineAfterQuiet: a connection that ends while the store is quiet
-// (the server, or something on the way, closed it; valkey-go's background
-// PING found it dead) is opened again by the next call, and the server now
-// never answers. A 1s decision opens it; the 50ms decisions behind it come
-// within their timeout.
-func TestDeadlineAfterQuiet(t *testing.T) {
-	noLeak(t)
+// hangRig is a store through a hangProxy to a fresh server, with a 1s
+// and a 50ms limiter; c is its client, AlwaysPipelining as the package
+// documentation advises (valkey-go then reads replies on a goroutine of
+// its own and sees a connection end at once).
+func hangRig(t *testing.T) (px *hangProxy, c valkey.Client, s *valkeystore.Store, slow, fast *sluice.Limiter) {
 	srv := valkeytest.Start(t)
-	px := startHangProxy(t, srv.Addr)
-	c := valkeytest.ClientTo(t, px.addr, func(o *valkey.ClientOption) { o.AlwaysPipelining = true })
+	px = startHangProxy(t, srv.Addr)
+	c = valkeytest.ClientTo(t, px.addr, func(o *valkey.ClientOption) { o.AlwaysPipelining = true })
 	s, err := valkeystore.New(c, valkeystore.WithoutBreaker())
 	if err != nil {
 		t.Fatal(err)
 	}
-	slow := deadlineLimiter(t, s, "slow", time.Second)
-	fast := deadlineLimiter(t, s, "fast", failTimeout)
-	for i := range 10 {
-		if res := within(t, slow, time.Second, "warm"); res.Degraded {
-			t.Fatalf("decision %d degraded before the fault", i)
+	return px, c, s, deadlineLimiter(t, s, "slow", time.Second), deadlineLimiter(t, s, "fast", failTimeout)
+}
+
+// warm makes decisions with each limiter until they are normal.
+func warm(t *testing.T, ls ...*sluice.Limiter) {
+	t.Helper()
+	for _, l := range ls {
+		for i := 0; ; i++ {
+			res, err := l.Allow(context.Background(), "warm")
+			if err == nil && !res.Degraded {
+				break
+			}
+			if i == 50 {
+				t.Fatalf("%s: no normal decision before the fault: %+v %v", l.Name(), res, err)
+			}
 		}
 	}
+}
+
+// fastBehind starts lead (which opens a connection), then, 20ms later,
+// decides with fast on 8 goroutines at once, each checked by within.
+func fastBehind(t *testing.T, lead func(), fast *sluice.Limiter) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		lead()
+	}()
+	time.Sleep(20 * time.Millisecond)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			within(t, fast, failTimeout, fmt.Sprintf("fast%d", w))
+		}()
+	}
+	wg.Wait()
+}
+
+// ping is a call of the application on the store's client with a 1s
+// timeout: a client is often shared.
+func ping(c valkey.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c.Do(ctx, c.B().Ping().Build())
+}
+
+// TestDeadlineAtOnce: the connection ends while no call is in flight (the
+// server, or something on the way, closed it) and the server now never
+// answers; a 1s decision opens the next connection at once, and 50ms
+// decisions come behind it, the node still trusted: each comes within its
+// timeout.
+func TestDeadlineAtOnce(t *testing.T) {
+	noLeak(t)
+	px, _, _, slow, fast := hangRig(t)
+	warm(t, slow, fast)
+	px.hang()
+	time.Sleep(30 * time.Millisecond) // valkey-go sees its connection end
+	fastBehind(t, func() { within(t, slow, time.Second, "slow") }, fast)
+}
+
+// TestDeadlineAfterQuiet: the same after a quiet spell (as when valkey-go's
+// background PING finds an idle connection dead), the next connection
+// opened by the application's own 1s call on the shared client.
+func TestDeadlineAfterQuiet(t *testing.T) {
+	noLeak(t)
+	px, c, _, _, fast := hangRig(t)
+	warm(t, fast)
 	time.Sleep(300 * time.Millisecond) // quiet
 	px.hang()
-	time.Sleep(50 * time.Millisecond) // valkey-go sees its connection end
-	mixed(t, slow, fast, 20*time.Millisecond, 8)
+	time.Sleep(30 * time.Millisecond) // valkey-go sees its connection end
+	fastBehind(t, func() { ping(c) }, fast)
+}
+
+// TestDeadlineAfterFailure: a 10ms decision fails on the dead connection;
+// the application's 1s call then opens the next one, and the 50ms
+// decisions that follow at once, within 100ms of the latest reply, come
+// within their timeout.
+func TestDeadlineAfterFailure(t *testing.T) {
+	noLeak(t)
+	px, c, s, _, fast := hangRig(t)
+	first := deadlineLimiter(t, s, "first", 10*time.Millisecond)
+	warm(t, fast)
+	px.hang()
+	time.Sleep(15 * time.Millisecond) // valkey-go sees its connection end
+	if res := within(t, first, 10*time.Millisecond, "first"); !res.Degraded {
+		t.Fatalf("a decision after the fault was not degraded: %+v", res)
+	}
+	fastBehind(t, func() { ping(c) }, fast)
 }
 
 // TestDeadlineMidTraffic: the same fault under traffic, without a quiet
@@ -195,15 +271,7 @@ func TestDeadlineAfterQuiet(t *testing.T) {
 // calls after them open a new one.
 func TestDeadlineMidTraffic(t *testing.T) {
 	noLeak(t)
-	srv := valkeytest.Start(t)
-	px := startHangProxy(t, srv.Addr)
-	c := valkeytest.ClientTo(t, px.addr, func(o *valkey.ClientOption) { o.AlwaysPipelining = true })
-	s, err := valkeystore.New(c, valkeystore.WithoutBreaker())
-	if err != nil {
-		t.Fatal(err)
-	}
-	slow := deadlineLimiter(t, s, "slow", time.Second)
-	fast := deadlineLimiter(t, s, "fast", failTimeout)
+	px, _, _, slow, fast := hangRig(t)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range 8 {
@@ -269,8 +337,14 @@ func TestDeadlineDedicatedPipeline(t *testing.T) {
 		}
 		return err, time.Since(begin)
 	}
-	for range 10 {
-		if err, _ := batch(time.Second); err != nil {
+	// The same timeout before and after: a call goes straight to
+	// valkey-go only with about the longest time left of the node's calls.
+	for i := 0; ; i++ {
+		err, _ := batch(failTimeout)
+		if err == nil {
+			break
+		}
+		if i == 50 {
 			t.Fatalf("before the pause: %v", err)
 		}
 	}
