@@ -10,7 +10,14 @@
 //
 // The guarantees are layers, each in its own file:
 //   - deadline.go: every call returns by its deadline, whatever the
-//     network does, with or without a breaker.
+//     network does, with or without a breaker; with two narrow
+//     exceptions, both of a call sent straight to valkey-go on a healthy
+//     node: a call that starts in the instant its connection drops may
+//     wait for the handshake of a call with at most an eighth more time
+//     left, and so return up to an eighth of its time left late; and
+//     without AlwaysPipelining, a lone call on a connection that never
+//     carried two calls at once returns at its deadline, not at its
+//     context's cancellation.
 //   - nodes.go: health per node. Each node (a standalone server, the
 //     Sentinels' master, or a cluster primary with its slots) has its own
 //     batcher, breaker and deadline guard, so a dead primary costs only the
