@@ -7,6 +7,7 @@ package valkeystore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -161,6 +162,41 @@ func TestDeadlineBehindHandshake(t *testing.T) {
 	for range 2 {
 		mixed(t, slow, fast, 20*time.Millisecond, 8)
 	}
+}
+
+// TestPingByDeadline: a Ping behind another Ping's handshake with a black
+// hole returns by its own deadline, not by the other's (valkey-go makes it
+// wait for that handshake).
+func TestPingByDeadline(t *testing.T) {
+	noLeak(t)
+	s, err := valkeystore.New(valkeytest.ClientTo(t, valkeytest.Blackhole(t)), valkeystore.WithoutBreaker())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := s.Ping(ctx); err == nil {
+			t.Error("a Ping of a black hole succeeded")
+		}
+	}()
+	time.Sleep(50 * time.Millisecond) // the first Ping opens the connection
+	ctx, cancel := context.WithTimeout(context.Background(), failTimeout)
+	defer cancel()
+	begin := time.Now()
+	err = s.Ping(ctx)
+	took := time.Since(begin)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Ping: %v, want the context's deadline", err)
+	}
+	// The other Ping's handshake ends by the client's dial timeout, about
+	// 1s here, so the bound is tighter than failBound.
+	if bound := failTimeout + 450*time.Millisecond; took > bound {
+		t.Errorf("a %v Ping returned after %v, want within %v", failTimeout, took, bound)
+	}
+	<-done
 }
 
 // hangRig is a store through a hangProxy to a fresh server, with a 1s

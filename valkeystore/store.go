@@ -437,8 +437,26 @@ func (s *Store) Delete(ctx context.Context, keys ...string) error {
 // Ping reports whether the store can decide for every key: PING on a
 // standalone server; on a cluster, every slot has a primary in the slot
 // map (read again), and a slot of every primary answers. Replicas are not
-// asked: losing one costs no decision.
+// asked: losing one costs no decision. Ping returns by ctx's end, like a
+// decision: valkey-go may hold a call past its deadline behind another
+// call's new connection (see deadline.go), so Ping runs on a goroutine of
+// its own when ctx can end.
 func (s *Store) Ping(ctx context.Context) error {
+	if ctx.Done() == nil {
+		return s.ping(ctx)
+	}
+	ch := make(chan error, 1)
+	go func() { ch <- s.ping(ctx) }()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("valkeystore: ping: %w", ctx.Err())
+	}
+}
+
+// ping is Ping, without returning by ctx's end.
+func (s *Store) ping(ctx context.Context) error {
 	e := s.e
 	if !e.cluster {
 		return ping(ctx, e.client)
