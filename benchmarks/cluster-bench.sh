@@ -36,35 +36,7 @@ other=${2:-}
 port=${PORT:-36400}
 rounds=${ROUNDS:-2}
 duration=${DURATION:-8s}
-dir=$(mktemp -d)
-pids=""
-cleanup() {
-	for p in $pids; do kill "$p" 2>/dev/null || true; done
-	sleep 0.2
-	rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM # a signal ends the script (through the EXIT trap), not only the command it ran
-
-# start PORT [cluster]: a valkey-server, its pid in $dir/PORT.pid.
-start() {
-	mkdir -p "$dir/$1"
-	extra=""
-	if [ "${2:-}" = cluster ]; then
-		extra="--cluster-enabled yes --cluster-config-file $dir/$1/nodes.conf --cluster-node-timeout 5000"
-	fi
-	# shellcheck disable=SC2086
-	valkey-server --port "$1" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir/$1" \
-		--daemonize yes --logfile "$dir/$1/log" --pidfile "$dir/$1.pid" $extra
-	for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
-		[ -s "$dir/$1.pid" ] && valkey-cli -p "$1" ping >/dev/null 2>&1 && break
-		sleep 0.1
-	done
-	pids="$pids $(cat "$dir/$1.pid")"
-	if [ "${FIFO:-0}" = 1 ]; then
-		chrt -a -f -p 1 "$(cat "$dir/$1.pid")"
-	fi
-}
+. "$(dirname "$0")/valkey-servers.sh"
 
 one=$port
 c1=$((port + 1)) c2=$((port + 2)) c3=$((port + 3))
@@ -73,12 +45,7 @@ start "$one"
 for p in "$c1" "$c2" "$c3" "$solo"; do start "$p" cluster; done
 yes yes | valkey-cli --cluster create "127.0.0.1:$c1" "127.0.0.1:$c2" "127.0.0.1:$c3" --cluster-replicas 0 >/dev/null
 valkey-cli -p "$solo" cluster addslotsrange 0 16383 >/dev/null
-for p in "$c1" "$solo"; do
-	for _ in $(seq 100); do
-		valkey-cli -p "$p" cluster info | grep -q 'cluster_state:ok' && break
-		sleep 0.1
-	done
-done
+cluster_ok "$c1" "$solo"
 
 # sched PORTS...: the servers' CPU and run-queue wait, in ns, summed over
 # their threads.

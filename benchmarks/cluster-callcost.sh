@@ -22,43 +22,13 @@ port=${PORT:-36500}
 rounds=${ROUNDS:-3}
 keys=${KEYS:-16}
 interval=${INTERVAL:-1us}
-dir=$(mktemp -d)
-pids=""
-cleanup() {
-	for p in $pids; do kill "$p" 2>/dev/null || true; done
-	sleep 0.2
-	rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-start() {
-	mkdir -p "$dir/$1"
-	extra=""
-	if [ "${2:-}" = cluster ]; then
-		extra="--cluster-enabled yes --cluster-config-file $dir/$1/nodes.conf"
-	fi
-	# shellcheck disable=SC2086
-	valkey-server --port "$1" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir/$1" \
-		--daemonize yes --logfile "$dir/$1/log" --pidfile "$dir/$1.pid" $extra
-	for _ in $(seq 20); do
-		[ -s "$dir/$1.pid" ] && valkey-cli -p "$1" ping >/dev/null 2>&1 && break
-		sleep 0.1
-	done
-	pids="$pids $(cat "$dir/$1.pid")"
-	if [ "${FIFO:-0}" = 1 ]; then
-		chrt -a -f -p 1 "$(cat "$dir/$1.pid")"
-	fi
-}
+. "$(dirname "$0")/valkey-servers.sh"
 
 one=$port solo=$((port + 1))
 start "$one"
 start "$solo" cluster
 valkey-cli -p "$solo" cluster addslotsrange 0 16383 >/dev/null
-for _ in $(seq 100); do
-	valkey-cli -p "$solo" cluster info | grep -q 'cluster_state:ok' && break
-	sleep 0.1
-done
+cluster_ok "$solo"
 
 echo "load before: $(uptime)"
 echo
