@@ -67,6 +67,21 @@ func warmUp(t *testing.T, s *valkeystore.Store, keys [][]string) {
 	}
 }
 
+// decideLater decides k with budgetRule on a goroutine of its own, added
+// to wg, which reports an error unless the decision is allowed.
+func decideLater(t *testing.T, s *valkeystore.Store, wg *sync.WaitGroup, k string) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		op := []sluice.Op{{Key: k, Rule: budgetRule, Cost: 1}}
+		if err := s.Do(ctx, op); err != nil || op[0].Err != nil || !op[0].Result.Allowed {
+			t.Errorf("%s: %+v %v %v", k, op[0].Result, op[0].Err, err)
+		}
+	}()
+}
+
 // TestBudgetSharedAcrossNodes: the calls in flight are a budget of the
 // store, shared by a cluster's primaries, not a budget per primary. With
 // WithBatching(4) and all three primaries paused, 60 concurrent decisions
@@ -97,16 +112,7 @@ func TestBudgetSharedAcrossNodes(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, ks := range keys {
 		for _, k := range ks {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				op := []sluice.Op{{Key: k, Rule: budgetRule, Cost: 1}}
-				if err := s.Do(ctx, op); err != nil || op[0].Err != nil || !op[0].Result.Allowed {
-					t.Errorf("%s: %+v %v %v", k, op[0].Result, op[0].Err, err)
-				}
-			}()
+			decideLater(t, s, &wg, k)
 		}
 	}
 	const total = 3 * perPrimary
@@ -261,18 +267,7 @@ func TestBudgetFullCall(t *testing.T) {
 	t.Cleanup(func() { p.Resume(t) })
 
 	var wg sync.WaitGroup
-	decide := func(k string) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			op := []sluice.Op{{Key: k, Rule: budgetRule, Cost: 1}}
-			if err := s.Do(ctx, op); err != nil || op[0].Err != nil || !op[0].Result.Allowed {
-				t.Errorf("%s: %+v %v %v", k, op[0].Result, op[0].Err, err)
-			}
-		}()
-	}
+	decide := func(k string) { decideLater(t, s, &wg, k) }
 	// await waits until primary 0 has calls in flight and queued requests
 	// are queued.
 	await := func(calls, queued int) {
