@@ -209,18 +209,30 @@ func (g *guard) run(ctx context.Context, n int, fn func() []valkey.ValkeyResult)
 	}
 	g.guarded.Add(1)
 	_, fails := g.direct(ctx) // counts its time left
-	ch := make(chan []valkey.ValkeyResult, 1)
+	r, err := returnBy(ctx, fn)
+	if err == nil {
+		g.note(fails, replied(r))
+		return r
+	}
+	g.note(fails, false)
+	out := make([]valkey.ValkeyResult, n)
+	for i := range out {
+		out[i] = valkey.NewErrorResult(err)
+	}
+	return out
+}
+
+// returnBy runs fn on a goroutine of its own and returns its result, or
+// ctx's error when ctx ends first (the goroutine then ends when fn
+// returns, and its result is dropped). ctx must be able to end.
+func returnBy[T any](ctx context.Context, fn func() T) (T, error) {
+	ch := make(chan T, 1)
 	go func() { ch <- fn() }()
 	select {
 	case r := <-ch:
-		g.note(fails, replied(r))
-		return r
+		return r, nil
 	case <-ctx.Done():
-		g.note(fails, false)
-		out := make([]valkey.ValkeyResult, n)
-		for i := range out {
-			out[i] = valkey.NewErrorResult(ctx.Err())
-		}
-		return out
+		var zero T
+		return zero, ctx.Err()
 	}
 }

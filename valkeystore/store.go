@@ -445,14 +445,11 @@ func (s *Store) Ping(ctx context.Context) error {
 	if ctx.Done() == nil {
 		return s.ping(ctx)
 	}
-	ch := make(chan error, 1)
-	go func() { ch <- s.ping(ctx) }()
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("valkeystore: ping: %w", ctx.Err())
+	err, ended := returnBy(ctx, func() error { return s.ping(ctx) })
+	if ended != nil {
+		return fmt.Errorf("valkeystore: ping: %w", ended)
 	}
+	return err
 }
 
 // ping is Ping, without returning by ctx's end.
