@@ -25,6 +25,16 @@
 # CPU 1 (taskset), so the generator's CPU is not taken from the service
 # measured (each Go process then runs with GOMAXPROCS=1).
 #
+# LEGS=N runs N rounds of short legs instead of one (DURATION each, such
+# as 3s): in each round every target (envoyproxy/ratelimit, each SLUICE,
+# the no-op handler) is loaded once over HTTP and once over gRPC, each
+# round starting one target later than the last; then prints each
+# target's medians over the rounds and, for each SLUICE and the no-op
+# handler, its ratios to envoyproxy/ratelimit's leg of the same round, their
+# medians and in how many rounds both halves of the goal held (twice the
+# requests per second, half the p99). The noise from leg to leg on a
+# shared machine is larger than one run can tell from a difference.
+#
 # Ports: Valkeys on 16390+i, services on 18180+100i (HTTP), +1 (gRPC), +2
 # (debug); the no-op handler on 18099 (HTTP) and 18098 (gRPC). Everything started is stopped at the
 # end.
@@ -38,6 +48,8 @@ shift
 repo=$(cd "$(dirname "$0")/.." && pwd)
 noop=${NOOP:-noopjson}
 rlsload=${RLSLOAD:-rlsload}
+legs=${LEGS:-1}
+round=0
 read -r -a wrkArgs <<<"${WRK_ARGS:--t2 -c64}"
 read -r -a rlsArgs <<<"${RLSLOAD_ARGS:--c 64 -conns 2}"
 svcPin=() genPin=()
@@ -95,9 +107,10 @@ done
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); wrk ${wrkArgs[*]}, rlsload ${rlsArgs[*]}, ${dur} each${svcPin[0]+; services on CPU 0, generators on CPU 1}"
 printf '%-24s %-5s %10s %9s %9s  %s\n' service load 'req/s' p50 p99 'CPU % of one core: service valkey generator idle'
-# leg NAME PROTO SERVICE_PID VALKEY_PID TARGET
+# leg NAME PROTO SERVICE_PID VALKEY_PID TARGET K: one leg, printed, and
+# recorded in $out/legs as "round proto K req/s p50 p99 errors" (times in ms).
 leg() {
-	local name=$1 proto=$2 sp=$3 vp=$4 target=$5
+	local name=$1 proto=$2 sp=$3 vp=$4 target=$5 k=$6
 	local s0 v0=0 i0 t0 s1 v1=0 i1 t1 rps p50 p99 errs
 	s0=$(cpu "$sp")
 	[ -n "$vp" ] && v0=$(cpu "$vp")
@@ -123,9 +136,74 @@ leg() {
 	awk -v n="$name" -v p="$proto" -v r="$rps" -v p50="$p50" -v p99="$p99" -v e="$errs" \
 		-v s=$((s1 - s0)) -v v=$((v1 - v0)) -v i=$((i1 - i0)) -v t0="$t0" -v t1="$t1" -v g="$(cat "$out/gen")" \
 		'BEGIN { w = t1 - t0; split(g, x, " "); printf "%-24s %-5s %10.0f %9s %9s  %3.0f %3.0f %3.0f %3.0f  %s\n", n, p, r, p50, p99, s / w, v / w, 100 * (x[1] + x[2]) / w, i / w, e }'
+	awk -v round="$round" -v p="$proto" -v k="$k" -v r="$rps" -v p50="$p50" -v p99="$p99" -v e="$errs" '
+		function ms(t, v) { v = t + 0; if (t ~ /us$|µs$/) return v / 1000; if (t ~ /ms$/) return v; if (t ~ /s$/) return v * 1000; return -1 }
+		BEGIN { printf "%d %s %d %.0f %.3f %.3f %d\n", round, p, k, r, ms(p50), ms(p99), e != "" }' >>"$out/legs"
 }
-for j in "${!svc[@]}"; do leg "${names[j]}" http "${svc[j]}" "${vk[j]}" "127.0.0.1:$((18180 + 100 * j))"; done
-leg "no-op handler" http "$noopPid" "" 127.0.0.1:18099
-for j in "${!svc[@]}"; do leg "${names[j]}" grpc "${svc[j]}" "${vk[j]}" "127.0.0.1:$((18181 + 100 * j))"; done
-leg "no-op handler" grpc "$noopPid" "" 127.0.0.1:18098
+
+# summarize FILE N NAME...: for LEGS > 1, each target's medians over the
+# rounds (req/s, p50, p99), then each sluice build's ratios to
+# envoyproxy/ratelimit's leg of the same round (req/s and p99), their
+# medians, and in how many rounds both halves of the goal held (at least
+# twice the req/s, at most half the p99); the no-op handler's too.
+summarize() {
+	local file=$1 n=$2
+	shift 2
+	awk -v n="$n" -v names="$(printf '%s\t' "$@")" '
+		function median(a, c,   i, j, t) {
+			for (i = 2; i <= c; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+			return c % 2 ? a[(c + 1) / 2] : (a[c / 2] + a[c / 2 + 1]) / 2
+		}
+		function pick(src, p, k, dst,   r, c) { c = 0; for (r = 0; r < rounds; r++) if ((p, k, r) in src) dst[++c] = src[p, k, r]; return c }
+		BEGIN { split(names, nm, "\t") }
+		{ rps[$2, $3, $1] = $4; p50[$2, $3, $1] = $5; p99[$2, $3, $1] = $6; bad[$2, $3] += $7; if ($1 + 1 > rounds) rounds = $1 + 1 }
+		END {
+			for (pi = 1; pi <= 2; pi++) {
+				p = pi == 1 ? "http" : "grpc"
+				printf "\n%s, medians of %d rounds:\n", p, rounds
+				printf "%-24s %10s %9s %9s\n", "service", "req/s", "p50 ms", "p99 ms"
+				for (k = 0; k < n; k++) {
+					c = pick(rps, p, k, a); mr = median(a, c)
+					c = pick(p50, p, k, a); m50 = median(a, c)
+					c = pick(p99, p, k, a); m99 = median(a, c)
+					printf "%-24s %10.0f %9.2f %9.2f%s\n", nm[k + 1], mr, m50, m99, bad[p, k] ? "  (" bad[p, k] " legs with errors)" : ""
+				}
+				for (k = 1; k < n; k++) {
+					c = 0; met = 0; line = ""
+					for (r = 0; r < rounds; r++) {
+						if (!((p, k, r) in rps) || !((p, 0, r) in rps) || rps[p, 0, r] <= 0 || p99[p, 0, r] <= 0) continue
+						c++
+						x[c] = rps[p, k, r] / rps[p, 0, r]; y[c] = p99[p, k, r] / p99[p, 0, r]
+						if (x[c] >= 2 && y[c] <= 0.5) met++
+						line = line sprintf(" %.2fx/%.2f", x[c], y[c])
+					}
+					printf "%s / envoyproxy/ratelimit, per round (req/s ratio / p99 ratio):%s\n", nm[k + 1], line
+					printf "  median %.2fx, p99 %.2f; both halves of the goal held in %d of %d rounds\n", median(x, c), median(y, c), met, c
+				}
+			}
+		}' "$file"
+}
+# target PROTO K: the leg of target K (0: envoyproxy/ratelimit, 1..: the
+# sluice builds, the last: the no-op handler).
+target() {
+	local proto=$1 k=$2 port=18180
+	[ "$proto" = grpc ] && port=18181
+	if [ "$k" -lt "${#svc[@]}" ]; then
+		leg "${names[k]}" "$proto" "${svc[k]}" "${vk[k]}" "127.0.0.1:$((port + 100 * k))" "$k"
+	elif [ "$proto" = http ]; then
+		leg "no-op handler" http "$noopPid" "" 127.0.0.1:18099 "$k"
+	else
+		leg "no-op handler" grpc "$noopPid" "" 127.0.0.1:18098 "$k"
+	fi
+}
+n=$((${#svc[@]} + 1))
+for ((round = 0; round < legs; round++)); do
+	if [ "$legs" -gt 1 ]; then echo "round $((round + 1)) of $legs"; fi
+	for proto in http grpc; do
+		# Each round starts one target later, so that no target always
+		# follows the same one or runs first.
+		for ((k = 0; k < n; k++)); do target "$proto" $(((k + round) % n)); done
+	done
+done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "$legs" -gt 1 ]; then summarize "$out/legs" "$n" "${names[@]}" "no-op handler"; fi
