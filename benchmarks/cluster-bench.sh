@@ -47,19 +47,6 @@ yes yes | valkey-cli --cluster create "127.0.0.1:$c1" "127.0.0.1:$c2" "127.0.0.1
 valkey-cli -p "$solo" cluster addslotsrange 0 16383 >/dev/null
 cluster_ok "$c1" "$solo"
 
-# sched PORTS...: the servers' CPU and run-queue wait, in ns, summed over
-# their threads.
-sched() {
-	cpu=0 rq=0
-	for p in "$@"; do
-		for f in /proc/"$(cat "$dir/$p.pid")"/task/*/schedstat; do
-			read -r c w _ <"$f"
-			cpu=$((cpu + c)) rq=$((rq + w))
-		done
-	done
-	echo "$cpu $rq"
-}
-
 # run LABEL SLUICE ARGS PORTS...: ARGS are more flags of sluice bench.
 run() {
 	label=$1 bin=$2 args=$3
