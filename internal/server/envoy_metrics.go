@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"math"
 	"strings"
 	"sync"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice/internal/config"
-	"google.golang.org/grpc"
 )
 
 // The metrics envoyproxy/ratelimit users chart, under the names its
@@ -211,11 +209,10 @@ func (e *envoyStats) record(k statKey, hits uint64, limit, remaining int64, over
 	}
 }
 
-// instrument counts gRPC calls and their latency by method.
-func (e *envoyStats) instrument(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	start := time.Now()
-	resp, err := h(ctx, req)
-	method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+// observe counts a gRPC call of fullMethod started at start, and its
+// latency, by method.
+func (e *envoyStats) observe(fullMethod string, start time.Time) {
+	method := fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]
 	if method == "ShouldRateLimit" {
 		e.shouldRequests.Inc()
 		e.shouldTime.Observe(time.Since(start).Seconds())
@@ -223,5 +220,4 @@ func (e *envoyStats) instrument(ctx context.Context, req any, info *grpc.UnarySe
 		e.totalRequests.WithLabelValues(method).Inc()
 		e.responseTime.WithLabelValues(method).Observe(time.Since(start).Seconds())
 	}
-	return resp, err
 }
