@@ -34,6 +34,10 @@
 # FIFO=1 runs the servers SCHED_FIFO (chrt; root). Valkey's version
 # (valkey-server --version) heads the output.
 #
+# BENCH=1 has valkey-benchmark send the calls of the first six setups
+# instead, from 4 connections PIPELINE deep (default 4), keys drawn by
+# valkey-benchmark (__rand_int__).
+#
 # CALLGRIND=1 runs one server and the 1-primary Cluster under valgrind's
 # callgrind instead (apt-get install valgrind), once, for the first six
 # setups: instructions and simulated cache misses per decision, which do
@@ -60,11 +64,13 @@ interval=${INTERVAL:-1us}
 one=$port solo=$((port + 1))
 c1=$((port + 2)) c2=$((port + 3)) c3=$((port + 4))
 callgrind=${CALLGRIND:-0}
+bench=${BENCH:-0}
+pipeline=${PIPELINE:-4}
 start "$one"
 start "$solo" cluster
 valkey-cli -p "$solo" cluster addslotsrange 0 16383 >/dev/null
 cluster_ok "$solo"
-if [ "$callgrind" = 0 ]; then
+if [ "$callgrind" = 0 ] && [ "$bench" = 0 ]; then
 	for p in "$c1" "$c2" "$c3"; do start "$p" cluster; done
 	yes yes | valkey-cli --cluster create "127.0.0.1:$c1" "127.0.0.1:$c2" "127.0.0.1:$c3" --cluster-replicas 0 >/dev/null
 	cluster_ok "$c1" "$c2" "$c3"
@@ -76,8 +82,13 @@ slots() {
 }
 
 # send PORT FILE: pipes FILE to the server and fails unless every reply
-# is a success.
+# is a success. With BENCH=1, valkey-benchmark sends FILE's kind of call
+# instead (bench).
 send() {
+	if [ "$bench" = 1 ] && [ "$2" != "$dir/load" ]; then
+		bench "$@"
+		return
+	fi
 	out=$(valkey-cli -p "$1" --pipe <"$2" 2>&1)
 	case $out in
 	*"errors: 0,"*) ;;
@@ -130,9 +141,37 @@ ir_row() {
 		}' "$f"
 }
 
+# bench PORT FILE: valkey-benchmark sends CALLS calls of FILE's script
+# and form (keys in KEYS or in ARGV), from 4 connections PIPELINE deep
+# (default 4), keys drawn by valkey-benchmark (callcost:__rand_int__,
+# callcost:{0}:__rand_int__ for keys of one slot, over 100k), the records
+# from evalstream -records (-x: the last argument, binary).
+bench() {
+	sha=$(sed -n 5p "$2" | tr -d '\r')
+	k=callcost:__rand_int__
+	case $2 in *-tag) k="callcost:{0}:__rand_int__" ;; esac
+	ks=$(i=0; while [ $i -lt "$keys" ]; do printf '%s ' "$k"; i=$((i + 1)); done)
+	if [ "$(sed -n 7p "$2" | tr -d '\r')" = 0 ]; then
+		set -- "$1" EVALSHA "$sha" 0 "$keys" "$keys"
+	else
+		set -- "$1" EVALSHA "$sha" "$keys"
+	fi
+	p=$1
+	shift
+	# shellcheck disable=SC2086
+	out=$(valkey-benchmark -p "$p" -c 4 -P "$pipeline" -n "$calls" -r 100000 -q -x "$@" $ks <"$dir/records" 2>&1)
+	case $out in
+	*rror*)
+		echo "valkey-benchmark on $p: $out" >&2
+		exit 1
+		;;
+	esac
+}
+
 # The streams, written before anything is measured.
 g() { "$gen" -keys "$keys" -interval "$interval" "$@"; }
 g -load >"$dir/load"
+g -records >"$dir/records"
 g -warm -form one >"$dir/warm"
 g -warm -form one -tags 1 >"$dir/warm-tag"
 g -warm -form cross >"$dir/warm-cross"
@@ -150,13 +189,18 @@ for p in "$one" "$solo"; do
 done
 send "$one" "$dir/warm"
 send "$solo" "$dir/warm-cross"
-for p in "$c1" "$c2" "$c3"; do
-	s=$(slots "$p")
-	g -warm -form cross -slots "$s" >"$dir/warm-$p"
-	g -form cross -slots "$s" -calls "$calls" >"$dir/cross-$p"
-	send "$p" "$dir/load"
-	send "$p" "$dir/warm-$p"
-done
+setups="1 2 3 4 5 6 7 8"
+if [ "$bench" = 1 ]; then
+	setups="1 2 3 4 5 6" # valkey-benchmark cannot draw the keys of one primary
+else
+	for p in "$c1" "$c2" "$c3"; do
+		s=$(slots "$p")
+		g -warm -form cross -slots "$s" >"$dir/warm-$p"
+		g -form cross -slots "$s" -calls "$calls" >"$dir/cross-$p"
+		send "$p" "$dir/load"
+		send "$p" "$dir/warm-$p"
+	done
+fi
 
 # stats PORT...: EVALSHA calls and µs (INFO commandstats), CPU and
 # run-queue wait in ns (schedstat), summed over the servers.
@@ -236,7 +280,8 @@ row() {
 for round in $(seq "$rounds"); do
 	# Every other round runs its rows backwards, so that no setup always
 	# follows the same one.
-	if [ $((round % 2)) = 1 ]; then order="1 2 3 4 5 6 7 8"; else order="8 7 6 5 4 3 2 1"; fi
+	order=$setups
+	if [ $((round % 2)) = 0 ]; then order=$(echo "$setups" | awk '{ for (i = NF; i > 0; i--) printf "%s ", $i }'); fi
 	for i in $order; do row "$i"; done
 done
 echo

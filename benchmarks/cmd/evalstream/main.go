@@ -3,8 +3,10 @@
 // -keys decisions each, keys drawn from 100k, built with luascript (the
 // scripts' one writer of their arguments), for a client with no Sluice
 // code in it to send (valkey-cli --pipe). With -load it writes instead the
-// SCRIPT LOAD of both forms of the GCRA script, and with -warm one call
-// per -keys keys of the 100k, in order, so that every key exists.
+// SCRIPT LOAD of both forms of the GCRA script, with -warm one call per
+// -keys keys of the 100k, in order, so that every key exists, and with
+// -records only the records of one call (the last argument of every call,
+// raw: for valkey-benchmark -x).
 //
 // -form one is a call of keys declared in KEYS (what valkeystore sends to a
 // server, and to a cluster node for keys of one slot); -form cross is the
@@ -43,10 +45,17 @@ func main() {
 	interval := flag.Duration("interval", time.Microsecond, "the GCRA interval: 1µs lets keys expire about a second after their last take, 2s keeps every key for the run")
 	load := flag.Bool("load", false, "write SCRIPT LOAD of the GCRA script's two forms instead")
 	warm := flag.Bool("warm", false, "write one call per -keys keys of the key space, in order, instead")
+	records := flag.Bool("records", false, "write only the records of one call, raw, instead")
 	seed := flag.Uint64("seed", 1, "the random keys' seed")
 	flag.Parse()
 	w := bufio.NewWriterSize(os.Stdout, 1<<20)
-	if err := run(w, *form, *calls, *perCall, *tags, *slots, *interval, *load, *warm, *seed); err != nil {
+	if *records {
+		if *perCall < 1 {
+			fmt.Fprintln(os.Stderr, "evalstream: -keys must be positive")
+			os.Exit(2)
+		}
+		w.Write(callRecords(*perCall, *interval))
+	} else if err := run(w, *form, *calls, *perCall, *tags, *slots, *interval, *load, *warm, *seed); err != nil {
 		fmt.Fprintln(os.Stderr, "evalstream:", err)
 		os.Exit(2)
 	}
@@ -91,8 +100,7 @@ func run(w *bufio.Writer, form string, calls, perCall, tags int, slots string, i
 	if len(space) == 0 {
 		return fmt.Errorf("no key of the %d falls in slots %s", keySpace, slots)
 	}
-	rule := sluice.Rule{Algorithm: sluice.AlgorithmGCRA, Limit: 1_000_000, Interval: interval}
-	op := sluice.Op{Rule: rule, Cost: 1} // Now zero: the server's TIME decides
+	rec := string(callRecords(perCall, interval))
 	rng := rand.New(rand.NewPCG(seed, 0))
 	args := make([]string, 0, 4+perCall)
 	if warm {
@@ -107,10 +115,6 @@ func run(w *bufio.Writer, form string, calls, perCall, tags int, slots string, i
 				keys[j] = space[rng.IntN(len(space))]
 			}
 		}
-		var rec []byte
-		for range keys {
-			rec = luascript.AppendArgs(rec, &op, 0, time.Time{})
-		}
 		args = args[:0]
 		if form == "one" {
 			args = append(args, "EVALSHA", sc.SHA, strconv.Itoa(perCall))
@@ -122,10 +126,23 @@ func run(w *bufio.Writer, form string, calls, perCall, tags int, slots string, i
 			args = append(args, "EVALSHA", sc.Cross.SHA, "0", strconv.Itoa(perCall), strconv.Itoa(perCall))
 			args = append(args, keys...)
 		}
-		args = append(args, string(rec))
+		args = append(args, rec)
 		writeCommand(w, args...)
 	}
 	return nil
+}
+
+// callRecords returns the records of a call of n decisions (its last
+// argument): each takes 1 of a GCRA rule of 1,000,000 per interval, at the
+// server's TIME.
+func callRecords(n int, interval time.Duration) []byte {
+	rule := sluice.Rule{Algorithm: sluice.AlgorithmGCRA, Limit: 1_000_000, Interval: interval}
+	op := sluice.Op{Rule: rule, Cost: 1} // Now zero: the server's TIME decides
+	var rec []byte
+	for range n {
+		rec = luascript.AppendArgs(rec, &op, 0, time.Time{})
+	}
+	return rec
 }
 
 // writeCommand writes a command as a RESP array of bulk strings.

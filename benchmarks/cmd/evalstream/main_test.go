@@ -71,6 +71,9 @@ func TestStreamAsValkeystoreSends(t *testing.T) {
 	for range 16 {
 		rec = luascript.AppendArgs(rec, &op, 0, time.Time{})
 	}
+	if got := callRecords(16, time.Microsecond); !bytes.Equal(got, rec) {
+		t.Fatalf("callRecords = %x, want %x", got, rec)
+	}
 	for _, c := range stream(t, "one", 5, 16, 0, "", false) {
 		if len(c) != 3+16+1 || c[0] != "EVALSHA" || c[1] != sc.SHA || c[2] != "16" || c[19] != string(rec) {
 			t.Fatalf("one: %q", c[:3])
