@@ -149,39 +149,7 @@ leg() {
 summarize() {
 	local file=$1 n=$2
 	shift 2
-	awk -v n="$n" -v names="$(printf '%s\t' "$@")" '
-		function median(a, c,   i, j, t) {
-			for (i = 2; i <= c; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
-			return c % 2 ? a[(c + 1) / 2] : (a[c / 2] + a[c / 2 + 1]) / 2
-		}
-		function pick(src, p, k, dst,   r, c) { c = 0; for (r = 0; r < rounds; r++) if ((p, k, r) in src) dst[++c] = src[p, k, r]; return c }
-		BEGIN { split(names, nm, "\t") }
-		{ rps[$2, $3, $1] = $4; p50[$2, $3, $1] = $5; p99[$2, $3, $1] = $6; bad[$2, $3] += $7; if ($1 + 1 > rounds) rounds = $1 + 1 }
-		END {
-			for (pi = 1; pi <= 2; pi++) {
-				p = pi == 1 ? "http" : "grpc"
-				printf "\n%s, medians of %d rounds:\n", p, rounds
-				printf "%-24s %10s %9s %9s\n", "service", "req/s", "p50 ms", "p99 ms"
-				for (k = 0; k < n; k++) {
-					c = pick(rps, p, k, a); mr = median(a, c)
-					c = pick(p50, p, k, a); m50 = median(a, c)
-					c = pick(p99, p, k, a); m99 = median(a, c)
-					printf "%-24s %10.0f %9.2f %9.2f%s\n", nm[k + 1], mr, m50, m99, bad[p, k] ? "  (" bad[p, k] " legs with errors)" : ""
-				}
-				for (k = 1; k < n; k++) {
-					c = 0; met = 0; line = ""
-					for (r = 0; r < rounds; r++) {
-						if (!((p, k, r) in rps) || !((p, 0, r) in rps) || rps[p, 0, r] <= 0 || p99[p, 0, r] <= 0) continue
-						c++
-						x[c] = rps[p, k, r] / rps[p, 0, r]; y[c] = p99[p, k, r] / p99[p, 0, r]
-						if (x[c] >= 2 && y[c] <= 0.5) met++
-						line = line sprintf(" %.2fx/%.2f", x[c], y[c])
-					}
-					printf "%s / envoyproxy/ratelimit, per round (req/s ratio / p99 ratio):%s\n", nm[k + 1], line
-					printf "  median %.2fx, p99 %.2f; both halves of the goal held in %d of %d rounds\n", median(x, c), median(y, c), met, c
-				}
-			}
-		}' "$file"
+	awk -v n="$n" -v names="$(printf '%s\t' "$@")" -f "$repo/benchmarks/legs-summary.awk" "$file"
 }
 # target PROTO K: the leg of target K (0: envoyproxy/ratelimit, 1..: the
 # sluice builds, the last: the no-op handler).
