@@ -20,7 +20,8 @@
 #   NOOP=/tmp/noopjson RLSLOAD=/tmp/rlsload benchmarks/envoy-bench.sh 10s /path/to/ratelimit /tmp/sluice
 #
 # WRK_ARGS (default "-t2 -c64") and RLSLOAD_ARGS (default "-c 64 -conns 2")
-# change the load. PIN=1 keeps the load generator off the services' core:
+# change the load; VALKEY_ARGS adds arguments to every Valkey's command
+# line (such as "--hz 100"). PIN=1 keeps the load generator off the services' core:
 # services, Valkeys and the no-op handler run on CPU 0, wrk and rlsload on
 # CPU 1 (taskset), so the generator's CPU is not taken from the service
 # measured (each Go process then runs with GOMAXPROCS=1).
@@ -52,6 +53,7 @@ legs=${LEGS:-1}
 round=0
 read -r -a wrkArgs <<<"${WRK_ARGS:--t2 -c64}"
 read -r -a rlsArgs <<<"${RLSLOAD_ARGS:--c 64 -conns 2}"
+read -r -a vkArgs <<<"${VALKEY_ARGS:-}"
 svcPin=() genPin=()
 if [ "${PIN:-0}" = 1 ]; then
 	svcPin=(taskset -c 0) genPin=(taskset -c 1)
@@ -80,7 +82,7 @@ names=() svc=() vk=()
 i=0
 for bin in "$@"; do
 	vport=$((16390 + i)) hport=$((18180 + 100 * i))
-	"${svcPin[@]}" valkey-server --port "$vport" --save "" --appendonly no --bind 127.0.0.1 >/dev/null 2>&1 &
+	"${svcPin[@]}" valkey-server --port "$vport" --save "" --appendonly no --bind 127.0.0.1 "${vkArgs[@]}" >/dev/null 2>&1 &
 	vk[i]=$!
 	pids+=($!)
 	sleep 0.3
