@@ -83,7 +83,7 @@ func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 }
 
 // unary is the server's one interceptor: it counts each call and its
-// latency (envoyStats.instrument) and turns a panic in its handler into an
+// latency (envoyStats.observe) and turns a panic in its handler into an
 // Internal error (recoverUnary). One interceptor rather than a chain of
 // two: gRPC calls it directly, without the closures a chain makes per call.
 func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
