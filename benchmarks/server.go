@@ -1,7 +1,6 @@
 package benchmarks
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,9 +9,9 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -24,7 +23,7 @@ type Server struct {
 
 	cmd  *exec.Cmd
 	dir  string
-	log  *syncBuffer
+	log  *syncbuf.Buffer
 	done chan struct{}
 }
 
@@ -66,7 +65,7 @@ func startOnce(bin string, extra []string) (*Server, error) {
 		Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		cmd:  exec.Command(bin, args...),
 		dir:  dir,
-		log:  &syncBuffer{},
+		log:  &syncbuf.Buffer{},
 		done: make(chan struct{}),
 	}
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
@@ -119,23 +118,6 @@ func (s *Server) Stop() {
 	s.cmd.Process.Kill()
 	<-s.done
 	os.RemoveAll(s.dir)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // Admin runs the harness's own commands (FLUSHALL, INFO, DBSIZE) on the

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"github.com/sluicehq/sluice/internal/valkeytest"
 )
 
@@ -116,7 +117,7 @@ func runProxy(t *testing.T, name string, port int, env []string, args ...string)
 	t.Helper()
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = env
-	var out syncBuffer
+	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -148,23 +149,6 @@ func runProxy(t *testing.T, name string, port int, env []string, args ...string)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // startNginx runs nginx with deploy/nginx/sluice.conf inside a minimal

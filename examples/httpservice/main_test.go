@@ -1,17 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"github.com/sluicehq/sluice/internal/valkeytest"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -108,31 +107,13 @@ func TestService(t *testing.T) {
 	exercise(t, srv.URL)
 }
 
-// syncBuffer is a bytes.Buffer safe for the server goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // The whole program against a real Valkey, as `VALKEY_ADDR=... go run
 // ./examples/httpservice` runs it.
 func TestRunValkey(t *testing.T) {
 	srv := valkeytest.Shared(t)
 	env := map[string]string{"VALKEY_ADDR": srv.Addr, "ADDR": "127.0.0.1:0", "TRUSTED_PROXIES": "10.0.0.0/8"}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, func(k string) string { return env[k] }, &out) }()
 

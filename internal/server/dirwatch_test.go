@@ -1,14 +1,12 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -25,42 +24,24 @@ func limitFile(rpu int) string {
 	return fmt.Sprintf("domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: %d}}\n", rpu)
 }
 
-// syncBuffer is a log sink safe for the watcher's goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // watchedDir serves the configuration directory dir, watched, with a poll
 // so slow (an hour) that only the watch can pick a change up within the
 // test. It returns the server, a function answering the limit now in
 // force for domain d's key k, and the log.
-func watchedDir(t *testing.T, dir string) (*Server, func() uint32, *syncBuffer) {
+func watchedDir(t *testing.T, dir string) (*Server, func() uint32, *syncbuf.Buffer) {
 	t.Helper()
 	return watchedDirPoll(t, dir, time.Hour)
 }
 
 // watchedDirPoll is watchedDir with the given poll interval.
-func watchedDirPoll(t *testing.T, dir string, poll time.Duration) (*Server, func() uint32, *syncBuffer) {
+func watchedDirPoll(t *testing.T, dir string, poll time.Duration) (*Server, func() uint32, *syncbuf.Buffer) {
 	t.Helper()
 	o := config.DirOptions{}
 	cfg, sum, err := config.LoadDir(dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	s, err := New(cfg, Options{Store: memstore.New(), Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		ConfigDir: &o, DirPoll: poll})
 	if err != nil {
@@ -85,7 +66,7 @@ func watchedDirPoll(t *testing.T, dir string, poll time.Duration) (*Server, func
 // eventually waits for cond, failing after a bound wide enough for a
 // loaded machine (a correctness bound: with an hour's poll, only the watch
 // can make cond true at all).
-func eventually(t *testing.T, what string, logs *syncBuffer, cond func() bool) {
+func eventually(t *testing.T, what string, logs *syncbuf.Buffer, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
