@@ -27,3 +27,32 @@ func (b *Buffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// Len returns how many bytes were written so far: a mark for From.
+func (b *Buffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Len()
+}
+
+// From returns what was written after the first n bytes ("" when fewer
+// were written).
+func (b *Buffer) From(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n > b.b.Len() {
+		return ""
+	}
+	return string(b.b.Bytes()[n:])
+}
+
+// Tail returns at most the last n bytes written.
+func (b *Buffer) Tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.b.Bytes()
+	if len(p) > n {
+		p = p[len(p)-n:]
+	}
+	return string(p)
+}

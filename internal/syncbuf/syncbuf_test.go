@@ -33,3 +33,22 @@ func TestConcurrent(t *testing.T) {
 		t.Fatalf("%d lines, want 400", got)
 	}
 }
+
+func TestMarks(t *testing.T) {
+	var b Buffer
+	b.Write([]byte("abc"))
+	mark := b.Len()
+	b.Write([]byte("def"))
+	for _, c := range []struct{ got, want string }{
+		{b.From(mark), "def"},
+		{b.From(0), "abcdef"},
+		{b.From(7), ""},
+		{b.Tail(2), "ef"},
+		{b.Tail(10), "abcdef"},
+		{b.String(), "abcdef"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -43,7 +44,7 @@ func StartSentinels(t testing.TB, primary *Server, n, wantReplicas int) *Sentine
 		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		s := &Server{dir: dir, sentinelConf: conf, log: &logBuffer{}}
+		s := &Server{dir: dir, sentinelConf: conf, log: &syncbuf.Buffer{}}
 		var err error
 		for attempt := 0; attempt < portAttempts; attempt++ {
 			if s.port, err = freePort(); err != nil {

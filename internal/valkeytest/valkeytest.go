@@ -23,7 +23,6 @@
 package valkeytest
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -36,6 +35,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -73,7 +73,7 @@ type Server struct {
 	extra        []string
 	cluster      bool
 	sentinelConf string // a Sentinel's configuration file; "" for a server
-	log          *logBuffer
+	log          *syncbuf.Buffer
 
 	mu   sync.Mutex
 	proc *process // nil when not running
@@ -114,7 +114,7 @@ func Start(t testing.TB, extra ...string) *Server {
 // valkey-server cannot bind the one it was given. On error the returned
 // Server, if not nil, holds the output for the caller to log.
 func startServer(dir string, cluster bool, extra []string) (*Server, error) {
-	s := &Server{dir: dir, extra: append([]string(nil), extra...), cluster: cluster, log: &logBuffer{}}
+	s := &Server{dir: dir, extra: append([]string(nil), extra...), cluster: cluster, log: &syncbuf.Buffer{}}
 	var err error
 	for attempt := 0; attempt < portAttempts; attempt++ {
 		if s.port, err = freePort(); err != nil {
@@ -503,50 +503,4 @@ func stopShared() {
 		os.RemoveAll(d)
 	}
 	shared.dirs = nil
-}
-
-// logBuffer collects a process's output; exec writes to it from its own
-// goroutine while tests read it.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuffer) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Len()
-}
-
-// From returns the output written after the first n bytes.
-func (l *logBuffer) From(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if n > l.b.Len() {
-		return ""
-	}
-	return string(l.b.Bytes()[n:])
-}
-
-// Tail returns at most the last n bytes of output.
-func (l *logBuffer) Tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.b.Bytes()
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
 }
