@@ -43,52 +43,40 @@ func TestClusterFailoverBatchPerNode(t *testing.T) {
 		mu     sync.Mutex
 		counts = map[string]*tally{}
 		down   = map[int]bool{} // primaries whose keys may fail now
-		stop   = make(chan struct{})
-		wg     sync.WaitGroup
 	)
 	for _, k := range keys {
 		counts[k] = &tally{}
 	}
 	calls0 := valkeystore.CrossCalls()
-	for w := range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
+	stop := loop(6, func(w, i int) bool {
+		ops := make([]sluice.Op, 24)
+		for j := range ops {
+			ops[j] = sluice.Op{Key: keys[(w*13+i*24+j)%len(keys)], Rule: rule, Cost: 1, Deadline: time.Now().Add(500 * time.Millisecond)}
+		}
+		_ = s.Do(context.Background(), ops)
+		mu.Lock()
+		for _, op := range ops {
+			c := counts[op.Key]
+			switch {
+			case op.Err == nil:
+				if op.Result.Allowed {
+					c.allowed++
 				}
-				ops := make([]sluice.Op, 24)
-				for j := range ops {
-					ops[j] = sluice.Op{Key: keys[(w*13+i*24+j)%len(keys)], Rule: rule, Cost: 1, Deadline: time.Now().Add(500 * time.Millisecond)}
+			case errors.Is(op.Err, context.DeadlineExceeded) || !errors.Is(op.Err, valkeystore.ErrCircuitOpen) && !isReply(op.Err):
+				c.unknown++ // it may have run
+				if !down[ownerAt(op.Key)] {
+					t.Errorf("%s on a primary not involved: %v", op.Key, op.Err)
 				}
-				_ = s.Do(context.Background(), ops)
-				mu.Lock()
-				for _, op := range ops {
-					c := counts[op.Key]
-					switch {
-					case op.Err == nil:
-						if op.Result.Allowed {
-							c.allowed++
-						}
-					case errors.Is(op.Err, context.DeadlineExceeded) || !errors.Is(op.Err, valkeystore.ErrCircuitOpen) && !isReply(op.Err):
-						c.unknown++ // it may have run
-						if !down[ownerAt(op.Key)] {
-							t.Errorf("%s on a primary not involved: %v", op.Key, op.Err)
-						}
-					default:
-						c.failed++ // refused before it ran
-						if !down[ownerAt(op.Key)] {
-							t.Errorf("%s on a primary not involved: %v", op.Key, op.Err)
-						}
-					}
+			default:
+				c.failed++ // refused before it ran
+				if !down[ownerAt(op.Key)] {
+					t.Errorf("%s on a primary not involved: %v", op.Key, op.Err)
 				}
-				mu.Unlock()
 			}
-		}()
-	}
+		}
+		mu.Unlock()
+		return true
+	})
 	setDown := func(i int, v bool) {
 		mu.Lock()
 		down[i] = v
@@ -108,8 +96,7 @@ func TestClusterFailoverBatchPerNode(t *testing.T) {
 	cl.Primaries[0].Kill(t)
 	cl.WaitOwner(t, 0, cl.Replicas[0], 20*time.Second)
 	time.Sleep(failoverRecovery)
-	close(stop)
-	wg.Wait()
+	stop()
 
 	if valkeystore.CrossCalls() == calls0 {
 		t.Fatal("no call spanned several slots: batching per node was not exercised")

@@ -158,44 +158,31 @@ func TestBatchPerNodeReshard(t *testing.T) {
 	var (
 		mu    sync.Mutex
 		takes = map[string]int64{}
-		stop  = make(chan struct{})
-		wg    sync.WaitGroup
 	)
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ops := make([]sluice.Op, 16)
-				for j := range ops {
-					ops[j] = sluice.Op{Key: keys[(w*7+i*16+j)%len(keys)], Rule: rule, Cost: 1}
-				}
-				if err := s.Do(context.Background(), ops); err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				for _, op := range ops {
-					if op.Err != nil {
-						t.Errorf("%s (slot %d): %v", op.Key, valkeytest.Slot(op.Key), op.Err)
-					} else if op.Result.Allowed {
-						takes[op.Key]++
-					}
-				}
-				mu.Unlock()
+	stop := loop(4, func(w, i int) bool {
+		ops := make([]sluice.Op, 16)
+		for j := range ops {
+			ops[j] = sluice.Op{Key: keys[(w*7+i*16+j)%len(keys)], Rule: rule, Cost: 1}
+		}
+		if err := s.Do(context.Background(), ops); err != nil {
+			t.Error(err)
+			return false
+		}
+		mu.Lock()
+		for _, op := range ops {
+			if op.Err != nil {
+				t.Errorf("%s (slot %d): %v", op.Key, valkeytest.Slot(op.Key), op.Err)
+			} else if op.Result.Allowed {
+				takes[op.Key]++
 			}
-		}()
-	}
+		}
+		mu.Unlock()
+		return true
+	})
 	time.Sleep(200 * time.Millisecond)
 	cl.MoveSlots(t, cl.Primaries[0], cl.Primaries[1], lo, hi)
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	stop()
 	if valkeystore.CrossSplits() == before {
 		t.Error("no call was split: the reshard never met a call spanning moved and kept slots")
 	}

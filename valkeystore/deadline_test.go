@@ -308,31 +308,18 @@ func TestDeadlineAfterFailure(t *testing.T) {
 func TestDeadlineMidTraffic(t *testing.T) {
 	noLeak(t)
 	px, _, _, slow, fast := hangRig(t)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 8 {
+	stop := loop(8, func(w, i int) bool {
 		l, timeout := fast, failTimeout
 		if w < 2 {
 			l, timeout = slow, time.Second
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				within(t, l, timeout, fmt.Sprintf("k%d-%d", w, i%16))
-			}
-		}()
-	}
+		within(t, l, timeout, fmt.Sprintf("k%d-%d", w, i%16))
+		return true
+	})
 	time.Sleep(200 * time.Millisecond)
 	px.hang()
 	time.Sleep(1500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	stop()
 }
 
 // TestDeadlineDedicatedPipeline: valkey-go sends a pipeline of at least

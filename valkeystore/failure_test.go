@@ -656,66 +656,48 @@ func TestTimeoutsPerPolicy(t *testing.T) {
 	fast := mk("fast", 50*time.Millisecond, sluice.FailOpen, fastObs)
 	slow := mk("slow", time.Second, sluice.FailClosed, slowObs)
 
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	var fastN, fastDegraded atomic.Int64
-	for range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				res, err := fast.Allow(context.Background(), fmt.Sprintf("k%d", rand.IntN(64)))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				fastN.Add(1)
-				if res.Degraded {
-					fastDegraded.Add(1)
-				}
-			}
-		}()
+	var fastN, fastDegraded, slowN, slowDegraded, slowest atomic.Int64
+	decideFast := func() bool {
+		res, err := fast.Allow(context.Background(), fmt.Sprintf("k%d", rand.IntN(64)))
+		if err != nil {
+			t.Error(err)
+			return false
+		}
+		fastN.Add(1)
+		if res.Degraded {
+			fastDegraded.Add(1)
+		}
+		return true
 	}
-	var slowN, slowDegraded atomic.Int64
-	var slowest atomic.Int64
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				begin := time.Now()
-				res, err := slow.Allow(context.Background(), fmt.Sprintf("k%d", rand.IntN(64)))
-				took := time.Since(begin)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				slowN.Add(1)
-				if res.Degraded {
-					slowDegraded.Add(1)
-				}
-				for {
-					old := slowest.Load()
-					if int64(took) <= old || slowest.CompareAndSwap(old, int64(took)) {
-						break
-					}
-				}
+	decideSlow := func() bool {
+		begin := time.Now()
+		res, err := slow.Allow(context.Background(), fmt.Sprintf("k%d", rand.IntN(64)))
+		took := time.Since(begin)
+		if err != nil {
+			t.Error(err)
+			return false
+		}
+		slowN.Add(1)
+		if res.Degraded {
+			slowDegraded.Add(1)
+		}
+		for {
+			old := slowest.Load()
+			if int64(took) <= old || slowest.CompareAndSwap(old, int64(took)) {
+				break
 			}
-		}()
+		}
+		return true
 	}
+	// Six workers decide with the 50ms limiter, two with the 1s one.
+	stop := loop(8, func(w, _ int) bool {
+		if w < 6 {
+			return decideFast()
+		}
+		return decideSlow()
+	})
 	time.Sleep(2 * time.Second)
-	close(stop)
-	wg.Wait()
+	stop()
 	t.Logf("50ms limiter: %d decisions, %d degraded (errors %v); 1s limiter: %d decisions, %d degraded (errors %v), slowest %v; breaker %v; %d connections",
 		fastN.Load(), fastDegraded.Load(), fastObs.summary(), slowN.Load(), slowDegraded.Load(), slowObs.summary(), time.Duration(slowest.Load()), s.BreakerState(), p.conns.Load())
 	if slowN.Load() < 5 {
@@ -906,5 +888,33 @@ func TestBreakersPerNode(t *testing.T) {
 	}
 	if s, err = valkeystore.New(srv.Client(t), valkeystore.WithoutBreaker()); err != nil || len(s.Breakers()) != 0 {
 		t.Errorf("without breakers: %v, %v", s.Breakers(), err)
+	}
+}
+
+// loop runs n goroutines, worker w calling work(w, i) for i = 0, 1, ...
+// until work returns false or the returned stop is called; stop waits for
+// them all.
+func loop(n int, work func(w, i int) bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if !work(w, i) {
+					return
+				}
+			}
+		}()
+	}
+	return func() {
+		close(done)
+		wg.Wait()
 	}
 }
