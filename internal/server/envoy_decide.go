@@ -15,10 +15,11 @@ import (
 // Deciding the resolved limits of a ShouldRateLimit request and writing
 // the answer (envoyproxy/ratelimit's DoLimit and the worker around it).
 
-// decide decides every resolved descriptor and fills in resp.Statuses.
-// Under CountEach, each descriptor counts its own hits, refused ones
-// included; under CountAllOrNothing a refused request takes nothing.
-func (s *Server) decide(ctx context.Context, dom *config.Domain, rs []resolved, resp *rlsv3.RateLimitResponse) error {
+// decide decides every resolved descriptor and fills in resp.Statuses,
+// each answer written in its block of blocks (newAnswer). Under CountEach,
+// each descriptor counts its own hits, refused ones included; under
+// CountAllOrNothing a refused request takes nothing.
+func (s *Server) decide(ctx context.Context, dom *config.Domain, rs []resolved, resp *rlsv3.RateLimitResponse, blocks []statusBlock) error {
 	// Calls of up to smallCall descriptors decide without allocating
 	// these.
 	var checkBuf [smallCall]sluice.Check
@@ -56,7 +57,6 @@ func (s *Server) decide(ctx context.Context, dom *config.Domain, rs []resolved, 
 		}
 	}
 	now := s.now()
-	blocks := make([]statusBlock, len(rs))
 	for i := range rs {
 		resp.Statuses[i] = s.status(&rs[i], results[i], now, &blocks[i])
 	}
@@ -74,6 +74,27 @@ type statusBlock struct {
 	status rlsv3.RateLimitResponse_DescriptorStatus
 	limit  rlsv3.RateLimitResponse_RateLimit
 	reset  durationpb.Duration
+}
+
+// newAnswer returns a response with n descriptor statuses to fill in and
+// the blocks to write them in. The answer of a call of one descriptor (the
+// usual call) is one allocation: the response, its list of statuses and
+// the status's block together, instead of three.
+func newAnswer(n int) (*rlsv3.RateLimitResponse, []statusBlock) {
+	if n == 1 {
+		a := new(struct {
+			resp     rlsv3.RateLimitResponse
+			statuses [1]*rlsv3.RateLimitResponse_DescriptorStatus
+			blocks   [1]statusBlock
+		})
+		a.resp.OverallCode, a.resp.Statuses = rlsv3.RateLimitResponse_OK, a.statuses[:]
+		return &a.resp, a.blocks[:]
+	}
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
+	}
+	return resp, make([]statusBlock, n)
 }
 
 // setDuration sets dst to d, as durationpb.New does.

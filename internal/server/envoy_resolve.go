@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -78,10 +79,12 @@ type inputError struct{ msg string }
 func (e *inputError) Error() string { return e.msg }
 
 // resolve finds the limit of every descriptor of a request for a known
-// domain dom. The only error is an inputError.
-func (s *Server) resolve(st *state, dom *config.Domain, req *rlsv3.RateLimitRequest) ([]resolved, error) {
+// domain dom, appended to buf (used when it has the room: the caller's
+// buffer on its stack). The only error is an inputError.
+func (s *Server) resolve(st *state, dom *config.Domain, req *rlsv3.RateLimitRequest, buf []resolved) ([]resolved, error) {
 	descs := req.GetDescriptors()
-	out := make([]resolved, len(descs))
+	out := slices.Grow(buf[:0], len(descs))[:len(descs)]
+	clear(out)
 	// Every descriptor's entries in one slice, and one path buffer
 	// reused by each descriptor's walk.
 	n := 0

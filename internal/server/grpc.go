@@ -193,24 +193,25 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, err
 	}
 	st := s.state.Load()
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.GetDescriptors())),
-	}
+	resp, blocks := newAnswer(len(req.GetDescriptors()))
 	dom := st.cfg.Domain(req.GetDomain())
 	if dom == nil {
 		// An unknown domain limits nothing, as in envoyproxy/ratelimit.
 		for i := range resp.Statuses {
-			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+			blocks[i].status.Code = rlsv3.RateLimitResponse_OK
+			resp.Statuses[i] = &blocks[i].status
 		}
 		return resp, nil
 	}
-	rs, err := s.resolve(st, dom, req)
+	// A call of up to smallCall descriptors resolves into this buffer
+	// instead of allocating one.
+	var rsBuf [smallCall]resolved
+	rs, err := s.resolve(st, dom, req, rsBuf[:0])
 	if err != nil {
 		s.envoyStats.callErrors.WithLabelValues("service_error").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if err := s.decide(ctx, dom, rs, resp); err != nil {
+	if err := s.decide(ctx, dom, rs, resp, blocks); err != nil {
 		if ctx.Err() != nil {
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
