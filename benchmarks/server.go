@@ -172,6 +172,11 @@ func (a *Admin) ServerCPU(ctx context.Context) (time.Duration, error) {
 	return time.Duration(total * float64(time.Second)), nil
 }
 
+// Info returns INFO section, raw.
+func (a *Admin) Info(ctx context.Context, section string) (string, error) {
+	return a.c.Do(ctx, a.c.B().Info().Section(section).Build()).ToString()
+}
+
 // DBSize returns the number of keys.
 func (a *Admin) DBSize(ctx context.Context) (int64, error) {
 	return a.c.Do(ctx, a.c.B().Dbsize().Build()).AsInt64()

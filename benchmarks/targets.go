@@ -179,6 +179,22 @@ func sluicePolicy(algorithm string, p Profile) (sluice.Policy, error) {
 	return alg.Policy(sluice.Params{Limit: limit, Window: window})
 }
 
+// SluiceRule is the Rule Sluice's target enforces for algorithm under
+// Profile p, for a client that builds Sluice's script calls itself.
+func SluiceRule(algorithm string, p Profile) (sluice.Rule, error) {
+	policy, err := sluicePolicy(algorithm, p)
+	if err != nil {
+		return sluice.Rule{}, err
+	}
+	return policy.Rule()
+}
+
+// NewValkeyClient is the valkey-go client every valkey-go target gets:
+// one auto-pipelined connection, no client-side cache.
+func NewValkeyClient(addr string) (valkey.Client, error) {
+	return newValkeyClient(addr)
+}
+
 func newValkeyClient(addr string) (valkey.Client, error) {
 	return valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
 }
