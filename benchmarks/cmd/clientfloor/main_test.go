@@ -201,3 +201,54 @@ func TestClientfloorFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestTimedChecksFloorCounts: a run fails when a floor's count of
+// decisions disagrees with the harness's, or its count of calls with the
+// server's EVALSHA count.
+func TestTimedChecksFloorCounts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts valkey-server")
+	}
+	srv, err := benchmarks.StartServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	admin, err := benchmarks.NewAdmin(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	rule, err := benchmarks.SluiceRule("gcra", benchmarks.Spread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &options{conc: 4, duration: 50 * time.Millisecond}
+	keys := benchmarks.MakeKeys(10)
+	ctx := context.Background()
+
+	good := openRuntimeFloor(rule, 16, 2)
+	defer good.Close()
+	if _, err := timed(ctx, o, admin, good, keys); err != nil {
+		t.Fatalf("a floor that counts right: %v", err)
+	}
+
+	var miscount *floor
+	miscount = newFloor("floor-runtime", "bench", rule, 16, []decideFunc{func(batch []*request) {
+		for _, r := range batch {
+			r.allowed = true
+		}
+		miscount.decisions.Add(1) // one decision too many per batch
+	}}, nil)
+	defer miscount.Close()
+	if _, err := timed(ctx, o, admin, miscount, keys); err == nil || !strings.Contains(err.Error(), "the harness counted") {
+		t.Errorf("a floor that miscounts decisions: %v, want an error", err)
+	}
+
+	silent := openRuntimeFloor(rule, 16, 2)
+	silent.sends = true // claims an EVALSHA per batch, sends none
+	defer silent.Close()
+	if _, err := timed(ctx, o, admin, silent, keys); err == nil || !strings.Contains(err.Error(), "EVALSHA") {
+		t.Errorf("a floor whose calls the server never saw: %v, want an error", err)
+	}
+}
