@@ -13,17 +13,17 @@ var fw, _ = sluice.FixedWindow{Limit: 1, Window: 1e9}.Rule()
 func TestKey(t *testing.T) {
 	long := strings.Repeat("a", sluice.MaxIdentityLen+1)
 	for _, c := range []struct{ id, want string }{
-		{"user:42", "rl:v1:api:fw:{user:42}"},
-		{"a{b}c", "rl:v1:api:fw:{a%7Bb%7Dc}"},
-		{"50% off", "rl:v1:api:fw:{50%25%20off}"},
-		{"#tag", "rl:v1:api:fw:{%23tag}"},
-		{"é", "rl:v1:api:fw:{%C3%A9}"},
-		{strings.Repeat("a", sluice.MaxIdentityLen), "rl:v1:api:fw:{" + strings.Repeat("a", sluice.MaxIdentityLen) + "}"},
-		{long, "rl:v1:api:fw:{#" + "hash" + "}"},
+		{"user:42", "rl:v1:api:fw2:{user:42}"},
+		{"a{b}c", "rl:v1:api:fw2:{a%7Bb%7Dc}"},
+		{"50% off", "rl:v1:api:fw2:{50%25%20off}"},
+		{"#tag", "rl:v1:api:fw2:{%23tag}"},
+		{"é", "rl:v1:api:fw2:{%C3%A9}"},
+		{strings.Repeat("a", sluice.MaxIdentityLen), "rl:v1:api:fw2:{" + strings.Repeat("a", sluice.MaxIdentityLen) + "}"},
+		{long, "rl:v1:api:fw2:{#" + "hash" + "}"},
 	} {
 		got := sluice.Key("rl:v1", "api", fw, c.id)
 		if c.id == long {
-			if !strings.HasPrefix(got, "rl:v1:api:fw:{#") || len(got) != len("rl:v1:api:fw:{#}")+64 {
+			if !strings.HasPrefix(got, "rl:v1:api:fw2:{#") || len(got) != len("rl:v1:api:fw2:{#}")+64 {
 				t.Errorf("Key(long) = %q, want a SHA-256", got)
 			}
 			continue
@@ -62,10 +62,10 @@ func FuzzKey(f *testing.F) {
 			t.Fatalf("identities %q and %q share the key %q", a, b, ka)
 		}
 		// An empty identity (which Limiters refuse) has no hash tag.
-		if want := ka[len("rl:v1:api:fw:{") : len(ka)-1]; a != "" && hashTag(ka) != want {
+		if want := ka[len("rl:v1:api:fw2:{") : len(ka)-1]; a != "" && hashTag(ka) != want {
 			t.Fatalf("key %q: hash tag %q, want the whole identity %q", ka, hashTag(ka), want)
 		}
-		if len(ka) > len("rl:v1:api:fw:{}")+sluice.MaxIdentityLen {
+		if len(ka) > len("rl:v1:api:fw2:{}")+sluice.MaxIdentityLen {
 			t.Fatalf("key %q is %d bytes long", ka, len(ka))
 		}
 	})

@@ -153,18 +153,21 @@ func (r Rule) Param() int64 {
 // under one name (a rolling deploy that changes a limiter's algorithm runs
 // both on separate state), and a changed state format starts afresh.
 func (r Rule) State() string {
+	// Each name is versioned: the fixed window ("fw", "cal"), sliding window
+	// ("sw") and token bucket ("tb" with float tokens, then "tb2") kept a
+	// hash before their integers were packed into one string.
 	switch r.Algorithm {
 	case AlgorithmFixedWindow:
 		if r.IsCalendar() {
-			return "cal" // the window is named by its first instant
+			return "cal2" // the window is named by its first instant
 		}
-		return "fw"
+		return "fw2"
 	case AlgorithmSlidingLog:
 		return "sl"
 	case AlgorithmSlidingWindow:
-		return "sw"
+		return "sw2"
 	case AlgorithmTokenBucket:
-		return "tb2" // "tb" held float tokens; tb2 holds microseconds of credit
+		return "tb3" // microseconds of credit and their time
 	case AlgorithmGCRA:
 		return "gcra"
 	}

@@ -2,6 +2,10 @@ package sluice_test
 
 import (
 	"errors"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,6 +76,38 @@ func TestRuleStateAndName(t *testing.T) {
 	slc := mustRule(t, sluice.SlidingLog{Limit: 5, Window: time.Second, CountRejected: true})
 	if slc.DefaultName() == names[slc.State()].DefaultName() {
 		t.Errorf("count_rejected shares the default name %q", slc.DefaultName())
+	}
+}
+
+// TestReadmeStates: the state names README.md lists in its Keys paragraph
+// are those Rule.State gives, every algorithm's and the calendar
+// windows'.
+func TestReadmeStates(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("algorithm and its state format \\(((?:`[a-z0-9]+`,\\s+)*`[a-z0-9]+`):").FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README.md no longer lists the state names")
+	}
+	var listed []string
+	for _, f := range strings.Fields(string(m[1])) {
+		listed = append(listed, strings.Trim(f, "`,"))
+	}
+	var states []string
+	for _, p := range []sluice.Policy{
+		sluice.FixedWindow{Limit: 5, Window: time.Second},
+		sluice.FixedWindow{Limit: 5, Calendar: sluice.Calendar{Unit: sluice.Day, Zone: time.UTC}},
+		sluice.SlidingLog{Limit: 5, Window: time.Second},
+		sluice.SlidingWindow{Limit: 5, Window: time.Second},
+		sluice.TokenBucket{Capacity: 5, Rate: 5, Per: time.Second},
+		sluice.GCRA{Rate: 5, Per: time.Second, Burst: 5},
+	} {
+		states = append(states, mustRule(t, p).State())
+	}
+	if !slices.Equal(listed, states) {
+		t.Errorf("README.md lists the states %q, Rule.State gives %q", listed, states)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/luascript"
 	"github.com/sluicehq/sluice/internal/valkeyops"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
@@ -378,16 +379,17 @@ func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter
 	st.Exists = true
 	// The raw state first: Peek may tidy it (a sliding log drops old entries).
 	switch typ {
-	case "hash":
-		if st.Fields, err = c.Do(ctx, c.B().Hgetall().Key(sk).Build()).AsStrMap(); err != nil {
-			return nil, err
-		}
 	case "string":
 		v, err := c.Do(ctx, c.B().Get().Key(sk).Build()).ToString()
 		if err != nil {
 			return nil, err
 		}
-		st.Fields = map[string]string{"value": v}
+		rule := l.Rule()
+		if luascript.StateFields(&rule) == nil {
+			st.Fields = map[string]string{"value": v}
+		} else if st.Fields, err = luascript.DecodeState(&rule, v); err != nil {
+			return nil, err
+		}
 	case "zset":
 		if st.EntryCount, err = c.Do(ctx, c.B().Zcard().Key(sk).Build()).AsInt64(); err != nil {
 			return nil, err

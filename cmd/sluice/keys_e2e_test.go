@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -87,7 +88,7 @@ func TestE2EKeys(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("keys: exit %d\n%s%s", code, stdout, stderr)
 			}
-			for _, want := range []string{"api.token_bucket:tb2", "login.sliding_log:sl", "daily.fixed_window:fw", "(not configured)", "1 keys never expire"} {
+			for _, want := range []string{"api.token_bucket:tb3", "login.sliding_log:sl", "daily.fixed_window:fw2", "(not configured)", "1 keys never expire"} {
 				if !strings.Contains(stdout, want) {
 					t.Errorf("keys lacks %q:\n%s", want, stdout)
 				}
@@ -114,6 +115,12 @@ func TestE2EKeys(t *testing.T) {
 				if code != 0 || !strings.Contains(stdout, want) {
 					t.Errorf("inspect login alice: exit %d, lacks %q:\n%s", code, want, stdout)
 				}
+			}
+			// A token bucket's packed state, decoded: one take of a full
+			// bucket of 20 tokens, one per 180s, left 19×180s of credit.
+			code, stdout, _ = run("inspect", "api", "user:aa")
+			if !regexp.MustCompile(`(?m)^raw +string ts=\d{16} u=3420000000$`).MatchString(stdout) || code != 0 {
+				t.Errorf("inspect api user:aa: exit %d, no decoded state:\n%s", code, stdout)
 			}
 			code, stdout, _ = run("inspect", "--json", "daily", "acct-1")
 			var st struct {

@@ -1,5 +1,6 @@
 -- Fixed window: a counter per aligned window.
--- State under key: a hash {w = window number, c = count in window w}.
+-- State under key: w = window number and c = count in window w, packed
+-- '<i8i8' (readPacked in prelude.lua).
 -- decide(key, now, limit, window, cost, flag): window in microseconds.
 -- now is in microseconds; cost 0 peeks, a negative cost refunds what the
 -- take with that receipt (its time) took, if that was in this window, else
@@ -11,7 +12,7 @@
 -- Mirrors fixedWindow in memstore/algo.go.
 -- A key decided several times in one call (a hot key's queued requests) is
 -- read once and written once, by flush: states[key] is {w, c}, or false for
--- none; pending[key] the PEXPIRE to write, or 0 to delete.
+-- none; pending[key] the PX to write, or 0 to delete.
 -- decide only reads; every write waits for flush (cross.lua relies on it).
 local readsFirst = true
 local states, pending = {}, {}
@@ -19,8 +20,7 @@ local states, pending = {}, {}
 local function decideSpan(key, now, idx, start, stop, limit, cost, flag, receipt)
   local st = states[key]
   if st == nil then
-    local h = redis.call('HMGET', key, 'w', 'c')
-    st = h[1] and { tonumber(h[1]), tonumber(h[2]) } or false
+    st = readPacked(key, '<i8i8')
     states[key] = st
   end
   local c = 0
@@ -58,4 +58,4 @@ local function decide(key, now, limit, window, cost, flag, receipt)
   return decideSpan(key, now, idx, idx * window, (idx + 1) * window, limit, cost, flag, receipt)
 end
 
-local function flush() flushHashes({ 'w', 'c' }, states, pending) end
+local function flush() flushPacked('<i8i8', states, pending) end

@@ -3,20 +3,28 @@
 -- differences between the deciding clock and the expiring one.
 local TTL_MARGIN_MS = 1000
 
--- flushHashes writes what an algorithm kept in a hash per key during the
--- call: states[key] holds the values of fields, pending[key] the PEXPIRE to
--- set, or 0 to delete the key.
-local function flushHashes(fields, states, pending)
+-- The fixed window, sliding window and token bucket keep their integers
+-- in one string per key, packed little-endian with struct (fmt '<i8i8' or
+-- '<i8i8i8', named in luascript.StateFields): one GET to read them, one
+-- SET with its PX to write them, where a hash took HMGET, HSET and PEXPIRE.
+
+-- readPacked returns the integers packed (fmt) in the string at key, in a
+-- table, or false when the key does not exist.
+local function readPacked(key, fmt)
+  local v = redis.call('GET', key)
+  if not v then return false end
+  return { struct.unpack(fmt, v) }
+end
+
+-- flushPacked writes what an algorithm kept per key during the call:
+-- states[key] holds the integers, written packed with fmt, pending[key] the
+-- PX to set, or 0 to delete the key.
+local function flushPacked(fmt, states, pending)
   for key, px in pairs(pending) do
     if px == 0 then
       redis.call('DEL', key)
     else
-      local args, st = {}, states[key]
-      for i, f in ipairs(fields) do
-        args[2 * i - 1], args[2 * i] = f, st[i]
-      end
-      redis.call('HSET', key, unpack(args))
-      redis.call('PEXPIRE', key, px)
+      redis.call('SET', key, struct.pack(fmt, unpack(states[key])), 'PX', px)
     end
   end
 end

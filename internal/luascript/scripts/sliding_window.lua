@@ -1,7 +1,7 @@
 -- Sliding window counter: the current and the previous aligned window's
 -- counts, the previous one weighted by its overlap with the sliding window.
--- State under key: a hash {w = window number of c, c = count in window w,
--- p = count in window w-1}.
+-- State under key: w = window number of c, c = count in window w and
+-- p = count in window w-1, packed '<i8i8i8' (readPacked in prelude.lua).
 -- decide(key, now, limit, window, cost): window in microseconds.
 -- now is in microseconds; cost 0 peeks, a negative cost refunds the window
 -- its take (receipt: the take's time) counted in, if it still counts. decide
@@ -14,7 +14,7 @@ local readsFirst = true
 local LOOPS = 64 -- bound of the search for the first allowed microsecond
 -- A key decided several times in one call (a hot key's queued requests) is
 -- read once and written once, by flush: states[key] is {w, c, p}, or false
--- for none; pending[key] the PEXPIRE to write, or 0 to delete.
+-- for none; pending[key] the PX to write, or 0 to delete.
 local states, pending = {}, {}
 local window -- of the decision being made, for estimate
 local function estimate(p, c, e)
@@ -27,8 +27,7 @@ local function decide(key, now, limit, win, cost, _, receipt)
   local cur, prev = 0, 0
   local st = states[key]
   if st == nil then
-    local h = redis.call('HMGET', key, 'w', 'c', 'p')
-    st = h[1] and { tonumber(h[1]), tonumber(h[2]), tonumber(h[3]) } or false
+    st = readPacked(key, '<i8i8i8')
     states[key] = st
   end
   if st then
@@ -106,4 +105,4 @@ local function decide(key, now, limit, win, cost, _, receipt)
   return allowed, remaining, retry, reset
 end
 
-local function flush() flushHashes({ 'w', 'c', 'p' }, states, pending) end
+local function flush() flushPacked('<i8i8i8', states, pending) end

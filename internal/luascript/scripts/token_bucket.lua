@@ -1,7 +1,8 @@
 -- Token bucket: up to capacity tokens, one earned every interval
 -- microseconds, in whole microseconds of credit: exact integer arithmetic.
--- State under key: a hash {u = credit in microseconds (interval per token,
--- at most capacity × interval), ts = time of u}. A full bucket has no key.
+-- State under key: u = credit in microseconds (interval per token, at most
+-- capacity × interval) and ts = time of u, packed '<i8i8' (readPacked in
+-- prelude.lua). A full bucket has no key.
 -- decide(key, now, capacity, interval, cost): interval in microseconds.
 -- now is in microseconds; cost 0 peeks, a negative cost refunds the take
 -- with that receipt (its time) if no later decision wrote the key. decide
@@ -10,15 +11,14 @@
 -- Mirrors tokenBucket in memstore/algo.go.
 -- A key decided several times in one call (a hot key's queued requests) is
 -- read once and written once, by flush: states[key] is {u, ts}, or false for
--- none; pending[key] the PEXPIRE to write, or 0 to delete.
+-- none; pending[key] the PX to write, or 0 to delete.
 -- decide only reads; every write waits for flush (cross.lua relies on it).
 local readsFirst = true
 local states, pending = {}, {}
 local function decide(key, now, cap, interval, cost, _, receipt)
   local st = states[key]
   if st == nil then
-    local h = redis.call('HMGET', key, 'u', 'ts')
-    st = h[1] and { tonumber(h[1]), tonumber(h[2]) } or false
+    st = readPacked(key, '<i8i8')
     states[key] = st
   end
   local full = cap * interval
@@ -64,4 +64,4 @@ local function decide(key, now, cap, interval, cost, _, receipt)
   return allowed, idiv(credit, interval), retry, reset
 end
 
-local function flush() flushHashes({ 'u', 'ts' }, states, pending) end
+local function flush() flushPacked('<i8i8', states, pending) end

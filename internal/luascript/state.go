@@ -1,0 +1,42 @@
+package luascript
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/sluicehq/sluice"
+)
+
+// StateFields names the integers a key of r holds, in the order the
+// scripts pack them into its one string (struct '<i8...': each a
+// little-endian int64; see readPacked in prelude.lua), or nil when r's
+// state is not packed: a sliding log keeps a sorted set, a GCRA its TAT as
+// a decimal string.
+func StateFields(r *sluice.Rule) []string {
+	switch r.Algorithm {
+	case sluice.AlgorithmFixedWindow:
+		return []string{"w", "c"} // window (its number, or a calendar period's first instant), count
+	case sluice.AlgorithmSlidingWindow:
+		return []string{"w", "c", "p"} // window number, its count, the previous window's
+	case sluice.AlgorithmTokenBucket:
+		return []string{"u", "ts"} // microseconds of credit, their time
+	}
+	return nil
+}
+
+// DecodeState returns the integers of the packed state v of a key of r, by
+// their names in StateFields, in decimal: what sluice inspect shows.
+func DecodeState(r *sluice.Rule, v string) (map[string]string, error) {
+	names := StateFields(r)
+	if names == nil {
+		return nil, fmt.Errorf("the state of %v is not packed", r)
+	}
+	if len(v) != 8*len(names) {
+		return nil, fmt.Errorf("the state of %v is %d bytes, want %d", r, len(v), 8*len(names))
+	}
+	m := make(map[string]string, len(names))
+	for i, n := range names {
+		m[n] = strconv.FormatInt(int64At(v, 8*i), 10)
+	}
+	return m, nil
+}
