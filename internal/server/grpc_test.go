@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -174,10 +175,22 @@ func TestEnvoyRLS(t *testing.T) {
 	if r.Statuses[0].LimitRemaining != 1 {
 		t.Fatalf("two descriptors: the allowed one was not charged: %v", r)
 	}
-	// Unknown domains and descriptors limit nothing.
-	resp, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "other", Descriptors: []*commonrl.RateLimitDescriptor{desc("remote_address", "1")}})
-	if err != nil || resp.OverallCode != OK {
-		t.Fatalf("unknown domain: %v %v", resp, err)
+	// Unknown domains and descriptors limit nothing: every descriptor is
+	// answered OK (one descriptor, and more than one).
+	for _, n := range []int{1, 3} {
+		req := &rlsv3.RateLimitRequest{Domain: "other"}
+		for i := range n {
+			req.Descriptors = append(req.Descriptors, desc("remote_address", fmt.Sprint(i)))
+		}
+		resp, err := c.ShouldRateLimit(ctx, req)
+		if err != nil || resp.OverallCode != OK || len(resp.Statuses) != n {
+			t.Fatalf("unknown domain, %d descriptors: %v %v", n, resp, err)
+		}
+		for i, ds := range resp.Statuses {
+			if ds.Code != OK || ds.CurrentLimit != nil || ds.LimitRemaining != 0 {
+				t.Fatalf("unknown domain, %d descriptors: status %d: %v", n, i, ds)
+			}
+		}
 	}
 	// Per-request limit override: 1 per hour for this descriptor (an hour,
 	// so that the two requests do not straddle a window edge).
