@@ -177,21 +177,27 @@ func openValkeyFloor(addr string, rule sluice.Rule, maxKeys, workers int) (*floo
 			cmd := client.B().Evalsha().Sha1(sc.SHA).Numkeys(int64(len(keys))).Key(keys...).
 				Arg(unsafe.String(unsafe.SliceData(recs), len(recs))).Build()
 			reply, err := client.Do(context.Background(), cmd).ToString()
-			if err == nil {
-				err = luascript.DecodeCall(reply, len(batch), func(j int, res sluice.Result, _ int64, err error) {
-					batch[j].allowed, batch[j].err = res.Allowed, err
-				})
-			}
-			if err != nil {
-				for _, r := range batch {
-					r.allowed, r.err = false, err
-				}
-			}
+			settle(batch, reply, err)
 		}
 	}
 	f := newFloor("floor-valkey-go", "bench", rule, maxKeys, ds, client.Close)
 	f.sends = true
 	return f, nil
+}
+
+// settle gives each request of batch its decision from the reply of the
+// call that decided them, or the call's error.
+func settle(batch []*request, reply string, err error) {
+	if err == nil {
+		err = luascript.DecodeCall(reply, len(batch), func(j int, res sluice.Result, _ int64, err error) {
+			batch[j].allowed, batch[j].err = res.Allowed, err
+		})
+	}
+	if err != nil {
+		for _, r := range batch {
+			r.allowed, r.err = false, err
+		}
+	}
 }
 
 // openRawFloor is the floor without a client library: each worker has a
@@ -235,16 +241,7 @@ func openRawFloor(addr string, rule sluice.Rule, maxKeys, workers int) (*floor, 
 			}
 			args = append(args, unsafe.String(unsafe.SliceData(recs), len(recs)))
 			reply, err := c.call(args...)
-			if err == nil {
-				err = luascript.DecodeCall(reply, len(batch), func(j int, res sluice.Result, _ int64, err error) {
-					batch[j].allowed, batch[j].err = res.Allowed, err
-				})
-			}
-			if err != nil {
-				for _, r := range batch {
-					r.allowed, r.err = false, err
-				}
-			}
+			settle(batch, reply, err)
 		}
 	}
 	f := newFloor("floor-raw", "bench", rule, maxKeys, ds, closeAll)

@@ -90,11 +90,10 @@ func number(t *testing.T, s string) float64 {
 	return v
 }
 
-// TestValkeyFloorDecides: the valkey-go and raw floors run Sluice's real script:
-// a burst of 3 allows 3 decisions of a key and refuses the rest, alone
-// and among concurrent callers whose decisions share calls, and it
-// counts every decision and call.
-func TestValkeyFloorDecides(t *testing.T) {
+// startServer starts a valkey-server for t, stopped when t ends; -short
+// skips the tests that need one.
+func startServer(t *testing.T) *benchmarks.Server {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts valkey-server")
 	}
@@ -102,7 +101,16 @@ func TestValkeyFloorDecides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Stop()
+	t.Cleanup(srv.Stop)
+	return srv
+}
+
+// TestValkeyFloorDecides: the valkey-go and raw floors run Sluice's real script:
+// a burst of 3 allows 3 decisions of a key and refuses the rest, alone
+// and among concurrent callers whose decisions share calls, and it
+// counts every decision and call.
+func TestValkeyFloorDecides(t *testing.T) {
+	srv := startServer(t)
 	for _, tc := range []struct {
 		open func(string, sluice.Rule, int, int) (*floor, error)
 		alg  sluice.Algorithm
@@ -206,14 +214,7 @@ func TestClientfloorFlags(t *testing.T) {
 // decisions disagrees with the harness's, or its count of calls with the
 // server's EVALSHA count.
 func TestTimedChecksFloorCounts(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts valkey-server")
-	}
-	srv, err := benchmarks.StartServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
+	srv := startServer(t)
 	admin, err := benchmarks.NewAdmin(srv.Addr)
 	if err != nil {
 		t.Fatal(err)
