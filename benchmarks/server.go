@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/spawn"
 	"github.com/sluicehq/sluice/internal/syncbuf"
 	"github.com/valkey-io/valkey-go"
 )
@@ -69,8 +70,7 @@ func startOnce(bin string, extra []string) (*Server, error) {
 		done: make(chan struct{}),
 	}
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	s.cmd.SysProcAttr = sysProcAttr()
-	if err := startCmd(s.cmd); err != nil {
+	if err := spawn.Start(s.cmd); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}

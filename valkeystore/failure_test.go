@@ -277,7 +277,7 @@ func noLeak(t *testing.T) {
 }
 
 // goroutines returns the stacks of the running goroutines, except the
-// caller and valkeytest's process spawner, which lives as long as the test
+// caller and the process spawner (internal/spawn), which lives as long as the test
 // binary once the first server is started.
 func goroutines() []string {
 	buf := make([]byte, 1<<20)
@@ -285,7 +285,7 @@ func goroutines() []string {
 	all := strings.Split(string(buf), "\n\n")
 	out := all[:0]
 	for _, g := range all[1:] { // all[0] is the caller
-		if !strings.Contains(g, "valkeytest.startCmd") {
+		if !strings.Contains(g, "spawn.Start") {
 			out = append(out, g)
 		}
 	}

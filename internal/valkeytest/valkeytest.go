@@ -35,6 +35,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/spawn"
 	"github.com/sluicehq/sluice/internal/syncbuf"
 	"github.com/valkey-io/valkey-go"
 )
@@ -183,8 +184,7 @@ func (s *Server) launch() error {
 	cmd.Dir = s.dir
 	cmd.Stdout = s.log
 	cmd.Stderr = s.log
-	cmd.SysProcAttr = sysProcAttr()
-	if err := startCmd(cmd); err != nil {
+	if err := spawn.Start(cmd); err != nil {
 		return fmt.Errorf("starting %s: %w", Binary, err)
 	}
 	p := &process{cmd: cmd, done: make(chan struct{})}
