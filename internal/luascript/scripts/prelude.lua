@@ -9,7 +9,8 @@ local TTL_MARGIN_MS = 1000
 -- SET with its PX to write them, where a hash took HMGET, HSET and PEXPIRE.
 
 -- readPacked returns the integers packed (fmt) in the string at key, in a
--- table, or false when the key does not exist.
+-- table (whose last entry is struct.unpack's next position, which nothing
+-- reads), or false when the key does not exist.
 local function readPacked(key, fmt)
   local v = redis.call('GET', key)
   if not v then return false end
