@@ -156,7 +156,7 @@ func TestDenyCacheDifferential(t *testing.T) {
 	}
 }
 
-// TestDenyCacheAnswersWhatFollows: the cases README.md lists are answered
+// TestDenyCacheAnswersWhatFollows: the cases docs/batching.md lists are answered
 // without a round trip; the others reach the store.
 func TestDenyCacheAnswersWhatFollows(t *testing.T) {
 	ctx := context.Background()

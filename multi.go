@@ -63,7 +63,7 @@ func (d Decision) RetryAfter() time.Duration {
 // took, in the window it took it from, or nothing: after the window has
 // passed (fixed and sliding window), once the entries have left the log,
 // or, for TokenBucket and GCRA, once another request has taken from the
-// same key since (README.md, "Refunds"). It never gives back more. So on a
+// same key since (docs/guarantees.md, "Refunds"). It never gives back more. So on a
 // busy TokenBucket or GCRA key (a global limit) a refused request usually
 // keeps its units there; the window algorithms give them back.
 //

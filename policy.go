@@ -68,7 +68,7 @@ const MaxWindow = 400 * 24 * time.Hour
 
 // MaxSlidingLogLimit is the largest SlidingLog limit, and so the largest
 // cost of one of its requests. The log keeps one sorted-set entry per unit
-// (about 120 bytes each on Valkey, measured: see README.md), and a script
+// (about 120 bytes each on Valkey, measured: see docs/guarantees.md), and a script
 // adds a request's entries in one go while Valkey serves nobody else: the
 // bound keeps a key under about 130 KB and the costliest decision to about
 // a millisecond of Valkey's time. Use SlidingWindow for larger limits.

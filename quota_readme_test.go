@@ -7,13 +7,10 @@ import (
 )
 
 // TestReadmeQuotas: the Go lines and outputs README.md's "Quotas" section
-// shows are those of quota_example_test.go, whose Examples check them.
+// and docs/quotas.md show are those of quota_example_test.go, whose
+// Examples check them.
 func TestReadmeQuotas(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	examples, err := os.ReadFile("quota_example_test.go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,9 +19,23 @@ func TestReadmeQuotas(t *testing.T) {
 		t.Fatal("README.md has no Quotas section")
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
+	checkQuotaDoc(t, "README.md", section)
+	doc, err := os.ReadFile("docs/quotas.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkQuotaDoc(t, "docs/quotas.md", string(doc))
+}
+
+func checkQuotaDoc(t *testing.T, name, section string) {
+	t.Helper()
+	examples, err := os.ReadFile("quota_example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
 	blocks := strings.Split(section, "```go\n")[1:]
 	if len(blocks) != 2 {
-		t.Fatalf("%d Go blocks, want 2", len(blocks))
+		t.Fatalf("%s: %d Go blocks, want 2", name, len(blocks))
 	}
 	for _, b := range blocks {
 		b, _, _ = strings.Cut(b, "```")
@@ -41,13 +52,14 @@ func TestReadmeQuotas(t *testing.T) {
 				line = "// " + out
 			}
 			if !strings.Contains(string(examples), line) {
-				t.Errorf("README.md shows %q, which quota_example_test.go does not hold", line)
+				t.Errorf("%s shows %q, which quota_example_test.go does not hold", name, line)
 			}
 		}
 	}
-	for _, fact := range []string{"1,000 taken on the free plan's 1,000 an hour, then 48,999 left on pro's\n50,000"} {
-		if !strings.Contains(section, fact) {
-			t.Errorf("README.md no longer says %q (Example_planChange)", fact)
+	flat := strings.Join(strings.Fields(section), " ")
+	for _, fact := range []string{"1,000 taken on the free plan's 1,000 an hour, then 48,999 left on pro's 50,000"} {
+		if !strings.Contains(flat, fact) {
+			t.Errorf("%s no longer says %q (Example_planChange)", name, fact)
 		}
 	}
 }

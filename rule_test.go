@@ -79,17 +79,17 @@ func TestRuleStateAndName(t *testing.T) {
 	}
 }
 
-// TestReadmeStates: the state names README.md lists in its Keys paragraph
-// are those Rule.State gives, every algorithm's and the calendar
+// TestDocStates: the state names docs/guarantees.md lists in its Keys
+// paragraph are those Rule.State gives, every algorithm's and the calendar
 // windows'.
-func TestReadmeStates(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+func TestDocStates(t *testing.T) {
+	readme, err := os.ReadFile("docs/guarantees.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile("algorithm and its state format \\(((?:`[a-z0-9]+`,\\s+)*`[a-z0-9]+`):").FindSubmatch(readme)
 	if m == nil {
-		t.Fatal("README.md no longer lists the state names")
+		t.Fatal("docs/guarantees.md no longer lists the state names")
 	}
 	var listed []string
 	for _, f := range strings.Fields(string(m[1])) {
@@ -107,7 +107,7 @@ func TestReadmeStates(t *testing.T) {
 		states = append(states, mustRule(t, p).State())
 	}
 	if !slices.Equal(listed, states) {
-		t.Errorf("README.md lists the states %q, Rule.State gives %q", listed, states)
+		t.Errorf("docs/guarantees.md lists the states %q, Rule.State gives %q", listed, states)
 	}
 }
 

@@ -44,7 +44,7 @@ type Op struct {
 	// negative cost refunds the take whose Receipt the Op carries (after a
 	// request was refused by another limit): it gives back exactly what that
 	// take took, in the window it took it from, or nothing when that is no
-	// longer possible (see README.md, "Refunds"). Its Result is allowed.
+	// longer possible (see docs/guarantees.md, "Refunds"). Its Result is allowed.
 	Cost int64
 	// Receipt is filled in by the store for every decision. A refund
 	// (negative Cost) carries the Receipt of the take it gives back; it is

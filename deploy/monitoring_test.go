@@ -124,8 +124,9 @@ func scrapeLive(t *testing.T) []byte {
 var compatLint = regexp.MustCompile(`^ratelimit_service_[a-z_]+ counter metrics should have "_total" suffix$`)
 
 // TestLiveMetrics: `promtool check metrics` on a live scrape finds nothing
-// but the envoyproxy/ratelimit-compatible names, and every metric the alert
-// rules and the Grafana dashboard use is exposed.
+// but the envoyproxy/ratelimit-compatible names, every metric the alert
+// rules and the Grafana dashboard use is exposed, and every sluice_* metric
+// exposed is in docs/metrics.md with its labels.
 func TestLiveMetrics(t *testing.T) {
 	scrape := scrapeLive(t)
 	out, err := runPromtool(t, ".", scrape, "check", "metrics")
@@ -151,6 +152,68 @@ func TestLiveMetrics(t *testing.T) {
 			if !exposed[name] {
 				t.Errorf("%s uses %s, which sluice serve does not expose", file, name)
 			}
+		}
+	}
+	checkMetricsDoc(t, scrape)
+}
+
+// checkMetricsDoc: every sluice_* family a live scrape exposes is a row of
+// docs/metrics.md's table, with the labels the scrape shows.
+func checkMetricsDoc(t *testing.T, scrape []byte) {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string][]string{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(sluice_[a-z0-9_]+)` \\| [a-z]+ \\| ([^|]*)\\|").FindAllSubmatch(doc, -1) {
+		var labels []string
+		for _, l := range strings.Split(string(m[2]), ",") {
+			if l = strings.Trim(strings.TrimSpace(l), "`"); l != "" {
+				labels = append(labels, l)
+			}
+		}
+		sort.Strings(labels)
+		documented[string(m[1])] = labels
+	}
+	if len(documented) < 10 {
+		t.Fatalf("docs/metrics.md's table lists %d metrics", len(documented))
+	}
+	exposed := map[string]map[string]bool{}
+	for _, line := range strings.Split(string(scrape), "\n") {
+		if !strings.HasPrefix(line, "sluice_") {
+			continue
+		}
+		name, rest, _ := strings.Cut(line, "{")
+		name, _, _ = strings.Cut(name, " ")
+		for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+			if strings.HasSuffix(name, "_seconds"+suffix) {
+				name = strings.TrimSuffix(name, suffix)
+			}
+		}
+		if exposed[name] == nil {
+			exposed[name] = map[string]bool{}
+		}
+		labels, _, _ := strings.Cut(rest, "}")
+		for _, m := range regexp.MustCompile(`([a-z_]+)="`).FindAllStringSubmatch(labels, -1) {
+			if m[1] != "le" {
+				exposed[name][m[1]] = true
+			}
+		}
+	}
+	for name, set := range exposed {
+		want, ok := documented[name]
+		if !ok {
+			t.Errorf("sluice serve exposes %s, which docs/metrics.md does not list", name)
+			continue
+		}
+		var got []string
+		for l := range set {
+			got = append(got, l)
+		}
+		sort.Strings(got)
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("%s: labels %q exposed, docs/metrics.md says %q", name, got, want)
 		}
 	}
 }

@@ -1,7 +1,7 @@
 package valkeystore_test
 
-// Failure tests against real valkey-server processes (README.md, "Failure:
-// open or closed, and fast"): nothing listening, a listener that never
+// Failure tests against real valkey-server processes (docs/failure.md, "Open
+// or closed, and fast"): nothing listening, a listener that never
 // answers, a server paused with SIGSTOP or killed mid-traffic and brought
 // back, SCRIPT FLUSH mid-traffic, a server full under noeviction, and the
 // circuit breaker. For each: every decision within the timeout plus a wide

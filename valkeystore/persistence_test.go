@@ -15,7 +15,7 @@ import (
 // persistence settings: none (the counts are gone: every key starts again
 // with its whole quota), appendonly with appendfsync everysec (up to about
 // a second of writes lost) and appendonly with appendfsync always (nothing
-// lost). README.md, "Quotas", quotes the numbers this test logs.
+// lost). docs/production.md, "Persistence", states what it checks.
 func TestQuotaSurvivesRestart(t *testing.T) {
 	const taken = 2000
 	for _, tc := range []struct {

@@ -118,8 +118,8 @@ func textOf(t *testing.T, ctx context.Context, sel string) string {
 // numbers it shows are the service's own counters, takes a screenshot, and
 // exercises inspect and reset with and without the admin token.
 //
-// SLUICE_DASHBOARD_SCREENSHOT=FILE writes the screenshot there (the README's
-// picture: see its dashboard section).
+// SLUICE_DASHBOARD_SCREENSHOT=FILE writes the screenshot there (the picture
+// in docs/dashboard.md).
 func TestDashboardInBrowser(t *testing.T) {
 	v := valkeytest.Start(t)
 	dir := t.TempDir()

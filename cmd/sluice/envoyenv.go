@@ -19,7 +19,7 @@ import (
 // envoyproxy/ratelimit's environment: when sluice serve is given no
 // --config and RUNTIME_ROOT, RUNTIME_SUBDIRECTORY or REDIS_URL is set, it
 // reads the variables below as envoyproxy/ratelimit does, so that its
-// deployment runs unchanged. docs/serve.md has the table. A variable that
+// deployment runs unchanged. docs/migrating-from-envoy-ratelimit.md has the table. A variable that
 // asks for what sluice cannot do is refused, never ignored silently.
 
 // envoyEnv is what the environment says.

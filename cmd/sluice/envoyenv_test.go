@@ -12,7 +12,7 @@ func mapEnv(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
-// TestEnvoyEnv: envoyproxy/ratelimit's variables map as docs/serve.md's
+// TestEnvoyEnv: envoyproxy/ratelimit's variables map as docs/migrating-from-envoy-ratelimit.md's
 // table says, and what sluice cannot honour is refused by name.
 func TestEnvoyEnv(t *testing.T) {
 	base := map[string]string{"RUNTIME_ROOT": "/rt", "RUNTIME_SUBDIRECTORY": "ratelimit", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379"}

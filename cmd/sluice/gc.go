@@ -26,7 +26,8 @@ const serveGCPercent = 400
 // flight for its length (several ms on one core, most of it the calls' own
 // assists); at 64 MiB a service with a live heap of 4 MB collects about
 // once a second under a gRPC load of 15,000 calls a second instead of four
-// times, and fewer of its calls meet a collection (envoy-bench.md).
+// times, and fewer of its calls meet a collection
+// (benchmarks/history/2026-11-30-envoy-bench.md).
 const serveHeapFloor = 64 << 20
 
 // tuneGC sets the collector's target to serveGCPercent, raised for a small

@@ -34,7 +34,7 @@ envoy.service.ratelimit.v3.RateLimitService (gRPC). Without --config the
 embedded example configuration (examples/sluice.yaml) is used, unless
 envoyproxy/ratelimit's environment is set (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY
 or REDIS_URL): then its variables and configuration directory are read, as
-docs/serve.md's table says. A directory holds envoyproxy/ratelimit files, one
+the table of docs/migrating-from-envoy-ratelimit.md says. A directory holds envoyproxy/ratelimit files, one
 domain each. Without a valkey section (or --valkey) counts are kept in
 process: limits are then per process. SIGHUP, or a change of the file or
 directory, reloads the configuration; a bad one is rejected and the last good

@@ -10,25 +10,25 @@ import (
 	"testing"
 )
 
-// readmeSimulate returns the arguments of the README's first simulate
+// docSimulate returns the arguments of docs/simulate.md's first simulate
 // example (a shell command over several lines).
-func readmeSimulate(t *testing.T) []string {
+func docSimulate(t *testing.T) []string {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/simulate.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile(`go run ./cmd/sluice simulate((?:[^\n]*\\\n)*[^\n]*)`).FindSubmatch(readme)
 	if m == nil {
-		t.Fatal("README has no `go run ./cmd/sluice simulate` command")
+		t.Fatal("docs/simulate.md has no `go run ./cmd/sluice simulate` command")
 	}
 	return append([]string{"simulate"}, strings.Fields(strings.ReplaceAll(string(m[1]), "\\\n", " "))...)
 }
 
-// TestSimulateREADMEExample: the README's picture and numbers are what its
-// command makes.
-func TestSimulateREADMEExample(t *testing.T) {
-	args := readmeSimulate(t)
+// TestSimulateDocExample: docs/simulate.md's picture and numbers are what
+// its command makes.
+func TestSimulateDocExample(t *testing.T) {
+	args := docSimulate(t)
 	var out string
 	for i, a := range args {
 		if a == "--out" && i+1 < len(args) {
@@ -37,7 +37,7 @@ func TestSimulateREADMEExample(t *testing.T) {
 		}
 	}
 	if out != "docs/simulate/five-algorithms" {
-		t.Fatalf("the README's command writes %q, want docs/simulate/five-algorithms", out)
+		t.Fatalf("docs/simulate.md's command writes %q, want docs/simulate/five-algorithms", out)
 	}
 	for i, a := range args {
 		if strings.HasPrefix(a, "examples/") {
@@ -57,7 +57,7 @@ func TestSimulateREADMEExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("the README command's CSV differs from the committed %s.csv: run it again", out)
+		t.Errorf("the docs/simulate.md command's CSV differs from the committed %s.csv: run it again", out)
 	}
 	gotPNG, err := os.ReadFile(args[indexOf(args, "--out")+1] + ".png")
 	if err != nil {
@@ -71,9 +71,9 @@ func TestSimulateREADMEExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(gotPNG, wantPNG) {
-		t.Errorf("the README command's picture differs from the committed %s.png: run it again", out)
+		t.Errorf("the docs/simulate.md command's picture differs from the committed %s.png: run it again", out)
 	}
-	// The five algorithms, as the README's table of examples/algorithms
+	// The five algorithms, as docs/algorithms.md's output of examples/algorithms
 	// says: the fixed window lets both bursts through.
 	for _, line := range []string{"fixed_window", "sliding_log", "sliding_window", "token_bucket", "gcra"} {
 		if !strings.Contains(stdout, line) {

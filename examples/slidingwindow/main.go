@@ -3,7 +3,7 @@
 // (sluice.SlidingLog) of the same limit, on generated traffic: Poisson
 // arrivals at half, once and twice the limit's rate, and bursty on/off
 // traffic. It runs on the in-process store under a fake clock, with fixed
-// seeds, so every run prints the same table (the one in README.md).
+// seeds, so every run prints the same table (the one in docs/algorithms.md).
 //
 //	go run ./examples/slidingwindow
 //

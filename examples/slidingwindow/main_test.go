@@ -14,28 +14,28 @@ import (
 	"github.com/sluicehq/sluice/memstore"
 )
 
-// The table in README.md is the one this program prints (the rows; the
-// parameters are in the sentence before it).
-func TestREADMETable(t *testing.T) {
+// The table in docs/algorithms.md is the one this program prints (the rows;
+// the parameters are in the sentence before it).
+func TestDocTable(t *testing.T) {
 	var out bytes.Buffer
 	if err := run(&out); err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/algorithms.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if window != time.Minute {
-		t.Fatalf("README.md says the limit is per minute; it is per %v", window)
+		t.Fatalf("docs/algorithms.md says the limit is per minute; it is per %v", window)
 	}
 	for _, says := range []string{fmt.Sprintf("limit (%d per minute)", limit), fmt.Sprintf("%d windows per row", windows)} {
 		if !strings.Contains(strings.Join(strings.Fields(string(readme)), " "), says) {
-			t.Errorf("README.md does not say %q", says)
+			t.Errorf("docs/algorithms.md does not say %q", says)
 		}
 	}
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		if strings.HasPrefix(line, "|") && !strings.Contains(string(readme), line+"\n") {
-			t.Errorf("README.md lacks the line %q of `go run ./examples/slidingwindow`:\n%s", line, out.String())
+			t.Errorf("docs/algorithms.md lacks the line %q of `go run ./examples/slidingwindow`:\n%s", line, out.String())
 		}
 	}
 }

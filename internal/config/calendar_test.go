@@ -132,22 +132,31 @@ func TestServeDocReference(t *testing.T) {
 	}
 }
 
-// TestReadmeQuotaYAML: the configuration README.md's "Quotas" section
-// shows parses, as a daily quota in Los Angeles with a plan and overrides.
+// TestReadmeQuotaYAML: the configuration README.md's "Quotas" section and
+// docs/quotas.md show parses, as a daily quota in Los Angeles with a plan
+// and overrides.
 func TestReadmeQuotaYAML(t *testing.T) {
-	doc, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, after, _ := strings.Cut(string(doc), "## Quotas: calendar periods, plans and key overrides")
-	_, block, _ := strings.Cut(after, "```yaml\n")
-	block, _, _ = strings.Cut(block, "```")
-	c, err := Parse("README.md", []byte(block))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := c.Policy("messages")
-	if p == nil || !p.Overrides || len(p.Plans) != 1 || p.Plans[0].Limit != 50000 || p.Params.Calendar.Unit != sluice.Day || p.Params.Calendar.Zone.String() != "America/Los_Angeles" {
-		t.Fatalf("messages: %+v", p)
+	for _, f := range []struct{ file, after string }{
+		{"README.md", "## Quotas: calendar periods, plans and key overrides"},
+		{"docs/quotas.md", "# Quotas: calendar periods, plans and key overrides"},
+	} {
+		doc, err := os.ReadFile("../../" + f.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, after, ok := strings.Cut(string(doc), f.after)
+		if !ok {
+			t.Fatalf("%s has no %q", f.file, f.after)
+		}
+		_, block, _ := strings.Cut(after, "```yaml\n")
+		block, _, _ = strings.Cut(block, "```")
+		c, err := Parse(f.file, []byte(block))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := c.Policy("messages")
+		if p == nil || !p.Overrides || len(p.Plans) != 1 || p.Plans[0].Limit != 50000 || p.Params.Calendar.Unit != sluice.Day || p.Params.Calendar.Zone.String() != "America/Los_Angeles" {
+			t.Fatalf("%s: messages: %+v", f.file, p)
+		}
 	}
 }

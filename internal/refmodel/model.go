@@ -5,7 +5,7 @@
 // request's time, the time a bucket is full again), and no expiry (a
 // store's key outlives its use, so expiry changes no answer).
 //
-// Its answers are what README.md promises: a request is allowed when its
+// Its answers are what docs/guarantees.md promises: a request is allowed when its
 // cost fits; RetryAfter is the first microsecond at which the same request
 // would be allowed if nothing else is taken; ResetAfter the time until the
 // limit is fully restored; Remaining what could be taken right now; a

@@ -7,7 +7,8 @@
 // (INFO cpu), and the client's CPU time (getrusage). It is how the
 // server's extra cost of a serial Sluice decision was traced to the
 // script's own time, not to more reads, writes or commands
-// (benchmarks/README.md, "One goroutine: where the server's time goes").
+// (benchmarks/history/2026-11-30-benchmarks.md, "One goroutine: where the
+// server's time goes").
 //
 //	wirestats -targets sluice/gcra,valkeylimiter -conc 1,16 -duration 3s -rounds 2
 package main
