@@ -70,12 +70,12 @@ type Store struct {
 type engine struct {
 	client     valkey.Client
 	maxBatch   int
-	breakerCfg *Breaker // nil when off; see breaker.go
-	inflight   int      // WithBatching; see batch.go
-	budget     *budget  // the batchers' calls in flight; nil without batching
-	cluster    bool     // keys of a script call must share a slot
-	topo       topology // nodes and the slots they serve; see nodes.go
-	replicaAck int      // WithReplicaAck; see durable.go
+	breakerCfg *Breaker     // nil when off; see breaker.go
+	inflight   int          // WithBatching; see batch.go
+	budget     *budget      // the batchers' calls in flight; nil without batching
+	cluster    bool         // keys of a script call must share a slot
+	topo       topology     // nodes and the slots they serve; see nodes.go
+	replicaAck int          // WithReplicaAck; see durable.go
 	connectLog *slog.Logger // WithLogger, for Connect only; see connect.go
 	done       chan struct{}
 }
