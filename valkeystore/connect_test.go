@@ -117,3 +117,77 @@ func TestConnectClosedWhileDown(t *testing.T) {
 		t.Errorf("Wait after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestConnectTimeoutKeepsSharedConnection: the failure AlwaysPipelining
+// prevents, on a store built by Connect from options that do not mention
+// it. With the server stalled, a 50ms decision is sent first and a 3s
+// decisions after it; the server answers again after 300ms. The 50ms
+// decision times out (degraded), and the 3s ones must still be decided by
+// Valkey: without AlwaysPipelining, valkey-go sends the lone 50ms call with
+// the connection's read deadline set to its own, and its timeout closes the
+// connection, failing the 3s calls that wait on it. valkey-go picks one of
+// its connections to a node at random for each call, so there are 8 3s
+// calls (without batching, each its own call): that none shares the 50ms
+// call's connection is a chance of 1 in 2^8 on two cores, 1 in 4^8 on more.
+func TestConnectTimeoutKeepsSharedConnection(t *testing.T) {
+	srv := valkeytest.Start(t)
+	lazy, err := valkeystore.Connect(valkey.ClientOption{InitAddress: []string{srv.Addr}},
+		valkeystore.WithLogger(discardLogger), valkeystore.WithBatching(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lazy.Close()
+	ctx := context.Background()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := lazy.Wait(wctx); err != nil {
+		t.Fatal(err)
+	}
+	prefix := "connect:" + t.Name()
+	short, err := sluice.New(lazy, sluice.GCRA{Rate: 1e6, Per: time.Second, Burst: 1e6}, sluice.WithName("short"),
+		sluice.WithPrefix(prefix), sluice.WithTimeout(50*time.Millisecond), sluice.WithFailMode(sluice.FailOpen), sluice.WithLogger(discardLogger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := sluice.New(lazy, sluice.FixedWindow{Limit: 1e6, Window: time.Hour}, sluice.WithName("long"),
+		sluice.WithPrefix(prefix), sluice.WithTimeout(3*time.Second), sluice.WithFailMode(sluice.FailClosed), sluice.WithLogger(discardLogger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*sluice.Limiter{short, long} { // scripts loaded, connection open
+		if res, err := l.Allow(ctx, "k"); err != nil || res.Degraded {
+			t.Fatalf("%s before the stall: %+v, %v", l.Name(), res, err)
+		}
+	}
+	srv.Pause(t)
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume(t)
+		}
+	}()
+	const longs = 8
+	shortRes, longRes := make(chan sluice.Result, 1), make(chan sluice.Result, longs)
+	go func() {
+		res, _ := short.Allow(ctx, "k")
+		shortRes <- res
+	}()
+	time.Sleep(10 * time.Millisecond) // the 50ms call is on its connection first
+	for range longs {
+		go func() {
+			res, _ := long.Allow(ctx, "k")
+			longRes <- res
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	srv.Resume(t)
+	resumed = true
+	if res := <-shortRes; !res.Degraded {
+		t.Errorf("the 50ms decision with the server stalled 300ms: %+v, want degraded (is the server paused?)", res)
+	}
+	for range longs {
+		if res := <-longRes; res.Degraded || !res.Allowed {
+			t.Errorf("a 3s decision with the server stalled 300ms: %+v, want decided by Valkey: the 50ms call's timeout closed the connection they shared", res)
+		}
+	}
+}
