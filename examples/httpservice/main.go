@@ -160,8 +160,11 @@ func newHandler(store sluice.Store, resolver *clientip.Resolver, secret []byte, 
 		return anonymous(r)
 	}
 	api, err := httplimit.New(httplimit.Config{Limits: []httplimit.Limit{
-		{Limiter: perClient, Key: anonymous},
-		{Limiter: perKey, Key: byKey},
+		// Each of the two applies to its kind of request only: the other
+		// kind skips it, as said (a key function that finds nothing
+		// refuses the request unless told otherwise).
+		{Limiter: perClient, Key: anonymous, Missing: httplimit.Skip()},
+		{Limiter: perKey, Key: byKey, Missing: httplimit.Skip()},
 		{Limiter: global, Key: httplimit.Constant("all"), Hidden: true},
 	}})
 	if err != nil {
