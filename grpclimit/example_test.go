@@ -17,7 +17,10 @@ func Example() {
 	perKey, _ := sluice.New(store, sluice.TokenBucket{Capacity: 20, Rate: 5, Per: time.Second}, sluice.WithName("rpc-key"))
 	in, err := grpclimit.New(grpclimit.Config{Limits: []grpclimit.Limit{
 		{Limiter: perPeer, Key: grpclimit.PeerAddr()},
-		{Limiter: perKey, Key: grpclimit.Metadata("x-api-key")},
+		// Calls without the key skip this limit, as said here (by
+		// default they would be refused); FallBack(grpclimit.PeerAddr())
+		// would count them by address instead.
+		{Limiter: perKey, Key: grpclimit.Metadata("x-api-key"), Missing: grpclimit.Skip()},
 	}})
 	if err != nil {
 		panic(err)
