@@ -21,6 +21,14 @@
 // different slots, often on different nodes: each check is still atomic on
 // the node that owns its key, and nothing more is.
 //
+// # Requests without a key
+//
+// A KeyFunc that finds no key for a request (Header and a request without
+// the header) never makes the request unlimited by default: each Limit's
+// Missing says what happens, Refuse (the default: 400, nothing counted),
+// FallBack to another KeyFunc (such as ClientAddr), or Skip, for a limit
+// meant for some requests only.
+//
 // # Responses
 //
 // A refused request gets 429 Too Many Requests, a Retry-After header in
@@ -324,8 +332,8 @@ func FromContext(ctx context.Context) (*Status, bool) {
 type Status struct {
 	// Allowed reports whether every limit allowed the request.
 	Allowed bool
-	// Limits holds the limits that applied to the request (those whose
-	// KeyFunc returned a key), in Config order.
+	// Limits holds the limits that applied to the request (those that
+	// found a key for it, by Key or by Missing's FallBack), in Config order.
 	Limits []LimitStatus
 }
 
