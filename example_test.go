@@ -11,7 +11,7 @@ import (
 )
 
 // A limiter of 3 requests per second per user, on the in-process store. On
-// Valkey, only the store changes: valkeystore.New(client).
+// Valkey, only the store changes: valkeystore.Connect(opt).
 func Example() {
 	limiter, err := sluice.New(memstore.New(), sluice.GCRA{Rate: 3, Per: time.Second, Burst: 3}, sluice.WithName("api"))
 	if err != nil {

@@ -12,12 +12,15 @@ import (
 // A gRPC server limited per client address, and per API key where the
 // client sends one.
 func Example() {
-	store := memstore.New() // valkeystore.New(client) to share the counts
+	store := memstore.New() // valkeystore.Connect(opt) to share the counts
 	perPeer, _ := sluice.New(store, sluice.GCRA{Rate: 50, Per: time.Second, Burst: 100}, sluice.WithName("rpc-peer"))
 	perKey, _ := sluice.New(store, sluice.TokenBucket{Capacity: 20, Rate: 5, Per: time.Second}, sluice.WithName("rpc-key"))
 	in, err := grpclimit.New(grpclimit.Config{Limits: []grpclimit.Limit{
 		{Limiter: perPeer, Key: grpclimit.PeerAddr()},
-		{Limiter: perKey, Key: grpclimit.Metadata("x-api-key")},
+		// Calls without the key skip this limit, as said here (by
+		// default they would be refused); FallBack(grpclimit.PeerAddr())
+		// would count them by address instead.
+		{Limiter: perKey, Key: grpclimit.Metadata("x-api-key"), Missing: grpclimit.Skip()},
 	}})
 	if err != nil {
 		panic(err)

@@ -38,8 +38,9 @@ import (
 )
 
 // A KeyFunc returns the identity a limit counts a call against. An empty
-// identity means the limit does not apply to the call. fullMethod is
-// "/package.Service/Method".
+// identity means it found none: the Limit's Missing says whether the call
+// is then refused (the default), counted by a fallback KeyFunc, or skipped
+// by the limit. fullMethod is "/package.Service/Method".
 type KeyFunc func(ctx context.Context, fullMethod string) string
 
 // PeerAddr keys calls by the peer's IP address ("ip:<address>"), IPv6
@@ -63,8 +64,9 @@ func PeerAddr() KeyFunc {
 
 // Metadata keys calls by the first value of the named incoming metadata
 // key (such as "x-api-key"), hashed with SHA-256 so that credentials never
-// reach the store in clear: "metadata:<name>:<hex digest>". Calls without it
-// are not limited by it. Any client can send any value: pair it with a
+// reach the store in clear: "metadata:<name>:<hex digest>". It finds no
+// key for a call without it: Limit.Missing says what happens to the call
+// (by default it is refused). Any client can send any value: pair it with a
 // limit by PeerAddr, or authenticate first.
 func Metadata(name string) KeyFunc {
 	name = strings.ToLower(name)
@@ -93,6 +95,10 @@ type Limit struct {
 	Limiter *sluice.Limiter
 	// Key says what the call counts against. Required.
 	Key KeyFunc
+	// Missing is what happens to a call Key finds no key for: Refuse (the
+	// zero value: INVALID_ARGUMENT), Skip (the limit does not apply to it)
+	// or FallBack (it is counted by another KeyFunc's key).
+	Missing Missing
 	// Methods, when not empty, restricts the limit to these full method
 	// names ("/pkg.Svc/Method"); other calls are not limited by it.
 	Methods []string
@@ -130,6 +136,9 @@ func New(cfg Config) (*Interceptor, error) {
 		}
 		if l.Key == nil {
 			return nil, fmt.Errorf("%w: Limits[%d].Key is nil", ErrInvalidConfig, i)
+		}
+		if l.Missing.kind == fallBack && l.Missing.fallback == nil {
+			return nil, fmt.Errorf("%w: Limits[%d].Missing: FallBack needs a KeyFunc", ErrInvalidConfig, i)
 		}
 		var m map[string]bool
 		for _, name := range l.Methods {
@@ -173,12 +182,16 @@ func (in *Interceptor) check(ctx context.Context, fullMethod string) error {
 		return nil
 	}
 	checks := make([]sluice.Check, 0, len(in.cfg.Limits))
-	for i, l := range in.cfg.Limits {
+	for i := range in.cfg.Limits {
+		l := &in.cfg.Limits[i]
 		if m := in.methods[i]; m != nil && !m[fullMethod] {
 			continue
 		}
-		key := l.Key(ctx, fullMethod)
-		if key == "" {
+		key, err := l.keyOf(ctx, fullMethod)
+		if err != nil {
+			return err
+		}
+		if key == "" { // Skip
 			continue
 		}
 		checks = append(checks, sluice.Check{Limiter: l.Limiter, Key: key, Cost: 1})

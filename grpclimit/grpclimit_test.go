@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,12 +153,12 @@ func TestStream(t *testing.T) {
 	}
 }
 
-// TestMetadataAndMethod: a key per metadata value (calls without it not
-// limited by it) and a key per method.
+// TestMetadataAndMethod: a key per metadata value (calls without it skip
+// it, as said) and a key per method.
 func TestMetadataAndMethod(t *testing.T) {
 	clock := sluicetest.NewClock()
 	c := serve(t, grpclimit.Config{Limits: []grpclimit.Limit{
-		{Limiter: limiter(t, clock, "per-key", 1), Key: grpclimit.Metadata("X-API-Key")},
+		{Limiter: limiter(t, clock, "per-key", 1), Key: grpclimit.Metadata("X-API-Key"), Missing: grpclimit.Skip()},
 		{Limiter: limiter(t, clock, "per-method", 3), Key: grpclimit.Method(), Methods: []string{checkMethod}},
 	}})
 	if err := call(c, "x-api-key", "a"); err != nil {
@@ -225,5 +226,48 @@ func TestNewErrors(t *testing.T) {
 		if _, err := grpclimit.New(cfg); !errors.Is(err, grpclimit.ErrInvalidConfig) {
 			t.Errorf("New(%+v): %v, want ErrInvalidConfig", cfg, err)
 		}
+	}
+}
+
+// TestMissingKey: a call without the metadata a limit is keyed by is
+// refused with INVALID_ARGUMENT by default, counting nothing; FallBack
+// counts it by the fallback's key; FallBack(nil) is refused by New.
+func TestMissingKey(t *testing.T) {
+	clock := sluicetest.NewClock()
+	perPeer := limiter(t, clock, "per-peer", 100)
+	c := serve(t, grpclimit.Config{Limits: []grpclimit.Limit{
+		{Limiter: perPeer, Key: grpclimit.PeerAddr()},
+		{Limiter: limiter(t, clock, "per-key", 1), Key: grpclimit.Metadata("x-api-key")},
+	}})
+	for range 3 {
+		if err := call(c); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"per-key"`) {
+			t.Fatalf("a call without x-api-key: %v, want INVALID_ARGUMENT naming per-key", err)
+		}
+	}
+	if res, err := perPeer.Peek(context.Background(), "ip:127.0.0.1"); err != nil || res.Remaining != 100 {
+		t.Errorf("per-peer after refusals for want of a key: %+v, %v; want 100 remaining", res, err)
+	}
+	if err := call(c, "x-api-key", "a"); err != nil {
+		t.Errorf("a call with a key: %v", err)
+	}
+	if res, err := perPeer.Peek(context.Background(), "ip:127.0.0.1"); err != nil || res.Remaining != 99 {
+		t.Errorf("per-peer after one keyed call: %+v, %v; want 99 remaining (is the key PeerAddr's?)", res, err)
+	}
+
+	fb := serve(t, grpclimit.Config{Limits: []grpclimit.Limit{
+		{Limiter: limiter(t, clock, "per-key-or-peer", 2), Key: grpclimit.Metadata("x-api-key"), Missing: grpclimit.FallBack(grpclimit.PeerAddr())},
+	}})
+	for i, ok := range []bool{true, true, false} {
+		err := call(fb)
+		if ok != (err == nil) || !ok && status.Code(err) != codes.ResourceExhausted {
+			t.Errorf("call %d without a key, counted by address: %v", i, err)
+		}
+	}
+	if err := call(fb, "x-api-key", "a"); err != nil {
+		t.Errorf("a key from the exhausted address: %v, want allowed (its own count)", err)
+	}
+	if _, err := grpclimit.New(grpclimit.Config{Limits: []grpclimit.Limit{
+		{Limiter: perPeer, Key: grpclimit.Method(), Missing: grpclimit.FallBack(nil)}}}); !errors.Is(err, grpclimit.ErrInvalidConfig) {
+		t.Errorf("FallBack(nil): %v, want ErrInvalidConfig", err)
 	}
 }

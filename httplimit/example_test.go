@@ -21,7 +21,7 @@ var fixedClock = sluice.WithClock(func() time.Time { return time.Date(2030, 1, 1
 // address is read from X-Forwarded-For; from anyone else the header is
 // ignored.
 func Example() {
-	store := memstore.New() // valkeystore.New(client) to share limits between processes
+	store := memstore.New() // valkeystore.Connect(opt) to share limits between processes
 	perClient, _ := sluice.New(store, sluice.SlidingWindow{Limit: 3, Window: time.Minute}, sluice.WithName("per-client"), fixedClock)
 	global, _ := sluice.New(store, sluice.GCRA{Rate: 100, Per: time.Second, Burst: 100}, sluice.WithName("global"), fixedClock)
 

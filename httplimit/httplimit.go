@@ -21,6 +21,14 @@
 // different slots, often on different nodes: each check is still atomic on
 // the node that owns its key, and nothing more is.
 //
+// # Requests without a key
+//
+// A KeyFunc that finds no key for a request (Header and a request without
+// the header) never makes the request unlimited by default: each Limit's
+// Missing says what happens, Refuse (the default: 400, nothing counted),
+// FallBack to another KeyFunc (such as ClientAddr), or Skip, for a limit
+// meant for some requests only.
+//
 // # Responses
 //
 // A refused request gets 429 Too Many Requests, a Retry-After header in
@@ -85,8 +93,14 @@ type Limit struct {
 	Limiter *sluice.Limiter
 
 	// Key returns whom the request is counted against; an empty key means
-	// the limit does not apply to the request. Required.
+	// it found none, and Missing says what happens then. Required.
 	Key KeyFunc
+
+	// Missing is what happens to a request Key finds no key for: Refuse
+	// (the zero value: the request is refused, see NoKeyError), Skip (the
+	// limit does not apply to it) or FallBack (it is counted by another
+	// KeyFunc's key).
+	Missing Missing
 
 	// Cost returns the units a request takes (default 1 for every
 	// request). Zero only looks: the request is allowed while at least one
@@ -123,10 +137,14 @@ type Config struct {
 	DenyHandler http.Handler
 
 	// ErrorHandler answers requests the limits could not be checked for:
-	// the request's context ended, or a KeyFunc or Cost returned what no
-	// limiter accepts (a cost above the limit). A store failure is not such
-	// an error: the limiters' fail modes decide. Default: the error is
-	// logged and the client gets 503 if its context ended, 500 otherwise.
+	// a limit whose Missing is Refuse found no key for the request (a
+	// *NoKeyError, matching ErrNoKey), the request's context ended, or a
+	// KeyFunc or Cost returned what no limiter accepts (a cost above the
+	// limit). A store failure is not such an error: the limiters' fail
+	// modes decide. Default: a request without a key gets 400 with an
+	// application/problem+json body naming the limit; otherwise the error
+	// is logged and the client gets 503 if its context ended, 500
+	// otherwise.
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 
 	// OmitXRateLimit switches off X-RateLimit-Limit, -Remaining and -Reset
@@ -164,8 +182,9 @@ type limit struct {
 }
 
 // New returns a Middleware for cfg, or an error when a Limit lacks its
-// Limiter or Key, has an invalid Name, or has the Name of another Limit
-// (one response would then carry two items of that name).
+// Limiter or Key, has FallBack(nil) for Missing, has an invalid Name, or has
+// the Name of another Limit (one response would then carry two items of
+// that name).
 func New(cfg Config) (*Middleware, error) {
 	if len(cfg.Limits) == 0 {
 		return nil, errors.New("httplimit: no limits")
@@ -175,6 +194,9 @@ func New(cfg Config) (*Middleware, error) {
 	for i, l := range cfg.Limits {
 		if l.Limiter == nil || l.Key == nil {
 			return nil, fmt.Errorf("httplimit: limit %d needs a Limiter and a Key", i)
+		}
+		if l.Missing.kind == fallBack && l.Missing.fallback == nil {
+			return nil, fmt.Errorf("httplimit: limit %d: FallBack needs a KeyFunc", i)
 		}
 		name := l.Name
 		if name == "" {
@@ -238,14 +260,19 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 
 // Check decides the limits for r and takes what they cost, as Handler does,
 // without answering: for handlers that limit part of their work themselves.
-// It returns a nil Status when no limit applies to r.
+// It returns a nil Status when no limit applies to r, and a *NoKeyError,
+// counting nothing, when a limit that refuses requests without a key finds
+// none for r.
 func (m *Middleware) Check(r *http.Request) (*Status, error) {
 	checks := make([]sluice.Check, 0, len(m.limits))
 	applied := make([]int, 0, len(m.limits))
 	for i := range m.limits {
 		l := &m.limits[i]
-		key := l.Key(r)
-		if key == "" {
+		key, err := l.keyOf(r)
+		if err != nil {
+			return nil, err
+		}
+		if key == "" { // Skip
 			continue
 		}
 		cost := int64(1)
@@ -279,6 +306,10 @@ func (m *Middleware) Check(r *http.Request) (*Status, error) {
 }
 
 func (m *Middleware) defaultError(w http.ResponseWriter, r *http.Request, err error) {
+	if nk, ok := errors.AsType[*NoKeyError](err); ok {
+		writeNoKey(w, nk)
+		return
+	}
 	if r.Context().Err() != nil {
 		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 		return
@@ -301,8 +332,8 @@ func FromContext(ctx context.Context) (*Status, bool) {
 type Status struct {
 	// Allowed reports whether every limit allowed the request.
 	Allowed bool
-	// Limits holds the limits that applied to the request (those whose
-	// KeyFunc returned a key), in Config order.
+	// Limits holds the limits that applied to the request (those that
+	// found a key for it, by Key or by Missing's FallBack), in Config order.
 	Limits []LimitStatus
 }
 

@@ -233,8 +233,9 @@ func TestKeyFuncs(t *testing.T) {
 	}
 }
 
-// A limit whose key is empty does not apply: authenticated requests skip
-// the anonymous limit and vice versa.
+// A limit whose Missing is Skip does not apply to a request its key
+// function finds no key for: authenticated requests skip the anonymous
+// limit and vice versa.
 func TestLimitNotApplying(t *testing.T) {
 	store := memstore.New()
 	anon := newLimiter(t, store, sluice.FixedWindow{Limit: 1, Window: time.Minute}, "anon", nil)
@@ -246,8 +247,8 @@ func TestLimitNotApplying(t *testing.T) {
 		return ClientAddr(nil)(r)
 	}
 	h := newMiddleware(t, Config{Limits: []Limit{
-		{Limiter: anon, Key: anonOnly},
-		{Limiter: keyed, Key: Header("X-API-Key")},
+		{Limiter: anon, Key: anonOnly, Missing: Skip()},
+		{Limiter: keyed, Key: Header("X-API-Key"), Missing: Skip()},
 	}})
 	for i := range 3 {
 		w := serve(h, "192.0.2.1:1", "X-API-Key: k")
@@ -265,7 +266,7 @@ func TestLimitNotApplying(t *testing.T) {
 		t.Fatalf("anonymous second: %d", w.Code)
 	}
 	// No limit applies at all: no headers, no counting.
-	none := newMiddleware(t, Config{Limits: []Limit{{Limiter: keyed, Key: Header("X-Other")}}})
+	none := newMiddleware(t, Config{Limits: []Limit{{Limiter: keyed, Key: Header("X-Other"), Missing: Skip()}}})
 	w := serve(none, "192.0.2.1:1")
 	if w.Code != 200 || w.Header().Get("X-RateLimit-Limit") != "" || w.Header().Get(HeaderPolicy) != "" {
 		t.Fatalf("no limit applies: %d %v", w.Code, w.Header())

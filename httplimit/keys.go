@@ -12,9 +12,9 @@ import (
 )
 
 // A KeyFunc returns the identity a limit counts a request against, such as
-// the client's address or API key. An empty identity means the limit does
-// not apply to the request (an anonymous-only limit on an authenticated
-// request, say): it is neither checked nor advertised.
+// the client's address or API key. An empty identity means it found none:
+// the Limit's Missing says whether the request is then refused (the
+// default), counted by a fallback KeyFunc, or skipped by the limit.
 //
 // The identities of the KeyFuncs of this package are built with
 // sluice.Identity and start with their dimension ("ip", "header",
@@ -43,8 +43,9 @@ func ClientAddr(res *clientip.Resolver) KeyFunc {
 // Header keys requests by the value of the named header, such as an API key
 // in "X-API-Key". The value is hashed with SHA-256 first, so API keys and
 // tokens never reach the store in clear: the identity is
-// "header:<lower-case name>:<hex digest>". Requests without the header are
-// not limited by it.
+// "header:<lower-case name>:<hex digest>". It finds no key for a request
+// without the header: Limit.Missing says what happens to it (by default it
+// is refused; FallBack(ClientAddr(res)) counts it by address).
 //
 // Security: any client can send any value. A limit keyed by an unchecked
 // header is a limit per value, not per customer: pair it with a limit by
@@ -63,8 +64,8 @@ func Header(name string) KeyFunc {
 
 // Principal keys requests by the authenticated principal that earlier
 // middleware stored in the request context under ctxKey. The value must be
-// a non-empty string or a fmt.Stringer; requests without one are not
-// limited by it. The identity is "principal:<value>": hash principals that
+// a non-empty string or a fmt.Stringer; it finds no key for a request
+// without one (see Limit.Missing). The identity is "principal:<value>": hash principals that
 // are e-mail addresses or other personal data before storing them.
 func Principal(ctxKey any) KeyFunc {
 	return func(r *http.Request) string {

@@ -229,7 +229,10 @@ func readyz(t *testing.T, cl *valkeytest.Cluster) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs := server.ConnectValkey(opt, discardLogger)
+	vs, err := server.ConnectValkey(opt, discardLogger)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(vs.Close)
 	cfg, err := config.Parse("t.yaml", []byte("policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n"))
 	if err != nil {

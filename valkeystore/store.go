@@ -36,15 +36,18 @@
 //   - durable.go: WithReplicaAck, WAIT for replicas, for counts that must
 //     survive a failover.
 //
-// Give the client AlwaysPipelining: without it, valkey-go sends a lone call
-// with the connection's read deadline set to the call's, and a call that
-// times out closes the connection, failing the calls that share it.
+// Connect builds the client with what the store needs and connects in the
+// background (connect.go). A client given to New needs AlwaysPipelining:
+// without it, valkey-go sends a lone call with the connection's read
+// deadline set to the call's, and a call that times out closes the
+// connection, failing the calls that share it.
 package valkeystore
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strconv"
 	"sync"
@@ -67,12 +70,13 @@ type Store struct {
 type engine struct {
 	client     valkey.Client
 	maxBatch   int
-	breakerCfg *Breaker // nil when off; see breaker.go
-	inflight   int      // WithBatching; see batch.go
-	budget     *budget  // the batchers' calls in flight; nil without batching
-	cluster    bool     // keys of a script call must share a slot
-	topo       topology // nodes and the slots they serve; see nodes.go
-	replicaAck int      // WithReplicaAck; see durable.go
+	breakerCfg *Breaker     // nil when off; see breaker.go
+	inflight   int          // WithBatching; see batch.go
+	budget     *budget      // the batchers' calls in flight; nil without batching
+	cluster    bool         // keys of a script call must share a slot
+	topo       topology     // nodes and the slots they serve; see nodes.go
+	replicaAck int          // WithReplicaAck; see durable.go
+	connectLog *slog.Logger // WithLogger, for Connect only; see connect.go
 	done       chan struct{}
 }
 
@@ -107,11 +111,31 @@ func WithBatching(inflight int) Option {
 // cluster client. The Store does not own the client: closing it is the
 // caller's job. On a cluster, New reads the slot map (CLUSTER SLOTS), for
 // up to a second.
+//
+// The client must have been built with ClientOption.AlwaysPipelining, which
+// valkey-go offers no way to read back: without it, a call whose deadline
+// passes closes the connection it shares with other calls, failing them.
+// Connect builds the client itself, with what the store needs, and also
+// starts while Valkey is unreachable: prefer it unless the client is
+// shared with other code.
 func New(client valkey.Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("valkeystore: nil client")
 	}
-	e := &engine{client: client, maxBatch: 64, breakerCfg: &Breaker{}, inflight: 4}
+	e, err := configure(opts)
+	if err != nil {
+		return nil, err
+	}
+	if e.connectLog != nil {
+		return nil, errors.New("valkeystore: WithLogger is an option of Connect, which logs its connection attempts; New makes none")
+	}
+	return e.start(client), nil
+}
+
+// configure returns an engine with opts applied and checked, without a
+// client.
+func configure(opts []Option) (*engine, error) {
+	e := &engine{maxBatch: 64, breakerCfg: &Breaker{}, inflight: 4}
 	for _, o := range opts {
 		o(e)
 	}
@@ -134,12 +158,18 @@ func New(client valkey.Client, opts ...Option) (*Store, error) {
 	if e.inflight > 0 {
 		e.budget = newBudget(e.inflight, e.maxBatch)
 	}
+	return e, nil
+}
+
+// start returns the Store of e, configured, on client.
+func (e *engine) start(client valkey.Client) *Store {
+	e.client = client
 	e.cluster = client.Mode() == valkey.ClientModeCluster
 	e.done = make(chan struct{})
 	e.initTopology()
 	s := &Store{e: e}
 	runtime.AddCleanup(s, func(done chan struct{}) { close(done) }, e.done)
-	return s, nil
+	return s
 }
 
 // call is one script call: the indices of the Ops it decides.

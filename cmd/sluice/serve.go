@@ -182,7 +182,11 @@ func openStore(cfg *config.Config, opts *server.Options, env func(string) (strin
 		logger.Error("valkey configuration", "err", err.Error())
 		return nil, err
 	}
-	vs := server.ConnectValkey(copt, logger)
+	vs, err := server.ConnectValkey(copt, logger)
+	if err != nil {
+		logger.Error("valkey configuration", "err", err.Error())
+		return nil, err
+	}
 	opts.Store, opts.StoreName = vs, "valkey"
 	mode := "standalone"
 	switch {

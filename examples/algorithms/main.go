@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -33,15 +34,21 @@ func run(w io.Writer, addr string) error {
 	var store sluice.Store = memstore.New()
 	where := "the in-process store"
 	if addr != "" {
-		client, err := valkey.NewClient(valkey.ClientOption{InitAddress: strings.Split(addr, ",")})
+		lazy, err := valkeystore.Connect(valkey.ClientOption{InitAddress: strings.Split(addr, ",")},
+			valkeystore.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
-			return fmt.Errorf("connect to %s: %w", addr, err)
-		}
-		defer client.Close()
-		if store, err = valkeystore.New(client); err != nil {
 			return err
 		}
-		where = "Valkey at " + addr
+		defer lazy.Close()
+		// This run compares the algorithms, so it waits for Valkey rather
+		// than showing fail-open decisions (a service would not wait: see
+		// examples/httpservice).
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := lazy.Wait(ctx); err != nil {
+			return fmt.Errorf("connect to %s: %w", addr, err)
+		}
+		store, where = lazy, "Valkey at "+addr
 	}
 	fmt.Fprintf(w, "Ten requests 10ms before a window edge, ten 10ms after, then one every 50ms for a second.\nLimit: 10 per second. Store: %s.\n\n", where)
 	fmt.Fprintf(w, "%-16s %8s %8s %9s  %s\n", "algorithm", "before", "after", "trickle", "first refusal after the edge")

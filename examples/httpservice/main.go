@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -65,15 +66,17 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	var store sluice.Store = memstore.New()
 	where := "in-process store"
 	if addr := getenv("VALKEY_ADDR"); addr != "" {
-		client, err := valkey.NewClient(valkey.ClientOption{InitAddress: strings.Split(addr, ",")})
+		// Connect starts while Valkey is down (decisions follow each
+		// limiter's fail mode until it answers), so a restart during an
+		// outage is no crash loop, and sets what the store needs of the
+		// client.
+		lazy, err := valkeystore.Connect(valkey.ClientOption{InitAddress: strings.Split(addr, ",")},
+			valkeystore.WithLogger(slog.New(slog.NewTextHandler(stdout, nil))))
 		if err != nil {
-			return fmt.Errorf("connect to Valkey at %s: %w", addr, err)
+			return fmt.Errorf("VALKEY_ADDR: %w", err)
 		}
-		defer client.Close()
-		if store, err = valkeystore.New(client); err != nil {
-			return err
-		}
-		where = "Valkey at " + addr
+		defer lazy.Close()
+		store, where = lazy, "Valkey at "+addr
 	}
 	proxies, err := clientip.ParsePrefixes(strings.Split(getenv("TRUSTED_PROXIES"), ",")...)
 	if err != nil {
@@ -160,8 +163,11 @@ func newHandler(store sluice.Store, resolver *clientip.Resolver, secret []byte, 
 		return anonymous(r)
 	}
 	api, err := httplimit.New(httplimit.Config{Limits: []httplimit.Limit{
-		{Limiter: perClient, Key: anonymous},
-		{Limiter: perKey, Key: byKey},
+		// Each of the two applies to its kind of request only: the other
+		// kind skips it, as said (a key function that finds nothing
+		// refuses the request unless told otherwise).
+		{Limiter: perClient, Key: anonymous, Missing: httplimit.Skip()},
+		{Limiter: perKey, Key: byKey, Missing: httplimit.Skip()},
 		{Limiter: global, Key: httplimit.Constant("all"), Hidden: true},
 	}})
 	if err != nil {

@@ -107,6 +107,44 @@ func TestService(t *testing.T) {
 	exercise(t, srv.URL)
 }
 
+// The program starts while nothing answers at VALKEY_ADDR, and serves
+// meanwhile: its limits fail open.
+func TestRunValkeyDown(t *testing.T) {
+	env := map[string]string{"VALKEY_ADDR": valkeytest.ClosedAddr(t), "ADDR": "127.0.0.1:0"}
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncbuf.Buffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, func(k string) string { return env[k] }, &out) }()
+	var base string
+	for deadline := time.Now().Add(10 * time.Second); base == ""; {
+		if _, after, ok := strings.Cut(out.String(), "listening on "); ok {
+			base, _, _ = strings.Cut(after, " ")
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("run ended with Valkey down: %v\n%s", err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("service did not start with Valkey down:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp, err := http.Get(base + "/api/hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /api/hello with Valkey down: %d, want 200 (the limits fail open)", resp.StatusCode)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
 // The whole program against a real Valkey, as `VALKEY_ADDR=... go run
 // ./examples/httpservice` runs it.
 func TestRunValkey(t *testing.T) {
@@ -135,6 +173,14 @@ func TestRunValkey(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "Valkey at "+srv.Addr) {
 		t.Fatalf("not on Valkey: %s", out.String())
+	}
+	// It listens before it has connected; the exercise wants Valkey's
+	// decisions.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "connected to valkey"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("not connected to Valkey 10s after start:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	exercise(t, base)
 	cancel()

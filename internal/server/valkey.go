@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,16 +19,16 @@ import (
 
 // ErrNotConnected is the store error while the first connection to Valkey
 // has not been made: decisions follow each policy's on_failure.
-var ErrNotConnected = errors.New("valkey: not connected yet")
+var ErrNotConnected = valkeystore.ErrNotConnected
 
-// ValkeyStore is a sluice.Store on Valkey that connects in the background:
-// the service starts, and answers by its policies' on_failure, while Valkey
-// is still unreachable, then uses it as soon as it answers.
+// ValkeyStore is a sluice.Store on Valkey that connects in the background
+// (valkeystore.Lazy): the service starts, and answers by its policies'
+// on_failure, while Valkey is still unreachable, then uses it as soon as it
+// answers. Once connected it reads the server settings that cost
+// decisions (Risks).
 type ValkeyStore struct {
-	store  atomic.Pointer[valkeystore.Store]
+	*valkeystore.Lazy
 	risks  atomic.Pointer[riskCheck] // the server settings read at connection
-	mu     sync.Mutex
-	client valkey.Client
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -105,75 +103,22 @@ func ClientOption(v *config.Valkey, env func(string) (string, bool)) (valkey.Cli
 
 // ConnectValkey returns a store that connects with opt in the background,
 // retrying with backoff (up to 5s between attempts) until it succeeds or
-// Close is called. Several addresses make a cluster client (valkey-go
-// detects the mode).
-func ConnectValkey(opt valkey.ClientOption, log *slog.Logger) *ValkeyStore {
+// Close is called (valkeystore.Connect). Several addresses make a cluster
+// client (valkey-go detects the mode).
+func ConnectValkey(opt valkey.ClientOption, log *slog.Logger) (*ValkeyStore, error) {
+	lazy, err := valkeystore.Connect(opt, valkeystore.WithLogger(log))
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &ValkeyStore{cancel: cancel, done: make(chan struct{})}
+	s := &ValkeyStore{Lazy: lazy, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		delay := 100 * time.Millisecond
-		for attempt := 1; ; attempt++ {
-			client, err := valkey.NewClient(opt)
-			if err == nil {
-				st, err2 := valkeystore.New(client)
-				if err2 == nil {
-					s.mu.Lock()
-					if ctx.Err() != nil {
-						s.mu.Unlock()
-						client.Close()
-						return
-					}
-					s.client = client
-					s.store.Store(st)
-					s.mu.Unlock()
-					log.Info("connected to valkey", "addresses", opt.InitAddress, "attempt", attempt)
-					s.checkRisks(ctx, st, log)
-					return
-				}
-				client.Close()
-				err = err2
-			}
-			if attempt == 1 || attempt%10 == 0 {
-				log.Warn("cannot connect to valkey yet; deciding by each policy's on_failure",
-					"addresses", opt.InitAddress, "attempt", attempt, "err", err)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(delay):
-			}
-			delay = min(delay*2, 5*time.Second)
+		if st, err := lazy.Wait(ctx); err == nil {
+			s.checkRisks(ctx, st, log)
 		}
 	}()
-	return s
-}
-
-// Do implements sluice.Store.
-func (s *ValkeyStore) Do(ctx context.Context, batch []sluice.Op) error {
-	st := s.store.Load()
-	if st == nil {
-		return ErrNotConnected
-	}
-	return st.Do(ctx, batch)
-}
-
-// Delete implements sluice.Store.
-func (s *ValkeyStore) Delete(ctx context.Context, keys ...string) error {
-	st := s.store.Load()
-	if st == nil {
-		return ErrNotConnected
-	}
-	return st.Delete(ctx, keys...)
-}
-
-// Ping reports whether Valkey answers.
-func (s *ValkeyStore) Ping(ctx context.Context) error {
-	st := s.store.Load()
-	if st == nil {
-		return ErrNotConnected
-	}
-	return st.Ping(ctx)
+	return s, nil
 }
 
 // riskCheck is what Store.Risks found when the store connected.
@@ -212,19 +157,10 @@ func (s *ValkeyStore) Risks() ([]valkeystore.Risk, bool) {
 func (s *ValkeyStore) Close() {
 	s.cancel()
 	<-s.done
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.client != nil {
-		s.client.Close()
-	}
+	s.Lazy.Close()
 }
 
-// Breakers returns the state of the circuit breaker of each Valkey node
-// (valkeystore.Store.Breakers); empty before the first connection.
-func (s *ValkeyStore) Breakers() map[string]valkeystore.BreakerState {
-	st := s.store.Load()
-	if st == nil {
-		return map[string]valkeystore.BreakerState{}
-	}
-	return st.Breakers()
-}
+var (
+	_ sluice.Store         = (*ValkeyStore)(nil)
+	_ sluice.OverrideStore = (*ValkeyStore)(nil)
+)

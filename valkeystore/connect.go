@@ -1,0 +1,229 @@
+package valkeystore
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/valkey-io/valkey-go"
+)
+
+// ErrNotConnected is the error of a Lazy's calls until its first
+// connection to Valkey: limiters decide by their fail mode meanwhile.
+var ErrNotConnected = errors.New("valkeystore: not connected to valkey yet")
+
+// ErrClosed is the error of Lazy.Wait once the Lazy is closed.
+var ErrClosed = errors.New("valkeystore: closed")
+
+// WithLogger is where Connect reports its connection attempts (default
+// slog.Default()): the first failure and every tenth after it, as
+// warnings, and the connection. It is an option of Connect only: New
+// refuses it.
+func WithLogger(l *slog.Logger) Option {
+	return func(e *engine) {
+		if l == nil {
+			l = slog.Default()
+		}
+		e.connectLog = l
+	}
+}
+
+// A Lazy is a sluice.Store on Valkey that connects in the background, so
+// that a service starts, and decides by its limiters' fail modes, while
+// Valkey is unreachable (a restart during an outage is then no crash loop).
+// Until the first connection every call fails at once with
+// ErrNotConnected; from then on it is the Store that connection made. It
+// owns its client: Close closes it. It is safe for concurrent use.
+type Lazy struct {
+	store  atomic.Pointer[Store]
+	ready  chan struct{} // closed when store is set
+	mu     sync.Mutex
+	client valkey.Client
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the connecting goroutine ends
+}
+
+// Connect returns a Lazy that builds a valkey-go client from opt (a
+// standalone server, Sentinels, or a cluster: valkey-go detects which) and
+// a Store on it with opts, retrying in the background with backoff (from
+// 100ms to 5s between attempts) until it succeeds or Close is called.
+//
+// Connect sets what the store needs of the client: AlwaysPipelining, so
+// that every call is queued on the shared connections and a call whose
+// deadline passes does not close a connection other calls use. It refuses
+// (with an error, at once) what it cannot honour: no address,
+// DisableAutoPipelining (which turns AlwaysPipelining off), and invalid
+// opts. It never fails because Valkey is down.
+func Connect(opt valkey.ClientOption, opts ...Option) (*Lazy, error) {
+	if len(opt.InitAddress) == 0 {
+		return nil, errors.New("valkeystore: no address to connect to (ClientOption.InitAddress)")
+	}
+	if opt.DisableAutoPipelining {
+		return nil, errors.New("valkeystore: DisableAutoPipelining turns off AlwaysPipelining, without which a call that times out closes a connection other calls share")
+	}
+	e, err := configure(opts)
+	if err != nil {
+		return nil, err
+	}
+	log := e.connectLog
+	if log == nil {
+		log = slog.Default()
+	}
+	opt.AlwaysPipelining = true
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Lazy{ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	go l.connect(ctx, opt, opts, log)
+	return l, nil
+}
+
+// connect is the connecting goroutine of Connect.
+func (l *Lazy) connect(ctx context.Context, opt valkey.ClientOption, opts []Option, log *slog.Logger) {
+	defer close(l.done)
+	delay := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		client, err := valkey.NewClient(opt)
+		if err == nil {
+			e, _ := configure(opts) // checked by Connect
+			st := e.start(client)
+			l.mu.Lock()
+			if ctx.Err() != nil {
+				l.mu.Unlock()
+				client.Close()
+				return
+			}
+			l.client = client
+			l.store.Store(st)
+			close(l.ready)
+			l.mu.Unlock()
+			log.Info("connected to valkey", "addresses", opt.InitAddress, "attempt", attempt)
+			return
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			log.Warn("cannot connect to valkey yet; deciding by each limiter's fail mode",
+				"addresses", opt.InitAddress, "attempt", attempt, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 5*time.Second)
+	}
+}
+
+// Store returns the Store of the first connection, or nil before it.
+func (l *Lazy) Store() *Store { return l.store.Load() }
+
+// Wait returns the Store once connected, or ctx's error, or ErrClosed
+// after Close.
+func (l *Lazy) Wait(ctx context.Context) (*Store, error) {
+	select {
+	case <-l.ready:
+		return l.store.Load(), nil
+	default:
+	}
+	select {
+	case <-l.ready:
+		return l.store.Load(), nil
+	case <-l.done:
+		if st := l.store.Load(); st != nil {
+			return st, nil
+		}
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Do implements sluice.Store.
+func (l *Lazy) Do(ctx context.Context, batch []sluice.Op) error {
+	st := l.store.Load()
+	if st == nil {
+		return ErrNotConnected
+	}
+	return st.Do(ctx, batch)
+}
+
+// Delete implements sluice.Store.
+func (l *Lazy) Delete(ctx context.Context, keys ...string) error {
+	st := l.store.Load()
+	if st == nil {
+		return ErrNotConnected
+	}
+	return st.Delete(ctx, keys...)
+}
+
+// Ping is Store.Ping once connected, and ErrNotConnected before.
+func (l *Lazy) Ping(ctx context.Context) error {
+	st := l.store.Load()
+	if st == nil {
+		return ErrNotConnected
+	}
+	return st.Ping(ctx)
+}
+
+// Breakers is Store.Breakers once connected; empty before.
+func (l *Lazy) Breakers() map[string]BreakerState {
+	st := l.store.Load()
+	if st == nil {
+		return map[string]BreakerState{}
+	}
+	return st.Breakers()
+}
+
+// PutOverride implements sluice.OverrideStore.
+func (l *Lazy) PutOverride(ctx context.Context, index, key string, rec sluice.OverrideRecord) error {
+	st := l.store.Load()
+	if st == nil {
+		return ErrNotConnected
+	}
+	return st.PutOverride(ctx, index, key, rec)
+}
+
+// GetOverride implements sluice.OverrideStore.
+func (l *Lazy) GetOverride(ctx context.Context, key string) (sluice.OverrideRecord, bool, error) {
+	st := l.store.Load()
+	if st == nil {
+		return sluice.OverrideRecord{}, false, ErrNotConnected
+	}
+	return st.GetOverride(ctx, key)
+}
+
+// DeleteOverride implements sluice.OverrideStore.
+func (l *Lazy) DeleteOverride(ctx context.Context, index, key, identity string) error {
+	st := l.store.Load()
+	if st == nil {
+		return ErrNotConnected
+	}
+	return st.DeleteOverride(ctx, index, key, identity)
+}
+
+// ListOverrides implements sluice.OverrideStore.
+func (l *Lazy) ListOverrides(ctx context.Context, index string, keyOf func(string) string) ([]sluice.OverrideRecord, error) {
+	st := l.store.Load()
+	if st == nil {
+		return nil, ErrNotConnected
+	}
+	return st.ListOverrides(ctx, index, keyOf)
+}
+
+// Close stops connecting and closes the client. Calls after it fail with
+// ErrNotConnected, or with valkey-go's error for a closed client.
+func (l *Lazy) Close() {
+	l.cancel()
+	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.client != nil {
+		l.client.Close()
+	}
+}
+
+var (
+	_ sluice.Store         = (*Lazy)(nil)
+	_ sluice.OverrideStore = (*Lazy)(nil)
+)
