@@ -90,8 +90,8 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// refDay returns the local date of the instant (s seconds and ns
-// nanoseconds), as days since 1970-01-01.
+// refDay returns the local date of the Unix second s, as days since
+// 1970-01-01.
 func (z tzZone) refDay(s int64) (int64, bool) {
 	off, ok := z.offset(s)
 	return floorDiv(s+off, 86400), ok
