@@ -31,7 +31,8 @@ type Override struct {
 	Rate float64       `json:"rate,omitempty"`
 	Per  time.Duration `json:"per,omitempty"`
 	// Expires is when the override lapses by itself. Required, and after
-	// the time it is set.
+	// the time it is set. It is kept to the microsecond, as the stores
+	// keep it: SetOverride truncates it.
 	Expires time.Time `json:"expires"`
 	// Reason and Actor say why and by whom, for audit.
 	Reason string `json:"reason,omitempty"`
@@ -48,13 +49,42 @@ type KeyOverride struct {
 
 // OverrideRecord is an override as a store keeps it: what the store reads
 // when deciding (Limit, Param in microseconds, 0 keeping the rule's, and
-// Expires), and Info, which the store keeps for the limiter unread.
+// Expires, a whole microsecond from MinTime to MaxTime), and Info, which
+// the store keeps for the limiter unread. Set is when the limiter set it,
+// on the limiter's clock: the store keeps the record for Expires - Set of
+// its own time, so that an override set under a clock other than the
+// store's (WithClock) lives as long as that clock says; the zero Set means
+// the store's own clock.
 type OverrideRecord struct {
 	Identity string
 	Limit    int64
 	Param    int64
 	Expires  time.Time
 	Info     string
+	Set      time.Time
+}
+
+// CheckRecord reports whether a store can keep rec: Expires is a whole
+// microsecond from MinTime to MaxTime, and after Set when Set is given. It
+// is an error wrapping ErrInvalidOverride (and ErrInvalidTime for a time
+// out of range) otherwise. Stores call it from PutOverride, so that every
+// store refuses what one of them cannot keep.
+func CheckRecord(rec OverrideRecord) error {
+	if err := CheckTime("expires", rec.Expires); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOverride, err)
+	}
+	if rec.Expires.Nanosecond()%1000 != 0 {
+		return badOverride("expires %v is not a whole microsecond", rec.Expires.Format(time.RFC3339Nano))
+	}
+	if !rec.Set.IsZero() {
+		if err := CheckTime("set", rec.Set); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOverride, err)
+		}
+		if !rec.Expires.After(rec.Set) {
+			return badOverride("expires %v is not after set (%v)", rec.Expires.Format(time.RFC3339Nano), rec.Set.Format(time.RFC3339Nano))
+		}
+	}
+	return nil
 }
 
 // OverrideStore is implemented by stores that keep overrides (memstore,
@@ -64,13 +94,15 @@ type OverrideStore interface {
 	// PutOverride stores rec under key until rec.Expires, and lists it in
 	// index.
 	PutOverride(ctx context.Context, index, key string, rec OverrideRecord) error
-	// GetOverride returns the live record under key; ok is false when
-	// there is none.
+	// GetOverride returns the record under key; ok is false when there
+	// is none. The record may have lapsed (the caller checks Expires
+	// against its own clock): the store drops it by its own time.
 	GetOverride(ctx context.Context, key string) (rec OverrideRecord, ok bool, err error)
 	// DeleteOverride removes the record under key and its entry in index.
 	DeleteOverride(ctx context.Context, index, key, identity string) error
-	// ListOverrides returns the live records listed in index; keyOf gives
-	// an identity's key.
+	// ListOverrides returns the records listed in index, lapsed ones
+	// included until the store drops them, as GetOverride; keyOf gives an
+	// identity's key.
 	ListOverrides(ctx context.Context, index string, keyOf func(identity string) string) ([]OverrideRecord, error)
 }
 
@@ -226,6 +258,10 @@ func (l *Limiter) SetOverride(ctx context.Context, key string, o Override) error
 	if o.Expires.IsZero() {
 		return badOverride("expires is required (an override lapses by itself)")
 	}
+	if err := CheckTime("the limiter's clock", now); err != nil {
+		return err
+	}
+	o.Expires = o.Expires.Truncate(time.Microsecond)
 	if !o.Expires.After(now) {
 		return badOverride("expires %v is not after now (%v)", o.Expires.Format(time.RFC3339), now.Format(time.RFC3339))
 	}
@@ -234,7 +270,10 @@ func (l *Limiter) SetOverride(ctx context.Context, key string, o Override) error
 	if err != nil {
 		return badOverride("%v", err)
 	}
-	rec := OverrideRecord{Identity: key, Limit: o.Limit, Param: param, Expires: o.Expires, Info: string(info)}
+	rec := OverrideRecord{Identity: key, Limit: o.Limit, Param: param, Expires: o.Expires, Info: string(info), Set: now}
+	if err := CheckRecord(rec); err != nil {
+		return err
+	}
 	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
 	if err := l.ovs.PutOverride(tctx, OverrideIndex(l.cfg.prefix, l.cfg.name), l.overrideKey(key), rec); err != nil {
@@ -252,7 +291,8 @@ func decodeOverride(rec OverrideRecord) (Override, error) {
 	return o, nil
 }
 
-// GetOverride returns key's live override; ok is false when it has none.
+// GetOverride returns key's live override, on the limiter's clock; ok is
+// false when it has none.
 func (l *Limiter) GetOverride(ctx context.Context, key string) (o Override, ok bool, err error) {
 	if err := l.overridable(); err != nil {
 		return Override{}, false, err
@@ -263,15 +303,15 @@ func (l *Limiter) GetOverride(ctx context.Context, key string) (o Override, ok b
 	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
 	rec, ok, err := l.ovs.GetOverride(tctx, l.overrideKey(key))
-	if err != nil || !ok {
+	if err != nil || !ok || !l.now().Before(rec.Expires) {
 		return Override{}, false, err
 	}
 	o, err = decodeOverride(rec)
 	return o, err == nil, err
 }
 
-// Overrides returns the limiter's live overrides. A malformed one is left
-// out and reported in err, after the others.
+// Overrides returns the limiter's live overrides, on the limiter's clock.
+// A malformed one is left out and reported in err, after the others.
 func (l *Limiter) Overrides(ctx context.Context) ([]KeyOverride, error) {
 	if err := l.overridable(); err != nil {
 		return nil, err
@@ -284,7 +324,11 @@ func (l *Limiter) Overrides(ctx context.Context) ([]KeyOverride, error) {
 	}
 	out := make([]KeyOverride, 0, len(recs))
 	var errs []error
+	now := l.now()
 	for _, rec := range recs {
+		if !now.Before(rec.Expires) {
+			continue
+		}
 		o, err := decodeOverride(rec)
 		if err != nil {
 			errs = append(errs, err)
