@@ -255,7 +255,7 @@ func calendarName(short string, limit int64, c Calendar) string {
 			zone[i] = '_'
 		}
 	}
-	if name := head + "-" + string(zone); len(name) <= 64 {
+	if name := head + "-" + string(zone); len(name) <= MaxNameLength {
 		return name
 	}
 	sum := sha256.Sum256([]byte(c.Zone.String()))

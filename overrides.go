@@ -66,19 +66,18 @@ type OverrideRecord struct {
 
 // CheckRecord reports whether a store can keep rec: Expires is a whole
 // microsecond from MinTime to MaxTime, and after Set when Set is given. It
-// is an error wrapping ErrInvalidOverride (and ErrInvalidTime for a time
-// out of range) otherwise. Stores call it from PutOverride, so that every
+// is an error wrapping ErrInvalidOverride otherwise. Stores call it from PutOverride, so that every
 // store refuses what one of them cannot keep.
 func CheckRecord(rec OverrideRecord) error {
-	if err := CheckTime("expires", rec.Expires); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidOverride, err)
+	if r := timeReason("expires", rec.Expires); r != "" {
+		return badOverride("%s", r)
 	}
 	if rec.Expires.Nanosecond()%1000 != 0 {
 		return badOverride("expires %v is not a whole microsecond", rec.Expires.Format(time.RFC3339Nano))
 	}
 	if !rec.Set.IsZero() {
-		if err := CheckTime("set", rec.Set); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidOverride, err)
+		if r := timeReason("set", rec.Set); r != "" {
+			return badOverride("%s", r)
 		}
 		if !rec.Expires.After(rec.Set) {
 			return badOverride("expires %v is not after set (%v)", rec.Expires.Format(time.RFC3339Nano), rec.Set.Format(time.RFC3339Nano))
@@ -148,8 +147,15 @@ func (l *Limiter) overridable() error {
 	return nil
 }
 
+// badOverride returns the *PolicyError of an override that cannot be set.
 func badOverride(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOverride}, args...)...)
+	return &PolicyError{Err: ErrInvalidOverride, Reason: fmt.Sprintf(format, args...)}
+}
+
+// overrideFor returns the error of an override refused for err, a
+// policy's reason: its reason under ErrInvalidOverride, once.
+func overrideFor(prefix string, err error) error {
+	return badOverride("%s%s", prefix, Reason(err))
 }
 
 // WithOverride returns r with o's limit, and window or rate, and the
@@ -166,19 +172,19 @@ func (r Rule) WithOverride(o Override) (Rule, int64, error) {
 		return Rule{}, 0, badOverride("rate is not for %v", r)
 	case o.Window != 0:
 		if err := checkWindow("window", o.Window); err != nil {
-			return Rule{}, 0, badOverride("%v", err)
+			return Rule{}, 0, overrideFor("", err)
 		}
 		param = o.Window.Microseconds()
 	case o.Rate != 0 || o.Per != 0:
 		iv, err := checkRate(o.Rate, o.Per)
 		if err != nil {
-			return Rule{}, 0, badOverride("rate: %v", err)
+			return Rule{}, 0, overrideFor("rate: ", err)
 		}
 		param = iv.Microseconds()
 	}
 	out, err := r.Overridden(o.Limit, param)
 	if err != nil {
-		return Rule{}, 0, badOverride("%v", err)
+		return Rule{}, 0, overrideFor("", err)
 	}
 	return out, param, nil
 }

@@ -428,7 +428,7 @@ func (l *Limiter) finish(ctx context.Context, ops []Op, err error, start time.Ti
 			if errors.Is(op.Err, ErrInvalidTime) {
 				// The limiter's clock is one no store decides at: not the
 				// store's failure, so not the fail mode's to decide.
-				return fmt.Errorf("sluice: %s: %w", l.cfg.name, op.Err)
+				return fmt.Errorf("%w (the clock of limiter %s)", op.Err, l.cfg.name)
 			}
 			l.degrade(op)
 			if l.cfg.observer != nil {

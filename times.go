@@ -27,9 +27,17 @@ var MinTime = time.UnixMicro(1).UTC()
 // MaxTime. It is an error wrapping ErrInvalidTime otherwise; what names t
 // (such as "now" or "expires").
 func CheckTime(what string, t time.Time) error {
-	if t.Before(MinTime) || t.After(MaxTime) {
-		return fmt.Errorf("%w: %s %v is outside what a store keeps (%v to %v)",
-			ErrInvalidTime, what, t.UTC().Format(time.RFC3339Nano), MinTime.Format(time.RFC3339Nano), MaxTime.Format(time.RFC3339))
+	if r := timeReason(what, t); r != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidTime, r)
 	}
 	return nil
+}
+
+// timeReason says why a store cannot keep t, or is "" when it can.
+func timeReason(what string, t time.Time) string {
+	if t.Before(MinTime) || t.After(MaxTime) {
+		return fmt.Sprintf("%s %v is outside what a store keeps (%v to %v)",
+			what, t.UTC().Format(time.RFC3339Nano), MinTime.Format(time.RFC3339Nano), MaxTime.Format(time.RFC3339))
+	}
+	return ""
 }
