@@ -165,42 +165,61 @@ func (c Calendar) after(p civil) civil {
 	return norm(p.y, p.m, p.d+1)
 }
 
-// start returns the first instant of the date d in c.Zone. time.Date alone
-// does not say which when midnight is skipped or repeated by a clock
-// change; this does: the earliest instant whose date is d.
+// maxZoneOffset bounds how far any zone's clocks are from UTC: the zone
+// database's widest offsets are under 16 hours (local mean times of the
+// 19th century), and today's lie within -12 and +14 hours.
+const maxZoneOffset = 36 * time.Hour
+
+// start returns the first instant of the date d in c.Zone: the earliest
+// instant whose date in c.Zone is d or later. That is midnight on an
+// ordinary day; the first of two midnights when clocks went back across
+// midnight, by however much; the clock change itself when midnight was
+// skipped; and, for a date a zone skipped (Apia's December 30th, 2011), the
+// first instant of the day after, so that the skipped day's period is
+// empty.
+//
+// It walks the zone's periods (time.Time.ZoneBounds: each has one offset,
+// so the clock moves with real time inside it) from an instant no zone
+// reads as d, and in the first period that reaches d returns where it does.
+// Usually one period holds the whole search.
 func (c Calendar) start(d civil) time.Time {
-	loc := c.Zone
-	t := time.Date(d.y, d.m, d.d, 0, 0, 0, 0, loc)
-	if ty, tm, td := t.In(loc).Date(); (civil{ty, tm, td}) != d {
-		// Midnight was skipped: t fell before it, on the previous day. The
-		// day begins at the clock change that skipped it.
+	// mid is d's midnight as a clock reading: at offset off, the clock
+	// reads mid at mid-off.
+	mid := time.Date(d.y, d.m, d.d, 0, 0, 0, 0, time.UTC)
+	t := mid.Add(-maxZoneOffset).In(c.Zone)
+	for {
 		_, end := t.ZoneBounds()
-		return end
-	}
-	if h, mi, s := t.In(loc).Clock(); h != 0 || mi != 0 || s != 0 || t.Nanosecond() != 0 {
-		// Midnight was skipped, and t is after the change: the day began
-		// with the change.
-		zs, _ := t.ZoneBounds()
-		return zs
-	}
-	// Midnight exists. It may exist twice (clocks went back to midnight):
-	// the earlier one starts the day.
-	for _, off := range []time.Duration{-time.Hour, -2 * time.Hour, -30 * time.Minute} {
-		e := t.Add(off)
-		ey, em, ed := e.In(loc).Date()
-		if h, mi, s := e.In(loc).Clock(); (civil{ey, em, ed}) == d && h == 0 && mi == 0 && s == 0 {
-			return e
+		_, off := t.Zone()
+		at := mid.Add(-time.Duration(off) * time.Second).In(c.Zone)
+		if at.Before(t) {
+			at = t // the clock already reads d or later when this period begins
 		}
+		if end.IsZero() || at.Before(end) {
+			return at
+		}
+		t = end
 	}
-	return t
 }
 
 // Span returns the period of c that holds t: its first instant and the
-// first instant of the next period.
+// first instant of the next period. Periods follow one another without
+// gaps or overlap, each from the start of its first day: where clocks went
+// back across midnight, the instants that read the previous day again
+// (00:01 back to 23:01) belong to the period that began at the first
+// midnight.
 func (c Calendar) Span(t time.Time) (start, end time.Time) {
 	y, m, d := t.In(c.Zone).Date()
 	f := c.first(civil{y, m, d})
-	return c.start(f), c.start(c.after(f))
+	start = c.start(f)
+	n := c.after(f)
+	end = c.start(n)
+	// t's date is f or later, so t is not before start; but t may read a
+	// date again after the next period began.
+	for !t.Before(end) {
+		start, n = end, c.after(n)
+		end = c.start(n)
+	}
+	return start, end
 }
 
 // bounds returns the first instants of four consecutive periods of c, in
@@ -236,7 +255,7 @@ func calendarName(short string, limit int64, c Calendar) string {
 			zone[i] = '_'
 		}
 	}
-	if name := head + "-" + string(zone); len(name) <= 64 {
+	if name := head + "-" + string(zone); len(name) <= MaxNameLength {
 		return name
 	}
 	sum := sha256.Sum256([]byte(c.Zone.String()))

@@ -31,3 +31,31 @@ var (
 // computed around the clock of the process that sent it: the two clocks
 // differ by about a period or more.
 var ErrClockSkew = errors.New("sluice: deciding clock outside the calendar periods sent (clock skew)")
+
+// PolicyError is the error of a policy, plan, option or override that
+// cannot be enforced: Reason says what is wrong, naming the field (such as
+// "Window must be at least 1ms, got 0s"), and Err is what it wraps,
+// ErrInvalidPolicy or ErrInvalidOverride. Error returns Err's text and the
+// reason, once: an override refused for a policy's reason reads "sluice:
+// invalid override: window must be at least 1ms, got 0s", and a program
+// that shows the reason in its own words reads Reason (errors.As) rather
+// than cutting the prefix off Error's text.
+type PolicyError struct {
+	Err    error
+	Reason string
+}
+
+func (e *PolicyError) Error() string { return e.Err.Error() + ": " + e.Reason }
+
+// Unwrap returns Err.
+func (e *PolicyError) Unwrap() error { return e.Err }
+
+// Reason returns what is wrong, as PolicyError.Reason, when err is or
+// wraps a *PolicyError; else err's text.
+func Reason(err error) string {
+	var pe *PolicyError
+	if errors.As(err, &pe) {
+		return pe.Reason
+	}
+	return err.Error()
+}

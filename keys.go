@@ -3,7 +3,6 @@ package sluice
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"strings"
 	"unsafe"
 )
@@ -110,15 +109,19 @@ func Identity(parts ...string) string {
 	return b.String()
 }
 
-// checkName validates a limiter name: 1 to 64 characters of [A-Za-z0-9_.-].
+// MaxNameLength is the longest limiter name (WithName).
+const MaxNameLength = 64
+
+// checkName validates a limiter name: 1 to MaxNameLength characters of
+// [A-Za-z0-9_.-].
 func checkName(name string) error {
-	if name == "" || len(name) > 64 {
-		return fmt.Errorf("%w: name must be 1 to 64 characters, got %d", ErrInvalidPolicy, len(name))
+	if name == "" || len(name) > MaxNameLength {
+		return invalid("name must be 1 to %d characters, got %d", MaxNameLength, len(name))
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return fmt.Errorf("%w: name %q may hold only letters, digits, '_', '.' and '-'", ErrInvalidPolicy, name)
+			return invalid("name %q may hold only letters, digits, '_', '.' and '-'", name)
 		}
 	}
 	return nil
@@ -126,7 +129,7 @@ func checkName(name string) error {
 
 func checkPrefix(prefix string) error {
 	if prefix == "" || strings.ContainsAny(prefix, "{}") {
-		return fmt.Errorf("%w: key prefix %q must be non-empty and hold no braces", ErrInvalidPolicy, prefix)
+		return invalid("key prefix %q must be non-empty and hold no braces", prefix)
 	}
 	return nil
 }

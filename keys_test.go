@@ -85,3 +85,18 @@ func FuzzIdentity(f *testing.F) {
 		}
 	})
 }
+
+// TestKeyBytes: identities are counted by their bytes: strings that are
+// not UTF-8, and U+FFFD, which a decoder may make of them, give distinct
+// keys, short and hashed alike.
+func TestKeyBytes(t *testing.T) {
+	long := strings.Repeat("x", sluice.MaxIdentityLen)
+	seen := map[string]string{}
+	for _, id := range []string{"\xff", "\xfe", "\xc3", "\xed\xa0\x80", "\uFFFD", "\xef\xbf\xbd\xff", long + "\xff", long + "\xfe", long + "\uFFFD"} {
+		k := sluice.Key("p", "n", fw, id)
+		if prev, dup := seen[k]; dup {
+			t.Fatalf("identities %q and %q share the key %q", prev, id, k)
+		}
+		seen[k] = id
+	}
+}

@@ -190,6 +190,10 @@ func runGrouped(ctx context.Context, checks []Check, ops []Op) error {
 		sent[i] = c.Limiter.monoAt(start)
 		if c.Limiter.cfg.clock != nil {
 			ops[i].Now = c.Limiter.cfg.clock()
+			// Refused before any check takes: none would be given back.
+			if err := CheckTime("now", ops[i].Now); err != nil {
+				return fmt.Errorf("%w (the clock of limiter %s)", err, c.Limiter.cfg.name)
+			}
 		}
 		ops[i].Deadline = start.Add(c.Limiter.cfg.timeout)
 	}

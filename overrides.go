@@ -31,7 +31,8 @@ type Override struct {
 	Rate float64       `json:"rate,omitempty"`
 	Per  time.Duration `json:"per,omitempty"`
 	// Expires is when the override lapses by itself. Required, and after
-	// the time it is set.
+	// the time it is set. It is kept to the microsecond, as the stores
+	// keep it: SetOverride truncates it.
 	Expires time.Time `json:"expires"`
 	// Reason and Actor say why and by whom, for audit.
 	Reason string `json:"reason,omitempty"`
@@ -48,13 +49,41 @@ type KeyOverride struct {
 
 // OverrideRecord is an override as a store keeps it: what the store reads
 // when deciding (Limit, Param in microseconds, 0 keeping the rule's, and
-// Expires), and Info, which the store keeps for the limiter unread.
+// Expires, a whole microsecond from MinTime to MaxTime), and Info, which
+// the store keeps for the limiter unread. Set is when the limiter set it,
+// on the limiter's clock: the store keeps the record for Expires - Set of
+// its own time, so that an override set under a clock other than the
+// store's (WithClock) lives as long as that clock says; the zero Set means
+// the store's own clock.
 type OverrideRecord struct {
 	Identity string
 	Limit    int64
 	Param    int64
 	Expires  time.Time
 	Info     string
+	Set      time.Time
+}
+
+// CheckRecord reports whether a store can keep rec: Expires is a whole
+// microsecond from MinTime to MaxTime, and after Set when Set is given. It
+// is an error wrapping ErrInvalidOverride otherwise. Stores call it from PutOverride, so that every
+// store refuses what one of them cannot keep.
+func CheckRecord(rec OverrideRecord) error {
+	if r := timeReason("expires", rec.Expires); r != "" {
+		return badOverride("%s", r)
+	}
+	if rec.Expires.Nanosecond()%1000 != 0 {
+		return badOverride("expires %v is not a whole microsecond", rec.Expires.Format(time.RFC3339Nano))
+	}
+	if !rec.Set.IsZero() {
+		if r := timeReason("set", rec.Set); r != "" {
+			return badOverride("%s", r)
+		}
+		if !rec.Expires.After(rec.Set) {
+			return badOverride("expires %v is not after set (%v)", rec.Expires.Format(time.RFC3339Nano), rec.Set.Format(time.RFC3339Nano))
+		}
+	}
+	return nil
 }
 
 // OverrideStore is implemented by stores that keep overrides (memstore,
@@ -64,13 +93,15 @@ type OverrideStore interface {
 	// PutOverride stores rec under key until rec.Expires, and lists it in
 	// index.
 	PutOverride(ctx context.Context, index, key string, rec OverrideRecord) error
-	// GetOverride returns the live record under key; ok is false when
-	// there is none.
+	// GetOverride returns the record under key; ok is false when there
+	// is none. The record may have lapsed (the caller checks Expires
+	// against its own clock): the store drops it by its own time.
 	GetOverride(ctx context.Context, key string) (rec OverrideRecord, ok bool, err error)
 	// DeleteOverride removes the record under key and its entry in index.
 	DeleteOverride(ctx context.Context, index, key, identity string) error
-	// ListOverrides returns the live records listed in index; keyOf gives
-	// an identity's key.
+	// ListOverrides returns the records listed in index, lapsed ones
+	// included until the store drops them, as GetOverride; keyOf gives an
+	// identity's key.
 	ListOverrides(ctx context.Context, index string, keyOf func(identity string) string) ([]OverrideRecord, error)
 }
 
@@ -116,8 +147,15 @@ func (l *Limiter) overridable() error {
 	return nil
 }
 
+// badOverride returns the *PolicyError of an override that cannot be set.
 func badOverride(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOverride}, args...)...)
+	return &PolicyError{Err: ErrInvalidOverride, Reason: fmt.Sprintf(format, args...)}
+}
+
+// overrideFor returns the error of an override refused for err, a
+// policy's reason: its reason under ErrInvalidOverride, once.
+func overrideFor(prefix string, err error) error {
+	return badOverride("%s%s", prefix, Reason(err))
 }
 
 // WithOverride returns r with o's limit, and window or rate, and the
@@ -134,19 +172,19 @@ func (r Rule) WithOverride(o Override) (Rule, int64, error) {
 		return Rule{}, 0, badOverride("rate is not for %v", r)
 	case o.Window != 0:
 		if err := checkWindow("window", o.Window); err != nil {
-			return Rule{}, 0, badOverride("%v", err)
+			return Rule{}, 0, overrideFor("", err)
 		}
 		param = o.Window.Microseconds()
 	case o.Rate != 0 || o.Per != 0:
 		iv, err := checkRate(o.Rate, o.Per)
 		if err != nil {
-			return Rule{}, 0, badOverride("rate: %v", err)
+			return Rule{}, 0, overrideFor("rate: ", err)
 		}
 		param = iv.Microseconds()
 	}
 	out, err := r.Overridden(o.Limit, param)
 	if err != nil {
-		return Rule{}, 0, badOverride("%v", err)
+		return Rule{}, 0, overrideFor("", err)
 	}
 	return out, param, nil
 }
@@ -226,6 +264,10 @@ func (l *Limiter) SetOverride(ctx context.Context, key string, o Override) error
 	if o.Expires.IsZero() {
 		return badOverride("expires is required (an override lapses by itself)")
 	}
+	if err := CheckTime("the limiter's clock", now); err != nil {
+		return err
+	}
+	o.Expires = o.Expires.Truncate(time.Microsecond)
 	if !o.Expires.After(now) {
 		return badOverride("expires %v is not after now (%v)", o.Expires.Format(time.RFC3339), now.Format(time.RFC3339))
 	}
@@ -234,7 +276,10 @@ func (l *Limiter) SetOverride(ctx context.Context, key string, o Override) error
 	if err != nil {
 		return badOverride("%v", err)
 	}
-	rec := OverrideRecord{Identity: key, Limit: o.Limit, Param: param, Expires: o.Expires, Info: string(info)}
+	rec := OverrideRecord{Identity: key, Limit: o.Limit, Param: param, Expires: o.Expires, Info: string(info), Set: now}
+	if err := CheckRecord(rec); err != nil {
+		return err
+	}
 	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
 	if err := l.ovs.PutOverride(tctx, OverrideIndex(l.cfg.prefix, l.cfg.name), l.overrideKey(key), rec); err != nil {
@@ -252,7 +297,8 @@ func decodeOverride(rec OverrideRecord) (Override, error) {
 	return o, nil
 }
 
-// GetOverride returns key's live override; ok is false when it has none.
+// GetOverride returns key's live override, on the limiter's clock; ok is
+// false when it has none.
 func (l *Limiter) GetOverride(ctx context.Context, key string) (o Override, ok bool, err error) {
 	if err := l.overridable(); err != nil {
 		return Override{}, false, err
@@ -263,15 +309,15 @@ func (l *Limiter) GetOverride(ctx context.Context, key string) (o Override, ok b
 	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
 	rec, ok, err := l.ovs.GetOverride(tctx, l.overrideKey(key))
-	if err != nil || !ok {
+	if err != nil || !ok || !l.now().Before(rec.Expires) {
 		return Override{}, false, err
 	}
 	o, err = decodeOverride(rec)
 	return o, err == nil, err
 }
 
-// Overrides returns the limiter's live overrides. A malformed one is left
-// out and reported in err, after the others.
+// Overrides returns the limiter's live overrides, on the limiter's clock.
+// A malformed one is left out and reported in err, after the others.
 func (l *Limiter) Overrides(ctx context.Context) ([]KeyOverride, error) {
 	if err := l.overridable(); err != nil {
 		return nil, err
@@ -284,7 +330,11 @@ func (l *Limiter) Overrides(ctx context.Context) ([]KeyOverride, error) {
 	}
 	out := make([]KeyOverride, 0, len(recs))
 	var errs []error
+	now := l.now()
 	for _, rec := range recs {
+		if !now.Before(rec.Expires) {
+			continue
+		}
 		o, err := decodeOverride(rec)
 		if err != nil {
 			errs = append(errs, err)

@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -50,7 +51,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return Algorithm(a), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown algorithm %q (want fixed_window, sliding_log, sliding_window, token_bucket or gcra)", ErrInvalidPolicy, s)
+	return 0, invalid("unknown algorithm %q (want fixed_window, sliding_log, sliding_window, token_bucket or gcra)", s)
 }
 
 // MinWindow is the shortest window or period a policy may have.
@@ -74,8 +75,19 @@ const MaxWindow = 400 * 24 * time.Hour
 // a millisecond of Valkey's time. Use SlidingWindow for larger limits.
 const MaxSlidingLogLimit = 1000
 
+// invalid returns the *PolicyError of a policy that cannot be enforced.
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidPolicy}, args...)...)
+	return &PolicyError{Err: ErrInvalidPolicy, Reason: fmt.Sprintf(format, args...)}
+}
+
+// within returns err with what before its reason ("plan \"pro\": ..."):
+// a *PolicyError stays one, and says its prefix once.
+func within(what string, err error) error {
+	var pe *PolicyError
+	if errors.As(err, &pe) {
+		return &PolicyError{Err: pe.Err, Reason: what + ": " + pe.Reason}
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 func checkLimit(field string, n int64) error {
@@ -228,7 +240,7 @@ func (p TokenBucket) Rule() (Rule, error) {
 	}
 	iv, err := checkRate(p.Rate, p.Per)
 	if err != nil {
-		return Rule{}, fmt.Errorf("TokenBucket: %w", err)
+		return Rule{}, within("TokenBucket", err)
 	}
 	if err := checkRefill("TokenBucket: Capacity", p.Capacity, iv); err != nil {
 		return Rule{}, err
@@ -253,7 +265,7 @@ func (p GCRA) Rule() (Rule, error) {
 	}
 	iv, err := checkRate(p.Rate, p.Per)
 	if err != nil {
-		return Rule{}, fmt.Errorf("GCRA: %w", err)
+		return Rule{}, within("GCRA", err)
 	}
 	if err := checkRefill("GCRA: Burst", p.Burst, iv); err != nil {
 		return Rule{}, err

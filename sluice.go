@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -289,8 +290,9 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
 //
 // When the store fails or does not answer within the timeout, the limiter's
 // fail mode decides: the Result has Degraded set and the error is nil (the
-// store's error is logged). An error is returned only for invalid input or
-// when ctx itself ends before the decision.
+// store's error is logged). An error is returned only for invalid input,
+// for a limiter's clock (WithClock) no store decides at (ErrInvalidTime),
+// or when ctx itself ends before the decision.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
 	if err := l.ready(); err != nil {
 		return Result{}, err
@@ -391,7 +393,8 @@ func (l *Limiter) check(key string, r Rule, n int64) error {
 }
 
 // do runs ops, all of this limiter, and completes their Results: Limit,
-// fail mode and shadow mode. It returns an error only when ctx ended.
+// fail mode and shadow mode. It returns an error only when ctx ended or
+// the limiter's clock is out of a store's range (see finish).
 func (l *Limiter) do(ctx context.Context, ops []Op) error {
 	if l.cfg.clock != nil {
 		now := l.cfg.clock()
@@ -410,6 +413,8 @@ func (l *Limiter) do(ctx context.Context, ops []Op) error {
 
 // finish completes the Results of ops after the store ran them: start is
 // when they were sent (for latency), sent the same on the limiter's clock.
+// It returns an error when ctx ended, or when the limiter's clock is one
+// no store can decide at (ErrInvalidTime).
 func (l *Limiter) finish(ctx context.Context, ops []Op, err error, start time.Time, sent int64) error {
 	for i := range ops {
 		op := &ops[i]
@@ -419,6 +424,11 @@ func (l *Limiter) finish(ctx context.Context, ops []Op, err error, start time.Ti
 		if op.Err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("sluice: %s: %w", l.cfg.name, ctx.Err())
+			}
+			if errors.Is(op.Err, ErrInvalidTime) {
+				// The limiter's clock is one no store decides at: not the
+				// store's failure, so not the fail mode's to decide.
+				return fmt.Errorf("%w (the clock of limiter %s)", op.Err, l.cfg.name)
 			}
 			l.degrade(op)
 			if l.cfg.observer != nil {

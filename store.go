@@ -72,11 +72,17 @@ type Op struct {
 	Err error
 }
 
-// Validate reports whether a store can execute op: its Rule is valid, and a
-// refund carries the Receipt of a take.
+// Validate reports whether a store can execute op: its Rule is valid, its
+// Now is the zero Time or one a store keeps (CheckTime), and a refund
+// carries the Receipt of a take.
 func (op *Op) Validate() error {
 	if err := op.Rule.Validate(); err != nil {
 		return err
+	}
+	if !op.Now.IsZero() {
+		if err := CheckTime("now", op.Now); err != nil {
+			return err
+		}
 	}
 	if op.Cost < 0 && op.Receipt == 0 {
 		return fmt.Errorf("%w: a refund (cost %d) needs the Receipt of the take it gives back", ErrInvalidCost, op.Cost)

@@ -116,7 +116,7 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	}
 	st.alg = op.Rule.Algorithm
 
-	r, src, ovInvalid, until := s.applyOverride(op, now)
+	r, src, ovInvalid, until := s.applyOverride(op, now, clockNow)
 	cost, receipt := op.Cost, op.Receipt
 	overLimit := src == sluice.SourceOverride && cost > r.Limit
 	if overLimit {

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -10,31 +11,40 @@ import (
 )
 
 // overrides are the Store's key overrides (sluice.OverrideStore), read by
-// every decision whose Op names one. A record lapses at its Expires, on
-// the store's clock for GetOverride and ListOverrides, and at the
-// decision's time for a decision, as valkeystore's script does.
+// every decision whose Op names one. As valkeystore keeps them: a record
+// is held for Expires - Set of the store's clock (rounded up to the
+// millisecond, as Valkey's PEXPIRE), and applies to a decision made before
+// its Expires, on the decision's time; GetOverride and ListOverrides return
+// the records held, for the limiter to say, by its clock, which are live.
 type overrides struct {
 	mu    sync.Mutex
-	recs  map[string]sluice.OverrideRecord
+	recs  map[string]held
 	in    map[string]string          // key → its index
 	index map[string]map[string]bool // index → identities
 }
 
+// held is a record and when the store drops it, on the store's clock.
+type held struct {
+	rec  sluice.OverrideRecord
+	gone time.Time
+}
+
 func (o *overrides) init() {
-	o.recs = make(map[string]sluice.OverrideRecord)
+	o.recs = make(map[string]held)
 	o.in = make(map[string]string)
 	o.index = make(map[string]map[string]bool)
 }
 
-// lookup returns the record under key, live at now.
-func (o *overrides) lookup(key string, now time.Time) (sluice.OverrideRecord, bool) {
+// lookup returns the record under key, held at clock (the store's) and
+// live at now (the decision's).
+func (o *overrides) lookup(key string, now, clock time.Time) (sluice.OverrideRecord, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	rec, ok := o.recs[key]
-	if !ok || !now.Before(rec.Expires) {
+	h, ok := o.recs[key]
+	if !ok || !clock.Before(h.gone) || !now.Before(h.rec.Expires) {
 		return sluice.OverrideRecord{}, false
 	}
-	return rec, true
+	return h.rec, true
 }
 
 // PutOverride implements sluice.OverrideStore.
@@ -42,11 +52,20 @@ func (s *Store) PutOverride(ctx context.Context, index, key string, rec sluice.O
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := sluice.CheckRecord(rec); err != nil {
+		return fmt.Errorf("memstore: put override: %w", err)
+	}
 	o := &s.ovs
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.sweep(s.clock())
-	o.recs[key] = rec
+	clock := s.clock()
+	o.sweep(clock)
+	set := rec.Set
+	if set.IsZero() {
+		set = clock
+	}
+	life := (rec.Expires.UnixMicro() - set.UnixMicro() + 999) / 1000
+	o.recs[key] = held{rec, clock.Add(time.Duration(life) * time.Millisecond)}
 	o.in[key] = index
 	if o.index[index] == nil {
 		o.index[index] = map[string]bool{}
@@ -55,13 +74,13 @@ func (s *Store) PutOverride(ctx context.Context, index, key string, rec sluice.O
 	return nil
 }
 
-// sweep drops lapsed records and their index entries; called with o.mu
-// held, on every put, so the records held are the live ones plus those
-// lapsed since the last put.
-func (o *overrides) sweep(now time.Time) {
-	for k, rec := range o.recs {
-		if !now.Before(rec.Expires) {
-			o.remove(k, rec.Identity)
+// sweep drops the records due to go at clock and their index entries;
+// called with o.mu held, on every put, so the records held are the live
+// ones plus those due since the last put.
+func (o *overrides) sweep(clock time.Time) {
+	for k, h := range o.recs {
+		if !clock.Before(h.gone) {
+			o.remove(k, h.rec.Identity)
 		}
 	}
 }
@@ -83,8 +102,14 @@ func (s *Store) GetOverride(ctx context.Context, key string) (sluice.OverrideRec
 	if err := ctx.Err(); err != nil {
 		return sluice.OverrideRecord{}, false, err
 	}
-	rec, ok := s.ovs.lookup(key, s.clock())
-	return rec, ok, nil
+	o := &s.ovs
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	h, ok := o.recs[key]
+	if !ok || !s.clock().Before(h.gone) {
+		return sluice.OverrideRecord{}, false, nil
+	}
+	return h.rec, true, nil
 }
 
 // DeleteOverride implements sluice.OverrideStore.
@@ -105,32 +130,32 @@ func (s *Store) ListOverrides(ctx context.Context, index string, keyOf func(stri
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	now := s.clock()
+	clock := s.clock()
 	o := &s.ovs
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var out []sluice.OverrideRecord
 	for id := range o.index[index] {
-		rec, ok := o.recs[keyOf(id)]
-		if !ok || !now.Before(rec.Expires) {
-			delete(o.index[index], id)
+		h, ok := o.recs[keyOf(id)]
+		if !ok || !clock.Before(h.gone) {
 			continue
 		}
-		out = append(out, rec)
+		out = append(out, h.rec)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Identity < out[j].Identity })
 	return out, nil
 }
 
 // applyOverride returns the rule op decides under at now: its Rule, or
-// the Rule with the key's live override; invalid reports an override that
+// the Rule with the key's override held at clock (the store's) and live at
+// now; invalid reports an override that
 // is not a valid rule (ignored).
 // until is the override's expiry when one applies.
-func (s *Store) applyOverride(op *sluice.Op, now time.Time) (r sluice.Rule, src sluice.LimitSource, invalid bool, until time.Time) {
+func (s *Store) applyOverride(op *sluice.Op, now, clock time.Time) (r sluice.Rule, src sluice.LimitSource, invalid bool, until time.Time) {
 	if op.Override == "" {
 		return op.Rule, sluice.SourcePolicy, false, until
 	}
-	rec, ok := s.ovs.lookup(op.Override, now)
+	rec, ok := s.ovs.lookup(op.Override, now, clock)
 	if !ok {
 		return op.Rule, sluice.SourcePolicy, false, until
 	}

@@ -27,8 +27,12 @@ type CalendarCase struct {
 // CalendarCases are the periods RunCalendar checks: DST days in
 // America/Los_Angeles, zones whose clocks change at midnight
 // (America/Santiago, America/Havana), ISO weeks across a year's end, month
-// ends, leap years and renewal on the 31st. They lie in 2023 and 2024,
-// whose rules no later zone database changes.
+// ends, leap years and renewal on the 31st; and two clock changes of the
+// past across midnight: Antarctica/Casey's three hours back from 02:00 in
+// 2010 (the day starts at the first of two midnights and lasts 27 hours)
+// and America/Goose_Bay's 00:01 back to 23:01 (the hour that reads the
+// previous day again belongs to the day that began at midnight). Their
+// instants lie where no later zone database changes the rules.
 var CalendarCases = []CalendarCase{
 	{"LA spring-forward day (23h)", "America/Los_Angeles", sluice.Day, 0, "2024-03-10T12:00:00-07:00", "2024-03-10T00:00:00-08:00", "2024-03-11T00:00:00-07:00"},
 	{"LA fall-back day (25h)", "America/Los_Angeles", sluice.Day, 0, "2024-11-03T01:30:00-08:00", "2024-11-03T00:00:00-07:00", "2024-11-04T00:00:00-08:00"},
@@ -45,6 +49,9 @@ var CalendarCases = []CalendarCase{
 	{"renewal on the 31st: common February", "UTC", sluice.Month, 31, "2023-02-28T00:00:00Z", "2023-02-28T00:00:00Z", "2023-03-31T00:00:00Z"},
 	{"renewal on the 31st: April has 30 days", "Asia/Tokyo", sluice.Month, 31, "2024-04-30T09:00:00+09:00", "2024-04-30T00:00:00+09:00", "2024-05-31T00:00:00+09:00"},
 	{"renewal on the 30th: leap February", "UTC", sluice.Month, 30, "2024-03-01T00:00:00Z", "2024-02-29T00:00:00Z", "2024-03-30T00:00:00Z"},
+	{"Casey day before three hours back (24h)", "Antarctica/Casey", sluice.Day, 0, "2010-03-04T12:00:00+11:00", "2010-03-04T00:00:00+11:00", "2010-03-05T00:00:00+11:00"},
+	{"Casey three hours back across midnight (27h)", "Antarctica/Casey", sluice.Day, 0, "2010-03-05T12:00:00+08:00", "2010-03-05T00:00:00+11:00", "2010-03-06T00:00:00+08:00"},
+	{"Goose Bay 00:01 back to 23:01 (the hour read twice)", "America/Goose_Bay", sluice.Day, 0, "2010-11-06T23:30:00-04:00", "2010-11-07T00:00:00-03:00", "2010-11-08T00:00:00-04:00"},
 	{"renewal on the 15th, before it", "Australia/Sydney", sluice.Month, 15, "2024-01-14T23:59:59+11:00", "2023-12-15T00:00:00+11:00", "2024-01-15T00:00:00+11:00"},
 }
 

@@ -105,6 +105,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Calendar", func(t *testing.T) { RunCalendar(t, h) })
 	t.Run("Plans", func(t *testing.T) { RunPlans(t, h) })
 	t.Run("Overrides", func(t *testing.T) { RunOverrides(t, h) })
+	t.Run("Clocks", func(t *testing.T) { RunClocks(t, h) })
 }
 
 // A Step is one row of a timeline: at At after Epoch, a request of Cost

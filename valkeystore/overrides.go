@@ -12,17 +12,30 @@ import (
 
 // Key overrides (sluice.OverrideStore). An override is a hash under its
 // key (limit, param and until, which the scripts read in the decision's
-// call; info and id, for listing), expiring at until by PEXPIREAT. The
-// index is a sorted set of identities scored by their expiry, trimmed of
-// lapsed ones at every write and list, so it holds no more than the live
+// call; info and id, for listing), expiring after until - set of Valkey's
+// time (PEXPIRE; at until by PEXPIREAT when the record has no set time),
+// so that an override set under the limiter's own clock lives as long as
+// that clock says rather than by Valkey's. The index is a sorted set of
+// identities scored by their expiry, trimmed of those lapsed by the
+// writer's clock at every write, so it holds no more than the live
 // overrides and those lapsed since the last write. The index and the hash
 // are in different slots: a put writes the hash first, and a list skips
-// an identity whose hash is gone.
+// an identity whose hash is gone. Whether a record read has lapsed is the
+// reader's to say, by its clock (sluice.Limiter.GetOverride).
 
 // PutOverride implements sluice.OverrideStore.
 func (s *Store) PutOverride(ctx context.Context, index, key string, rec sluice.OverrideRecord) error {
+	if err := sluice.CheckRecord(rec); err != nil {
+		return fmt.Errorf("valkeystore: put override: %w", err)
+	}
 	c := s.e.client
 	until := rec.Expires.UnixMicro()
+	set := rec.Set
+	if set.IsZero() {
+		set = time.Now()
+	}
+	// The record's life in milliseconds of Valkey's time, rounded up.
+	life := (until - set.UnixMicro() + 999) / 1000
 	hash := c.DoMulti(ctx,
 		c.B().Hset().Key(key).FieldValue().
 			FieldValue("limit", strconv.FormatInt(rec.Limit, 10)).
@@ -30,19 +43,18 @@ func (s *Store) PutOverride(ctx context.Context, index, key string, rec sluice.O
 			FieldValue("until", strconv.FormatInt(until, 10)).
 			FieldValue("info", rec.Info).
 			FieldValue("id", rec.Identity).Build(),
-		c.B().Pexpireat().Key(key).MillisecondsTimestamp((until+999)/1000).Build())
+		c.B().Pexpire().Key(key).Milliseconds(life).Build())
 	for _, r := range hash {
 		if err := r.Error(); err != nil {
 			return fmt.Errorf("valkeystore: put override: %w", err)
 		}
 	}
-	now := strconv.FormatInt(time.Now().UnixMicro(), 10)
-	ms := (until + 999) / 1000
+	now := strconv.FormatInt(set.UnixMicro(), 10)
 	for _, r := range c.DoMulti(ctx,
 		c.B().Zadd().Key(index).ScoreMember().ScoreMember(float64(until), rec.Identity).Build(),
 		c.B().Zremrangebyscore().Key(index).Min("-inf").Max(now).Build(),
-		c.B().Pexpireat().Key(index).MillisecondsTimestamp(ms).Nx().Build(),
-		c.B().Pexpireat().Key(index).MillisecondsTimestamp(ms).Gt().Build()) {
+		c.B().Pexpire().Key(index).Milliseconds(life).Nx().Build(),
+		c.B().Pexpire().Key(index).Milliseconds(life).Gt().Build()) {
 		if err := r.Error(); err != nil {
 			return fmt.Errorf("valkeystore: put override in its index: %w", err)
 		}
@@ -50,8 +62,8 @@ func (s *Store) PutOverride(ctx context.Context, index, key string, rec sluice.O
 	return nil
 }
 
-// GetOverride implements sluice.OverrideStore. A record the scripts would
-// not read is an error.
+// GetOverride implements sluice.OverrideStore: the record under key, until
+// Valkey drops it. A record the scripts would not read is an error.
 func (s *Store) GetOverride(ctx context.Context, key string) (sluice.OverrideRecord, bool, error) {
 	c := s.e.client
 	return readOverride(c.Do(ctx, c.B().Hmget().Key(key).Field("limit", "param", "until", "info", "id").Build()), key)
@@ -82,9 +94,6 @@ func readOverride(r valkey.ValkeyResult, key string) (sluice.OverrideRecord, boo
 		return sluice.OverrideRecord{}, false, fmt.Errorf("valkeystore: malformed override %s: limit %q, param %q, until %q", key, f[0], f[1], f[2])
 	}
 	exp := time.UnixMicro(until)
-	if !time.Now().Before(exp) {
-		return sluice.OverrideRecord{}, false, nil
-	}
 	return sluice.OverrideRecord{Identity: f[4], Limit: limit, Param: param, Expires: exp, Info: f[3]}, true, nil
 }
 
@@ -99,14 +108,11 @@ func (s *Store) DeleteOverride(ctx context.Context, index, key, identity string)
 	return nil
 }
 
-// ListOverrides implements sluice.OverrideStore. A malformed record is
-// left out and reported in the error, after the others are read.
+// ListOverrides implements sluice.OverrideStore: the records listed in
+// index whose hash Valkey still holds. A malformed record is left out and
+// reported in the error, after the others are read.
 func (s *Store) ListOverrides(ctx context.Context, index string, keyOf func(string) string) ([]sluice.OverrideRecord, error) {
 	c := s.e.client
-	now := strconv.FormatInt(time.Now().UnixMicro(), 10)
-	if err := c.Do(ctx, c.B().Zremrangebyscore().Key(index).Min("-inf").Max(now).Build()).Error(); err != nil {
-		return nil, fmt.Errorf("valkeystore: list overrides: %w", err)
-	}
 	ids, err := c.Do(ctx, c.B().Zrange().Key(index).Min("0").Max("-1").Build()).AsStrSlice()
 	if err != nil {
 		return nil, fmt.Errorf("valkeystore: list overrides: %w", err)

@@ -30,9 +30,10 @@ const MaxFileSize = 4 << 20
 // DefaultConnectTimeout is the time allowed to open a connection to Valkey.
 const DefaultConnectTimeout = 2 * time.Second
 
-// maxPolicyName keeps room for the algorithm suffix in the limiter name,
-// which must stay within 64 characters.
-const maxPolicyName = 48
+// maxPolicyName is the longest policy name: the limiter's name is the
+// policy's and its algorithm's (name.sliding_window), which must stay
+// within sluice.MaxNameLength.
+const maxPolicyName = sluice.MaxNameLength - len(".sliding_window")
 
 // Config is a validated configuration.
 type Config struct {

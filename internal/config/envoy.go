@@ -316,7 +316,7 @@ func (d *decoder) rateLimit(c *Config, dom *Domain, desc *Descriptor, n *yaml.No
 		p.Timeout = c.Valkey.Timeout
 	}
 	if _, err := p.Policy.Rule(); err != nil {
-		d.errorf(n, "rate_limit: %s", strings.TrimPrefix(err.Error(), sluice.ErrInvalidPolicy.Error()+": "))
+		d.errorf(n, "rate_limit: %s", sluice.Reason(err))
 		return
 	}
 	p.Name = envoyName(c, dom.Name, path, lim.Name)

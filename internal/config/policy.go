@@ -48,7 +48,7 @@ func (d *decoder) policy(n *yaml.Node, c *Config, defaultTimeout time.Duration) 
 	}
 	alg, err := sluice.ParseAlgorithm(d.str(x.val, "algorithm"))
 	if err != nil {
-		d.errorf(x.val, "policy %q: %s", p.Name, strings.TrimPrefix(err.Error(), sluice.ErrInvalidPolicy.Error()+": "))
+		d.errorf(x.val, "policy %q: %s", p.Name, sluice.Reason(err))
 		return nil
 	}
 	p.Algorithm = alg
@@ -104,9 +104,9 @@ func (d *decoder) policy(n *yaml.Node, c *Config, defaultTimeout time.Duration) 
 	}
 	if x := get("on_failure"); x != nil {
 		switch s := d.str(x, "on_failure"); s {
-		case "allow", "open":
+		case "allow":
 			p.FailMode = sluice.FailOpen
-		case "deny", "closed":
+		case "deny":
 			p.FailMode = sluice.FailClosed
 		default:
 			d.errorf(x, "on_failure must be allow or deny, got %q", s)
@@ -138,7 +138,7 @@ func (d *decoder) policy(n *yaml.Node, c *Config, defaultTimeout time.Duration) 
 	p.Params = sluice.Params{Limit: limit, Window: window, Rate: rate, Per: per, Calendar: cal, CountRejected: countRejected}
 	pol, err := alg.Policy(p.Params)
 	if err != nil {
-		d.errorf(n, "policy %q: %s", p.Name, strings.TrimPrefix(err.Error(), sluice.ErrInvalidPolicy.Error()+": "))
+		d.errorf(n, "policy %q: %s", p.Name, sluice.Reason(err))
 		return nil
 	}
 	p.Policy = pol
@@ -211,7 +211,7 @@ func (d *decoder) plans(n *yaml.Node, p *Policy) []Plan {
 		}
 		pol, err := p.Algorithm.Policy(params)
 		if err != nil {
-			d.errorf(v, "policy %q: plan %q: %s", p.Name, name, strings.TrimPrefix(err.Error(), sluice.ErrInvalidPolicy.Error()+": "))
+			d.errorf(v, "policy %q: plan %q: %s", p.Name, name, sluice.Reason(err))
 			continue
 		}
 		out = append(out, Plan{Name: name, Policy: pol, Limit: params.Limit})
@@ -239,7 +239,7 @@ func (d *decoder) calendar(f map[string]field, policy string) sluice.Calendar {
 	}
 	u, err := sluice.ParseCalendarUnit(d.str(x.val, "period"))
 	if err != nil {
-		d.errorf(x.val, "policy %q: period: %s", policy, strings.TrimPrefix(err.Error(), sluice.ErrInvalidPolicy.Error()+": "))
+		d.errorf(x.val, "policy %q: period: %s", policy, sluice.Reason(err))
 	}
 	c.Unit = u
 	if z, ok := f["zone"]; ok {
@@ -306,7 +306,7 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// checkName validates a policy name: 1 to 48 of [A-Za-z0-9_.-].
+// checkName validates a policy name: 1 to maxPolicyName of [A-Za-z0-9_.-].
 func checkName(name string) error {
 	if name == "" || len(name) > maxPolicyName {
 		return fmt.Errorf("must be 1 to %d characters, got %d", maxPolicyName, len(name))

@@ -79,22 +79,15 @@ func (s *Server) decodeCheck(w http.ResponseWriter, r *http.Request) (checkReque
 	return req, parseCheck(data, &req)
 }
 
-// parseCheck decodes one JSON object strictly: unknown fields, trailing
-// data and mixed single/multi forms are refused.
+// parseCheck decodes one JSON object strictly (decodeStrict: unknown or
+// repeated fields, trailing data, bytes that are not UTF-8), and refuses
+// mixed single/multi forms.
 func parseCheck(data []byte, req *checkRequest) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return bad(http.StatusBadRequest, `the body is empty; send {"policy":"...","key":"...","cost":1}`)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(req); err != nil {
-		return bad(http.StatusBadRequest, "malformed JSON body: %s", jsonError(err))
-	}
-	if dec.More() {
-		return bad(http.StatusBadRequest, "malformed JSON body: data after the object")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return bad(http.StatusBadRequest, "malformed JSON body: data after the object")
+	if err := decodeStrict(data, req); err != nil {
+		return err
 	}
 	if req.Checks != nil {
 		if req.Policy != "" || req.Key != "" || req.Cost != nil {

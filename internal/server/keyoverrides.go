@@ -1,8 +1,6 @@
 package server
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -66,16 +64,12 @@ func (s *Server) overrideRoute(r *http.Request) (*policy, string, error) {
 	return p, key, nil
 }
 
-// parseOverride decodes a PUT body strictly into a sluice.Override.
+// parseOverride decodes a PUT body strictly (decodeStrict) into a
+// sluice.Override.
 func parseOverride(data []byte) (sluice.Override, error) {
 	var b overrideBody
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil {
-		return sluice.Override{}, bad(http.StatusBadRequest, "malformed JSON body: %s", jsonError(err))
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return sluice.Override{}, bad(http.StatusBadRequest, "malformed JSON body: data after the object")
+	if err := decodeStrict(data, &b); err != nil {
+		return sluice.Override{}, err
 	}
 	if b.Set != nil || b.Policy != "" || b.Key != "" {
 		return sluice.Override{}, bad(http.StatusBadRequest, "policy, key and set are not set by the body (the path names the policy and key)")

@@ -1,0 +1,167 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// decodeStrict decodes the JSON object in data into v, refusing with a 400
+// what encoding/json would let pass and change the request: a field not in
+// v, data after the object, a field given twice (encoding/json keeps the
+// last, matching names without regard to case, so "key" and "Key" are the
+// same field), bytes that are not UTF-8 and \u escapes of lone UTF-16
+// surrogates (encoding/json turns both into U+FFFD, so that keys of
+// different bytes would share one count).
+func decodeStrict(data []byte, v any) error {
+	if !utf8.Valid(data) {
+		return bad(http.StatusBadRequest, "malformed JSON body: not valid UTF-8")
+	}
+	if off, ok := loneSurrogate(data); !ok {
+		return bad(http.StatusBadRequest, "malformed JSON body: a \\u escape of a lone UTF-16 surrogate at byte %d (not a character)", off)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return bad(http.StatusBadRequest, "malformed JSON body: %s", jsonError(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return bad(http.StatusBadRequest, "malformed JSON body: data after the object")
+	}
+	if err := duplicateField(data); err != nil {
+		return bad(http.StatusBadRequest, "malformed JSON body: %v", err)
+	}
+	return nil
+}
+
+// loneSurrogate scans the strings of data for a \u escape of a UTF-16
+// surrogate that is not the first half of a pair followed by the second;
+// ok is false with the escape's offset when there is one. Malformed
+// escapes are left for the decoder to report.
+func loneSurrogate(data []byte) (offset int, ok bool) {
+	in := false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		switch {
+		case !in:
+			in = c == '"'
+		case c == '"':
+			in = false
+		case c == '\\':
+			if i+1 < len(data) && data[i+1] == 'u' {
+				r, good := hex4(data, i+2)
+				if !good {
+					return 0, true
+				}
+				switch {
+				case r >= 0xD800 && r < 0xDC00:
+					lo, good := rune(0), false
+					if i+7 < len(data) && data[i+6] == '\\' && data[i+7] == 'u' {
+						lo, good = hex4(data, i+8)
+					}
+					if !good || lo < 0xDC00 || lo >= 0xE000 {
+						return i, false
+					}
+					i += 11
+				case r >= 0xDC00 && r < 0xE000:
+					return i, false
+				default:
+					i += 5
+				}
+			} else {
+				i++ // the escaped byte
+			}
+		}
+	}
+	return 0, true
+}
+
+// hex4 reads four hex digits at data[i:].
+func hex4(data []byte, i int) (rune, bool) {
+	if i+4 > len(data) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range data[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
+// duplicateField reports an object of data, at any depth, that gives one
+// field twice, names compared as encoding/json matches them (without
+// regard to case). data has decoded once already.
+func duplicateField(data []byte) error {
+	type frame struct {
+		object bool
+		key    bool // the next token of an object is a field name
+		names  map[string]bool
+	}
+	var stack []frame
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].key {
+			top := &stack[n-1]
+			if tok == json.Delim('}') {
+				stack = stack[:n-1]
+				continue
+			}
+			name, _ := tok.(string)
+			f := fold(name)
+			if top.names[f] {
+				return fmt.Errorf("field %q is given twice", name)
+			}
+			top.names[f], top.key = true, false
+			continue
+		}
+		// A value: the object holding it expects a name next.
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].key = true
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{object: true, key: true, names: map[string]bool{}})
+		case json.Delim('['):
+			stack = append(stack, frame{})
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+	}
+}
+
+// fold maps s to one string for all the strings strings.EqualFold takes
+// for equal: each rune to the least of its case folding orbit.
+func fold(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		b.WriteRune(least)
+	}
+	return b.String()
+}
