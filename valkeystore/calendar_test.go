@@ -53,7 +53,7 @@ func TestCalendarServerClock(t *testing.T) {
 // the wrong period.
 func TestCalendarClockSkew(t *testing.T) {
 	c := valkeytest.Shared(t).Client(t)
-	s := newStore(t, c)
+	s := newStore(t, c, valkeystore.WithProbe(new(valkeystore.Probe)))
 	rule, err := sluice.FixedWindow{Limit: 3, Calendar: sluice.Calendar{Unit: sluice.Day, Zone: time.UTC}}.Rule()
 	if err != nil {
 		t.Fatal(err)
@@ -61,12 +61,12 @@ func TestCalendarClockSkew(t *testing.T) {
 	key := sluice.Key(sluicetest.Prefix(t), "skew", rule, "k")
 	// A client three days ahead is played through the bounds it sends.
 	ops := []sluice.Op{{Key: key, Rule: rule, Cost: 1}}
-	skewed := valkeystore.ValkeystoreSkew(t, s, ops, 3*24*time.Hour)
+	skewed := valkeystore.SkewedDo(t, s, ops, 3*24*time.Hour)
 	if !errors.Is(skewed, sluice.ErrClockSkew) {
 		t.Fatalf("a client 3 days ahead: %v, want ErrClockSkew", skewed)
 	}
 	ops = []sluice.Op{{Key: key, Rule: rule, Cost: 1}}
-	if err := valkeystore.ValkeystoreSkew(t, s, ops, 12*time.Hour); err != nil {
+	if err := valkeystore.SkewedDo(t, s, ops, 12*time.Hour); err != nil {
 		t.Fatalf("a client 12 hours ahead (within a period): %v", err)
 	}
 }

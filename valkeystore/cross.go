@@ -2,7 +2,6 @@ package valkeystore
 
 import (
 	"strings"
-	"sync/atomic"
 
 	"github.com/sluicehq/sluice"
 	"github.com/valkey-io/valkey-go"
@@ -37,10 +36,6 @@ import (
 // Cross calls are off with WithReplicaAck (its WAIT must follow the script
 // on the connection of the slot's primary) and for the slots missing from
 // the map.
-
-// crossCalls counts the cross calls sent, crossSplits those split after a
-// refusal, in every Store of the process (read by tests).
-var crossCalls, crossSplits atomic.Int64
 
 // crossOK reports whether n may be sent cross calls.
 func (n *node) crossOK() bool {
@@ -107,7 +102,6 @@ func split(batch []sluice.Op, calls []call, resps []valkey.ValkeyResult, redo []
 			continue
 		}
 		c := calls[i]
-		crossSplits.Add(1)
 		bySlot := map[uint16]int{} // slot -> index in outCalls
 		for _, op := range c.ops {
 			sl := slot(batch[op].Key)

@@ -27,7 +27,8 @@ import (
 // involved never fail.
 func TestClusterFailoverBatchPerNode(t *testing.T) {
 	cl := valkeytest.StartCluster(t, 3, valkeytest.WithReplicas(1), valkeytest.WithArgs("--cluster-node-timeout", "1000", "--cluster-require-full-coverage", "no"))
-	s, err := valkeystore.New(cl.Client(t))
+	probe := new(valkeystore.Probe)
+	s, err := valkeystore.New(cl.Client(t), valkeystore.WithProbe(probe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func TestClusterFailoverBatchPerNode(t *testing.T) {
 	for _, k := range keys {
 		counts[k] = &tally{}
 	}
-	calls0 := valkeystore.CrossCalls()
+	calls0 := probe.CrossCalls()
 	stop := loop(6, func(w, i int) bool {
 		ops := make([]sluice.Op, 24)
 		for j := range ops {
@@ -98,7 +99,7 @@ func TestClusterFailoverBatchPerNode(t *testing.T) {
 	time.Sleep(failoverRecovery)
 	stop()
 
-	if valkeystore.CrossCalls() == calls0 {
+	if probe.CrossCalls() == calls0 {
 		t.Fatal("no call spanned several slots: batching per node was not exercised")
 	}
 	peek := make([]sluice.Op, len(keys))
@@ -126,7 +127,7 @@ func TestClusterFailoverBatchPerNode(t *testing.T) {
 		}
 	}
 	t.Logf("%d takes allowed, %d of unknown outcome; %d calls spanned several slots, %d of them split after a refusal",
-		allowed, unknown, valkeystore.CrossCalls()-calls0, valkeystore.CrossSplits())
+		allowed, unknown, probe.CrossCalls()-calls0, probe.CrossSplits())
 }
 
 // isReply reports whether err carries a server's reply (the call was

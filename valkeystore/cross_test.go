@@ -52,7 +52,8 @@ func scriptCallsOf(t testing.TB, s *valkeytest.Server) int64 {
 // not one per slot, and every key gets its own Result.
 func TestBatchPerNode(t *testing.T) {
 	cl := valkeytest.StartCluster(t, 3)
-	s := newStore(t, cl.Client(t))
+	probe := new(valkeystore.Probe)
+	s := newStore(t, cl.Client(t), valkeystore.WithProbe(probe))
 	prefix := sluicetest.Prefix(t)
 	var rules []sluice.Rule
 	for _, p := range []sluice.Policy{
@@ -113,10 +114,10 @@ func TestBatchPerNode(t *testing.T) {
 	}
 	lone("{lone}a")
 	p := cl.Primaries[cl.PrimaryOf(valkeytest.Slot("{lone}b"))]
-	calls, cross := scriptCallsOf(t, p), valkeystore.CrossCalls()
+	calls, cross := scriptCallsOf(t, p), probe.CrossCalls()
 	lone("{lone}b")
-	if got := scriptCallsOf(t, p) - calls; got != 1 || valkeystore.CrossCalls() != cross {
-		t.Errorf("a lone decision made %d script calls (%d cross), want 1 (0)", got, valkeystore.CrossCalls()-cross)
+	if got := scriptCallsOf(t, p) - calls; got != 1 || probe.CrossCalls() != cross {
+		t.Errorf("a lone decision made %d script calls (%d cross), want 1 (0)", got, probe.CrossCalls()-cross)
 	}
 }
 
@@ -128,7 +129,8 @@ func TestBatchPerNode(t *testing.T) {
 // key holds afterwards equals the takes allowed), and none fails.
 func TestBatchPerNodeReshard(t *testing.T) {
 	cl := valkeytest.StartCluster(t, 3)
-	s := newStore(t, cl.Client(t))
+	probe := new(valkeystore.Probe)
+	s := newStore(t, cl.Client(t), valkeystore.WithProbe(probe))
 	prefix := sluicetest.Prefix(t)
 	const lo, hi = 0, 99 // moved from primary 0 to primary 1; primary 0 keeps the rest
 	var keys []string
@@ -154,7 +156,7 @@ func TestBatchPerNodeReshard(t *testing.T) {
 		}
 	}
 	rule := sluice.Rule{Algorithm: sluice.AlgorithmFixedWindow, Limit: 1 << 40, Window: time.Hour}
-	before := valkeystore.CrossSplits()
+	before := probe.CrossSplits()
 	var (
 		mu    sync.Mutex
 		takes = map[string]int64{}
@@ -183,7 +185,7 @@ func TestBatchPerNodeReshard(t *testing.T) {
 	cl.MoveSlots(t, cl.Primaries[0], cl.Primaries[1], lo, hi)
 	time.Sleep(300 * time.Millisecond)
 	stop()
-	if valkeystore.CrossSplits() == before {
+	if probe.CrossSplits() == before {
 		t.Error("no call was split: the reshard never met a call spanning moved and kept slots")
 	}
 	peek := make([]sluice.Op, len(keys))
@@ -206,7 +208,8 @@ func TestBatchPerNodeReshard(t *testing.T) {
 // TestBatchPerNodeReplicaAck: with WithReplicaAck, whose WAIT must follow
 // the script on its slot's connection, no call spans several slots.
 func TestBatchPerNodeReplicaAck(t *testing.T) {
-	s, err := valkeystore.New(valkeytest.SharedCluster(t).Client(t), valkeystore.WithReplicaAck(1), valkeystore.WithoutBreaker())
+	probe := new(valkeystore.Probe)
+	s, err := valkeystore.New(valkeytest.SharedCluster(t).Client(t), valkeystore.WithReplicaAck(1), valkeystore.WithoutBreaker(), valkeystore.WithProbe(probe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +219,7 @@ func TestBatchPerNodeReplicaAck(t *testing.T) {
 	for i := range ops {
 		ops[i] = sluice.Op{Key: fmt.Sprintf("%s:%d", prefix, i), Rule: r, Cost: 1, Deadline: time.Now().Add(100 * time.Millisecond)}
 	}
-	cross := valkeystore.CrossCalls()
+	cross := probe.CrossCalls()
 	if err := s.Do(context.Background(), ops); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +228,7 @@ func TestBatchPerNodeReplicaAck(t *testing.T) {
 			t.Errorf("%s: %+v", op.Key, op.Result)
 		}
 	}
-	if n := valkeystore.CrossCalls() - cross; n != 0 {
+	if n := probe.CrossCalls() - cross; n != 0 {
 		t.Errorf("%d calls spanned several slots with WithReplicaAck", n)
 	}
 }

@@ -8,13 +8,24 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// ValkeystoreSkew decides ops with calendar bounds computed as if this
-// host's clock were skew ahead of the server's, and returns the first Op's
-// error.
-func ValkeystoreSkew(t testing.TB, s *Store, ops []sluice.Op, skew time.Duration) error {
+// Probe is what a test injects into a Store and observes of it.
+type Probe = probe
+
+// WithProbe injects p into the Store.
+func WithProbe(p *Probe) Option {
+	return func(e *engine) { e.probe = p }
+}
+
+// SkewedDo decides ops on s, a Store with a probe, with calendar bounds
+// computed as if this host's clock were skew ahead of the server's, and
+// returns the first Op's error.
+func SkewedDo(t testing.TB, s *Store, ops []sluice.Op, skew time.Duration) error {
 	t.Helper()
-	clockSkew = skew
-	defer func() { clockSkew = 0 }()
+	if s.e.probe == nil {
+		t.Fatal("SkewedDo: the Store has no probe (WithProbe)")
+	}
+	s.e.probe.skew = skew
+	defer func() { s.e.probe.skew = 0 }()
 	if err := s.Do(context.Background(), ops); err != nil {
 		return err
 	}
@@ -22,11 +33,11 @@ func ValkeystoreSkew(t testing.TB, s *Store, ops []sluice.Op, skew time.Duration
 }
 
 // CrossSplits returns how many cross calls (keys of several slots of one
-// node) were split after a refusal that proved they did not run.
-func CrossSplits() int64 { return crossSplits.Load() }
+// node) the Store was split after a refusal that proved they did not run.
+func (p *Probe) CrossSplits() int64 { return p.crossSplits.Load() }
 
-// CrossCalls returns how many cross calls were sent.
-func CrossCalls() int64 { return crossCalls.Load() }
+// CrossCalls returns how many cross calls the Store sent.
+func (p *Probe) CrossCalls() int64 { return p.crossCalls.Load() }
 
 // InFlight returns the calls in flight to each node of s, by name (the
 // primary's address on a cluster), and the requests queued on all of them.

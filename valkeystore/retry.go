@@ -79,6 +79,13 @@ func (n *node) exchange(ctx context.Context, batch []sluice.Op, calls []call, re
 	if redo == nil {
 		return calls, resps
 	}
+	if p := n.e.probe; p != nil {
+		for _, i := range redo {
+			if calls[i].cross {
+				p.crossSplits.Add(1) // split below
+			}
+		}
+	}
 	calls, resps, redo, wait := split(batch, calls, resps, redo)
 	if !wait && ctx.Err() != nil || wait && !retryWait(ctx) {
 		return calls, resps

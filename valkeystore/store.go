@@ -51,6 +51,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -78,6 +79,15 @@ type engine struct {
 	replicaAck int          // WithReplicaAck; see durable.go
 	connectLog *slog.Logger // WithLogger, for Connect only; see connect.go
 	done       chan struct{}
+	probe      *probe // what a test injects and observes; nil otherwise
+}
+
+// A probe is what a test injects into a Store (see export_test.go): a skew
+// added to this host's clock, to play a skewed client, and counters of the
+// cross calls (see cross.go) the Store sent and split.
+type probe struct {
+	skew                    time.Duration
+	crossCalls, crossSplits atomic.Int64
 }
 
 // An Option configures a Store.
@@ -387,7 +397,10 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 	}
 	keys := all[2 : 2+n : 2+n+nov] // room for the override keys, which append never moves
 	buf := make([]byte, 0, size)
-	clock := time.Now().Add(clockSkew)
+	clock := time.Now()
+	if e.probe != nil {
+		clock = clock.Add(e.probe.skew)
+	}
 	for j, i := range c.ops {
 		op := &batch[i]
 		keys[j] = op.Key
@@ -403,7 +416,9 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 	all[len(all)-1] = unsafe.String(unsafe.SliceData(buf), len(buf))
 	sc := c.sc
 	if c.cross {
-		crossCalls.Add(1)
+		if e.probe != nil {
+			e.probe.crossCalls.Add(1)
+		}
 		// Undeclared keys: the numbers of keys and of decisions, the
 		// keys, then the records, all in ARGV (see luascript.Script.Cross).
 		all[0], all[1] = strconv.Itoa(len(keys)), strconv.Itoa(n)
@@ -417,10 +432,6 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 	}
 	return e.client.B().Eval().Script(sc.Src).Numkeys(int64(len(keys))).Key(keys...).Arg(all[len(all)-1]).Build()
 }
-
-// clockSkew is added to this host's clock by tests that play a skewed
-// client.
-var clockSkew time.Duration
 
 // decode fills in the Results of one call from its reply.
 func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {

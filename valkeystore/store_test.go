@@ -23,9 +23,9 @@ import (
 
 func TestMain(m *testing.M) { valkeytest.Main(m) }
 
-func newStore(t testing.TB, c valkey.Client) *valkeystore.Store {
+func newStore(t testing.TB, c valkey.Client, opts ...valkeystore.Option) *valkeystore.Store {
 	t.Helper()
-	s, err := valkeystore.New(c)
+	s, err := valkeystore.New(c, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,16 +12,17 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
 )
 
-// The scripts, one per algorithm: prelude.lua, the algorithm's decide
-// function (scripts/<algorithm>.lua) and the driver batch.lua, which decides
-// any number of keys in one call: KEYS[i] and one string of a record per
-// key (AppendArgs), and replies with one string of a record per key
-// (DecodeCall).
+// The pieces of the scripts. A script is assembled (assemble) from
+// prelude.lua, one algorithm, the driver batch.lua, which decides any
+// number of keys in one call: KEYS[i] and one string of a record per key
+// (AppendArgs), and replies with one string of a record per key
+// (DecodeCall), and an ending, one.lua or cross.lua.
 var (
 	//go:embed scripts/prelude.lua
 	preludeLua string
@@ -45,6 +46,77 @@ var (
 	calendarLua string
 )
 
+// An algorithm is one algorithm file: the body of a function that returns
+// the algorithm's table, whose fields the assembly binds to the locals
+// batch.lua and the endings call: decide (a function deciding one key),
+// flush (a function writing what decide kept for the end of the call) and
+// readsFirst (true when decide only reads and flush writes; see
+// cross.lua). The function is given, in ..., the tables of the algorithms
+// in uses, in order (calendar.lua builds on the fixed window's). Its own
+// locals are its own: no file sees, shadows or reassigns another's.
+type algorithm struct {
+	name string // the local the assembly binds its table to
+	src  string
+	uses []*algorithm
+}
+
+// provides are the fields of an algorithm's table that the assembly binds.
+var provides = []string{"decide", "flush", "readsFirst"}
+
+var (
+	fixedWindowAlg   = &algorithm{name: "fixedWindow", src: fixedWindowLua}
+	slidingLogAlg    = &algorithm{name: "slidingLog", src: slidingLogLua}
+	slidingWindowAlg = &algorithm{name: "slidingWindow", src: slidingWindowLua}
+	tokenBucketAlg   = &algorithm{name: "tokenBucket", src: tokenBucketLua}
+	gcraAlg          = &algorithm{name: "gcra", src: gcraLua}
+	calendarAlg      = &algorithm{name: "calendar", src: calendarLua, uses: []*algorithm{fixedWindowAlg}}
+)
+
+// A piece is a part of an assembled script: the top-level locals of one
+// piece are never redeclared or assigned by another (TestAssembly).
+type piece struct {
+	name, src string
+}
+
+// pieces returns the pieces of the script of a, in order, ending with
+// ending (oneLua or crossLua): prelude.lua; each algorithm a uses, then a,
+// each as "local <name> = (function(...) <file> end)(<uses>)"; the
+// binding of a's table to the locals decide, flush and readsFirst;
+// batch.lua; the ending.
+func pieces(a *algorithm, ending string) []piece {
+	ps := []piece{{"prelude.lua", preludeLua}}
+	seen := map[*algorithm]bool{}
+	var add func(a *algorithm)
+	add = func(a *algorithm) {
+		if seen[a] {
+			return
+		}
+		seen[a] = true
+		var args []string
+		for _, u := range a.uses {
+			add(u)
+			args = append(args, u.name)
+		}
+		ps = append(ps, piece{a.name, "local " + a.name + " = (function(...)\n" + a.src + "end)(" + strings.Join(args, ", ") + ")\n"})
+	}
+	add(a)
+	var bind, from []string
+	for _, f := range provides {
+		bind = append(bind, f)
+		from = append(from, a.name+"."+f)
+	}
+	ps = append(ps, piece{"binding", "local " + strings.Join(bind, ", ") + " = " + strings.Join(from, ", ") + "\n"})
+	return append(ps, piece{"batch.lua", batchLua}, piece{"ending", ending})
+}
+
+func assemble(a *algorithm, ending string) string {
+	var b strings.Builder
+	for _, p := range pieces(a, ending) {
+		b.WriteString(p.src)
+	}
+	return b.String()
+}
+
 // Script is a Lua script and its SHA-1, for EVALSHA.
 type Script struct {
 	Src string
@@ -63,10 +135,9 @@ type Script struct {
 // CrossShebang is the first line of a Cross script.
 const CrossShebang = "#!lua flags=allow-cross-slot-keys\n"
 
-func newScript(decide string) *Script {
-	body := preludeLua + decide + batchLua
-	s := sum(body + oneLua)
-	s.Cross = sum(CrossShebang + body + crossLua)
+func newScript(a *algorithm) *Script {
+	s := sum(assemble(a, oneLua))
+	s.Cross = sum(CrossShebang + assemble(a, crossLua))
 	return s
 }
 
@@ -84,16 +155,16 @@ func For(alg sluice.Algorithm) *Script {
 }
 
 var scripts = [...]*Script{
-	sluice.AlgorithmFixedWindow:   newScript(fixedWindowLua),
-	sluice.AlgorithmSlidingLog:    newScript(slidingLogLua),
-	sluice.AlgorithmSlidingWindow: newScript(slidingWindowLua),
-	sluice.AlgorithmTokenBucket:   newScript(tokenBucketLua),
-	sluice.AlgorithmGCRA:          newScript(gcraLua),
+	sluice.AlgorithmFixedWindow:   newScript(fixedWindowAlg),
+	sluice.AlgorithmSlidingLog:    newScript(slidingLogAlg),
+	sluice.AlgorithmSlidingWindow: newScript(slidingWindowAlg),
+	sluice.AlgorithmTokenBucket:   newScript(tokenBucketAlg),
+	sluice.AlgorithmGCRA:          newScript(gcraAlg),
 }
 
-// calendar decides fixed windows over calendar periods: the fixed
-// window's script with calendar.lua's decide.
-var calendar = newScript(fixedWindowLua + calendarLua)
+// calendar decides fixed windows over calendar periods: calendar.lua's
+// algorithm, on the fixed window's.
+var calendar = newScript(calendarAlg)
 
 // ForRule returns the script that executes r: its algorithm's, or for
 // calendar periods the calendar script. nil for an unknown algorithm.

@@ -22,47 +22,49 @@
 --   and the override's limit (0 when none applied). One string, not seven
 --   integers per key, is what the client reads fastest
 --   (luascript.DecodeCall reads it).
--- Each algorithm defines decide(key, now, limit, parameter, cost, flag,
--- receipt) and flush(), which writes what decide kept to write once at the
--- end. decideAll(keys, args) decides the keys of a call from the records
--- in args; one.lua passes KEYS and ARGV[1], cross.lua the keys it read
--- from ARGV and the records that follow them.
+-- The assembly (luascript.go) binds, before this file, the locals decide,
+-- flush and readsFirst to the algorithm's: decide(key, now, limit,
+-- parameter, cost, flag, receipt) decides one key, flush() writes what
+-- decide kept to write once at the end. decideAll(keys, args) decides the
+-- keys of a call from the records in args and returns their reply records,
+-- in a table, without flushing: the ending (one.lua, cross.lua) calls
+-- flush and concatenates the records. one.lua passes KEYS and ARGV[1],
+-- cross.lua the keys it read from ARGV and the records that follow them.
 local function decideAll(KEYS, args)
-local out, snow, pos, i = {}, nil, 1, 0
-while pos <= #args do
-  i = i + 1
-  local now, limit, param, cost, receipt, flag, cal, ovr
-  now, limit, param, cost, receipt, flag, cal, ovr, pos = struct.unpack('<i8i8i8i8i8BBB', args, pos)
-  if now == 0 then
-    if not snow then
-      local t = redis.call('TIME')
-      snow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local out, snow, pos, i = {}, nil, 1, 0
+  while pos <= #args do
+    i = i + 1
+    local now, limit, param, cost, receipt, flag, cal, ovr
+    now, limit, param, cost, receipt, flag, cal, ovr, pos = struct.unpack('<i8i8i8i8i8BBB', args, pos)
+    if now == 0 then
+      if not snow then
+        local t = redis.call('TIME')
+        snow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      end
+      now = snow
     end
-    now = snow
+    if cal == 1 then
+      local b1, b2, b3, b4
+      b1, b2, b3, b4, pos = struct.unpack('<i8i8i8i8', args, pos)
+      param = { b1, b2, b3, b4 }
+    end
+    local ov, ovLimit, untl = 0, 0, 0
+    if ovr == 1 then
+      local oi, m1, m2, m3, m4
+      oi, m1, m2, m3, m4, pos = struct.unpack('<i8i8i8i8i8', args, pos)
+      limit, param, ov, untl = override(KEYS[oi], now, limit, param, m1, m2, m3, m4)
+      if ov == 1 then ovLimit = limit end
+    end
+    local allowed, remaining, retry, reset
+    if ov == 1 and cost > limit then
+      -- More than the override allows: refused, taking nothing, until the
+      -- override lapses (the plan's limit admits the cost).
+      allowed, remaining, retry, reset, receipt = decide(KEYS[i], now, limit, param, 0, flag, 0)
+      allowed, retry = 0, untl - now
+    else
+      allowed, remaining, retry, reset, receipt = decide(KEYS[i], now, limit, param, cost, flag, receipt)
+    end
+    out[i] = struct.pack('<BBi8i8i8i8i8', allowed, ov, remaining, retry, reset, receipt or now, ovLimit)
   end
-  if cal == 1 then
-    local b1, b2, b3, b4
-    b1, b2, b3, b4, pos = struct.unpack('<i8i8i8i8', args, pos)
-    param = { b1, b2, b3, b4 }
-  end
-  local ov, ovLimit, untl = 0, 0, 0
-  if ovr == 1 then
-    local oi, m1, m2, m3, m4
-    oi, m1, m2, m3, m4, pos = struct.unpack('<i8i8i8i8i8', args, pos)
-    limit, param, ov, untl = override(KEYS[oi], now, limit, param, m1, m2, m3, m4)
-    if ov == 1 then ovLimit = limit end
-  end
-  local allowed, remaining, retry, reset
-  if ov == 1 and cost > limit then
-    -- More than the override allows: refused, taking nothing, until the
-    -- override lapses (the plan's limit admits the cost).
-    allowed, remaining, retry, reset, receipt = decide(KEYS[i], now, limit, param, 0, flag, 0)
-    allowed, retry = 0, untl - now
-  else
-    allowed, remaining, retry, reset, receipt = decide(KEYS[i], now, limit, param, cost, flag, receipt)
-  end
-  out[i] = struct.pack('<BBi8i8i8i8i8', allowed, ov, remaining, retry, reset, receipt or now, ovLimit)
-end
-flush() -- the state the algorithm kept for the end of the call
-return table.concat(out)
+  return out
 end

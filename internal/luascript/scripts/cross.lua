@@ -28,24 +28,21 @@ for i = 1, n do
     end
   end
 end
+local args = ARGV[n + 3]
 if not readsFirst then
-  return decideAll(keys, ARGV[n + 3])
+  local out = decideAll(keys, args)
+  flush()
+  return table.concat(out)
 end
--- decideAll calls flush through this local: once it is called, writes may
--- have begun, and an error is no longer a proof that nothing changed.
-local flushing, flushState = false, flush
-flush = function()
-  flushing = true
-  flushState()
+-- decideAll only reads: any error it raises has changed nothing. flush,
+-- called after it and outside the pcall, may have begun to write when it
+-- fails, and its error is raised as it is.
+local ok, r = pcall(decideAll, keys, args)
+if not ok then
+  if type(r) == 'table' and r.err then
+    r = r.err
+  end
+  return redis.error_reply('NOTLOCAL ' .. tostring(r))
 end
-local ok, r = pcall(decideAll, keys, ARGV[n + 3])
-if ok then
-  return r
-end
-if flushing then
-  error(r, 0) -- as if not caught
-end
-if type(r) == 'table' and r.err then
-  r = r.err
-end
-return redis.error_reply('NOTLOCAL ' .. tostring(r))
+flush()
+return table.concat(r)

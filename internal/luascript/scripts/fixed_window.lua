@@ -13,8 +13,8 @@
 -- A key decided several times in one call (a hot key's queued requests) is
 -- read once and written once, by flush: states[key] is {w, c}, or false for
 -- none; pending[key] the PX to write, or 0 to delete.
--- decide only reads; every write waits for flush (cross.lua relies on it).
-local readsFirst = true
+-- decide only reads; every write waits for flush (readsFirst: cross.lua
+-- relies on it).
 local states, pending = {}, {}
 -- decideSpan decides in the window [start, stop) named idx.
 local function decideSpan(key, now, idx, start, stop, limit, cost, flag, receipt)
@@ -59,3 +59,6 @@ local function decide(key, now, limit, window, cost, flag, receipt)
 end
 
 local function flush() flushPacked('<i8i8', states, pending) end
+
+-- decideSpan is for calendar.lua too.
+return { decide = decide, flush = flush, readsFirst = true, decideSpan = decideSpan }

@@ -10,8 +10,8 @@
 -- A key decided several times in one call (a hot key's queued requests) is
 -- read once and written once, by flush: tats[key] is the TAT, or false for
 -- none; pending[key] the PX to write, or 0 to delete.
--- decide only reads; every write waits for flush (cross.lua relies on it).
-local readsFirst = true
+-- decide only reads; every write waits for flush (readsFirst: cross.lua
+-- relies on it).
 local tats, pending = {}, {}
 local function decide(key, now, burst, interval, cost, _, receipt)
   local tat = now
@@ -65,3 +65,5 @@ local function flush()
     end
   end
 end
+
+return { decide = decide, flush = flush, readsFirst = true }

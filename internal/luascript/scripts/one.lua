@@ -1,2 +1,4 @@
 -- The ending of a script whose keys share one slot, declared in KEYS.
-return decideAll(KEYS, ARGV[1])
+local out = decideAll(KEYS, ARGV[1])
+flush() -- the state the algorithm kept for the end of the call
+return table.concat(out)

@@ -8,8 +8,8 @@
 -- returns allowed (1/0), remaining, retry_after_us and reset_after_us; the
 -- driver (batch.lua) runs it for every key of a call, after prelude.lua.
 -- Mirrors slidingLog in memstore/algo.go.
--- decide writes as it goes, so cross.lua reads every key before the first.
-local readsFirst = false
+-- decide writes as it goes (not readsFirst), so cross.lua reads every key
+-- before the first.
 local function decide(key, now, limit, window, cost, flag, receipt)
   local countRejected = flag == 1
 
@@ -72,3 +72,5 @@ local function decide(key, now, limit, window, cost, flag, receipt)
 end
 
 local function flush() end -- every decision wrote its own state
+
+return { decide = decide, flush = flush, readsFirst = false }

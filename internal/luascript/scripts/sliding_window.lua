@@ -9,8 +9,8 @@
 -- driver (batch.lua) runs it for every key of a call, after prelude.lua.
 -- Mirrors slidingWindow and swRetry in memstore/algo.go, operation for
 -- operation, so that both compute the same doubles.
--- decide only reads; every write waits for flush (cross.lua relies on it).
-local readsFirst = true
+-- decide only reads; every write waits for flush (readsFirst: cross.lua
+-- relies on it).
 local LOOPS = 64 -- bound of the search for the first allowed microsecond
 -- A key decided several times in one call (a hot key's queued requests) is
 -- read once and written once, by flush: states[key] is {w, c, p}, or false
@@ -106,3 +106,5 @@ local function decide(key, now, limit, win, cost, _, receipt)
 end
 
 local function flush() flushPacked('<i8i8i8', states, pending) end
+
+return { decide = decide, flush = flush, readsFirst = true }

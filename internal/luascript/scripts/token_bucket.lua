@@ -12,8 +12,8 @@
 -- A key decided several times in one call (a hot key's queued requests) is
 -- read once and written once, by flush: states[key] is {u, ts}, or false for
 -- none; pending[key] the PX to write, or 0 to delete.
--- decide only reads; every write waits for flush (cross.lua relies on it).
-local readsFirst = true
+-- decide only reads; every write waits for flush (readsFirst: cross.lua
+-- relies on it).
 local states, pending = {}, {}
 local function decide(key, now, cap, interval, cost, _, receipt)
   local st = states[key]
@@ -65,3 +65,5 @@ local function decide(key, now, cap, interval, cost, _, receipt)
 end
 
 local function flush() flushPacked('<i8i8', states, pending) end
+
+return { decide = decide, flush = flush, readsFirst = true }
