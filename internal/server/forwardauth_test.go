@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -381,4 +383,19 @@ func FuzzForwardAuth(f *testing.F) {
 			t.Fatalf("%d %s", w.Code, w.Body)
 		}
 	})
+}
+
+// TestForwardAuthWarningLogged: sluice serve logs config.Warnings at load.
+func TestForwardAuthWarningLogged(t *testing.T) {
+	cfg, err := config.Parse("w.yaml", []byte("policies: [{name: api, algorithm: gcra, burst: 1, rate: 1/s}]\nforward_auth:\n  trusted_proxies: [10.0.0.1]\n  routes: [{name: keyed, limits: [{policy: api, key: header:X-API-Key}]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf syncbuf.Buffer
+	if _, err := New(cfg, Options{Store: memstore.New(), Logger: slog.New(slog.NewTextHandler(&buf, nil)), Env: testEnv}); err != nil {
+		t.Fatal(err)
+	}
+	if out := buf.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "w.yaml:4: forward_auth route keyed:") {
+		t.Errorf("log %q, want the warning", out)
+	}
 }
