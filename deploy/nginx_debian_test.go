@@ -10,7 +10,9 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -273,5 +275,45 @@ func TestNginxDebianDefaultKept(t *testing.T) {
 	out, ok := n.test()
 	if ok || !strings.Contains(out, "duplicate default server") {
 		t.Fatalf("nginx -t with Debian's default site kept: passed %v, want a failure naming the duplicate default server:\n%s", ok, out)
+	}
+}
+
+// TestNginxDebianBesideDefault: the documented alternative to removing
+// Debian's default site (default_server dropped from sluice.conf's listen
+// lines, server_name set): requests for that name reach the application
+// through Sluice, the others still get the default site.
+func TestNginxDebianBesideDefault(t *testing.T) {
+	s := startStack(t)
+	n := newDebianNginx(t, s.sluiceHP, s.appHP)
+	n.install(t, nginxInstructions(t), func(c []string) bool {
+		return (c[0] == "rm" && slices.Contains(c, "/etc/nginx/sites-enabled/default")) || c[0] == "nginx"
+	})
+	conf := filepath.Join(n.etc, "conf.d", "sluice.conf")
+	b, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := replaceAll(t, "nginx/sluice.conf", string(b), " default_server;", ";", "server_name _;", "server_name app.example;")
+	if err := os.WriteFile(conf, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, ok := n.test(); !ok {
+		t.Fatalf("nginx -t with server_name set and Debian's default kept:\n%s", out)
+	}
+	runProxy(t, "nginx", n.port, []string{}, append([]string{n.bin}, n.args()...)...)
+	base := fmt.Sprintf("http://127.0.0.1:%d", n.port)
+	req, _ := http.NewRequest("GET", base+"/items", nil)
+	req.Host = "app.example"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "app" || resp.Header.Get("X-Ratelimit-Limit") != "20" {
+		t.Errorf("Host app.example: %d %q %v, want the application's answer with X-RateLimit-Limit 20", resp.StatusCode, body, resp.Header)
+	}
+	if a := send(t, "GET", base+"/items"); a.code == 200 && a.body == "app" {
+		t.Errorf("another Host reached the application: the default site should answer it")
 	}
 }
