@@ -151,47 +151,6 @@ func runProxy(t *testing.T, name string, port int, env []string, args ...string)
 	}
 }
 
-// startNginx runs nginx with deploy/nginx/sluice.conf inside a minimal
-// nginx.conf of the test's (temporary paths, no daemon), returning its URL.
-func startNginx(t *testing.T, s *stack) string {
-	t.Helper()
-	bin := lookTool(t, "nginx")
-	dir := t.TempDir()
-	port := freePort(t)
-	b, err := os.ReadFile("nginx/sluice.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf := replaceAll(t, "nginx/sluice.conf", string(b),
-		"listen 80;", fmt.Sprintf("listen 127.0.0.1:%d;", port),
-		"server 127.0.0.1:8080;", "server "+s.sluiceHP+";",
-		"server 127.0.0.1:3000;", "server "+s.appHP+";")
-	if err := os.WriteFile(filepath.Join(dir, "sluice.conf"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mustCopy(t, "nginx/sluice-ratelimit-headers.conf", filepath.Join(dir, "sluice-ratelimit-headers.conf"), 0o644)
-	main := fmt.Sprintf(`daemon off;
-master_process off;
-pid %[1]s/nginx.pid;
-error_log stderr notice;
-events { worker_connections 256; }
-http {
-    access_log off;
-    client_body_temp_path %[1]s/client_body;
-    proxy_temp_path %[1]s/proxy;
-    fastcgi_temp_path %[1]s/fastcgi;
-    uwsgi_temp_path %[1]s/uwsgi;
-    scgi_temp_path %[1]s/scgi;
-    include %[1]s/sluice.conf;
-}
-`, dir)
-	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(main), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	runProxy(t, "nginx", port, []string{}, bin, "-p", dir+"/", "-c", filepath.Join(dir, "nginx.conf"), "-e", "stderr")
-	return fmt.Sprintf("http://127.0.0.1:%d", port)
-}
-
 // startCaddy runs caddy with deploy/caddy/Caddyfile, returning its URL.
 func startCaddy(t *testing.T, s *stack) string {
 	t.Helper()
@@ -241,6 +200,8 @@ func send(t *testing.T, method, url string, hdr ...string) answer {
 }
 
 // proxyScenarios drives real HTTP through a proxy at base.
+// clientHeaders: the proxy adds the rate-limit headers to the client's
+// response.
 func proxyScenarios(t *testing.T, s *stack, base string, clientHeaders bool) {
 	// Allowed: the application answers and receives the rate-limit headers.
 	a := send(t, "GET", base+"/items")
@@ -275,9 +236,44 @@ func proxyScenarios(t *testing.T, s *stack, base string, clientHeaders bool) {
 	if a := send(t, "POST", base+"/login"); a.code != 429 || json.Unmarshal([]byte(a.body), &problem) != nil || problem["status"] != float64(429) {
 		t.Errorf("refusal body %d %q: want problem+json with status 429", a.code, a.body)
 	}
+	// Every spelling of /login a backend may serve as /login is counted by
+	// the login route (refused now), not let through by the looser api
+	// route; /login%00 is refused by the proxy or by Sluice.
+	for _, p := range []string{"/LOGIN", "/Login", "/%4Cogin", "/login;jsessionid=1", "/login%00"} {
+		n := len(s.seen())
+		a := send(t, "POST", base+p)
+		if a.code != http.StatusTooManyRequests && !(p == "/login%00" && a.code == http.StatusBadRequest) {
+			t.Errorf("POST %s after the login refusals: %d %q, want 429 (the login route)", p, a.code, a.body)
+		}
+		if len(s.seen()) != n {
+			t.Errorf("POST %s reached the application", p)
+		}
+	}
 	// Other routes are not affected by the login limit.
 	if a := send(t, "GET", base+"/items"); a.code != 200 {
 		t.Errorf("GET /items after the login refusals: %d", a.code)
+	}
+
+	// A client that sends a new X-API-Key on every request is still counted
+	// by its address: refused once the address's burst of 20 (and 5/s) is
+	// spent, whatever key it makes up.
+	start := time.Now()
+	allowed := 0
+	for i := 0; i < 40; i++ {
+		a := send(t, "GET", base+"/items", "X-API-Key", fmt.Sprintf("random-%d-%d", i, time.Now().UnixNano()))
+		switch a.code {
+		case 200:
+			allowed++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("GET /items with a new X-API-Key: %d %q", a.code, a.body)
+		}
+	}
+	// At most the burst of 20 (the bucket may have refilled since the GETs
+	// above) and 5/s meanwhile, one more for rounding.
+	t.Logf("a new X-API-Key on each of 40 requests: %d allowed in %v", allowed, time.Since(start).Round(time.Millisecond))
+	if most := 20 + int(5*time.Since(start).Seconds()) + 1; allowed > most {
+		t.Errorf("a new X-API-Key on each of 40 requests: %d allowed, want at most %d (the address's limit)", allowed, most)
 	}
 
 	// Sluice down: "/" fails open, "/login" fails closed.
@@ -292,6 +288,15 @@ func proxyScenarios(t *testing.T, s *stack, base string, clientHeaders bool) {
 	}
 	if len(s.seen()) != n {
 		t.Error("Sluice down: a fail-closed request reached the application")
+	}
+	for _, p := range []string{"/LOGIN", "/%4Cogin", "/login;jsessionid=1", "/login/x"} {
+		if a := send(t, "POST", base+p); a.code != http.StatusServiceUnavailable {
+			t.Errorf("Sluice down, POST %s: %d, want 503 (fail closed like /login)", p, a.code)
+		}
+		if m := len(s.seen()); m != n {
+			t.Errorf("Sluice down, POST %s reached the application", p)
+			n = m
+		}
 	}
 }
 

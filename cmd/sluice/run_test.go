@@ -109,3 +109,21 @@ func TestServeBadConfig(t *testing.T) {
 		t.Errorf("%d %q", code, stderr)
 	}
 }
+
+// TestValidateConfigWarnsChosenKey: a forward_auth route every limit of
+// which a client escapes with a new header value is valid (exit 0) but
+// warned about, naming file, line and route; the shipped
+// deploy/forward-auth.yaml is not.
+func TestValidateConfigWarnsChosenKey(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "fa.yaml")
+	os.WriteFile(file, []byte("policies:\n  - {name: api, algorithm: token_bucket, burst: 20, rate: 5/s}\nforward_auth:\n  trusted_proxies: [127.0.0.1]\n  routes:\n    - name: everything\n      limits: [{policy: api, key: [header:X-API-Key, client_ip]}]\n"), 0o644)
+	code, stdout, stderr := runCmd("validate-config", file)
+	if code != 0 || !strings.Contains(stdout, "fa.yaml: ok") || !strings.Contains(stderr, "warning: "+file+":6: forward_auth route everything:") || !strings.Contains(stderr, "never limited") {
+		t.Errorf("header-keyed route: %d %q %q, want ok with a warning", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCmd("validate-config", "../../deploy/forward-auth.yaml")
+	if code != 0 || stderr != "" || !strings.Contains(stdout, "ok") {
+		t.Errorf("deploy/forward-auth.yaml: %d %q %q, want ok without warnings", code, stdout, stderr)
+	}
+}

@@ -20,8 +20,10 @@ envoyproxy/ratelimit's configuration directory (every file one domain).
 With --secrets it also reads, from this environment and file system, the
 secrets the file names, as sluice serve does when it starts, and reports
 what serve would refuse: an admin token missing or shorter than 16
-characters, a Valkey password or TLS file that cannot be read. Exit code 0
-when all are valid, 1 when one is not.
+characters, a Valkey password or TLS file that cannot be read. Warnings
+(such as a forward_auth route a client escapes by sending a new header value
+on each request) go to standard error and do not change the exit code.
+Exit code 0 when all are valid, 1 when one is not.
 
 flags:
 `
@@ -66,6 +68,9 @@ func runValidate(_ context.Context, args []string, env func(string) (string, boo
 				continue
 			}
 			store += ", secrets readable"
+		}
+		for _, w := range cfg.ForwardAuth.Warnings(cfg.Source) {
+			fmt.Fprintln(stderr, "warning: "+w)
 		}
 		fmt.Fprintf(stdout, "%s: ok: %d policies, %d domains, %s\n", name, len(cfg.Policies), len(cfg.Domains), store)
 	}

@@ -1,10 +1,9 @@
 package config
 
 import (
+	"fmt"
 	"net/http"
 	"net/netip"
-	"net/url"
-	"path"
 	"strconv"
 	"strings"
 
@@ -26,6 +25,10 @@ type ForwardAuth struct {
 	// ClientIPHeader is the header the proxies put the client's address in
 	// (default X-Forwarded-For; or Forwarded, X-Real-IP, ...).
 	ClientIPHeader string
+	// PathCaseSensitive (path_case: sensitive) compares paths as written;
+	// by default (path_case: insensitive) /LOGIN is matched as /login,
+	// since many backends serve it so.
+	PathCaseSensitive bool
 	// Unmatched says what happens to a request no route applies to.
 	Unmatched Unmatched
 	// Routes are tried in order; the first that applies decides.
@@ -47,9 +50,10 @@ const (
 type Route struct {
 	// Name identifies the route in logs (default "route N", N from 1).
 	Name string
-	// PathPrefix matches the normalised path (see CleanPath) segment by
-	// segment: "/api" (or "/api/") matches /api and /api/x, not /apix.
-	// "" and "/" match every path.
+	// PathPrefix matches the normalised path (see CleanPath and MatchPath)
+	// segment by segment: "/api" (or "/api/") matches /api and /api/x, not
+	// /apix. "" and "/" match every path. Lower-cased at load unless
+	// path_case is sensitive.
 	PathPrefix string
 	// Methods, upper case; empty matches every method.
 	Methods []string
@@ -63,8 +67,13 @@ type Route struct {
 // RouteLimit is one limit of a route: a policy and where its key comes from.
 type RouteLimit struct {
 	Policy string
-	// Keys are tried in order; the first present is the request's key.
+	// Keys are tried in order and the first present is the request's key
+	// (key: [a, b] or key: {first: [a, b]}); with All (key: {all: [a, b]})
+	// each present is counted, and the request is refused when any is over
+	// the limit. Either way the limit finds no key when none is present.
 	Keys []KeySource
+	All  bool
+	Line int
 }
 
 // KeySource is where a route limit's key comes from.
@@ -144,30 +153,7 @@ func hostOnly(host string) string {
 	return host
 }
 
-// CleanPath returns the path of a request URI as a proxy routes it: the
-// query dropped, percent-escapes decoded, "." and ".." resolved, repeated
-// slashes merged, so that /a/../login and /%6Cogin are matched as /login.
-// A URI that cannot be decoded is matched as written, cleaned.
-func CleanPath(uri string) string {
-	if i := strings.IndexAny(uri, "?#"); i >= 0 {
-		uri = uri[:i]
-	}
-	// An absolute URI (GET http://host/path): its path.
-	if i := strings.Index(uri, "://"); i >= 0 {
-		rest := uri[i+3:]
-		if j := strings.IndexByte(rest, '/'); j >= 0 {
-			uri = rest[j:]
-		} else {
-			uri = "/"
-		}
-	}
-	if dec, err := url.PathUnescape(uri); err == nil {
-		uri = dec
-	}
-	return path.Clean("/" + uri)
-}
-
-var forwardAuthFields = []string{"trusted_proxies", "client_ip_header", "unmatched", "routes"}
+var forwardAuthFields = []string{"trusted_proxies", "client_ip_header", "path_case", "unmatched", "routes"}
 
 func (d *decoder) forwardAuth(n *yaml.Node, c *Config) *ForwardAuth {
 	f := d.mapping(n, "forward_auth", forwardAuthFields...)
@@ -197,6 +183,15 @@ func (d *decoder) forwardAuth(n *yaml.Node, c *Config) *ForwardAuth {
 	if _, err := clientip.New(clientip.Config{TrustedProxies: fa.TrustedProxies, Header: fa.ClientIPHeader}); err != nil && len(fa.TrustedProxies) > 0 {
 		d.errorf(n, "forward_auth: %v", err)
 	}
+	if x, ok := f["path_case"]; ok {
+		switch s := d.str(x.val, "forward_auth.path_case"); s {
+		case "insensitive":
+		case "sensitive":
+			fa.PathCaseSensitive = true
+		default:
+			d.errorf(x.val, "forward_auth.path_case must be insensitive (the default: /LOGIN is matched as /login) or sensitive, got %q", s)
+		}
+	}
 	if x, ok := f["unmatched"]; ok {
 		switch s := d.str(x.val, "forward_auth.unmatched"); s {
 		case "allow":
@@ -213,7 +208,7 @@ func (d *decoder) forwardAuth(n *yaml.Node, c *Config) *ForwardAuth {
 		return fa
 	}
 	for i, rn := range d.sequence(x.val, "forward_auth.routes") {
-		if r := d.route(rn, c, i+1); r != nil {
+		if r := d.route(rn, c, fa, i+1); r != nil {
 			fa.Routes = append(fa.Routes, r)
 		}
 	}
@@ -222,7 +217,7 @@ func (d *decoder) forwardAuth(n *yaml.Node, c *Config) *ForwardAuth {
 
 var routeFields = []string{"name", "path_prefix", "methods", "host", "limits"}
 
-func (d *decoder) route(n *yaml.Node, c *Config, num int) *Route {
+func (d *decoder) route(n *yaml.Node, c *Config, fa *ForwardAuth, num int) *Route {
 	f := d.mapping(n, "route", routeFields...)
 	if f == nil {
 		return nil
@@ -236,11 +231,17 @@ func (d *decoder) route(n *yaml.Node, c *Config, num int) *Route {
 	what := "forward_auth route " + r.Name
 	if x, ok := f["path_prefix"]; ok {
 		r.PathPrefix = d.str(x.val, what+": path_prefix")
-		if !strings.HasPrefix(r.PathPrefix, "/") {
+		clean, err := CleanPath(r.PathPrefix)
+		switch {
+		case !strings.HasPrefix(r.PathPrefix, "/"):
 			d.errorf(x.val, "%s: path_prefix must start with /, got %q", what, r.PathPrefix)
-		} else if clean := path.Clean(r.PathPrefix); clean != strings.TrimSuffix(r.PathPrefix, "/") && clean != r.PathPrefix {
-			d.errorf(x.val, "%s: path_prefix %q is not a clean path (requests are matched after resolving . and .. and merging slashes; write %q)", what, r.PathPrefix, clean)
-		} else {
+		case err != nil || strings.ContainsAny(r.PathPrefix, "?#"):
+			d.errorf(x.val, "%s: path_prefix %q can never match: requests are matched by their path without query, fragment or control characters", what, r.PathPrefix)
+		case clean != strings.TrimSuffix(r.PathPrefix, "/") && clean != r.PathPrefix:
+			d.errorf(x.val, "%s: path_prefix %q is not a normalised path (requests are matched after decoding percent-escapes, dropping ;parameters, resolving . and .. and merging slashes; write %q)", what, r.PathPrefix, clean)
+		case !fa.PathCaseSensitive:
+			r.PathPrefix = strings.ToLower(clean)
+		default:
 			r.PathPrefix = clean
 		}
 	}
@@ -297,12 +298,39 @@ func (d *decoder) routeLimit(n *yaml.Node, c *Config, what string) *RouteLimit {
 		d.errorf(n, "%s: limit %s has no key (client_ip, header:NAME or claim:NAME, or a list of them)", what, l.Policy)
 		return nil
 	}
+	l.Line = n.Line
+	const keyForms = "client_ip, header:NAME or claim:NAME, a list of them (the first present counts) or {all: [...]} (each present counts)"
 	var items []*yaml.Node
-	if kn := d.resolve(k.val); kn != nil && kn.Kind == yaml.SequenceNode {
+	kn := d.resolve(k.val)
+	switch {
+	case kn == nil:
+		return nil
+	case kn.Kind == yaml.SequenceNode:
 		items = d.sequence(kn, what+": key")
-	} else {
-		items = []*yaml.Node{k.val}
+	case kn.Kind == yaml.MappingNode:
+		m := d.mapping(kn, what+": key", "first", "all")
+		if m == nil {
+			return nil
+		}
+		first, hasFirst := m["first"]
+		all, hasAll := m["all"]
+		switch {
+		case hasFirst && hasAll:
+			d.errorf(kn, "%s: key has both first and all: write one", what)
+			return nil
+		case hasAll:
+			l.All = true
+			items = d.sequence(all.val, what+": key.all")
+		case hasFirst:
+			items = d.sequence(first.val, what+": key.first")
+		default:
+			d.errorf(kn, "%s: key must be %s", what, keyForms)
+			return nil
+		}
+	default:
+		items = []*yaml.Node{kn}
 	}
+	seen := map[KeySource]bool{}
 	for _, item := range items {
 		s := d.str(item, what+": key")
 		src, ok := parseKeySource(s)
@@ -310,10 +338,15 @@ func (d *decoder) routeLimit(n *yaml.Node, c *Config, what string) *RouteLimit {
 			d.errorf(item, "%s: key %q must be client_ip, header:NAME or claim:NAME", what, s)
 			continue
 		}
+		if seen[src] {
+			d.errorf(item, "%s: key %s is listed twice", what, src)
+			continue
+		}
+		seen[src] = true
 		l.Keys = append(l.Keys, src)
 	}
 	if len(l.Keys) == 0 {
-		d.errorf(k.val, "%s: key is empty", what)
+		d.errorf(k.val, "%s: key is empty: want %s", what, keyForms)
 		return nil
 	}
 	return l
@@ -348,4 +381,56 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return true
+}
+
+// ClientChosen reports whether a client can give itself a new identity for
+// this limit on every request, by sending a new value of a header: a list
+// (the first present counts) with a header: in it, or {all: [...]} with
+// nothing but header: sources. client_ip and claim: (set by the trusted
+// proxy) are not the client's to choose.
+func (l *RouteLimit) ClientChosen() bool {
+	headers := 0
+	for _, k := range l.Keys {
+		if k.Kind == KeyHeader {
+			headers++
+		}
+	}
+	if l.All {
+		return headers == len(l.Keys)
+	}
+	return headers > 0
+}
+
+// Warnings returns what the section allows though it is most likely not
+// meant, one sentence each, naming file (the configuration's source) and
+// line: a route on which every limit is keyed by a header the client
+// chooses, so that a client sending a new value on each request is never
+// limited. sluice validate-config prints them and sluice serve logs them
+// at every load; they do not refuse the configuration (a limit per header
+// value is legitimate beside another route or proxy that bounds clients).
+func (fa *ForwardAuth) Warnings(file string) []string {
+	if fa == nil {
+		return nil
+	}
+	var out []string
+	for _, r := range fa.Routes {
+		chosen := true
+		var srcs []string
+		for _, l := range r.Limits {
+			chosen = chosen && l.ClientChosen()
+			for _, k := range l.Keys {
+				if k.Kind == KeyHeader {
+					srcs = append(srcs, k.String())
+				}
+			}
+		}
+		if !chosen || len(r.Limits) == 0 {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s:%d: forward_auth route %s: every limit can be keyed by a header the client chooses (%s): "+
+			"a client that sends a new value on each request is never limited; count per address as well "+
+			"(key: {all: [client_ip, %s]}) or key by a claim the proxy sets after authenticating the client (claim:NAME)",
+			file, r.Line, r.Name, strings.Join(srcs, ", "), srcs[0]))
+	}
+	return out
 }

@@ -59,6 +59,7 @@ type fwdRoute struct {
 type fwdLimit struct {
 	pol  *policy
 	keys []config.KeySource
+	all  bool
 }
 
 func newForwardAuth(cfg *config.ForwardAuth, policies map[string]*policy) (*forwardAuth, error) {
@@ -77,7 +78,7 @@ func newForwardAuth(cfg *config.ForwardAuth, policies map[string]*policy) (*forw
 			if p == nil {
 				return nil, fmt.Errorf("forward_auth route %s: policy %q is not defined", rc.Name, lc.Policy)
 			}
-			r.limits = append(r.limits, fwdLimit{pol: p, keys: lc.Keys})
+			r.limits = append(r.limits, fwdLimit{pol: p, keys: lc.Keys, all: lc.All})
 		}
 		fa.routes = append(fa.routes, r)
 	}
@@ -87,6 +88,9 @@ func newForwardAuth(cfg *config.ForwardAuth, policies map[string]*policy) (*forw
 // original is the request the proxy asks about.
 type original struct {
 	method, path, host string
+	// bad says why the path cannot be matched (a control character in
+	// it); such a request is refused.
+	bad error
 	// trusted: the peer is a trusted proxy, so the forwarded headers (and
 	// claims) were read.
 	trusted bool
@@ -102,15 +106,19 @@ func (fa *forwardAuth) original(r *http.Request, fl flavor) original {
 			trusted = trusted || p.Contains(peer)
 		}
 	}
+	uri := r.RequestURI
+	o := original{method: r.Method, host: r.Host, trusted: trusted}
+	if trusted {
+		if v := r.Header.Get(fl.method); v != "" {
+			o.method = strings.ToUpper(v)
+		}
+		if v := r.Header.Get(fl.uri); v != "" {
+			uri = v
+		}
+	}
+	o.path, o.bad = fa.cfg.MatchPath(uri)
 	if !trusted {
-		return original{method: r.Method, path: config.CleanPath(r.RequestURI), host: r.Host}
-	}
-	o := original{method: r.Method, path: config.CleanPath(r.RequestURI), host: r.Host, trusted: true}
-	if v := r.Header.Get(fl.method); v != "" {
-		o.method = strings.ToUpper(v)
-	}
-	if v := r.Header.Get(fl.uri); v != "" {
-		o.path = config.CleanPath(v)
+		return o
 	}
 	if v := r.Header.Get(fl.host); v != "" {
 		o.host = v
@@ -118,9 +126,11 @@ func (fa *forwardAuth) original(r *http.Request, fl flavor) original {
 	return o
 }
 
-// key returns the identity of the first source present, "" if none is.
-func (fa *forwardAuth) key(r *http.Request, o original, srcs []config.KeySource) string {
-	for _, src := range srcs {
+// keys appends to dst the identities a limit counts the request under:
+// the first source present, or with all every source present; none when
+// no source is present.
+func (fa *forwardAuth) keys(dst []string, r *http.Request, o original, l *fwdLimit) []string {
+	for _, src := range l.keys {
 		var id string
 		switch src.Kind {
 		case config.KeyClientIP:
@@ -134,10 +144,13 @@ func (fa *forwardAuth) key(r *http.Request, o original, srcs []config.KeySource)
 			}
 		}
 		if id != "" {
-			return id
+			dst = append(dst, id)
+			if !l.all {
+				return dst
+			}
 		}
 	}
-	return ""
+	return dst
 }
 
 // resolve finds the first route that applies to o and builds its checks.
@@ -150,13 +163,17 @@ next:
 		}
 		checks := make([]sluice.Check, 0, len(rt.limits))
 		pols := make([]*policy, 0, len(rt.limits))
-		for _, l := range rt.limits {
-			k := fa.key(r, o, l.keys)
-			if k == "" {
+		var ids []string
+		for j := range rt.limits {
+			l := &rt.limits[j]
+			ids = fa.keys(ids[:0], r, o, l)
+			if len(ids) == 0 {
 				continue next // this route needs a key the request lacks
 			}
-			checks = append(checks, sluice.Check{Limiter: l.pol.limiter, Key: k, Cost: 1})
-			pols = append(pols, l.pol)
+			for _, k := range ids {
+				checks = append(checks, sluice.Check{Limiter: l.pol.limiter, Key: k, Cost: 1})
+				pols = append(pols, l.pol)
+			}
 		}
 		return rt, checks, pols
 	}
@@ -192,6 +209,16 @@ func (s *Server) handleForwardAuth(fl flavor) http.HandlerFunc {
 		o := fa.original(r, fl)
 		if !o.trusted {
 			s.warnUntrusted(fa, r)
+		}
+		if o.bad != nil {
+			// auth_request passes on only 401 and 403 (a 400 would become
+			// a 500, which the shipped nginx file lets through).
+			code := http.StatusBadRequest
+			if fl.refused == http.StatusForbidden {
+				code = http.StatusForbidden
+			}
+			problem(w, code, "forward auth: "+o.bad.Error()+"; refused rather than matched against the routes")
+			return
 		}
 		rt, checks, pols := fa.resolve(r, o)
 		if rt == nil {

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -270,8 +273,93 @@ forward_auth:
 	}
 }
 
+// TestForwardAuthSpellings: the spellings of /login that common backends
+// serve as /login are counted by the login route, not the looser one after
+// it; a path with a control character is refused (403 for nginx, whose
+// auth_request would turn a 400 into a 500).
+func TestForwardAuthSpellings(t *testing.T) {
+	s := fwdServer(t, fwdYAML, nil)
+	for i := 0; i < 2; i++ {
+		if w := fwd(s, "POST", "h", "/login", "192.0.2.9"); w.Code != 200 {
+			t.Fatalf("login %d: %d", i, w.Code)
+		}
+	}
+	for _, uri := range []string{"/LOGIN", "/Login", "/%4Cogin", "/login;jsessionid=1", "/login%3Bx=1", "/%5Clogin", "/LOGIN/;a=b"} {
+		if w := fwd(s, "POST", "h", uri, "192.0.2.9"); w.Code != 429 || !strings.Contains(w.Body.String(), `\"login\"`) {
+			t.Errorf("%s: %d %s, want 429 by login", uri, w.Code, w.Body)
+		}
+	}
+	for _, c := range []struct{ endpoint, hdr string }{{"/v1/forward-auth", "X-Forwarded-Uri"}, {"/v1/forward-auth/nginx", "X-Original-Uri"}} {
+		want := 400
+		if strings.HasSuffix(c.endpoint, "nginx") {
+			want = 403
+		}
+		for _, uri := range []string{"/login%00", "/login\x00", "/log%0Ain", "/api/%7f"} {
+			w := ask(s, c.endpoint, "10.0.0.1", c.hdr, uri, "X-Forwarded-Method", "POST", "X-Original-Method", "POST", "X-Forwarded-For", "192.0.2.10")
+			if w.Code != want || !strings.Contains(w.Body.String(), "control character") || w.Header().Get("Retry-After") != "" {
+				t.Errorf("%s %q: %d %s, want %d naming the control character", c.endpoint, uri, w.Code, w.Body, want)
+			}
+		}
+	}
+	// path_case: sensitive keeps case: /LOGIN is not the login route then.
+	sens := fwdServer(t, strings.Replace(fwdYAML, "trusted_proxies: [10.0.0.0/8]", "trusted_proxies: [10.0.0.0/8]\n  path_case: sensitive", 1), nil)
+	for i := 0; i < 3; i++ {
+		if w := fwd(sens, "POST", "h", "/LOGIN", "192.0.2.9"); w.Code != 200 || policyOf(w) != "" {
+			t.Fatalf("path_case sensitive, /LOGIN %d: %d policy %q, want unmatched", i, w.Code, policyOf(w))
+		}
+	}
+}
+
+// TestForwardAuthAllKeys: key {all: [client_ip, header:X-API-Key]} counts
+// the address and the key: a client that sends a new key on every request
+// is refused once its address is over, and one key used from many
+// addresses once the key is over. The list form counts only the first.
+func TestForwardAuthAllKeys(t *testing.T) {
+	const yaml = `
+policies: [{name: api, algorithm: fixed_window, limit: 3, window: 1h}]
+forward_auth:
+  trusted_proxies: [10.0.0.0/8]
+  routes: [{limits: [{policy: api, key: KEY}]}]
+`
+	all := fwdServer(t, strings.Replace(yaml, "KEY", "{all: [client_ip, header:X-API-Key]}", 1), nil)
+	first := fwdServer(t, strings.Replace(yaml, "KEY", "[header:X-API-Key, client_ip]", 1), nil)
+	allowed := func(s *Server, client, key string) bool {
+		w := fwd(s, "GET", "h", "/", client, "X-API-Key", key)
+		if w.Code != 200 && w.Code != 429 {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+		return w.Code == 200
+	}
+	n, m := 0, 0
+	for i := 0; i < 10; i++ {
+		if allowed(all, "192.0.2.1", fmt.Sprint("random-", i)) {
+			n++
+		}
+		if allowed(first, "192.0.2.1", fmt.Sprint("random-", i)) {
+			m++
+		}
+	}
+	if n != 3 || m != 10 {
+		t.Errorf("a new key on each request: all let %d of 10 through (want 3, the address's limit), the list form %d (want 10)", n, m)
+	}
+	n = 0
+	for i := 0; i < 10; i++ {
+		if allowed(all, fmt.Sprint("198.51.100.", i+1), "shared") {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Errorf("one key from 10 addresses: %d allowed, want 3 (the key's limit)", n)
+	}
+	// A request without the header is counted by address alone.
+	w := fwd(all, "GET", "h", "/", "203.0.113.1")
+	if w.Code != 200 || hget(w, "X-RateLimit-Remaining") != "2" {
+		t.Errorf("without the header: %d %v", w.Code, w.Header())
+	}
+}
+
 // FuzzForwardAuth: whatever a proxy or a peer sends, the answer is 200,
-// 403 or 429, never a 500.
+// 403 or 429 (400 for a path with a control character), never a 500.
 func FuzzForwardAuth(f *testing.F) {
 	f.Add("/v1/forward-auth", "10.0.0.1:1", "POST", "/login", "h", "192.0.2.1", "k")
 	f.Add("/v1/forward-auth/nginx", "10.0.0.1:1", "", "/%zz/../login", "", "", "")
@@ -291,8 +379,23 @@ func FuzzForwardAuth(f *testing.F) {
 		}
 		w := httptest.NewRecorder()
 		s.Handler().ServeHTTP(w, req)
-		if w.Code != 200 && w.Code != 403 && w.Code != 429 {
+		if w.Code != 200 && w.Code != 403 && w.Code != 429 && (w.Code != 400 || path == "/v1/forward-auth/nginx") {
 			t.Fatalf("%d %s", w.Code, w.Body)
 		}
 	})
+}
+
+// TestForwardAuthWarningLogged: sluice serve logs config.Warnings at load.
+func TestForwardAuthWarningLogged(t *testing.T) {
+	cfg, err := config.Parse("w.yaml", []byte("policies: [{name: api, algorithm: gcra, burst: 1, rate: 1/s}]\nforward_auth:\n  trusted_proxies: [10.0.0.1]\n  routes: [{name: keyed, limits: [{policy: api, key: header:X-API-Key}]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf syncbuf.Buffer
+	if _, err := New(cfg, Options{Store: memstore.New(), Logger: slog.New(slog.NewTextHandler(&buf, nil)), Env: testEnv}); err != nil {
+		t.Fatal(err)
+	}
+	if out := buf.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "w.yaml:4: forward_auth route keyed:") {
+		t.Errorf("log %q, want the warning", out)
+	}
 }

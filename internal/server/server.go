@@ -191,6 +191,9 @@ func (s *Server) Apply(cfg *config.Config) error {
 		}
 	}
 	s.state.Store(st)
+	for _, w := range cfg.ForwardAuth.Warnings(cfg.Source) {
+		s.log.Warn(w)
+	}
 	s.envoyStats.overrides.Set(0)
 	s.refused.retain(st.order)
 	s.metrics.policies.Set(float64(len(st.order)))
