@@ -229,7 +229,7 @@ func readyz(t *testing.T, cl *valkeytest.Cluster) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs := server.ConnectValkey(opt, discardLogger)
+	vs := server.ConnectValkey(opt, discardLogger, nil)
 	t.Cleanup(vs.Close)
 	cfg, err := config.Parse("t.yaml", []byte("policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n"))
 	if err != nil {

@@ -182,7 +182,7 @@ func openStore(cfg *config.Config, opts *server.Options, env func(string) (strin
 		logger.Error("valkey configuration", "err", err.Error())
 		return nil, err
 	}
-	vs := server.ConnectValkey(copt, logger)
+	vs := server.ConnectValkey(copt, logger, func(err error) error { return server.ExplainAuth(err, cfg.Valkey) })
 	opts.Store, opts.StoreName = vs, "valkey"
 	mode := "standalone"
 	switch {

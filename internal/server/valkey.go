@@ -27,12 +27,16 @@ var ErrNotConnected = errors.New("valkey: not connected yet")
 // the service starts, and answers by its policies' on_failure, while Valkey
 // is still unreachable, then uses it as soon as it answers.
 type ValkeyStore struct {
-	store  atomic.Pointer[valkeystore.Store]
-	risks  atomic.Pointer[riskCheck] // the server settings read at connection
-	mu     sync.Mutex
-	client valkey.Client
-	cancel context.CancelFunc
-	done   chan struct{}
+	store atomic.Pointer[valkeystore.Store]
+	risks atomic.Pointer[riskCheck] // the server settings read at connection
+	// connErr is why the last connection attempt failed when that was an
+	// authentication refusal (*AuthError), reported instead of
+	// ErrNotConnected; nil otherwise.
+	connErr atomic.Pointer[AuthError]
+	mu      sync.Mutex
+	client  valkey.Client
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 // ClientOption builds valkey-go's options from the configuration. env looks
@@ -106,8 +110,10 @@ func ClientOption(v *config.Valkey, env func(string) (string, bool)) (valkey.Cli
 // ConnectValkey returns a store that connects with opt in the background,
 // retrying with backoff (up to 5s between attempts) until it succeeds or
 // Close is called. Several addresses make a cluster client (valkey-go
-// detects the mode).
-func ConnectValkey(opt valkey.ClientOption, log *slog.Logger) *ValkeyStore {
+// detects the mode). explain (nil: none) turns a connection error into
+// the one reported, as ExplainAuth names the settings that fix an
+// authentication refusal.
+func ConnectValkey(opt valkey.ClientOption, log *slog.Logger, explain func(error) error) *ValkeyStore {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &ValkeyStore{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -126,6 +132,7 @@ func ConnectValkey(opt valkey.ClientOption, log *slog.Logger) *ValkeyStore {
 					}
 					s.client = client
 					s.store.Store(st)
+					s.connErr.Store(nil)
 					s.mu.Unlock()
 					log.Info("connected to valkey", "addresses", opt.InitAddress, "attempt", attempt)
 					s.checkRisks(ctx, st, log)
@@ -134,10 +141,7 @@ func ConnectValkey(opt valkey.ClientOption, log *slog.Logger) *ValkeyStore {
 				client.Close()
 				err = err2
 			}
-			if attempt == 1 || attempt%10 == 0 {
-				log.Warn("cannot connect to valkey yet; deciding by each policy's on_failure",
-					"addresses", opt.InitAddress, "attempt", attempt, "err", err)
-			}
+			s.connectFailed(err, explain, opt.InitAddress, attempt, log)
 			select {
 			case <-ctx.Done():
 				return
@@ -149,11 +153,46 @@ func ConnectValkey(opt valkey.ClientOption, log *slog.Logger) *ValkeyStore {
 	return s
 }
 
+// connectFailed reports a failed connection attempt: logged on the first
+// attempt and every tenth, and, when Valkey refused to authenticate, kept
+// to be reported by Ping and the decisions instead of ErrNotConnected (an
+// error level log naming the setting that fixes it: retrying will not).
+func (s *ValkeyStore) connectFailed(err error, explain func(error) error, addrs []string, attempt int, log *slog.Logger) {
+	if explain != nil {
+		err = explain(err)
+	}
+	var ae *AuthError
+	if errors.As(err, &ae) {
+		s.connErr.Store(ae)
+	} else {
+		s.connErr.Store(nil)
+	}
+	if attempt != 1 && attempt%10 != 0 {
+		return
+	}
+	if ae != nil {
+		log.Error("valkey refused to authenticate sluice; deciding by each policy's on_failure until the credentials are fixed",
+			"addresses", addrs, "attempt", attempt, "err", err.Error())
+		return
+	}
+	log.Warn("cannot connect to valkey yet; deciding by each policy's on_failure",
+		"addresses", addrs, "attempt", attempt, "err", err)
+}
+
+// notConnected is the store's error before the first connection: the
+// authentication refusal of the last attempt, or ErrNotConnected.
+func (s *ValkeyStore) notConnected() error {
+	if ae := s.connErr.Load(); ae != nil {
+		return ae
+	}
+	return ErrNotConnected
+}
+
 // Do implements sluice.Store.
 func (s *ValkeyStore) Do(ctx context.Context, batch []sluice.Op) error {
 	st := s.store.Load()
 	if st == nil {
-		return ErrNotConnected
+		return s.notConnected()
 	}
 	return st.Do(ctx, batch)
 }
@@ -162,7 +201,7 @@ func (s *ValkeyStore) Do(ctx context.Context, batch []sluice.Op) error {
 func (s *ValkeyStore) Delete(ctx context.Context, keys ...string) error {
 	st := s.store.Load()
 	if st == nil {
-		return ErrNotConnected
+		return s.notConnected()
 	}
 	return st.Delete(ctx, keys...)
 }
@@ -171,7 +210,7 @@ func (s *ValkeyStore) Delete(ctx context.Context, keys ...string) error {
 func (s *ValkeyStore) Ping(ctx context.Context) error {
 	st := s.store.Load()
 	if st == nil {
-		return ErrNotConnected
+		return s.notConnected()
 	}
 	return st.Ping(ctx)
 }

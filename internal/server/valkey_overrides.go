@@ -8,13 +8,13 @@ import (
 
 // ValkeyStore keeps key overrides through the valkeystore.Store it
 // connected (sluice.OverrideStore); before it connects, every call fails
-// with ErrNotConnected.
+// with ErrNotConnected (or the authentication refusal that keeps it from connecting).
 
 // PutOverride implements sluice.OverrideStore.
 func (s *ValkeyStore) PutOverride(ctx context.Context, index, key string, rec sluice.OverrideRecord) error {
 	st := s.store.Load()
 	if st == nil {
-		return ErrNotConnected
+		return s.notConnected()
 	}
 	return st.PutOverride(ctx, index, key, rec)
 }
@@ -23,7 +23,7 @@ func (s *ValkeyStore) PutOverride(ctx context.Context, index, key string, rec sl
 func (s *ValkeyStore) GetOverride(ctx context.Context, key string) (sluice.OverrideRecord, bool, error) {
 	st := s.store.Load()
 	if st == nil {
-		return sluice.OverrideRecord{}, false, ErrNotConnected
+		return sluice.OverrideRecord{}, false, s.notConnected()
 	}
 	return st.GetOverride(ctx, key)
 }
@@ -32,7 +32,7 @@ func (s *ValkeyStore) GetOverride(ctx context.Context, key string) (sluice.Overr
 func (s *ValkeyStore) DeleteOverride(ctx context.Context, index, key, identity string) error {
 	st := s.store.Load()
 	if st == nil {
-		return ErrNotConnected
+		return s.notConnected()
 	}
 	return st.DeleteOverride(ctx, index, key, identity)
 }
@@ -41,7 +41,7 @@ func (s *ValkeyStore) DeleteOverride(ctx context.Context, index, key, identity s
 func (s *ValkeyStore) ListOverrides(ctx context.Context, index string, keyOf func(string) string) ([]sluice.OverrideRecord, error) {
 	st := s.store.Load()
 	if st == nil {
-		return nil, ErrNotConnected
+		return nil, s.notConnected()
 	}
 	return st.ListOverrides(ctx, index, keyOf)
 }

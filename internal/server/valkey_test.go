@@ -53,7 +53,7 @@ func TestValkeyHealthMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs := ConnectValkey(opt, logger)
+	vs := ConnectValkey(opt, logger, nil)
 	defer vs.Close()
 	cfg, err := config.Parse("t.yaml", []byte("policies:\n  - {name: a, algorithm: gcra, burst: 1000000, rate: 1000000/s, timeout: 50ms}\n"))
 	if err != nil {
@@ -123,7 +123,7 @@ func TestValkeySentinel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs := ConnectValkey(opt, quietLogger())
+	vs := ConnectValkey(opt, quietLogger(), nil)
 	defer vs.Close()
 	cfg, err := config.Parse("t.yaml", []byte("policies:\n  - {name: a, algorithm: fixed_window, limit: 2, window: 1h, timeout: 1s}\n"))
 	if err != nil {
