@@ -3,6 +3,7 @@ package valkeystore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -32,19 +33,33 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithConnectError gives Connect a function that turns a failed connection
+// attempt's error into the one reported (nil: the error as it is), such as
+// one naming the setting that fixes a refused password. It is an option of
+// Connect only: New refuses it.
+func WithConnectError(explain func(error) error) Option {
+	return func(e *engine) { e.connectExplain = explain }
+}
+
 // A Lazy is a sluice.Store on Valkey that connects in the background, so
 // that a service starts, and decides by its limiters' fail modes, while
 // Valkey is unreachable (a restart during an outage is then no crash loop).
-// Until the first connection every call fails at once with
-// ErrNotConnected; from then on it is the Store that connection made. It
+// Until the first connection every call fails at once with an error
+// matching ErrNotConnected (which, when Valkey answered the last attempt
+// with a refusal, such as NOAUTH or WRONGPASS, says so: retrying alone
+// will not connect); from then on it is the Store that connection made. It
 // owns its client: Close closes it. It is safe for concurrent use.
 type Lazy struct {
-	store  atomic.Pointer[Store]
-	ready  chan struct{} // closed when store is set
-	mu     sync.Mutex
-	client valkey.Client
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the connecting goroutine ends
+	store atomic.Pointer[Store]
+	// refused is the error of the calls before the first connection when
+	// Valkey refused the last attempt (a reply, not a network error); nil
+	// otherwise (ErrNotConnected).
+	refused atomic.Pointer[error]
+	ready   chan struct{} // closed when store is set
+	mu      sync.Mutex
+	client  valkey.Client
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the connecting goroutine ends
 }
 
 // Connect returns a Lazy that builds a valkey-go client from opt (a
@@ -83,6 +98,7 @@ func Connect(opt valkey.ClientOption, opts ...Option) (*Lazy, error) {
 // connect is the connecting goroutine of Connect.
 func (l *Lazy) connect(ctx context.Context, opt valkey.ClientOption, opts []Option, log *slog.Logger) {
 	defer close(l.done)
+	e0, _ := configure(opts) // checked by Connect
 	delay := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		client, err := valkey.NewClient(opt)
@@ -102,10 +118,7 @@ func (l *Lazy) connect(ctx context.Context, opt valkey.ClientOption, opts []Opti
 			log.Info("connected to valkey", "addresses", opt.InitAddress, "attempt", attempt)
 			return
 		}
-		if attempt == 1 || attempt%10 == 0 {
-			log.Warn("cannot connect to valkey yet; deciding by each limiter's fail mode",
-				"addresses", opt.InitAddress, "attempt", attempt, "err", err)
-		}
+		l.failed(err, e0.connectExplain, opt.InitAddress, attempt, log)
 		select {
 		case <-ctx.Done():
 			return
@@ -113,6 +126,40 @@ func (l *Lazy) connect(ctx context.Context, opt valkey.ClientOption, opts []Opti
 		}
 		delay = min(delay*2, 5*time.Second)
 	}
+}
+
+// failed records and reports a failed connection attempt: logged on the
+// first attempt and every tenth, as an error when Valkey refused it (a
+// reply: its settings must change), as a warning otherwise.
+func (l *Lazy) failed(err error, explain func(error) error, addrs []string, attempt int, log *slog.Logger) {
+	_, reply := valkey.IsValkeyErr(err)
+	if explain != nil {
+		err = explain(err)
+	}
+	if reply {
+		e := fmt.Errorf("%w: %w", ErrNotConnected, err)
+		l.refused.Store(&e)
+	} else {
+		l.refused.Store(nil)
+	}
+	if attempt != 1 && attempt%10 != 0 {
+		return
+	}
+	if reply {
+		log.Error("valkey refused the connection; deciding by each limiter's fail mode until its settings are fixed",
+			"addresses", addrs, "attempt", attempt, "err", err.Error())
+		return
+	}
+	log.Warn("cannot connect to valkey yet; deciding by each limiter's fail mode",
+		"addresses", addrs, "attempt", attempt, "err", err)
+}
+
+// notConnected is the calls' error before the first connection.
+func (l *Lazy) notConnected() error {
+	if e := l.refused.Load(); e != nil {
+		return *e
+	}
+	return ErrNotConnected
 }
 
 // Store returns the Store of the first connection, or nil before it.
@@ -143,7 +190,7 @@ func (l *Lazy) Wait(ctx context.Context) (*Store, error) {
 func (l *Lazy) Do(ctx context.Context, batch []sluice.Op) error {
 	st := l.store.Load()
 	if st == nil {
-		return ErrNotConnected
+		return l.notConnected()
 	}
 	return st.Do(ctx, batch)
 }
@@ -152,7 +199,7 @@ func (l *Lazy) Do(ctx context.Context, batch []sluice.Op) error {
 func (l *Lazy) Delete(ctx context.Context, keys ...string) error {
 	st := l.store.Load()
 	if st == nil {
-		return ErrNotConnected
+		return l.notConnected()
 	}
 	return st.Delete(ctx, keys...)
 }
@@ -161,7 +208,7 @@ func (l *Lazy) Delete(ctx context.Context, keys ...string) error {
 func (l *Lazy) Ping(ctx context.Context) error {
 	st := l.store.Load()
 	if st == nil {
-		return ErrNotConnected
+		return l.notConnected()
 	}
 	return st.Ping(ctx)
 }
@@ -179,7 +226,7 @@ func (l *Lazy) Breakers() map[string]BreakerState {
 func (l *Lazy) PutOverride(ctx context.Context, index, key string, rec sluice.OverrideRecord) error {
 	st := l.store.Load()
 	if st == nil {
-		return ErrNotConnected
+		return l.notConnected()
 	}
 	return st.PutOverride(ctx, index, key, rec)
 }
@@ -188,7 +235,7 @@ func (l *Lazy) PutOverride(ctx context.Context, index, key string, rec sluice.Ov
 func (l *Lazy) GetOverride(ctx context.Context, key string) (sluice.OverrideRecord, bool, error) {
 	st := l.store.Load()
 	if st == nil {
-		return sluice.OverrideRecord{}, false, ErrNotConnected
+		return sluice.OverrideRecord{}, false, l.notConnected()
 	}
 	return st.GetOverride(ctx, key)
 }
@@ -197,7 +244,7 @@ func (l *Lazy) GetOverride(ctx context.Context, key string) (sluice.OverrideReco
 func (l *Lazy) DeleteOverride(ctx context.Context, index, key, identity string) error {
 	st := l.store.Load()
 	if st == nil {
-		return ErrNotConnected
+		return l.notConnected()
 	}
 	return st.DeleteOverride(ctx, index, key, identity)
 }
@@ -206,7 +253,7 @@ func (l *Lazy) DeleteOverride(ctx context.Context, index, key, identity string) 
 func (l *Lazy) ListOverrides(ctx context.Context, index string, keyOf func(string) string) ([]sluice.OverrideRecord, error) {
 	st := l.store.Load()
 	if st == nil {
-		return nil, ErrNotConnected
+		return nil, l.notConnected()
 	}
 	return st.ListOverrides(ctx, index, keyOf)
 }

@@ -229,7 +229,7 @@ func readyz(t *testing.T, cl *valkeytest.Cluster) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs, err := server.ConnectValkey(opt, discardLogger)
+	vs, err := server.ConnectValkey(opt, discardLogger, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,8 +78,10 @@ type engine struct {
 	topo       topology     // nodes and the slots they serve; see nodes.go
 	replicaAck int          // WithReplicaAck; see durable.go
 	connectLog *slog.Logger // WithLogger, for Connect only; see connect.go
-	done       chan struct{}
-	probe      *probe // what a test injects and observes; nil otherwise
+	// connectExplain is WithConnectError, for Connect only.
+	connectExplain func(error) error
+	done           chan struct{}
+	probe          *probe // what a test injects and observes; nil otherwise
 }
 
 // A probe is what a test injects into a Store (see export_test.go): a skew
@@ -138,6 +140,9 @@ func New(client valkey.Client, opts ...Option) (*Store, error) {
 	}
 	if e.connectLog != nil {
 		return nil, errors.New("valkeystore: WithLogger is an option of Connect, which logs its connection attempts; New makes none")
+	}
+	if e.connectExplain != nil {
+		return nil, errors.New("valkeystore: WithConnectError is an option of Connect, which reports its connection attempts; New makes none")
 	}
 	return e.start(client), nil
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
 )
@@ -52,6 +53,9 @@ type benchConfig struct {
 	cost        int64
 	timeout     time.Duration
 	batching    int
+	// username and passwordEnv (the environment variable holding the
+	// password) authenticate to Valkey.
+	username, passwordEnv string
 }
 
 // parseBench reads bench's flags. A nil config with a nil error means -h
@@ -68,6 +72,8 @@ func parseBench(args []string, stdout io.Writer) (*benchConfig, error) {
 	cost := fs.Int64("cost", 1, "units each decision takes")
 	timeout := fs.Duration("timeout", sluice.DefaultTimeout, "decision timeout: decisions past it are degraded (decided by fail mode open)")
 	batching := fs.Int("batching", 4, "script calls in flight, across the nodes of a cluster (valkeystore.WithBatching; 0: no batching)")
+	username := fs.String("username", "", "Valkey ACL `user` (default: the default user)")
+	passwordEnv := fs.String("password-env", "", "the environment `variable` holding Valkey's password")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(fs, benchUsage, stdout)
@@ -78,7 +84,8 @@ func parseBench(args []string, stdout io.Writer) (*benchConfig, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	c := &benchConfig{algorithm: *alg, concurrency: *conc, keys: *keys, duration: *duration, cost: *cost, timeout: *timeout, batching: *batching}
+	c := &benchConfig{algorithm: *alg, concurrency: *conc, keys: *keys, duration: *duration, cost: *cost, timeout: *timeout, batching: *batching,
+		username: *username, passwordEnv: *passwordEnv}
 	for _, a := range strings.Split(*addrs, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			c.addrs = append(c.addrs, a)
@@ -126,13 +133,24 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
 
+	var password string
+	if cfg.passwordEnv != "" {
+		p, ok := os.LookupEnv(cfg.passwordEnv)
+		if !ok {
+			fmt.Fprintf(stderr, "sluice bench: --password-env: environment variable %s is not set\n", cfg.passwordEnv)
+			return 2
+		}
+		password = p
+	}
 	client, err := valkey.NewClient(valkey.ClientOption{
 		InitAddress:  cfg.addrs,
+		Username:     cfg.username,
+		Password:     password,
 		DisableCache: true,
 		ClientName:   "sluice-bench",
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice bench: connecting to %s: %v\n", strings.Join(cfg.addrs, ","), err)
+		fmt.Fprintf(stderr, "sluice bench: connecting to %s: %v\n", strings.Join(cfg.addrs, ","), benchAuthHint(err, cfg))
 		return 1
 	}
 	defer client.Close()
@@ -145,7 +163,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	err = store.Ping(pctx)
 	cancel()
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
+		fmt.Fprintf(stderr, "sluice bench: %v\n", benchAuthHint(err, cfg))
 		return 1
 	}
 	lim, err := sluice.New(store, cfg.policy,
@@ -384,4 +402,24 @@ func benchThousands(n float64) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// benchAuthHint names the flags that fix Valkey's refusal to authenticate
+// (NOAUTH, WRONGPASS); other errors are returned as they are.
+func benchAuthHint(err error, cfg *benchConfig) error {
+	switch server.AuthRefusal(err) {
+	case "NOAUTH":
+		return fmt.Errorf("valkey requires a password and none was sent (NOAUTH): pass --password-env with the name of an environment variable holding it (and --username for an ACL user): %w", err)
+	case "WRONGPASS":
+		src := "no password (--password-env not set)"
+		if cfg.passwordEnv != "" {
+			src = "the password in $" + cfg.passwordEnv + " (--password-env)"
+		}
+		user := "the default user (--username not set)"
+		if cfg.username != "" {
+			user = fmt.Sprintf("user %q (--username)", cfg.username)
+		}
+		return fmt.Errorf("valkey refused %s for %s (WRONGPASS): fix --password-env or --username: %w", src, user, err)
+	}
+	return err
 }

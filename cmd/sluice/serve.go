@@ -182,7 +182,7 @@ func openStore(cfg *config.Config, opts *server.Options, env func(string) (strin
 		logger.Error("valkey configuration", "err", err.Error())
 		return nil, err
 	}
-	vs, err := server.ConnectValkey(copt, logger)
+	vs, err := server.ConnectValkey(copt, logger, func(err error) error { return server.ExplainAuth(err, cfg.Valkey) })
 	if err != nil {
 		logger.Error("valkey configuration", "err", err.Error())
 		return nil, err

@@ -21,7 +21,9 @@ const simulateUsage = `usage: sluice simulate [--config FILE | --policy SPEC...]
 Runs policies on the in-process store with a simulated clock and writes
 what they decided, per time bucket: PREFIX.csv, PREFIX.svg and PREFIX.png
 (one row per policy: requests allowed and refused, the watched key's
-remaining units, the admitted rate against the nominal rate).
+remaining units, the rate admitted to all keys together over the rate
+window, the units in it divided by the whole window, against the nominal
+rate times the keys that sent requests in that window).
 
 Traffic (--traffic, repeatable; RATE as in a config file, such as 12/s):
   steady:RATE              one request every 1/RATE
@@ -162,14 +164,14 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "policy\trule\trequests\tallowed\trefused\tadmitted/s\tnominal/s\t")
+	fmt.Fprintln(tw, "policy\trule\tkeys\trequests\tallowed\trefused\tadmitted/s (all keys)\tnominal/s per key\t")
 	for _, p := range res.Policies {
 		rate := float64(0)
 		for _, b := range p.Buckets {
 			rate += float64(b.AllowedUnits)
 		}
 		rate /= res.Duration.Seconds()
-		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%d\t%.4g\t%.4g\t\n", p.Name, p.Rule, p.Requests, p.Allowed, p.Refused, rate, p.Nominal)
+		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%d\t%d\t%.4g\t%.4g\t\n", p.Name, p.Rule, p.Keys, p.Requests, p.Allowed, p.Refused, rate, p.Nominal)
 	}
 	tw.Flush()
 	fmt.Fprintf(stdout, "done in %v\n", time.Since(began).Round(time.Millisecond))

@@ -80,7 +80,7 @@ func TestSimulateDocExample(t *testing.T) {
 			t.Errorf("output lacks %s: %s", line, stdout)
 		}
 	}
-	if !regexp.MustCompile(`fixed_window\s+fixed_window\(limit=10, window=1s\)\s+40\s+21\s+19`).MatchString(stdout) {
+	if !regexp.MustCompile(`fixed_window\s+fixed_window\(limit=10, window=1s\)\s+1\s+40\s+21\s+19`).MatchString(stdout) {
 		t.Errorf("fixed window: want 21 of 40 allowed:\n%s", stdout)
 	}
 }

@@ -31,6 +31,11 @@ Proves that this deployment limits as promised: against its own Valkey
                timeout (and the black-hole wait), as on_failure says
   ttl          every key written expires, within its bound
 
+and, once, doctor's checks of the Valkey settings that lose counts: an
+evicting maxmemory-policy fails (an evicted key starts again with its full
+limit); persistence that forgets long windows on a restart is named as a
+caveat of the verdict; settings the server does not let verify read (CONFIG
+disabled) are named as not checked. The checks run
 in a scratch key prefix of its own (refused if it already holds keys),
 deleted at the end. Exit code 0 when every check passes, 1 when one fails
 (the failed checks are named), 2 for bad usage.

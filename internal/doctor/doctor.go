@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -218,4 +219,34 @@ func (rep *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\n%d errors, %d warnings, %d could not check, %d info, %d ok\n",
 		counts[Error], counts[Warning], counts[Unknown], counts[Info], counts[OK])
+}
+
+// LimitChecks are the checks whose failure breaks the limits themselves,
+// not only their availability or speed: an evicting maxmemory-policy
+// (an evicted key starts again with its full limit) and persistence (a
+// restart hands out fresh quotas for long windows). sluice verify runs
+// them through Limits.
+var LimitChecks = []string{"maxmemory-policy", "persistence"}
+
+// Limits runs the LimitChecks on every primary that client (connected to
+// the Valkey of cfg) knows: the same checks, and findings, as Run's.
+func Limits(ctx context.Context, client valkey.Client, store *valkeystore.Store, cfg *config.Config) ([]*Finding, error) {
+	prims, err := valkeyops.Primaries(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	d := &doc{cfg: cfg, client: client, prims: prims, risked: map[string]bool{}, rep: &Report{},
+		isCluster: client.Mode() == valkey.ClientModeCluster}
+	d.risks(ctx, store)
+	for _, addr := range valkeyops.SortedAddrs(prims) {
+		d.eviction(ctx, addr, prims[addr])
+		d.persistence(ctx, addr, prims[addr])
+	}
+	var out []*Finding
+	for _, f := range d.rep.Findings {
+		if slices.Contains(LimitChecks, f.Check) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
 }

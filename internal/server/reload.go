@@ -16,7 +16,9 @@ import (
 // that does not load, or whose policies cannot be built, is rejected:
 // logged, counted in sluice_server_config_reloads_total{result="failure"},
 // and the last good configuration keeps serving. A file identical to the
-// one being served is not applied again.
+// one being served is not applied again; after a rejected file, reverting
+// to the served one is a successful reload (recorded as one, so that the
+// alert and the dashboard's error clear).
 func (s *Server) Reload(path, reason string) error {
 	if s.opts.ConfigDir != nil {
 		return s.reloadDir(path, reason)
@@ -28,7 +30,11 @@ func (s *Server) Reload(path, reason string) error {
 		same := bytes.Equal(sum[:], s.lastSum[:]) && s.lastSumSet
 		s.applyMu.Unlock()
 		if same {
-			s.log.Debug("configuration unchanged", "file", path, "reason", reason)
+			if s.recordRevert() {
+				s.log.Info("configuration back to the one being served; the last rejection no longer applies", "file", path, "reason", reason)
+			} else {
+				s.log.Debug("configuration unchanged", "file", path, "reason", reason)
+			}
 			return nil
 		}
 	}
@@ -56,6 +62,11 @@ func (s *Server) Reload(path, reason string) error {
 // configuration that cannot be built, are both failures.
 func (s *Server) recordReload(err error) {
 	s.lastReload.Store(&reloadResult{at: time.Now().UTC(), err: errString(err)})
+	s.countReload(err)
+}
+
+// countReload counts a reload's outcome in the metrics.
+func (s *Server) countReload(err error) {
 	if err != nil {
 		s.metrics.reloads.WithLabelValues("failure").Inc()
 		s.metrics.reloadOK.Set(0)
@@ -65,6 +76,24 @@ func (s *Server) recordReload(err error) {
 	s.metrics.reloads.WithLabelValues("success").Inc()
 	s.metrics.reloadOK.Set(1)
 	s.envoyStats.loadSuccess.Inc()
+}
+
+// recordRevert is called when the file or directory on disk is the one
+// being served: if the last reload was rejected, the source has been put
+// back to the served configuration, and that is a successful reload
+// (recorded, and true returned). Otherwise nothing changed and nothing is
+// recorded, so that polls of an unchanged directory count nothing.
+func (s *Server) recordRevert() bool {
+	last := s.lastReload.Load()
+	if last == nil || last.err == "" {
+		return false
+	}
+	// Once, should a signal and the watcher both read the file.
+	if !s.lastReload.CompareAndSwap(last, &reloadResult{at: time.Now().UTC()}) {
+		return false
+	}
+	s.countReload(nil)
+	return true
 }
 
 // reloadResult is the outcome of one Reload, for the dashboard.

@@ -36,6 +36,9 @@ func (s *Server) reloadDir(dir, reason string) error {
 		same := s.lastSumSet && bytes.Equal(sum, s.lastSum[:])
 		s.applyMu.Unlock()
 		if same {
+			if s.recordRevert() {
+				s.log.Info("configuration back to the one being served; the last rejection no longer applies", "dir", dir, "reason", reason)
+			}
 			return nil
 		}
 	}

@@ -388,7 +388,7 @@ func TestReload(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if m := do(t, "GET", ts.URL+"/metrics", "").raw; !strings.Contains(m, "sluice_server_config_last_reload_successful 1") {
+	if m := do(t, "GET", ts.URL+"/metrics", "").raw; !strings.Contains(m, "\nsluice_server_config_last_reload_successful 1\n") { // the line, not the help text ("1 when ...")
 		t.Error("last reload not reported successful")
 	}
 }

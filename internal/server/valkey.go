@@ -104,9 +104,11 @@ func ClientOption(v *config.Valkey, env func(string) (string, bool)) (valkey.Cli
 // ConnectValkey returns a store that connects with opt in the background,
 // retrying with backoff (up to 5s between attempts) until it succeeds or
 // Close is called (valkeystore.Connect). Several addresses make a cluster
-// client (valkey-go detects the mode).
-func ConnectValkey(opt valkey.ClientOption, log *slog.Logger) (*ValkeyStore, error) {
-	lazy, err := valkeystore.Connect(opt, valkeystore.WithLogger(log))
+// client (valkey-go detects the mode). explain (nil: none) turns a
+// connection error into the one reported, as ExplainAuth names the
+// settings that fix an authentication refusal.
+func ConnectValkey(opt valkey.ClientOption, log *slog.Logger, explain func(error) error) (*ValkeyStore, error) {
+	lazy, err := valkeystore.Connect(opt, valkeystore.WithLogger(log), valkeystore.WithConnectError(explain))
 	if err != nil {
 		return nil, err
 	}

@@ -53,7 +53,7 @@ func TestValkeyHealthMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs, err := ConnectValkey(opt, logger)
+	vs, err := ConnectValkey(opt, logger, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestValkeySentinel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs, err := ConnectValkey(opt, quietLogger())
+	vs, err := ConnectValkey(opt, quietLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,16 @@ import (
 )
 
 // CSVHeader is the first line of WriteCSV's output.
-const CSVHeader = "policy,algorithm,bucket_start_s,requests,allowed,refused,allowed_units,remaining,admitted_per_s,nominal_per_s"
+const CSVHeader = "policy,algorithm,bucket_start_s,requests,allowed,refused,allowed_units,remaining,admitted_per_s,nominal_per_s,keys_in_window"
 
 // WriteCSV writes the result's numbers, one line per policy and bucket:
 // bucket_start_s is seconds from the start; remaining is the watched key's
-// at the end of the bucket; admitted_per_s the units allowed per second
-// over the policy's rate window ending with the bucket.
+// at the end of the bucket; admitted_per_s the units allowed per second,
+// to all keys together, over the policy's rate window ending with the
+// bucket (the units in the window divided by the whole window); nominal_per_s
+// the policy's rate for one key; keys_in_window the distinct keys that sent
+// requests in that window (together they may be admitted about
+// nominal_per_s × keys_in_window).
 func WriteCSV(w io.Writer, r *Result) error {
 	bw := bufio.NewWriter(w)
 	bw.WriteString(CSVHeader + "\n")
@@ -34,6 +38,8 @@ func WriteCSV(w io.Writer, r *Result) error {
 			b = strconv.AppendFloat(b, bk.Admitted, 'f', 3, 64)
 			b = append(b, ',')
 			b = strconv.AppendFloat(b, p.Nominal, 'f', 3, 64)
+			b = append(b, ',')
+			b = strconv.AppendInt(b, bk.Keys, 10)
 			b = append(b, '\n')
 			bw.Write(b)
 		}

@@ -41,8 +41,10 @@ const (
 
 // WritePicture draws the result, one row per policy, and writes it in
 // format (SVG or PNG). The columns are: requests allowed and refused per
-// bucket; the watched key's remaining units; the admitted rate over the
-// rate window against the nominal rate.
+// bucket; the watched key's remaining units; the rate admitted to all keys
+// together over the rate window (the units in it divided by the whole
+// window) against the nominal rate times the keys that sent requests in
+// that window.
 func WritePicture(w io.Writer, r *Result, format string) error {
 	h := titleH + rowHeight*vg.Length(len(r.Policies))
 	var c interface {
@@ -96,7 +98,7 @@ func drawResult(dc draw.Canvas, r *Result) error {
 	for _, p := range r.Policies {
 		for _, b := range p.Buckets {
 			maxReq = max(maxReq, float64(b.Requests))
-			maxRate = max(maxRate, b.Admitted)
+			maxRate = max(maxRate, b.Admitted, p.Nominal*float64(b.Keys))
 		}
 		maxRate = max(maxRate, p.Nominal)
 	}
@@ -108,13 +110,16 @@ func drawResult(dc draw.Canvas, r *Result) error {
 		allowed := make(plotter.XYs, n+1)
 		remaining := make(plotter.XYs, n+1)
 		admitted := make(plotter.XYs, n)
+		limit := make(plotter.XYs, n+1)
 		for i, b := range p.Buckets {
 			total[i] = plotter.XY{X: x(i), Y: float64(b.Requests)}
 			allowed[i] = plotter.XY{X: x(i), Y: float64(b.Allowed)}
 			remaining[i] = plotter.XY{X: x(i + 1), Y: float64(b.Remaining)}
 			// Each admitted rate is measured up to the end of its bucket.
 			admitted[i] = plotter.XY{X: min(x(i+1), xmax), Y: b.Admitted}
+			limit[i] = plotter.XY{X: x(i), Y: p.Nominal * float64(b.Keys)}
 		}
+		limit[n] = plotter.XY{X: xmax, Y: limit[n-1].Y}
 		// Close the steps at the end.
 		total[n] = plotter.XY{X: xmax, Y: total[n-1].Y}
 		allowed[n] = plotter.XY{X: xmax, Y: allowed[n-1].Y}
@@ -155,7 +160,7 @@ func drawResult(dc draw.Canvas, r *Result) error {
 		}
 		rem.Add(lr)
 
-		rate := newPlot(fmt.Sprintf("admitted per second over %v", p.RateWindow), "", unitName, xmax)
+		rate := newPlot(fmt.Sprintf("admitted per second over the last %v, all keys together", p.RateWindow), "", unitName, xmax)
 		rate.Y.Label.Text = "units/s"
 		rate.Y.Max = max(maxRate*1.1, 1)
 		lad, err := plotter.NewLine(admitted)
@@ -164,15 +169,14 @@ func drawResult(dc draw.Canvas, r *Result) error {
 		}
 		lad.Color = colAllowed
 		lad.Width = vg.Points(1.5)
-		nom, err := plotter.NewLine(plotter.XYs{{X: 0, Y: p.Nominal}, {X: xmax, Y: p.Nominal}})
+		nom, err := stepLine(limit, colNominal, nil)
 		if err != nil {
 			return err
 		}
-		nom.Color = colNominal
 		nom.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		rate.Add(nom, lad)
 		rate.Legend.Add("admitted", lad)
-		rate.Legend.Add(fmt.Sprintf("nominal %.4g/s", p.Nominal), nom)
+		rate.Legend.Add(fmt.Sprintf("nominal %.4g/s × keys in the window", p.Nominal), nom)
 		rate.Legend.Top = true
 
 		rows[row] = []*plot.Plot{reqs, rem, rate}

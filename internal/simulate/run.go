@@ -39,6 +39,8 @@ type PolicyResult struct {
 	Buckets    []Bucket
 	// Totals over the run.
 	Requests, Allowed, Refused int64
+	// Keys is the number of distinct keys that sent requests in the run.
+	Keys int64
 }
 
 // Bucket counts the decisions of one policy in one span of time,
@@ -50,10 +52,16 @@ type Bucket struct {
 	// Remaining is the watched key's remaining units at the end of the
 	// bucket (a peek, which takes nothing).
 	Remaining int64
-	// Admitted is the rate at which units were allowed, per second, over
-	// the RateWindow that ends with this bucket (over the time since the
-	// start, for the first buckets).
+	// Admitted is the rate at which units were allowed, per second, to
+	// all keys together, over the RateWindow that ends with this bucket:
+	// the units allowed in it divided by the whole window, from the start
+	// too (nothing was admitted before the start), so that the first
+	// buckets show no spike of a rate over a shorter span.
 	Admitted float64
+	// Keys is the number of distinct keys that sent requests in that
+	// window: the policy admits at most about Keys × Nominal per second
+	// to them together (each key has its own limit).
+	Keys int64
 }
 
 // Run simulates the plan: each policy on its own in-process store, with a
@@ -206,6 +214,7 @@ func (w *worker) run(ctx context.Context) error {
 	bucketUS := p.Bucket.Microseconds()
 	end := p.Duration.Microseconds()
 	b := 0 // the current bucket
+	keys := w.newKeyWindows()
 	bucketEnd := bucketUS
 	closeBucket := func() error {
 		// The watched key's remaining units at the end of the bucket.
@@ -248,6 +257,7 @@ func (w *worker) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		keys.seen(key, b)
 		bk := &w.res.Buckets[b]
 		bk.Requests++
 		if r.Allowed {
@@ -277,15 +287,50 @@ func (w *worker) run(ctx context.Context) error {
 			return err
 		}
 	}
-	w.finish()
+	w.finish(keys)
 	return nil
 }
 
-// finish adds the totals and the admitted rate over the rate window.
-func (w *worker) finish() {
+// keyWindows counts, for each bucket, the distinct keys that sent
+// requests in the rate window ending with it: a key seen in bucket b is in
+// the windows ending at b to b+k-1, which a difference array over the
+// buckets records in constant work per request.
+type keyWindows struct {
+	k    int
+	last map[string]int // the bucket each key was last seen in
+	diff []int64        // len(buckets)+1
+}
+
+func (w *worker) newKeyWindows() *keyWindows {
+	return &keyWindows{k: w.rateBuckets(), last: map[string]int{}, diff: make([]int64, len(w.res.Buckets)+1)}
+}
+
+// seen records a request of key in bucket b.
+func (kw *keyWindows) seen(key string, b int) {
+	from := b
+	if l, ok := kw.last[key]; ok {
+		if l == b {
+			return
+		}
+		from = max(b, l+kw.k) // the windows up to l+k-1 count it already
+	}
+	kw.last[key] = b
+	to := min(b+kw.k, len(kw.diff)-1) // exclusive
+	if from < to {
+		kw.diff[from]++
+		kw.diff[to]--
+	}
+}
+
+// rateBuckets is the number of buckets in the rate window.
+func (w *worker) rateBuckets() int { return int(w.res.RateWindow / w.plan.Bucket) }
+
+// finish adds the totals, the admitted rate over the rate window and the
+// keys in it.
+func (w *worker) finish(keys *keyWindows) {
 	res := w.res
-	k := int(res.RateWindow / w.plan.Bucket)
-	var sum int64
+	k := w.rateBuckets()
+	var sum, active int64
 	for i := range res.Buckets {
 		bk := &res.Buckets[i]
 		res.Requests += bk.Requests
@@ -295,9 +340,11 @@ func (w *worker) finish() {
 		if i >= k {
 			sum -= res.Buckets[i-k].AllowedUnits
 		}
-		span := min(i+1, k)
-		bk.Admitted = float64(sum) / (float64(span) * w.plan.Bucket.Seconds())
+		bk.Admitted = float64(sum) / res.RateWindow.Seconds()
+		active += keys.diff[i]
+		bk.Keys = active
 	}
+	res.Keys = int64(len(keys.last))
 }
 
 // traceSource reads a trace's requests for one policy.

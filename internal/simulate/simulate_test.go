@@ -116,8 +116,14 @@ func reference(t *testing.T, pol *config.Policy, lines []logged, start time.Time
 	}
 	ctx := context.Background()
 	n := int(math.Ceil(float64(dur) / float64(bucket)))
-	type row struct{ req, allowed, refused, units, remaining int64 }
+	type row struct {
+		req, allowed, refused, units, remaining int64
+		keys                                    map[string]bool
+	}
 	rows := make([]row, n)
+	for i := range rows {
+		rows[i].keys = map[string]bool{}
+	}
 	b := 0
 	peekAt := func(at time.Time) {
 		now = at
@@ -144,6 +150,7 @@ func reference(t *testing.T, pol *config.Policy, lines []logged, start time.Time
 			t.Fatalf("%s at %v key %q: limiter says allowed=%v, the simulation logged %v", pol.Name, ln.at.Sub(start), ln.key, res.Allowed, ln.allowed)
 		}
 		rows[b].req++
+		rows[b].keys[ln.key] = true
 		if res.Allowed {
 			rows[b].allowed++
 			rows[b].units += ln.cost
@@ -162,16 +169,20 @@ func reference(t *testing.T, pol *config.Policy, lines []logged, start time.Time
 	nominal := NominalRate(l.Rule())
 	var out [][]string
 	for i, r := range rows {
+		// The units of the k buckets ending with this one (none before
+		// the start) over the whole window, and the keys seen in them.
 		var sum int64
-		span := 0
+		keys := map[string]bool{}
 		for j := i; j >= 0 && j > i-k; j-- {
 			sum += rows[j].units
-			span++
+			for key := range rows[j].keys {
+				keys[key] = true
+			}
 		}
-		admitted := float64(sum) / (float64(span) * bucket.Seconds())
+		admitted := float64(sum) / (float64(k) * bucket.Seconds())
 		out = append(out, []string{pol.Name, pol.Algorithm.String(), strconv.FormatFloat((time.Duration(i) * bucket).Seconds(), 'f', -1, 64),
 			fmt.Sprint(r.req), fmt.Sprint(r.allowed), fmt.Sprint(r.refused), fmt.Sprint(r.units), fmt.Sprint(r.remaining),
-			strconv.FormatFloat(admitted, 'f', 3, 64), strconv.FormatFloat(nominal, 'f', 3, 64)})
+			strconv.FormatFloat(admitted, 'f', 3, 64), strconv.FormatFloat(nominal, 'f', 3, 64), fmt.Sprint(len(keys))})
 	}
 	return out
 }

@@ -53,13 +53,13 @@ func Connect(ctx context.Context, v *config.Valkey, env func(string) (string, bo
 	opt.ClientName = "sluice-ops"
 	c, err := valkey.NewClient(opt)
 	if err != nil {
-		return nil, fmt.Errorf("cannot connect to valkey %s: %w", Describe(v), err)
+		return nil, fmt.Errorf("cannot connect to valkey %s: %w", Describe(v), server.ExplainAuth(err, v))
 	}
 	pctx, cancel := context.WithTimeout(ctx, max(v.ConnectTimeout, time.Second))
 	defer cancel()
 	if err := c.Do(pctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("valkey %s does not answer PING: %w", Describe(v), err)
+		return nil, fmt.Errorf("valkey %s does not answer PING: %w", Describe(v), server.ExplainAuth(err, v))
 	}
 	return c, nil
 }

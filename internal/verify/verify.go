@@ -16,7 +16,13 @@
 //   - failure: the same policy against a local server that stops
 //     listening and one that never answers decides within its timeout, as
 //     its on_failure says;
-//   - ttl: every key the checks wrote expires, within its bound.
+//   - ttl: every key the checks wrote expires, within its bound;
+//
+// and, once for the deployment, doctor's checks of the Valkey settings
+// whose failure breaks the limits (doctor.LimitChecks): an evicting
+// maxmemory-policy fails the run; persistence that forgets long windows'
+// counts on a restart is a caveat the verdict names; a setting that could
+// not be read (CONFIG disabled) is named as not checked.
 //
 // Everything happens under a scratch key prefix of its own, which must be
 // empty at the start (Run refuses a prefix holding keys it did not create)
@@ -44,6 +50,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/doctor"
 	"github.com/sluicehq/sluice/internal/valkeyops"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
@@ -109,7 +116,15 @@ type Report struct {
 	Mode     string          `json:"mode"`
 	Prefix   string          `json:"prefix"`
 	Policies []*PolicyReport `json:"policies"`
-	Passed   bool            `json:"passed"`
+	// Settings are doctor's findings for doctor.LimitChecks on every
+	// primary.
+	Settings []*doctor.Finding `json:"settings"`
+	// NotChecked names the settings that could not be read, so that what
+	// they break was not verified; Caveats the ones that hold the limits
+	// until a restart.
+	NotChecked []string `json:"not_checked,omitempty"`
+	Caveats    []string `json:"caveats,omitempty"`
+	Passed     bool     `json:"passed"`
 	// Failed names each failed check as "policy/check".
 	Failed      []string      `json:"failed,omitempty"`
 	Elapsed     time.Duration `json:"-"`
@@ -237,6 +252,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	r.primary = valkeyops.SortedAddrs(prims)[0]
 	rep := &Report{Valkey: valkeyops.Describe(opts.Config.Valkey), Mode: valkeyops.Mode(ctx, client), Prefix: prefix, Passed: true}
+	if err := rep.settings(ctx, client, store, opts.Config); err != nil {
+		return nil, err
+	}
 	defer func() {
 		// Scratch keys go, even when a check failed or ctx ended.
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -263,6 +281,31 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.Elapsed = time.Since(start)
 	rep.ElapsedMS = ms(rep.Elapsed)
 	return rep, nil
+}
+
+// settings runs doctor's LimitChecks and judges them (settingVerdict).
+func (rep *Report) settings(ctx context.Context, client valkey.Client, store *valkeystore.Store, cfg *config.Config) error {
+	found, err := doctor.Limits(ctx, client, store, cfg)
+	if err != nil {
+		return fmt.Errorf("checking the valkey settings: %w", err)
+	}
+	rep.Settings = found
+	for _, f := range found {
+		where := f.Check
+		if f.Node != "" {
+			where += " on " + f.Node
+		}
+		switch settingVerdict(f) {
+		case "NOT CHECKED":
+			rep.NotChecked = append(rep.NotChecked, where)
+		case "FAIL":
+			rep.Passed = false
+			rep.Failed = append(rep.Failed, "settings/"+where)
+		case "CAVEAT":
+			rep.Caveats = append(rep.Caveats, where+": "+f.Message)
+		}
+	}
+	return nil
 }
 
 func selectPolicies(cfg *config.Config, names []string) ([]*config.Policy, error) {

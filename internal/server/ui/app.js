@@ -7,7 +7,12 @@
   const params = new URLSearchParams(location.search);
   const refresh = Math.max(200, Number(params.get("refresh")) || 2000);
   let token = ""; // the admin token: only in this variable, never in the page
-  let prev = null; // the previous state, for rates
+  // Rates are differences between two states over the time between them:
+  // never over less than RATE_FLOOR_S, too short a span to mean anything
+  // (polls may come every 200ms, and a browser's clock may run fast). The
+  // baseline is the newest earlier state at least that old.
+  const RATE_FLOOR_S = 1;
+  let history = []; // earlier states, oldest first
   let policyNames = [];
 
   const $ = (id) => document.getElementById(id);
@@ -62,6 +67,18 @@
   // The tests compare quantile with a reference model.
   window.sluiceQuantile = quantile;
 
+  // baseline returns the index in states (oldest first, each with its
+  // server time "now") of the newest one at least floorS seconds older
+  // than nowMs, or -1 when none is: no rate is shown then.
+  function baseline(states, nowMs, floorS) {
+    for (let i = states.length - 1; i >= 0; i--) {
+      if (nowMs - Date.parse(states[i].now) >= floorS * 1000) return i;
+    }
+    return -1;
+  }
+  window.sluiceBaseline = baseline;
+  window.sluiceRateFloor = RATE_FLOOR_S;
+
   async function getJSON(url, opts) {
     const r = await fetch(url, Object.assign({ cache: "no-store" }, opts || {}));
     let body = null;
@@ -76,8 +93,13 @@
   function renderPolicies(st) {
     const tbody = $("policies").tBodies[0];
     tbody.replaceChildren();
-    const dt = prev ? (Date.parse(st.now) - Date.parse(prev.now)) / 1000 : 0;
-    $("interval").textContent = dt > 0 ? dt.toFixed(1) + "s" : "–";
+    const nowMs = Date.parse(st.now);
+    const bi = baseline(history, nowMs, RATE_FLOOR_S);
+    const prev = bi >= 0 ? history[bi] : null;
+    const dt = prev ? (nowMs - Date.parse(prev.now)) / 1000 : 0;
+    $("interval").textContent = prev ? dt.toFixed(1) + "s" : "– (less than " + RATE_FLOOR_S + "s of data yet)";
+    // What is older than the baseline is never needed again.
+    if (bi > 0) history = history.slice(bi);
     const old = {};
     if (prev) for (const p of prev.policies) old[p.name] = p;
     for (const p of st.policies) {
@@ -221,7 +243,8 @@
       renderPolicies(st);
       renderNodes(st);
       await renderTop();
-      prev = st;
+      history.push(st);
+      if (history.length > 64) history = history.slice(-64);
       $("updated").textContent = "updated " + new Date().toLocaleTimeString();
       document.body.dataset.polls = String(Number(document.body.dataset.polls || 0) + 1);
     } catch (e) {
