@@ -34,13 +34,16 @@ algorithm under the same name) are reported apart.
 flags:
 `
 
-const inspectUsage = `usage: sluice inspect [--config FILE] [--valkey ADDR[,ADDR...]] [--json] POLICY KEY
+const inspectUsage = `usage: sluice inspect [--config FILE] [--valkey ADDR[,ADDR...]] [--plan NAME] [--json] POLICY KEY
 
-Shows the state of KEY (the key as sent to /v1/check) under POLICY as the
-algorithm sees it: whether a request would be allowed, the units remaining,
-the retry-after and reset times, the time to live, and the raw fields
-stored in Valkey. Looking takes nothing. Exit code 1 when the key holds no
-state.
+Shows the state of KEY under POLICY as the algorithm sees it, under the
+rule in force for the key (its override, else the plan --plan names, else
+the policy), decided by the code sluice serve decides with: whether a
+request would be allowed, the units remaining of the limit in force, the
+retry-after and reset times, the time to live, and the raw fields stored
+in Valkey. KEY is the key as counted (sluice key prints it from a raw
+address, API key or username). Looking takes nothing. Exit code 1 when the
+key holds no state.
 
 flags:
 `
@@ -97,12 +100,17 @@ func (k *keyEnv) policy(name string) (*config.Policy, error) {
 	return nil, fmt.Errorf("%w %q: %s defines %s", errUnknownPolicy, name, k.cfg.Source, strings.Join(names, ", "))
 }
 
-// limiter is the policy's limiter as sluice serve builds it, with a
-// generous timeout (an operator waits; a request does not).
+// limiter is the policy's limiter as sluice serve builds it (its name,
+// prefix, key overrides and plans), with a generous timeout (an operator
+// waits; a request does not).
 func (k *keyEnv) limiter(p *config.Policy) (*sluice.Limiter, error) {
-	return sluice.New(k.store, p.Policy, sluice.WithName(p.Limiter), sluice.WithPrefix(k.cfg.Prefix),
-		sluice.WithTimeout(5*time.Second), sluice.WithDenyCache(false),
-		sluice.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	opts := []sluice.Option{sluice.WithName(p.Limiter), sluice.WithPrefix(k.cfg.Prefix),
+		sluice.WithTimeout(5 * time.Second), sluice.WithDenyCache(false), sluice.WithOverrides(p.Overrides),
+		sluice.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
+	for _, pl := range p.Plans {
+		opts = append(opts, sluice.WithPlan(pl.Name, pl.Policy))
+	}
+	return sluice.New(k.store, p.Policy, opts...)
 }
 
 // keyGroup is the keys of one limiter and state layout.
@@ -285,10 +293,19 @@ func keyArgs(ctx context.Context, name string, of *opsFlags, fsArgs []string, en
 
 // keyState is what inspect shows.
 type keyState struct {
-	Policy       string            `json:"policy"`
-	Key          string            `json:"key"`
-	StoreKey     string            `json:"store_key"`
-	Rule         string            `json:"rule"`
+	Policy   string `json:"policy"`
+	Key      string `json:"key"`
+	StoreKey string `json:"store_key"`
+	Rule     string `json:"rule"`
+	Plan     string `json:"plan,omitempty"`
+	// Source, InForce and WindowMS are the rule in force for the key: the
+	// override's, the plan's or the policy's (sluice.Rule.InForce), as
+	// /v1/check answers and the headers advertise it.
+	Source   string `json:"source"`
+	InForce  string `json:"rule_in_force"`
+	WindowMS int64  `json:"window_ms"`
+	// Override is the key's override, when one decided.
+	Override     *sluice.Override  `json:"override,omitempty"`
 	Exists       bool              `json:"exists"`
 	Allowed      bool              `json:"allowed"`
 	Limit        int64             `json:"limit"`
@@ -306,6 +323,7 @@ func runInspect(ctx context.Context, args []string, env func(string) (string, bo
 	fs := newFlags("inspect")
 	of := addOpsFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
+	plan := fs.String("plan", "", "inspect under this `plan` of the policy, as a check naming it is decided")
 	if code, ok := parseFlags(fs, inspectUsage, args, stdout, stderr); !ok {
 		return code
 	}
@@ -318,7 +336,11 @@ func runInspect(ctx context.Context, args []string, env func(string) (string, bo
 	}
 	defer k.Close()
 	key := fs.Arg(1)
-	st, err := inspect(ctx, k, p, l, key)
+	if _, ok := l.PlanRule(*plan); !ok {
+		fmt.Fprintf(stderr, "sluice inspect: plan %q is not a plan of policy %s (it has %v)\n", *plan, p.Name, l.Plans())
+		return 2
+	}
+	st, err := inspect(ctx, k, p, l, key, *plan)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice inspect: %v\n", err)
 		return 1
@@ -329,6 +351,7 @@ func runInspect(ctx context.Context, args []string, env func(string) (string, bo
 		enc.Encode(st)
 	} else {
 		fmt.Fprintf(stdout, "policy     %s: %s\nkey        %s\nstore key  %s\n", st.Policy, st.Rule, st.Key, st.StoreKey)
+		fmt.Fprintf(stdout, "in force   %s: %s\n", inForceOf(st), st.InForce)
 		if st.Exists {
 			verdict := "allowed"
 			if !st.Allowed {
@@ -354,19 +377,55 @@ func runInspect(ctx context.Context, args []string, env func(string) (string, bo
 		}
 	}
 	if !st.Exists {
-		fmt.Fprintf(stderr, "sluice inspect: no state for key %q of policy %s (never used, expired or reset): its next request gets the whole limit of %d\n",
-			key, p.Name, st.Limit)
+		fmt.Fprintf(stderr, "sluice inspect: no state for key %q of policy %s (never used, expired or reset): its next request gets the whole limit of %d (%s)\n",
+			key, p.Name, st.Limit, inForceOf(st))
 		return 1
 	}
 	return 0
 }
 
-func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter, key string) (*keyState, error) {
+// inForceOf names where the rule in force comes from: "override until
+// TIME (reason)", "plan NAME" or "policy".
+func inForceOf(st *keyState) string {
+	switch {
+	case st.Override != nil:
+		s := "override until " + st.Override.Expires.UTC().Format(time.RFC3339)
+		if st.Override.Reason != "" {
+			s += " (" + st.Override.Reason + ")"
+		}
+		return s
+	case st.Source == sluice.SourcePlan.String():
+		return "plan " + st.Plan
+	}
+	return st.Source
+}
+
+func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter, key, plan string) (*keyState, error) {
 	if key == "" {
 		return nil, errors.New("the key is empty")
 	}
 	sk := l.Key(key)
-	st := &keyState{Policy: p.Name, Key: key, StoreKey: sk, Rule: l.Rule().String(), Limit: l.Rule().Limit}
+	st := &keyState{Policy: p.Name, Key: key, StoreKey: sk, Rule: l.Rule().String(), Plan: plan}
+	// The rule in force, as a check of the key would meet it: a peek
+	// decides under it and takes nothing.
+	planRule, _ := l.PlanRule(plan)
+	peek := func() (sluice.Result, error) {
+		res, err := l.AllowPlan(ctx, key, plan, 0)
+		if err != nil {
+			return res, err
+		}
+		if res.Degraded {
+			return res, errors.New("Valkey did not answer the peek in time")
+		}
+		in := planRule.InForce(res)
+		st.Source, st.InForce, st.WindowMS, st.Limit = res.Source.String(), in.String(), in.Period().Milliseconds(), in.Limit
+		if res.Source == sluice.SourceOverride {
+			if o, ok, err := l.GetOverride(ctx, key); err == nil && ok {
+				st.Override = &o
+			}
+		}
+		return res, nil
+	}
 	c := k.client
 	typ, err := c.Do(ctx, c.B().Type().Key(sk).Build()).ToString()
 	if err != nil {
@@ -374,6 +433,9 @@ func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter
 	}
 	st.Type = typ
 	if typ == "none" {
+		if _, err := peek(); err != nil {
+			return nil, err
+		}
 		return st, nil
 	}
 	st.Exists = true
@@ -403,12 +465,9 @@ func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter
 		return nil, err
 	}
 	st.TTLMS = float64(ttl)
-	res, err := l.Peek(ctx, key)
+	res, err := peek()
 	if err != nil {
 		return nil, err
-	}
-	if res.Degraded {
-		return nil, errors.New("Valkey did not answer the peek in time")
 	}
 	st.Allowed, st.Remaining = res.Allowed, res.Remaining
 	st.RetryAfterMS, st.ResetAfterMS = msOf(res.RetryAfter), msOf(res.ResetAfter)
