@@ -10,12 +10,15 @@ import (
 	"os"
 	"os/user"
 	"slices"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/luascript"
+	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/internal/valkeyops"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
@@ -23,13 +26,20 @@ import (
 
 // The key commands: keys, inspect and reset.
 
-const keysUsage = `usage: sluice keys [--config FILE] [--valkey ADDR[,ADDR...]] [--policy NAME] [--limit N] [--json]
+const keysUsage = `usage: sluice keys [--config FILE] [--valkey ADDR[,ADDR...]] [--policy NAME] [--limit N] [--names | --find h:HASH] [--json]
 
 Walks the keys under the configuration's prefix with SCAN (never KEYS) on
 every primary and reports, per policy: the number of keys, their memory
 (MEMORY USAGE) and the spread of their time to live. Keys under the prefix
 that belong to no configured policy (a renamed or removed policy, another
 algorithm under the same name) are reported apart.
+
+--names lists the keys themselves, each as counted (the spelling sluice
+inspect, reset and override take) with its policy and time to live.
+--find h:HASH lists the keys whose hash (show_keys: hashed, keyed by the
+admin token) is HASH: from a key the dashboard's top refused keys show to
+the key to inspect and reset. A key longer than 128 bytes is stored as its
+SHA-256 ("#..."), which cannot be turned back into the key.
 
 flags:
 `
@@ -133,6 +143,8 @@ func runKeys(ctx context.Context, args []string, env func(string) (string, bool)
 	only := fs.String("policy", "", "report only this `policy`")
 	limit := fs.Int("limit", 100_000, "examine at most this many keys (counts are then lower bounds)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	names := fs.Bool("names", false, "list the keys, as counted, with their policy and TTL")
+	find := fs.String("find", "", "list the keys shown as this `h:HASH` among the top refused keys")
 	if code, ok := parseFlags(fs, keysUsage, args, stdout, stderr); !ok {
 		return code
 	}
@@ -142,12 +154,32 @@ func runKeys(ctx context.Context, args []string, env func(string) (string, bool)
 	if *limit < 1 {
 		return usageError(fs, stderr, "--limit must be at least 1")
 	}
+	if *names && *find != "" {
+		return usageError(fs, stderr, "give --names or --find, not both")
+	}
+	if *find != "" && !strings.HasPrefix(*find, "h:") {
+		return usageError(fs, stderr, "--find takes a hashed key as the top refused keys show it, h:HASH, got %q", *find)
+	}
 	k, err := openKeyEnv(ctx, of, env)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice keys: %v\n", err)
 		return 1
 	}
 	defer k.Close()
+	var secret []byte
+	if *find != "" {
+		if k.cfg.Admin == nil {
+			fmt.Fprintf(stderr, "sluice keys: --find: %s configures no admin token, so no key is shown hashed\n", k.cfg.Source)
+			return 2
+		}
+		tok, err := k.cfg.Admin.Token(env)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice keys: --find needs the admin token the hashes are keyed with: %v\n", err)
+			return 1
+		}
+		secret = server.KeyHashSecret(tok)
+	}
+	var listed []namedKey
 	// Groups by "limiter:state", the key's second and third parts.
 	groups := map[string]*keyGroup{}
 	var order []string
@@ -203,6 +235,15 @@ func runKeys(ctx context.Context, args []string, env func(string) (string, bool)
 			if ttl == -2 {
 				continue // expired since the scan
 			}
+			if *names || secret != nil {
+				nk := namedKey{Policy: g.Policy, StoreKey: key, TTLMS: float64(ttl)}
+				if len(parts) == 3 {
+					nk.Key, nk.Recoverable = identityOf(parts[2])
+				}
+				if secret == nil || nk.Recoverable && server.KeyHash(secret, nk.Key) == *find {
+					listed = append(listed, nk)
+				}
+			}
 			mem, _ := res[2*i+1].AsInt64()
 			g.Keys++
 			g.Bytes += mem
@@ -217,6 +258,9 @@ func runKeys(ctx context.Context, args []string, env func(string) (string, bool)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice keys: %v\n", err)
 		return 1
+	}
+	if *names || secret != nil {
+		return printNamed(stdout, stderr, *asJSON, listed, *find, seen, truncated)
 	}
 	out := make([]*keyGroup, 0, len(order))
 	for _, id := range order {
@@ -251,6 +295,79 @@ func runKeys(ctx context.Context, args []string, env func(string) (string, bool)
 	}
 	if truncated {
 		fmt.Fprintf(stdout, "\nstopped after %d keys (--limit): the counts are lower bounds\n", seen)
+	}
+	return 0
+}
+
+// namedKey is one key --names or --find lists.
+type namedKey struct {
+	Policy   string `json:"policy,omitempty"`
+	Key      string `json:"key"`
+	StoreKey string `json:"store_key"`
+	// Recoverable is false for a key stored as its SHA-256 (longer than
+	// sluice.MaxIdentityLen escaped): Key is then that digest.
+	Recoverable bool    `json:"recoverable"`
+	TTLMS       float64 `json:"ttl_ms"`
+}
+
+// identityOf returns the key a store key's last part ({escaped key})
+// holds, undoing sluice.Key's escaping; ok is false when it is not one,
+// or is a long key's SHA-256 ("#...").
+func identityOf(tagged string) (key string, ok bool) {
+	if len(tagged) < 2 || tagged[0] != '{' || tagged[len(tagged)-1] != '}' {
+		return tagged, false
+	}
+	esc := tagged[1 : len(tagged)-1]
+	if strings.HasPrefix(esc, "#") {
+		return esc, false
+	}
+	var b strings.Builder
+	for i := 0; i < len(esc); i++ {
+		if esc[i] == '%' && i+2 < len(esc) {
+			if v, err := strconv.ParseUint(esc[i+1:i+3], 16, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(esc[i])
+	}
+	return b.String(), true
+}
+
+func printNamed(stdout, stderr io.Writer, asJSON bool, listed []namedKey, find string, seen int, truncated bool) int {
+	if asJSON {
+		if listed == nil {
+			listed = []namedKey{}
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(map[string]any{"keys": listed, "examined": seen, "truncated": truncated})
+	} else {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "POLICY\tKEY\tTTL")
+		for _, nk := range listed {
+			pol, key := nk.Policy, shellQuote(nk.Key)
+			if pol == "" {
+				pol = "(not configured)"
+			}
+			if !nk.Recoverable {
+				key = nk.StoreKey + " (stored as its SHA-256: not recoverable)"
+			}
+			ttl := "never expires"
+			if nk.TTLMS >= 0 {
+				ttl = time.Duration(nk.TTLMS * 1e6).String()
+			}
+			fmt.Fprintln(tw, pol+"\t"+key+"\t"+ttl)
+		}
+		tw.Flush()
+		if truncated {
+			fmt.Fprintf(stdout, "\nstopped after %d keys (--limit): there may be more\n", seen)
+		}
+	}
+	if find != "" && len(listed) == 0 {
+		fmt.Fprintf(stderr, "sluice keys: no stored key is shown as %s (expired, reset, keyed with another admin token, or longer than %d bytes)\n", find, sluice.MaxIdentityLen)
+		return 1
 	}
 	return 0
 }
