@@ -142,7 +142,7 @@ func TestE2EFromRefusedToReset(t *testing.T) {
 		Source    string
 		Limit     int64
 		Remaining int64
-		WindowMS  int64 `json:"window_ms"`
+		WindowMS  int64  `json:"window_ms"`
 		InForce   string `json:"rule_in_force"`
 	}
 	if code != 0 || json.Unmarshal([]byte(stdout), &st) != nil || st.Source != "override" || st.Limit != 300 || st.WindowMS != 600000 ||
