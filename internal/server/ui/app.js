@@ -187,6 +187,7 @@
       const div = el("div", undefined, "toppol");
       div.dataset.policy = p.policy;
       div.appendChild(el("h3", p.policy + " — " + p.refused + " refused, keys " + p.show_keys));
+      if (p.resolve) div.appendChild(el("p", p.resolve, "muted"));
       if (p.keys.length === 0) {
         div.appendChild(el("p", "no refusals", "muted"));
       } else {
