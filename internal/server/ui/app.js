@@ -252,7 +252,8 @@
       ? "reset " + b.policy + " / " + b.key
       : b.policy + " / " + b.key + ": remaining " + b.remaining + " of " + b.limit +
         (b.allowed ? ", a request would be allowed" : ", a request would be refused for " + b.retry_after_ms + "ms") +
-        (b.reset_after_ms ? ", fully restored in " + b.reset_after_ms + "ms" : "");
+        (b.reset_after_ms ? ", fully restored in " + b.reset_after_ms + "ms" : "") +
+        (b.rule ? "; in force: " + b.source + " " + b.rule : "");
   }
 
   document.addEventListener("DOMContentLoaded", () => {
