@@ -214,6 +214,26 @@ func (r Rule) Overridden(limit, param int64) (Rule, error) {
 	return out, nil
 }
 
+// InForce returns the rule that decided res, r being the rule the
+// decision was asked under (the limiter's policy or the plan it named):
+// r itself, or r with the limit and parameter of the override that
+// decided (Result.Limit and Result.OverrideParam, as the store applied
+// them). It is what headers and reports show as the key's limit and
+// window, computed by the same Overridden the stores apply.
+func (r Rule) InForce(res Result) Rule {
+	if res.Source != SourceOverride || res.Limit <= 0 {
+		return r
+	}
+	out, err := r.Overridden(res.Limit, res.OverrideParam)
+	if err != nil {
+		// A store never reports an override it could not apply; keep at
+		// least its limit.
+		r.Limit = res.Limit
+		return r
+	}
+	return out
+}
+
 // maxLimit is the largest limit a rule of r's algorithm may have.
 func (r Rule) maxLimit() int64 {
 	if r.Algorithm == AlgorithmSlidingLog {

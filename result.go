@@ -40,6 +40,14 @@ type Result struct {
 	// decision named, or the limiter's policy.
 	Source LimitSource
 
+	// OverrideParam is, when an override decided (Source is
+	// SourceOverride), the parameter it decided with, as Rule.Param gives
+	// it: the window, or the interval of TokenBucket and GCRA, in
+	// microseconds (the rule's own when the override set none; 0 for
+	// calendar periods). Otherwise 0. Rule.InForce gives the whole rule
+	// that decided, for headers and reports.
+	OverrideParam int64
+
 	// OverrideInvalid reports that the key has an override the store could
 	// not use (malformed in Valkey): the plan or policy decided instead.
 	OverrideInvalid bool

@@ -284,7 +284,7 @@ func WriteProblem(w http.ResponseWriter, st *Status) {
 		if v := st.Violated(); v != nil {
 			p.ViolatedPolicies = v
 		}
-		p.Detail = "Too many requests: retry after " + strconv.FormatInt(st.retryAfterSeconds(), 10) + " seconds."
+		p.Detail = "Too many requests: retry after " + secondsText(st.retryAfterSeconds()) + "."
 	}
 	body, _ := json.Marshal(p)
 	h := w.Header()
@@ -293,6 +293,14 @@ func WriteProblem(w http.ResponseWriter, st *Status) {
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusTooManyRequests)
 	w.Write(body)
+}
+
+// secondsText is n seconds in English: "1 second", "2 seconds".
+func secondsText(n int64) string {
+	if n == 1 {
+		return "1 second"
+	}
+	return strconv.FormatInt(n, 10) + " seconds"
 }
 
 func defaultDeny(w http.ResponseWriter, r *http.Request) {

@@ -1,9 +1,12 @@
 package httplimit
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -233,5 +236,46 @@ func TestHeadersOnRandomTraffic(t *testing.T) {
 	}
 	if refusals < 50 {
 		t.Fatalf("only %d refusals: the test does not test", refusals)
+	}
+}
+
+// TestHeadersOfOverride: a key under an override with its own window and
+// limit advertises the override's quota and window, not the policy's.
+func TestHeadersOfOverride(t *testing.T) {
+	c := newClock()
+	store := memstore.New(memstore.WithClock(c.Now))
+	l := newLimiter(t, store, sluice.FixedWindow{Limit: 100, Window: time.Hour}, "api", c, sluice.WithOverrides(true))
+	if err := l.SetOverride(context.Background(), "const:all", sluice.Override{Limit: 50, Window: 10 * time.Minute, Expires: c.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	h := newMiddleware(t, Config{Limits: []Limit{{Limiter: l, Key: Constant("all")}}})
+	w := serve(h, "192.0.2.1:1")
+	if got := w.Header().Get(HeaderPolicy); got != `"api";q=50;w=600` {
+		t.Errorf("RateLimit-Policy %q, want the override's q=50;w=600", got)
+	}
+	if got := w.Header().Get(HeaderXLimit); got != "50" {
+		t.Errorf("X-RateLimit-Limit %q, want 50", got)
+	}
+}
+
+// TestProblemDetailSingular: a refusal with one second to wait says "1
+// second", not "1 seconds".
+func TestProblemDetailSingular(t *testing.T) {
+	for _, tc := range []struct {
+		wait time.Duration
+		want string
+	}{
+		{time.Second, "Too many requests: retry after 1 second."},
+		{300 * time.Millisecond, "Too many requests: retry after 1 second."},
+		{2 * time.Second, "Too many requests: retry after 2 seconds."},
+	} {
+		st := &Status{Limits: []LimitStatus{{Name: "api", Rule: sluice.Rule{Algorithm: sluice.AlgorithmFixedWindow, Limit: 1, Window: time.Minute},
+			Cost: 1, Result: sluice.Result{Limit: 1, RetryAfter: tc.wait, ResetAfter: tc.wait}}}}
+		w := httptest.NewRecorder()
+		WriteProblem(w, st)
+		var p Problem
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Detail != tc.want {
+			t.Errorf("wait %v: detail %q (%v), want %q", tc.wait, p.Detail, err, tc.want)
+		}
 	}
 }

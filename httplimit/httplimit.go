@@ -295,7 +295,7 @@ func (m *Middleware) Check(r *http.Request) (*Status, error) {
 		st.Limits[j] = LimitStatus{
 			Name:   l.name,
 			Key:    checks[j].Key,
-			Rule:   l.Limiter.Rule(),
+			Rule:   l.Limiter.Rule().InForce(d.Results[j]),
 			Cost:   checks[j].Cost,
 			Result: d.Results[j],
 			Hidden: l.Hidden,
@@ -341,7 +341,7 @@ type Status struct {
 type LimitStatus struct {
 	Name   string      // the policy name
 	Key    string      // the identity counted against
-	Rule   sluice.Rule // the limiter's rule: quota, period, algorithm
+	Rule   sluice.Rule // the rule in force for the key: the limiter's, or its override's (Rule.InForce)
 	Cost   int64       // the units the request asked for
 	Result sluice.Result
 	Hidden bool // Limit.Hidden: never shown in headers

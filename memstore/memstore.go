@@ -181,7 +181,7 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 		OverrideInvalid: ovInvalid,
 	}
 	if src == sluice.SourceOverride {
-		res.Limit = r.Limit
+		res.Limit, res.OverrideParam = r.Limit, r.Param() // 0 for calendar periods
 	}
 	return res, nil
 }

@@ -95,7 +95,7 @@ func runOverrideClock(t *testing.T, h Harness) {
 			t.Fatalf("clock at %v: Overrides: %+v %v", start, list, err)
 		}
 		res, err := l.AllowN(ctx, "k", 3)
-		if err != nil || res != (sluice.Result{Allowed: true, Limit: 6, Remaining: 3, ResetAfter: time.Hour, Source: sluice.SourceOverride}) {
+		if err != nil || res != (sluice.Result{Allowed: true, Limit: 6, Remaining: 3, ResetAfter: time.Hour, Source: sluice.SourceOverride, OverrideParam: time.Hour.Microseconds()}) {
 			t.Fatalf("clock at %v: a decision under the override: %+v %v", start, res, err)
 		}
 		clock.Set(expires.Add(-time.Microsecond).Sub(Epoch))

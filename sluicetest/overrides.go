@@ -81,9 +81,9 @@ func RunOverrides(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	// The override applies to what the key took before it.
-	step("override", "", 3, sluice.Result{Allowed: true, Limit: 6, Remaining: 2, ResetAfter: hour, Source: sluice.SourceOverride})
+	step("override", "", 3, sluice.Result{Allowed: true, Limit: 6, Remaining: 2, ResetAfter: hour, Source: sluice.SourceOverride, OverrideParam: hour.Microseconds()})
 	// It takes precedence over the plan.
-	step("override over plan", "pro", 1, sluice.Result{Allowed: true, Limit: 6, Remaining: 1, ResetAfter: hour, Source: sluice.SourceOverride})
+	step("override over plan", "pro", 1, sluice.Result{Allowed: true, Limit: 6, Remaining: 1, ResetAfter: hour, Source: sluice.SourceOverride, OverrideParam: hour.Microseconds()})
 	o, ok, err := l.GetOverride(ctx, "k")
 	if err != nil || !ok || o.Limit != 6 || !o.Expires.Equal(expires) || o.Reason != "migration" || o.Actor != "ops" || !o.Set.Equal(clock.Now()) {
 		t.Fatalf("GetOverride: %+v %v %v", o, ok, err)
@@ -98,7 +98,7 @@ func RunOverrides(t *testing.T, h Harness) {
 	// The last microsecond of the override, then its lapse: the policy's
 	// limit applies to the same count (5 taken).
 	clock.Set(10*time.Minute - time.Microsecond)
-	step("override's last microsecond", "", 0, sluice.Result{Allowed: true, Limit: 6, Remaining: 1, ResetAfter: hour - 10*time.Minute + time.Microsecond, Source: sluice.SourceOverride})
+	step("override's last microsecond", "", 0, sluice.Result{Allowed: true, Limit: 6, Remaining: 1, ResetAfter: hour - 10*time.Minute + time.Microsecond, Source: sluice.SourceOverride, OverrideParam: hour.Microseconds()})
 	clock.Set(10 * time.Minute)
 	step("lapsed", "", 1, sluice.Result{Limit: 2, RetryAfter: 50 * time.Minute, ResetAfter: 50 * time.Minute})
 	step("lapsed, plan", "pro", 1, sluice.Result{Limit: 4, RetryAfter: 50 * time.Minute, ResetAfter: 50 * time.Minute, Source: sluice.SourcePlan})
@@ -115,8 +115,22 @@ func RunOverrides(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	res, err := l.AllowPlan(ctx, "big", "pro", 3)
-	if err != nil || res != (sluice.Result{Limit: 1, Remaining: 1, RetryAfter: time.Minute, Source: sluice.SourceOverride}) {
+	if err != nil || res != (sluice.Result{Limit: 1, Remaining: 1, RetryAfter: time.Minute, Source: sluice.SourceOverride, OverrideParam: hour.Microseconds()}) {
 		t.Fatalf("cost over the override's limit: %+v %v", res, err)
+	}
+	// An override with its own window: the Result carries the window it
+	// decided with, and InForce gives the rule in force (what headers and
+	// reports show).
+	if err := l.SetOverride(ctx, "win", sluice.Override{Limit: 3, Window: 10 * time.Minute, Expires: clock.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = l.AllowPlan(ctx, "win", "pro", 1)
+	if err != nil || res.Source != sluice.SourceOverride || res.Limit != 3 || res.OverrideParam != (10*time.Minute).Microseconds() {
+		t.Fatalf("override with a window: %+v %v, want limit 3 and parameter 600000000µs", res, err)
+	}
+	pro, _ := l.PlanRule("pro")
+	if in := pro.InForce(res); in.Limit != 3 || in.Window != 10*time.Minute || in.Algorithm != pro.Algorithm {
+		t.Fatalf("InForce of an override with a window: %+v, want limit 3 per 10m", in)
 	}
 	// Bad overrides, refused with the field named.
 	for _, tc := range []struct {
@@ -143,8 +157,12 @@ func RunOverrides(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	res, err = tb.AllowN(ctx, "k", 4)
-	if err != nil || !res.Allowed || res.Limit != 4 || res.Source != sluice.SourceOverride || res.ResetAfter != time.Second {
-		t.Fatalf("token bucket with a rate override: %+v %v, want 4 taken, full again after 1s (4/s)", res, err)
+	if err != nil || !res.Allowed || res.Limit != 4 || res.Source != sluice.SourceOverride || res.ResetAfter != time.Second ||
+		res.OverrideParam != 250_000 {
+		t.Fatalf("token bucket with a rate override: %+v %v, want 4 taken, full again after 1s (4/s: an interval of 250000µs)", res, err)
+	}
+	if in := tb.Rule().InForce(res); in.Interval != 250*time.Millisecond || in.Limit != 4 || in.PeriodSeconds() != 1 {
+		t.Fatalf("InForce of a rate override: %+v, want 4 per 1s", in)
 	}
 }
 

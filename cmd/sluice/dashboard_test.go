@@ -274,10 +274,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	if !strings.Contains(apiTop, "key_abc") {
 		t.Errorf("api (show_keys: raw) top refused keys: %q", apiTop)
 	}
-	if strings.Contains(loginTop, "alice") || !strings.Contains(loginTop, "h:") {
+	if loginKey := text(`#top div[data-policy="login"] td[data-field="key"]`); strings.Contains(loginTop, "alice") || !strings.HasPrefix(loginKey, "h:") {
 		t.Errorf("login (hashed) top refused keys: %q", loginTop)
 	}
-	if st, text := action("login", "user:alice", "inspect"); st != "200" || !strings.Contains(text, "remaining 0 of 5") {
+	if st, text := action("login", "user:alice", "inspect"); st != "200" || !strings.Contains(text, "remaining 0 of 5") || !strings.Contains(text, "in force: policy sliding_log(limit=5") {
 		t.Errorf("inspect with the token: %s %q", st, text)
 	}
 	if st, text := action("login", "user:alice", "reset"); st != "200" || !strings.Contains(text, "reset login / user:alice") {

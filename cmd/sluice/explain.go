@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/server"
 )
 
 const explainUsage = `usage: sluice explain [--config FILE] [--json] DOMAIN KEY=VALUE [KEY=VALUE...]
@@ -45,9 +46,13 @@ type explanation struct {
 	// Applies is the limit: a policy, unlimited, deny, or none.
 	Applies string `json:"applies,omitempty"`
 	Policy  string `json:"policy,omitempty"`
-	// CountedAs is what the request is counted under.
+	// CountedAs is the entries the request is counted as.
 	CountedAs []string `json:"counted_as,omitempty"`
-	Notes     []string `json:"notes,omitempty"`
+	// Key is the key it is counted under, as sluice inspect, reset and
+	// override take it; Plan the plan its last entry names.
+	Key   string   `json:"key,omitempty"`
+	Plan  string   `json:"plan,omitempty"`
+	Notes []string `json:"notes,omitempty"`
 }
 
 func runExplain(_ context.Context, args []string, _ func(string) (string, bool), stdout, stderr io.Writer) int {
@@ -166,6 +171,7 @@ func explain(cfg *config.Config, dom *config.Domain, entries []config.Entry) *ex
 		for _, c := range config.CountedAs(path, entries) {
 			ex.CountedAs = append(ex.CountedAs, c.Key+"="+c.Value)
 		}
+		ex.Key, ex.Plan = server.CountedKey(dom.Name, path, entries)
 		if p := cfg.Policy(node.Policy); p != nil {
 			rule, _ := p.Policy.Rule()
 			ex.Applies += ": " + rule.String()
@@ -223,9 +229,27 @@ func writeExplanation(w io.Writer, ex *explanation) {
 	}
 	fmt.Fprintf(w, "applies: %s\n", ex.Applies)
 	if len(ex.CountedAs) > 0 {
-		fmt.Fprintf(w, "counted under: %s\n", strings.Join(ex.CountedAs, ", "))
+		fmt.Fprintf(w, "counted as: %s\n", strings.Join(ex.CountedAs, ", "))
+	}
+	if ex.Key != "" {
+		fmt.Fprintf(w, "key: %s (sluice inspect %s %s)\n", ex.Key, ex.Policy, shellQuote(ex.Key))
+	}
+	if ex.Plan != "" {
+		fmt.Fprintf(w, "plan: %s\n", ex.Plan)
 	}
 	for _, n := range ex.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
+}
+
+// shellQuote quotes s for a POSIX shell when it holds anything but
+// letters, digits and -_.:/@=+, (a key with \ or a space, say).
+func shellQuote(s string) string {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_.:/@=+,", c) >= 0) {
+			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+		}
+	}
+	return s
 }

@@ -16,20 +16,39 @@ func newFlags(name string) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args into fs, the same way for every command: -h, -help
-// and --help print usage (the command's text, then its flags) on stdout and
-// give exit code 0; a bad flag prints the error and a pointer to -h on
-// stderr and gives exit code 2. ok is true when the command is to run.
+// parseFlags parses args into fs, the same way for every command: flags
+// may come before, between or after the positional arguments (a "--"
+// ends the flags: what follows is positional, even when it starts with
+// "-"); -h, -help and --help print usage (the command's text, then its
+// flags) on stdout and give exit code 0; a bad flag prints the error and
+// a pointer to -h on stderr and gives exit code 2. ok is true when the
+// command is to run; fs.Args() are then the positional arguments.
 func parseFlags(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
-	err := fs.Parse(args)
-	if err == nil {
-		return 0, true
+	var pos []string
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(fs, usage, stdout)
+			return 0, false
+		}
+		if err != nil {
+			return usageError(fs, stderr, "%v", err), false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			pos = append(pos, rest...) // after "--": all positional
+			break
+		}
+		// Parse stopped at a positional argument: keep it and parse on.
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
-	if errors.Is(err, flag.ErrHelp) {
-		printUsage(fs, usage, stdout)
-		return 0, false
-	}
-	return usageError(fs, stderr, "%v", err), false
+	// Leave the positional arguments in fs.Args(), setting no flag.
+	fs.Parse(append([]string{"--"}, pos...))
+	return 0, true
 }
 
 // printUsage writes usage and fs's flags to w.

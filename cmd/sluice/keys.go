@@ -10,12 +10,15 @@ import (
 	"os"
 	"os/user"
 	"slices"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/luascript"
+	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/internal/valkeyops"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
@@ -23,7 +26,7 @@ import (
 
 // The key commands: keys, inspect and reset.
 
-const keysUsage = `usage: sluice keys [--config FILE] [--valkey ADDR[,ADDR...]] [--policy NAME] [--limit N] [--json]
+const keysUsage = `usage: sluice keys [--config FILE] [--valkey ADDR[,ADDR...]] [--policy NAME] [--limit N] [--names | --find h:HASH] [--json]
 
 Walks the keys under the configuration's prefix with SCAN (never KEYS) on
 every primary and reports, per policy: the number of keys, their memory
@@ -31,16 +34,26 @@ every primary and reports, per policy: the number of keys, their memory
 that belong to no configured policy (a renamed or removed policy, another
 algorithm under the same name) are reported apart.
 
+--names lists the keys themselves, each as counted (the spelling sluice
+inspect, reset and override take) with its policy and time to live.
+--find h:HASH lists the keys whose hash (show_keys: hashed, keyed by the
+admin token) is HASH: from a key the dashboard's top refused keys show to
+the key to inspect and reset. A key longer than 128 bytes is stored as its
+SHA-256 ("#..."), which cannot be turned back into the key.
+
 flags:
 `
 
-const inspectUsage = `usage: sluice inspect [--config FILE] [--valkey ADDR[,ADDR...]] [--json] POLICY KEY
+const inspectUsage = `usage: sluice inspect [--config FILE] [--valkey ADDR[,ADDR...]] [--plan NAME] [--json] POLICY KEY
 
-Shows the state of KEY (the key as sent to /v1/check) under POLICY as the
-algorithm sees it: whether a request would be allowed, the units remaining,
-the retry-after and reset times, the time to live, and the raw fields
-stored in Valkey. Looking takes nothing. Exit code 1 when the key holds no
-state.
+Shows the state of KEY under POLICY as the algorithm sees it, under the
+rule in force for the key (its override, else the plan --plan names, else
+the policy), decided by the code sluice serve decides with: whether a
+request would be allowed, the units remaining of the limit in force, the
+retry-after and reset times, the time to live, and the raw fields stored
+in Valkey. KEY is the key as counted (sluice key prints it from a raw
+address, API key or username). Looking takes nothing. Exit code 1 when the
+key holds no state.
 
 flags:
 `
@@ -97,12 +110,17 @@ func (k *keyEnv) policy(name string) (*config.Policy, error) {
 	return nil, fmt.Errorf("%w %q: %s defines %s", errUnknownPolicy, name, k.cfg.Source, strings.Join(names, ", "))
 }
 
-// limiter is the policy's limiter as sluice serve builds it, with a
-// generous timeout (an operator waits; a request does not).
+// limiter is the policy's limiter as sluice serve builds it (its name,
+// prefix, key overrides and plans), with a generous timeout (an operator
+// waits; a request does not).
 func (k *keyEnv) limiter(p *config.Policy) (*sluice.Limiter, error) {
-	return sluice.New(k.store, p.Policy, sluice.WithName(p.Limiter), sluice.WithPrefix(k.cfg.Prefix),
-		sluice.WithTimeout(5*time.Second), sluice.WithDenyCache(false),
-		sluice.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	opts := []sluice.Option{sluice.WithName(p.Limiter), sluice.WithPrefix(k.cfg.Prefix),
+		sluice.WithTimeout(5 * time.Second), sluice.WithDenyCache(false), sluice.WithOverrides(p.Overrides),
+		sluice.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
+	for _, pl := range p.Plans {
+		opts = append(opts, sluice.WithPlan(pl.Name, pl.Policy))
+	}
+	return sluice.New(k.store, p.Policy, opts...)
 }
 
 // keyGroup is the keys of one limiter and state layout.
@@ -125,6 +143,8 @@ func runKeys(ctx context.Context, args []string, env func(string) (string, bool)
 	only := fs.String("policy", "", "report only this `policy`")
 	limit := fs.Int("limit", 100_000, "examine at most this many keys (counts are then lower bounds)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	names := fs.Bool("names", false, "list the keys, as counted, with their policy and TTL")
+	find := fs.String("find", "", "list the keys shown as this `h:HASH` among the top refused keys")
 	if code, ok := parseFlags(fs, keysUsage, args, stdout, stderr); !ok {
 		return code
 	}
@@ -134,12 +154,32 @@ func runKeys(ctx context.Context, args []string, env func(string) (string, bool)
 	if *limit < 1 {
 		return usageError(fs, stderr, "--limit must be at least 1")
 	}
+	if *names && *find != "" {
+		return usageError(fs, stderr, "give --names or --find, not both")
+	}
+	if *find != "" && !strings.HasPrefix(*find, "h:") {
+		return usageError(fs, stderr, "--find takes a hashed key as the top refused keys show it, h:HASH, got %q", *find)
+	}
 	k, err := openKeyEnv(ctx, of, env)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice keys: %v\n", err)
 		return 1
 	}
 	defer k.Close()
+	var secret []byte
+	if *find != "" {
+		if k.cfg.Admin == nil {
+			fmt.Fprintf(stderr, "sluice keys: --find: %s configures no admin token, so no key is shown hashed\n", k.cfg.Source)
+			return 2
+		}
+		tok, err := k.cfg.Admin.Token(env)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice keys: --find needs the admin token the hashes are keyed with: %v\n", err)
+			return 1
+		}
+		secret = server.KeyHashSecret(tok)
+	}
+	var listed []namedKey
 	// Groups by "limiter:state", the key's second and third parts.
 	groups := map[string]*keyGroup{}
 	var order []string
@@ -195,6 +235,15 @@ func runKeys(ctx context.Context, args []string, env func(string) (string, bool)
 			if ttl == -2 {
 				continue // expired since the scan
 			}
+			if *names || secret != nil {
+				nk := namedKey{Policy: g.Policy, StoreKey: key, TTLMS: float64(ttl)}
+				if len(parts) == 3 {
+					nk.Key, nk.Recoverable = identityOf(parts[2])
+				}
+				if secret == nil || nk.Recoverable && server.KeyHash(secret, nk.Key) == *find {
+					listed = append(listed, nk)
+				}
+			}
 			mem, _ := res[2*i+1].AsInt64()
 			g.Keys++
 			g.Bytes += mem
@@ -209,6 +258,9 @@ func runKeys(ctx context.Context, args []string, env func(string) (string, bool)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice keys: %v\n", err)
 		return 1
+	}
+	if *names || secret != nil {
+		return printNamed(stdout, stderr, *asJSON, listed, *find, seen, truncated)
 	}
 	out := make([]*keyGroup, 0, len(order))
 	for _, id := range order {
@@ -243,6 +295,79 @@ func runKeys(ctx context.Context, args []string, env func(string) (string, bool)
 	}
 	if truncated {
 		fmt.Fprintf(stdout, "\nstopped after %d keys (--limit): the counts are lower bounds\n", seen)
+	}
+	return 0
+}
+
+// namedKey is one key --names or --find lists.
+type namedKey struct {
+	Policy   string `json:"policy,omitempty"`
+	Key      string `json:"key"`
+	StoreKey string `json:"store_key"`
+	// Recoverable is false for a key stored as its SHA-256 (longer than
+	// sluice.MaxIdentityLen escaped): Key is then that digest.
+	Recoverable bool    `json:"recoverable"`
+	TTLMS       float64 `json:"ttl_ms"`
+}
+
+// identityOf returns the key a store key's last part ({escaped key})
+// holds, undoing sluice.Key's escaping; ok is false when it is not one,
+// or is a long key's SHA-256 ("#...").
+func identityOf(tagged string) (key string, ok bool) {
+	if len(tagged) < 2 || tagged[0] != '{' || tagged[len(tagged)-1] != '}' {
+		return tagged, false
+	}
+	esc := tagged[1 : len(tagged)-1]
+	if strings.HasPrefix(esc, "#") {
+		return esc, false
+	}
+	var b strings.Builder
+	for i := 0; i < len(esc); i++ {
+		if esc[i] == '%' && i+2 < len(esc) {
+			if v, err := strconv.ParseUint(esc[i+1:i+3], 16, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(esc[i])
+	}
+	return b.String(), true
+}
+
+func printNamed(stdout, stderr io.Writer, asJSON bool, listed []namedKey, find string, seen int, truncated bool) int {
+	if asJSON {
+		if listed == nil {
+			listed = []namedKey{}
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(map[string]any{"keys": listed, "examined": seen, "truncated": truncated})
+	} else {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "POLICY\tKEY\tTTL")
+		for _, nk := range listed {
+			pol, key := nk.Policy, shellQuote(nk.Key)
+			if pol == "" {
+				pol = "(not configured)"
+			}
+			if !nk.Recoverable {
+				key = nk.StoreKey + " (stored as its SHA-256: not recoverable)"
+			}
+			ttl := "never expires"
+			if nk.TTLMS >= 0 {
+				ttl = time.Duration(nk.TTLMS * 1e6).String()
+			}
+			fmt.Fprintln(tw, pol+"\t"+key+"\t"+ttl)
+		}
+		tw.Flush()
+		if truncated {
+			fmt.Fprintf(stdout, "\nstopped after %d keys (--limit): there may be more\n", seen)
+		}
+	}
+	if find != "" && len(listed) == 0 {
+		fmt.Fprintf(stderr, "sluice keys: no stored key is shown as %s (expired, reset, keyed with another admin token, or longer than %d bytes)\n", find, sluice.MaxIdentityLen)
+		return 1
 	}
 	return 0
 }
@@ -285,10 +410,19 @@ func keyArgs(ctx context.Context, name string, of *opsFlags, fsArgs []string, en
 
 // keyState is what inspect shows.
 type keyState struct {
-	Policy       string            `json:"policy"`
-	Key          string            `json:"key"`
-	StoreKey     string            `json:"store_key"`
-	Rule         string            `json:"rule"`
+	Policy   string `json:"policy"`
+	Key      string `json:"key"`
+	StoreKey string `json:"store_key"`
+	Rule     string `json:"rule"`
+	Plan     string `json:"plan,omitempty"`
+	// Source, InForce and WindowMS are the rule in force for the key: the
+	// override's, the plan's or the policy's (sluice.Rule.InForce), as
+	// /v1/check answers and the headers advertise it.
+	Source   string `json:"source"`
+	InForce  string `json:"rule_in_force"`
+	WindowMS int64  `json:"window_ms"`
+	// Override is the key's override, when one decided.
+	Override     *sluice.Override  `json:"override,omitempty"`
 	Exists       bool              `json:"exists"`
 	Allowed      bool              `json:"allowed"`
 	Limit        int64             `json:"limit"`
@@ -306,6 +440,7 @@ func runInspect(ctx context.Context, args []string, env func(string) (string, bo
 	fs := newFlags("inspect")
 	of := addOpsFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
+	plan := fs.String("plan", "", "inspect under this `plan` of the policy, as a check naming it is decided")
 	if code, ok := parseFlags(fs, inspectUsage, args, stdout, stderr); !ok {
 		return code
 	}
@@ -318,7 +453,11 @@ func runInspect(ctx context.Context, args []string, env func(string) (string, bo
 	}
 	defer k.Close()
 	key := fs.Arg(1)
-	st, err := inspect(ctx, k, p, l, key)
+	if _, ok := l.PlanRule(*plan); !ok {
+		fmt.Fprintf(stderr, "sluice inspect: plan %q is not a plan of policy %s (it has %v)\n", *plan, p.Name, l.Plans())
+		return 2
+	}
+	st, err := inspect(ctx, k, p, l, key, *plan)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice inspect: %v\n", err)
 		return 1
@@ -329,6 +468,7 @@ func runInspect(ctx context.Context, args []string, env func(string) (string, bo
 		enc.Encode(st)
 	} else {
 		fmt.Fprintf(stdout, "policy     %s: %s\nkey        %s\nstore key  %s\n", st.Policy, st.Rule, st.Key, st.StoreKey)
+		fmt.Fprintf(stdout, "in force   %s: %s\n", inForceOf(st), st.InForce)
 		if st.Exists {
 			verdict := "allowed"
 			if !st.Allowed {
@@ -354,19 +494,55 @@ func runInspect(ctx context.Context, args []string, env func(string) (string, bo
 		}
 	}
 	if !st.Exists {
-		fmt.Fprintf(stderr, "sluice inspect: no state for key %q of policy %s (never used, expired or reset): its next request gets the whole limit of %d\n",
-			key, p.Name, st.Limit)
+		fmt.Fprintf(stderr, "sluice inspect: no state for key %q of policy %s (never used, expired or reset): its next request gets the whole limit of %d (%s)\n",
+			key, p.Name, st.Limit, inForceOf(st))
 		return 1
 	}
 	return 0
 }
 
-func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter, key string) (*keyState, error) {
+// inForceOf names where the rule in force comes from: "override until
+// TIME (reason)", "plan NAME" or "policy".
+func inForceOf(st *keyState) string {
+	switch {
+	case st.Override != nil:
+		s := "override until " + st.Override.Expires.UTC().Format(time.RFC3339)
+		if st.Override.Reason != "" {
+			s += " (" + st.Override.Reason + ")"
+		}
+		return s
+	case st.Source == sluice.SourcePlan.String():
+		return "plan " + st.Plan
+	}
+	return st.Source
+}
+
+func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter, key, plan string) (*keyState, error) {
 	if key == "" {
 		return nil, errors.New("the key is empty")
 	}
 	sk := l.Key(key)
-	st := &keyState{Policy: p.Name, Key: key, StoreKey: sk, Rule: l.Rule().String(), Limit: l.Rule().Limit}
+	st := &keyState{Policy: p.Name, Key: key, StoreKey: sk, Rule: l.Rule().String(), Plan: plan}
+	// The rule in force, as a check of the key would meet it: a peek
+	// decides under it and takes nothing.
+	planRule, _ := l.PlanRule(plan)
+	peek := func() (sluice.Result, error) {
+		res, err := l.AllowPlan(ctx, key, plan, 0)
+		if err != nil {
+			return res, err
+		}
+		if res.Degraded {
+			return res, errors.New("Valkey did not answer the peek in time")
+		}
+		in := planRule.InForce(res)
+		st.Source, st.InForce, st.WindowMS, st.Limit = res.Source.String(), in.String(), in.Period().Milliseconds(), in.Limit
+		if res.Source == sluice.SourceOverride {
+			if o, ok, err := l.GetOverride(ctx, key); err == nil && ok {
+				st.Override = &o
+			}
+		}
+		return res, nil
+	}
 	c := k.client
 	typ, err := c.Do(ctx, c.B().Type().Key(sk).Build()).ToString()
 	if err != nil {
@@ -374,6 +550,9 @@ func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter
 	}
 	st.Type = typ
 	if typ == "none" {
+		if _, err := peek(); err != nil {
+			return nil, err
+		}
 		return st, nil
 	}
 	st.Exists = true
@@ -403,12 +582,9 @@ func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter
 		return nil, err
 	}
 	st.TTLMS = float64(ttl)
-	res, err := l.Peek(ctx, key)
+	res, err := peek()
 	if err != nil {
 		return nil, err
-	}
-	if res.Degraded {
-		return nil, errors.New("Valkey did not answer the peek in time")
 	}
 	st.Allowed, st.Remaining = res.Allowed, res.Remaining
 	st.RetryAfterMS, st.ResetAfterMS = msOf(res.RetryAfter), msOf(res.ResetAfter)

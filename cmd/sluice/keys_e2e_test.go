@@ -204,10 +204,11 @@ func TestE2EExplain(t *testing.T) {
 		want    []string
 	}{
 		{[]string{"path=/api/login"}, 0, []string{"matched path=/api/login (exact value, line 8)", "not chosen: path=/api/*, path",
-			"applies: policy login: sliding_log(limit=5, window=15m0s)", "counted under: path=/api/login"}},
+			"applies: policy login: sliding_log(limit=5, window=15m0s)", "counted as: path=/api/login",
+			"key: edge:path:/api/login (sluice inspect login edge:path:/api/login)"}},
 		{[]string{"path=/api/users"}, 0, []string{"matched path=/api/* (wildcard value, line 11)", "applies: policy api: gcra"}},
 		{[]string{"path=/other"}, 0, []string{"matched path (key only: any value, line 14)", "applies: policy edge.path: fixed_window(limit=100, window=1m0s) (rate_limit 100 per 1 minute)"}},
-		{[]string{"tenant=team-red"}, 0, []string{"wildcard value", "counted under: tenant=team-*", "note: share_threshold"}},
+		{[]string{"tenant=team-red"}, 0, []string{"wildcard value", "counted as: tenant=team-*", "key: edge:tenant:team-*", "note: share_threshold"}},
 		{[]string{"remote_address=1.2.3.4", "path=/healthz"}, 0, []string{"1. remote_address=1.2.3.4", "matched remote_address (key only", "2. path=/healthz", "applies: unlimited: always allowed"}},
 		{[]string{"remote_address=1.2.3.4"}, 0, []string{"applies: no limit at this descriptor (it only groups deeper ones)"}},
 		{[]string{"remote_address=1.2.3.4", "path=/x"}, 1, []string{"no match: no descriptor for path=/x under remote_address (its keys: path=/healthz)"}},

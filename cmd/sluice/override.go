@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/server"
 )
 
 // sluice override set|get|list|rm: key overrides in the deployment's
@@ -26,8 +27,10 @@ Sets, shows, lists or removes the override of one key of a policy: its limit
 (and optionally --window or --rate) until an expiry, with a reason and an
 actor for audit. The policy must say overrides: true in the configuration.
 Every process of sluice serve sees an override at once, and it lapses by
-itself at its expiry. Exit code 1 when get finds no override, 2 for bad
-input.
+itself at its expiry. KEY is the key as counted (sluice key prints it).
+get --json prints one object, list --json an array, in the form of
+GET /v1/overrides (windows and rates as text). Exit code 1 when get or rm
+finds no override (rm then removes nothing), 2 for bad input.
 
 flags:
 `
@@ -84,8 +87,7 @@ func runOverride(ctx context.Context, args []string, env func(string) (string, b
 		fmt.Fprintf(stderr, "sluice override: policy %q does not read key overrides: set overrides: true in %s first\n", p.Name, k.cfg.Source)
 		return 2
 	}
-	l, err := sluice.New(k.store, p.Policy, sluice.WithName(p.Limiter), sluice.WithPrefix(k.cfg.Prefix),
-		sluice.WithTimeout(5*time.Second), sluice.WithOverrides(true))
+	l, err := k.limiter(p)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice override: %v\n", err)
 		return 1
@@ -108,15 +110,31 @@ func runOverride(ctx context.Context, args []string, env func(string) (string, b
 			fmt.Fprintf(stderr, "sluice override get: %s %s has no override\n", p.Name, key)
 			return 1
 		}
-		printOverrides(stdout, *asJSON, []sluice.KeyOverride{{Key: key, Override: got}})
+		if *asJSON {
+			// One override: one object, as GET /v1/overrides/POLICY/KEY answers.
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			enc.Encode(server.ToOverrideJSON(p.Name, key, got))
+			break
+		}
+		printOverrides(stdout, p.Name, false, []sluice.KeyOverride{{Key: key, Override: got}})
 	case "list":
 		list, err := l.Overrides(ctx)
-		printOverrides(stdout, *asJSON, list)
+		printOverrides(stdout, p.Name, *asJSON, list)
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice override list: %v\n", err)
 			return 1
 		}
 	case "rm":
+		_, ok, err := l.GetOverride(ctx, key)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice override rm: %v\n", err)
+			return 1
+		}
+		if !ok {
+			fmt.Fprintf(stderr, "sluice override rm: %s %s has no override (never set, lapsed or removed already): nothing removed\n", p.Name, key)
+			return 1
+		}
 		if err := l.DeleteOverride(ctx, key); err != nil {
 			fmt.Fprintf(stderr, "sluice override rm: %v\n", err)
 			return 1
@@ -169,20 +187,28 @@ func overrideFlags(limit int64, expires, forD, window, rate, reason, actor strin
 	return o, nil
 }
 
-func printOverrides(w io.Writer, asJSON bool, list []sluice.KeyOverride) {
+// printOverrides prints list as a table, or with asJSON as the array of
+// GET /v1/overrides/POLICY (windows and rates as text, never nanoseconds).
+func printOverrides(w io.Writer, policy string, asJSON bool, list []sluice.KeyOverride) {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		if list == nil {
-			list = []sluice.KeyOverride{}
+		out := make([]server.OverrideJSON, 0, len(list))
+		for _, ko := range list {
+			out = append(out, server.ToOverrideJSON(policy, ko.Key, ko.Override))
 		}
-		enc.Encode(list)
+		enc.Encode(out)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tLIMIT\tEXPIRES\tACTOR\tREASON")
+	fmt.Fprintln(tw, "KEY\tLIMIT\tWINDOW/RATE\tEXPIRES\tACTOR\tREASON")
 	for _, ko := range list {
-		fmt.Fprintln(tw, ko.Key+"\t"+strconv.FormatInt(ko.Limit, 10)+"\t"+ko.Expires.UTC().Format(time.RFC3339)+"\t"+ko.Actor+"\t"+ko.Reason)
+		b := server.ToOverrideJSON(policy, ko.Key, ko.Override)
+		param := b.Window + b.Rate
+		if param == "" {
+			param = "-"
+		}
+		fmt.Fprintln(tw, ko.Key+"\t"+strconv.FormatInt(ko.Limit, 10)+"\t"+param+"\t"+ko.Expires.UTC().Format(time.RFC3339)+"\t"+ko.Actor+"\t"+ko.Reason)
 	}
 	tw.Flush()
 }

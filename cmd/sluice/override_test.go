@@ -18,6 +18,7 @@ const overrideYAML = `
 policies:
   - {name: messages, algorithm: fixed_window, limit: 3, period: day, zone: America/Los_Angeles, overrides: true, plans: {pro: {limit: 5}}}
   - {name: plain, algorithm: fixed_window, limit: 3, window: 1h}
+  - {name: win, algorithm: fixed_window, limit: 100, window: 1h, overrides: true}
 `
 
 // TestOverrideCommand: sluice override set, get, list and rm on one Valkey
@@ -45,10 +46,24 @@ func TestOverrideCommand(t *testing.T) {
 			if code, out, errb := cmd("set", "--limit", "10", "--for", "1h", "--reason", "migration", "--actor", "ops", "messages", key); code != 0 || !strings.Contains(out, "limit 10 until") {
 				t.Fatalf("set: %d %q %q", code, out, errb)
 			}
-			code, out, errb := cmd("get", "--json", "messages", key)
-			var got []sluice.KeyOverride
-			if code != 0 || json.Unmarshal([]byte(out), &got) != nil || len(got) != 1 || got[0].Limit != 10 || got[0].Reason != "migration" || got[0].Actor != "ops" {
+			// get --json: one object, in the form of GET /v1/overrides; the
+			// flag may follow the arguments.
+			code, out, errb := cmd("get", "messages", key, "--json")
+			var got map[string]any
+			if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got["limit"] != 10.0 || got["reason"] != "migration" || got["actor"] != "ops" || got["key"] != key {
 				t.Fatalf("get: %d %q %q", code, out, errb)
+			}
+			// A window is text, never nanoseconds, in get and list.
+			if code, out, errb := cmd("set", "win", key, "--limit", "50", "--window", "10m", "--for", "1h"); code != 0 {
+				t.Fatalf("set win: %d %q %q", code, out, errb)
+			}
+			code, out, errb = cmd("get", "win", key, "--json")
+			if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got["window"] != "10m0s" {
+				t.Fatalf("get win: %d %q %q, want window 10m0s", code, out, errb)
+			}
+			var list []map[string]any
+			if code, out, _ := cmd("list", "win", "--json"); code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) == 0 || list[0]["window"] != "10m0s" {
+				t.Fatalf("list win: %d %q", code, out)
 			}
 			if code, out, _ := cmd("list", "messages"); code != 0 || !strings.Contains(out, key) || !strings.Contains(out, "migration") {
 				t.Fatalf("list: %d %q", code, out)
@@ -81,6 +96,10 @@ func TestOverrideCommand(t *testing.T) {
 			}
 			if code, _, _ := cmd("get", "messages", key); code != 1 {
 				t.Fatalf("get after rm: %d", code)
+			}
+			// rm of a missing override removes nothing, says so, exits 1.
+			if code, out, errb := cmd("rm", "messages", key); code != 1 || strings.Contains(out, "removed") || !strings.Contains(errb, "has no override") {
+				t.Fatalf("rm of a missing override: %d %q %q, want exit 1", code, out, errb)
 			}
 			res, err = l.AllowPlan(context.Background(), key, "pro", 1)
 			if err != nil || !res.Allowed || res.Limit != 5 || res.Remaining != 0 || res.Source != sluice.SourcePlan {

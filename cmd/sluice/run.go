@@ -28,6 +28,7 @@ func commands() []command {
 		{"bench", "load a Valkey or Valkey Cluster with decisions", withoutEnv(runBench)},
 		{"verify", "prove this deployment limits as promised, against its own Valkey", runVerify},
 		{"doctor", "check what makes limits wrong or fragile in this deployment's Valkey", runDoctor},
+		{"key", "print the key Sluice counts a raw address, API key or username under", runKey},
 		{"keys", "count the keys of each policy, their memory and TTL spread (SCAN)", runKeys},
 		{"inspect", "show a key's state as its algorithm sees it", runInspect},
 		{"reset", "forget a key's state (audit-logged)", runReset},

@@ -263,8 +263,9 @@ var ErrReply = errors.New("reply out of range")
 // RecordSize is the length in bytes of one decision's record in a call's
 // reply (see batch.lua): allowed and the override's status, one byte
 // each, then remaining, retry after and reset after in microseconds, the
-// receipt and the override's limit, each a little-endian int64.
-const RecordSize = 2 + 5*8
+// receipt, the override's limit and its parameter, each a little-endian
+// int64.
+const RecordSize = 2 + 6*8
 
 // DecodeCall reads the reply of a call that decided n keys, one string
 // of n records (see batch.lua), and passes each decision's Result and
@@ -318,18 +319,18 @@ func FillCall(batch []sluice.Op, idx []int, store string, alg sluice.Algorithm, 
 
 // decodeRecord turns one decision's record (allowed, the override's
 // status, remaining, retry after and reset after in microseconds, receipt,
-// the override's limit) into its Result and receipt.
+// the override's limit and parameter) into its Result and receipt.
 func decodeRecord(r string) (sluice.Result, int64, error) {
 	allowed, status := r[0], r[1]
 	remaining, retry, reset := int64At(r, 2), int64At(r, 10), int64At(r, 18)
-	receipt, ovLimit := int64At(r, 26), int64At(r, 34)
+	receipt, ovLimit, ovParam := int64At(r, 26), int64At(r, 34), int64At(r, 42)
 	if allowed == clockSkew {
 		return sluice.Result{}, 0, sluice.ErrClockSkew
 	}
 	if allowed > 1 || remaining < 0 || retry < 0 || retry > maxMicros || reset < 0 || reset > maxMicros || receipt <= 0 ||
-		status > 2 || (status == 1) != (ovLimit > 0) {
-		return sluice.Result{}, 0, fmt.Errorf("%w: allowed %d, override status %d, remaining %d, retry after %dµs, reset after %dµs, receipt %d, override limit %d",
-			ErrReply, allowed, status, remaining, retry, reset, receipt, ovLimit)
+		status > 2 || (status == 1) != (ovLimit > 0) || ovParam < 0 || ovParam > maxMicros || status != 1 && ovParam != 0 {
+		return sluice.Result{}, 0, fmt.Errorf("%w: allowed %d, override status %d, remaining %d, retry after %dµs, reset after %dµs, receipt %d, override limit %d, parameter %dµs",
+			ErrReply, allowed, status, remaining, retry, reset, receipt, ovLimit, ovParam)
 	}
 	res := sluice.Result{
 		Allowed:         allowed == 1,
@@ -339,7 +340,7 @@ func decodeRecord(r string) (sluice.Result, int64, error) {
 		OverrideInvalid: status == 2,
 	}
 	if status == 1 {
-		res.Source, res.Limit = sluice.SourceOverride, ovLimit
+		res.Source, res.Limit, res.OverrideParam = sluice.SourceOverride, ovLimit, ovParam
 	}
 	return res, receipt, nil
 }

@@ -13,13 +13,13 @@ import (
 // record is one decision's record as batch.lua packs it, built here with
 // encoding/binary rather than DecodeCall's own reading.
 type record struct {
-	allowed, status                           byte
-	remaining, retry, reset, receipt, ovLimit int64
+	allowed, status                                    byte
+	remaining, retry, reset, receipt, ovLimit, ovParam int64
 }
 
 func (r record) bytes() string {
 	b := []byte{r.allowed, r.status}
-	for _, v := range []int64{r.remaining, r.retry, r.reset, r.receipt, r.ovLimit} {
+	for _, v := range []int64{r.remaining, r.retry, r.reset, r.receipt, r.ovLimit, r.ovParam} {
 		b = binary.LittleEndian.AppendUint64(b, uint64(v))
 	}
 	return string(b)
@@ -33,28 +33,30 @@ func TestDecodeCall(t *testing.T) {
 		want    sluice.Result
 		wantErr error
 	}{
-		{"allowed", record{1, 0, 9, 0, 1500, receipt, 0},
+		{"allowed", record{1, 0, 9, 0, 1500, receipt, 0, 0},
 			sluice.Result{Allowed: true, Remaining: 9, ResetAfter: 1500 * time.Microsecond}, nil},
-		{"refused", record{0, 0, 0, 250_000, 3_000_000, receipt, 0},
+		{"refused", record{0, 0, 0, 250_000, 3_000_000, receipt, 0, 0},
 			sluice.Result{RetryAfter: 250 * time.Millisecond, ResetAfter: 3 * time.Second}, nil},
-		{"override applied", record{1, 1, 4, 0, 7, receipt, 500},
-			sluice.Result{Allowed: true, Remaining: 4, ResetAfter: 7 * time.Microsecond, Source: sluice.SourceOverride, Limit: 500}, nil},
-		{"override malformed", record{1, 2, 4, 0, 7, receipt, 0},
+		{"override applied", record{1, 1, 4, 0, 7, receipt, 500, 600_000_000},
+			sluice.Result{Allowed: true, Remaining: 4, ResetAfter: 7 * time.Microsecond, Source: sluice.SourceOverride, Limit: 500, OverrideParam: 600_000_000}, nil},
+		{"a parameter without an override", record{1, 0, 0, 0, 0, receipt, 0, 5}, sluice.Result{}, ErrReply},
+		{"negative parameter", record{1, 1, 0, 0, 0, receipt, 5, -1}, sluice.Result{}, ErrReply},
+		{"override malformed", record{1, 2, 4, 0, 7, receipt, 0, 0},
 			sluice.Result{Allowed: true, Remaining: 4, ResetAfter: 7 * time.Microsecond, OverrideInvalid: true}, nil},
-		{"clock skew", record{2, 0, 0, 0, 0, 0, 0}, sluice.Result{}, sluice.ErrClockSkew},
-		{"allowed out of range", record{3, 0, 0, 0, 0, receipt, 0}, sluice.Result{}, ErrReply},
-		{"negative remaining", record{1, 0, -1, 0, 0, receipt, 0}, sluice.Result{}, ErrReply},
-		{"negative retry", record{0, 0, 0, -1, 0, receipt, 0}, sluice.Result{}, ErrReply},
-		{"negative reset", record{1, 0, 0, 0, -1, receipt, 0}, sluice.Result{}, ErrReply},
-		{"no receipt", record{1, 0, 0, 0, 0, 0, 0}, sluice.Result{}, ErrReply},
-		{"status out of range", record{1, 3, 0, 0, 0, receipt, 0}, sluice.Result{}, ErrReply},
-		{"applied without a limit", record{1, 1, 0, 0, 0, receipt, 0}, sluice.Result{}, ErrReply},
-		{"a limit without an override", record{1, 0, 0, 0, 0, receipt, 5}, sluice.Result{}, ErrReply},
+		{"clock skew", record{2, 0, 0, 0, 0, 0, 0, 0}, sluice.Result{}, sluice.ErrClockSkew},
+		{"allowed out of range", record{3, 0, 0, 0, 0, receipt, 0, 0}, sluice.Result{}, ErrReply},
+		{"negative remaining", record{1, 0, -1, 0, 0, receipt, 0, 0}, sluice.Result{}, ErrReply},
+		{"negative retry", record{0, 0, 0, -1, 0, receipt, 0, 0}, sluice.Result{}, ErrReply},
+		{"negative reset", record{1, 0, 0, 0, -1, receipt, 0, 0}, sluice.Result{}, ErrReply},
+		{"no receipt", record{1, 0, 0, 0, 0, 0, 0, 0}, sluice.Result{}, ErrReply},
+		{"status out of range", record{1, 3, 0, 0, 0, receipt, 0, 0}, sluice.Result{}, ErrReply},
+		{"applied without a limit", record{1, 1, 0, 0, 0, receipt, 0, 0}, sluice.Result{}, ErrReply},
+		{"a limit without an override", record{1, 0, 0, 0, 0, receipt, 5, 0}, sluice.Result{}, ErrReply},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// The record between two good ones: each is read at its own
 			// offset.
-			good := record{1, 0, 1, 0, 1, 1, 0}
+			good := record{1, 0, 1, 0, 1, 1, 0, 0}
 			reply := good.bytes() + tc.rec.bytes() + good.bytes()
 			calls := 0
 			err := DecodeCall(reply, 3, func(j int, res sluice.Result, r int64, err error) {
@@ -83,7 +85,7 @@ func TestDecodeCall(t *testing.T) {
 }
 
 func TestDecodeCallLength(t *testing.T) {
-	good := record{1, 0, 1, 0, 1, 1, 0}.bytes()
+	good := record{1, 0, 1, 0, 1, 1, 0, 0}.bytes()
 	for _, tc := range []struct {
 		reply string
 		n     int
@@ -110,8 +112,8 @@ func TestDecodeCallLength(t *testing.T) {
 // FuzzDecodeCall: any reply either decodes into exactly n decisions, each
 // a Result within range or an error, or is refused whole; nothing panics.
 func FuzzDecodeCall(f *testing.F) {
-	f.Add(record{1, 0, 1, 0, 1, 1, 0}.bytes(), 1)
-	f.Add(record{2, 0, 0, 0, 0, 0, 0}.bytes()+record{0, 1, 5, 9, 9, 3, 5}.bytes(), 2)
+	f.Add(record{1, 0, 1, 0, 1, 1, 0, 0}.bytes(), 1)
+	f.Add(record{2, 0, 0, 0, 0, 0, 0, 0}.bytes()+record{0, 1, 5, 9, 9, 3, 5, 0}.bytes(), 2)
 	f.Add("", 0)
 	f.Fuzz(func(t *testing.T, reply string, n int) {
 		if n < 0 || n > 1000 {
@@ -139,8 +141,8 @@ func FuzzDecodeCall(f *testing.F) {
 // reply of the wrong length fail every decision of the call, named by
 // store and algorithm; a record out of range fails only its own.
 func TestFillCall(t *testing.T) {
-	good := record{1, 0, 1, 0, 1, 7, 0}
-	bad := record{3, 0, 0, 0, 0, 7, 0}
+	good := record{1, 0, 1, 0, 1, 7, 0, 0}
+	bad := record{3, 0, 0, 0, 0, 7, 0, 0}
 	idx := []int{3, 0}
 	cause := errors.New("cause")
 	for _, tc := range []struct {

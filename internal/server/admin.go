@@ -55,12 +55,19 @@ func (s *Server) handlePeek(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	res, err := p.limiter.Peek(r.Context(), key)
+	// ?plan=NAME peeks under the key's plan: the answer is then the rule
+	// in force for a request naming that plan.
+	plan := r.URL.Query().Get("plan")
+	if err := p.checkPlan(plan, "", 0); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	res, err := p.limiter.AllowPlan(r.Context(), key, plan, 0)
 	if err != nil {
 		s.fail(w, r, s.decisionError(err, p))
 		return
 	}
-	writeJSON(w, http.StatusOK, toResult(p, key, "", 0, res))
+	writeJSON(w, http.StatusOK, toResult(p, key, plan, 0, res))
 }
 
 func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {

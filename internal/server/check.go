@@ -43,6 +43,15 @@ type Result struct {
 	Shadow       bool   `json:"shadow"`
 	// Source says which limit decided: "override", "plan" or "policy".
 	Source string `json:"source"`
+	// Plan is the plan the check named, when it named one.
+	Plan string `json:"plan,omitempty"`
+	// Rule is the rule in force for the key, the one that decided: the
+	// plan's or the policy's, with the key override's limit and window or
+	// rate (sluice.Rule.InForce); WindowMS is its window (for TokenBucket
+	// and GCRA the time to refill from empty), as the headers' w shows it
+	// in seconds.
+	Rule     string `json:"rule"`
+	WindowMS int64  `json:"window_ms"`
 	// OverrideInvalid reports a key override the store could not use.
 	OverrideInvalid bool              `json:"override_invalid,omitempty"`
 	Headers         map[string]string `json:"headers,omitempty"`
@@ -56,11 +65,13 @@ type MultiResult struct {
 }
 
 func toResult(p *policy, key, plan string, cost int64, r sluice.Result) Result {
+	rule := p.ruleOf(plan, r)
 	return Result{
 		Policy: p.cfg.Name, Key: key, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
 		RetryAfterMS: ceilMS(r.RetryAfter), ResetAfterMS: ceilMS(r.ResetAfter),
 		Degraded: r.Degraded, Shadow: r.Shadowed, Headers: headers(p, plan, cost, r),
-		Source: r.Source.String(), OverrideInvalid: r.OverrideInvalid,
+		Source: r.Source.String(), Plan: plan, Rule: rule.String(), WindowMS: ceilMS(rule.Period()),
+		OverrideInvalid: r.OverrideInvalid,
 	}
 }
 

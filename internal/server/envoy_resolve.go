@@ -129,16 +129,12 @@ func (s *Server) resolve(st *state, dom *config.Domain, req *rlsv3.RateLimitRequ
 				continue
 			}
 			r.kind = kindLimit
-			counted := config.CountedAs(path, entries)
+			r.key, r.plan = CountedKey(dom.Name, path, entries)
 			if node.PlanEntry {
-				// The last entry names the plan; the key leaves it out.
-				r.plan = entries[len(entries)-1].Value
-				counted = counted[:len(counted)-1]
 				if _, ok := r.pol.limiter.PlanRule(r.plan); !ok {
 					return nil, &inputError{fmt.Sprintf("descriptor %d: plan %q is not a plan of policy %q (it has %v)", i, r.plan, r.pol.cfg.Name, r.pol.limiter.Plans())}
 				}
 			}
-			r.key = identity(dom.Name, counted)
 			if !r.pol.cfg.Envoy {
 				r.limit = nil // a named policy answers with its own description
 			}
@@ -202,6 +198,21 @@ func applyReplaces(rs []resolved) {
 			*r = resolved{hits: r.hits}
 		}
 	}
+}
+
+// CountedKey returns the key a descriptor of domain that matched path
+// (Domain.Walk) is counted under, and the plan its last entry names when
+// the matched descriptor is a plan entry (else ""): the domain and every
+// key and value it is counted as (config.CountedAs; a plan entry left
+// out), joined by sluice.Identity, which escapes ':' and '\' with '\',
+// such as edge:api_key:key_abc. sluice explain and sluice key print it.
+func CountedKey(domain string, path []*config.Descriptor, entries []config.Entry) (key, plan string) {
+	counted := config.CountedAs(path, entries)
+	if len(path) > 0 && path[len(path)-1].PlanEntry {
+		plan = entries[len(entries)-1].Value
+		counted = counted[:len(counted)-1]
+	}
+	return identity(domain, counted), plan
 }
 
 // identity is the key a descriptor is counted under: its domain and every

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -261,4 +262,47 @@ func (s *Server) handleForwardAuth(fl flavor) http.HandlerFunc {
 		w.Header()["Retry-After"] = []string{strconv.FormatInt(httplimit.RetryAfterSeconds(d.RetryAfter()), 10)}
 		problem(w, fl.refused, fmt.Sprintf("rate limited by policy %q (forward_auth route %s)", pols[b].cfg.Name, rt.cfg.Name))
 	}
+}
+
+// ForwardAuthKey returns the key forward_auth counts a request under when
+// src (client_ip, header:NAME or claim:NAME) reads value from it: the code
+// that decides, run on a request that carries value (for client_ip, from
+// that address). cfg (nil for none) gives the trusted proxies and the
+// client address header. The keys are:
+//
+//	client_ip     ip:ADDR, IPv6 grouped by prefix (clientip), ':' escaped as \:
+//	header:NAME   header:<lower-case name>:<SHA-256 of the value, hex>
+//	claim:NAME    claim:<lower-case name>:<SHA-256 of the value, hex>
+func ForwardAuthKey(cfg *config.ForwardAuth, src config.KeySource, value string) (string, error) {
+	fc := &config.ForwardAuth{}
+	if cfg != nil {
+		fc = &config.ForwardAuth{TrustedProxies: cfg.TrustedProxies, ClientIPHeader: cfg.ClientIPHeader}
+	}
+	fa, err := newForwardAuth(fc, nil)
+	if err != nil {
+		return "", err
+	}
+	r := &http.Request{Method: http.MethodGet, Header: http.Header{}, RemoteAddr: "192.0.2.1:1"}
+	o := original{method: http.MethodGet, path: "/"}
+	switch src.Kind {
+	case config.KeyClientIP:
+		addr, err := netip.ParseAddr(value)
+		if err != nil {
+			return "", fmt.Errorf("client_ip: %q is not an IP address", value)
+		}
+		r.RemoteAddr = netip.AddrPortFrom(addr, 1).String()
+	case config.KeyHeader, config.KeyClaim:
+		if value == "" {
+			return "", fmt.Errorf("%s: an empty value is not counted (the limit does not apply)", src)
+		}
+		r.Header.Set(src.Name, value)
+		o.trusted = true // claims are read only from trusted proxies
+	default:
+		return "", fmt.Errorf("unknown key source %s", src)
+	}
+	ks := fa.keys(nil, r, o, &fwdLimit{keys: []config.KeySource{src}})
+	if len(ks) == 0 {
+		return "", fmt.Errorf("%s finds no key in %q", src, value)
+	}
+	return ks[0], nil
 }

@@ -399,3 +399,46 @@ func TestForwardAuthWarningLogged(t *testing.T) {
 		t.Errorf("log %q, want the warning", out)
 	}
 }
+
+// TestForwardAuthKeyIsCounted: the key ForwardAuthKey computes from a raw
+// value is the one forward auth counts (what a reset of that key unlocks),
+// for client_ip (IPv4, IPv6 by /64), header:NAME and claim:NAME.
+func TestForwardAuthKeyIsCounted(t *testing.T) {
+	s := fwdServer(t, fwdYAML, nil)
+	fa := s.state.Load().cfg.ForwardAuth
+	for _, tc := range []struct {
+		src, value                string
+		method, host, uri, client string
+		hdr                       []string
+		policy                    string
+	}{
+		{"client_ip", "203.0.113.7", "POST", "x", "/login", "203.0.113.7", nil, "login"},
+		{"client_ip", "2001:db8:1:2::99", "POST", "x", "/login", "2001:db8:1:2::5", nil, "login"},
+		{"header:X-Api-Key", "key_abc", "GET", "api.example.com", "/v1/x", "203.0.113.8", []string{"X-API-Key", "key_abc"}, "api"},
+		{"claim:X-User", "alice", "GET", "x", "/me", "203.0.113.9", []string{"X-User", "alice"}, "user"},
+	} {
+		src, err := config.ParseKeySource(tc.src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := ForwardAuthKey(fa, src, tc.value)
+		if err != nil {
+			t.Fatalf("%s %s: %v", tc.src, tc.value, err)
+		}
+		p := s.state.Load().policies[tc.policy]
+		before, err := p.limiter.Peek(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := fwd(s, tc.method, tc.host, tc.uri, tc.client, tc.hdr...); w.Code != http.StatusOK {
+			t.Fatalf("%s: forward auth %d %s", tc.src, w.Code, w.Body)
+		}
+		after, err := p.limiter.Peek(context.Background(), key)
+		if err != nil || after.Remaining != before.Remaining-1 {
+			t.Errorf("%s %s: key %q went from %d to %d remaining (%v): not the key counted", tc.src, tc.value, key, before.Remaining, after.Remaining, err)
+		}
+	}
+	if _, err := ForwardAuthKey(fa, config.KeySource{Kind: config.KeyClientIP}, "not-an-address"); err == nil {
+		t.Error("client_ip of a non-address accepted")
+	}
+}

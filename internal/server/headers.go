@@ -46,15 +46,12 @@ func headers(p *policy, plan string, cost int64, r sluice.Result) map[string]str
 }
 
 // ruleOf is the rule that decided r under plan: the plan's (or the
-// policy's), with a key override's limit. An override's window or rate is
-// not in a Result: the headers then show the plan's.
+// policy's), with the limit and window or rate of the key's override when
+// one decided (sluice.Rule.InForce, from what the store reported).
 func (p *policy) ruleOf(plan string, r sluice.Result) sluice.Rule {
 	rule, ok := p.limiter.PlanRule(plan)
 	if !ok {
 		rule = p.limiter.Rule()
 	}
-	if r.Source == sluice.SourceOverride && r.Limit > 0 {
-		rule.Limit = r.Limit
-	}
-	return rule
+	return rule.InForce(r)
 }

@@ -209,3 +209,14 @@ func rateString(rate float64, per time.Duration) string {
 	}
 	return strconv.FormatFloat(rate, 'g', -1, 64) + "/" + unit
 }
+
+// OverrideJSON is an override as GET /v1/overrides answers it (a window
+// and a rate as text, times in RFC 3339): sluice override --json prints
+// the same form.
+type OverrideJSON = overrideBody
+
+// ToOverrideJSON returns o, the override of key under policy, as
+// GET /v1/overrides answers it.
+func ToOverrideJSON(policy, key string, o sluice.Override) OverrideJSON {
+	return toOverrideBody(policy, key, o)
+}

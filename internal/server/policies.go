@@ -25,6 +25,23 @@ type policyInfo struct {
 	Description string   `json:"description,omitempty"`
 	Envoy       bool     `json:"envoy,omitempty"`
 	Domain      string   `json:"domain,omitempty"`
+	// Overrides says whether decisions read key overrides (PUT
+	// /v1/overrides): a key's limit may then differ from Rule.
+	Overrides bool `json:"overrides"`
+	// Plans are the policy's plans, in the order configured; a check
+	// naming one is decided under its rule.
+	Plans []planInfo `json:"plans"`
+	// ShowKeys is how the policy's keys appear among the top refused keys.
+	ShowKeys string `json:"show_keys"`
+}
+
+// planInfo is one plan of a policy in GET /v1/policies.
+type planInfo struct {
+	Name   string `json:"name"`
+	Limit  int64  `json:"limit"`
+	Window string `json:"window,omitempty"`
+	Rate   string `json:"rate,omitempty"`
+	Rule   string `json:"rule"`
 }
 
 func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
@@ -41,7 +58,17 @@ func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
 			Name: c.Name, Algorithm: c.Algorithm.String(), Limit: c.Limit, Rule: p.limiter.Rule().String(),
 			OnFailure: map[sluice.FailMode]string{sluice.FailOpen: "allow", sluice.FailClosed: "deny"}[c.FailMode],
 			Shadow:    c.Shadow, Headers: c.Headers.Names(), Description: c.Description, Envoy: c.Envoy, Domain: c.Domain,
-			Timeout: decisionTimeout(c).String(),
+			Timeout: decisionTimeout(c).String(), Overrides: c.Overrides, Plans: []planInfo{}, ShowKeys: c.ShowKeys.String(),
+		}
+		for _, pl := range c.Plans {
+			rule, _ := p.limiter.PlanRule(pl.Name)
+			pi := planInfo{Name: pl.Name, Limit: rule.Limit, Rule: rule.String()}
+			if rule.Algorithm.Rated() {
+				pi.Rate = fmt.Sprintf("%g/s", float64(time.Second)/float64(rule.Interval))
+			} else {
+				pi.Window = rule.Period().String()
+			}
+			info.Plans = append(info.Plans, pi)
 		}
 		if c.Algorithm.Rated() {
 			info.Rate = fmt.Sprintf("%g/%s", c.Params.Rate, unitName(c.Params.Per))

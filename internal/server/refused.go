@@ -21,6 +21,12 @@ import (
 // time (internal/topk), so memory stays bounded whatever the number of
 // keys. Keys are kept in the form the policy's show_keys allows, never
 // raw unless it says raw, and never as metric labels.
+//
+// A hashed key is KeyHash(KeyHashSecret(admin token), key): the same in
+// every process that shares the admin token, and computable from a raw
+// key by whoever holds that token (sluice key), the only ones who can read
+// the top refused keys. Without the token the hash cannot be recomputed,
+// so a guessable key (an address) does not leak to whoever sees a hash.
 
 // Sizes of the refused-keys sketches.
 const (
@@ -40,7 +46,7 @@ var refusedSpans = map[string]time.Duration{"1m": time.Minute, "5m": 5 * time.Mi
 
 type refusedKeys struct {
 	now    func() time.Time
-	secret []byte // keys the hash of KeysHashed, per process
+	secret []byte // keys the hash of KeysHashed (KeyHashSecret)
 	mu     sync.Mutex
 	by     map[string]*refusedPolicy
 }
@@ -54,6 +60,37 @@ func newRefusedKeys() *refusedKeys {
 	secret := make([]byte, 32)
 	rand.Read(secret)
 	return &refusedKeys{now: time.Now, secret: secret, by: map[string]*refusedPolicy{}}
+}
+
+// KeyHashSecret is the secret that keys the hash of show_keys hashed,
+// derived from the admin token (HMAC-SHA256 keyed by the token): the
+// dashboard's hashes are then the same across processes and restarts,
+// and change when the token does.
+func KeyHashSecret(adminToken string) []byte {
+	m := hmac.New(sha256.New, []byte(adminToken))
+	m.Write([]byte("sluice show_keys hashed v1"))
+	return m.Sum(nil)
+}
+
+// KeyHash is how show_keys hashed shows key: "h:" and the first 8 bytes,
+// in hex, of HMAC-SHA256(secret, key).
+func KeyHash(secret []byte, key string) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(key))
+	return "h:" + hex.EncodeToString(m.Sum(nil)[:8])
+}
+
+// useSecret makes secret key the hashes from now on (a reload may change
+// the admin token): counts kept under another secret are forgotten, since
+// their hashes could no longer be recomputed. nil keeps a random one.
+func (r *refusedKeys) useSecret(secret []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if secret == nil || hmac.Equal(secret, r.secret) {
+		return
+	}
+	r.secret = secret
+	clear(r.by)
 }
 
 // of returns the counts of policy p, started afresh when the way its keys
@@ -94,7 +131,10 @@ func (r *refusedKeys) note(p *config.Policy, key string, res sluice.Result) {
 		return
 	}
 	rp := r.of(p)
-	rp.win.Add(r.now(), r.show(rp.display, key))
+	r.mu.Lock()
+	shown := r.show(rp.display, key)
+	r.mu.Unlock()
+	rp.win.Add(r.now(), shown)
 }
 
 // show returns key as display allows it to be shown.
@@ -103,27 +143,33 @@ func (r *refusedKeys) show(display config.KeyDisplay, key string) string {
 	case config.KeysRaw:
 		return key
 	case config.KeysTruncated:
-		if len(key) <= config.TruncatedKeyBytes {
-			return key
-		}
-		cut := config.TruncatedKeyBytes
-		for cut > 0 && !utf8.RuneStart(key[cut]) {
-			cut--
-		}
-		return key[:cut] + "…(" + strconv.Itoa(len(key)) + " bytes)"
+		return TruncatedKey(key)
 	}
-	m := hmac.New(sha256.New, r.secret)
-	m.Write([]byte(key))
-	return "h:" + hex.EncodeToString(m.Sum(nil)[:8])
+	return KeyHash(r.secret, key)
+}
+
+// TruncatedKey is how show_keys truncated shows key: its first
+// config.TruncatedKeyBytes bytes (whole UTF-8 characters) and its length.
+func TruncatedKey(key string) string {
+	if len(key) <= config.TruncatedKeyBytes {
+		return key
+	}
+	cut := config.TruncatedKeyBytes
+	for cut > 0 && !utf8.RuneStart(key[cut]) {
+		cut--
+	}
+	return key[:cut] + "…(" + strconv.Itoa(len(key)) + " bytes)"
 }
 
 // topRefused is one policy's answer.
 type topRefused struct {
-	Policy   string       `json:"policy"`
-	ShowKeys string       `json:"show_keys"`
-	Span     string       `json:"span"`
-	Refused  int64        `json:"refused"`
-	Keys     []topk.Entry `json:"keys"`
+	Policy   string `json:"policy"`
+	ShowKeys string `json:"show_keys"`
+	// Resolve says how to go from a key shown to what Sluice counts.
+	Resolve string       `json:"resolve"`
+	Span    string       `json:"span"`
+	Refused int64        `json:"refused"`
+	Keys    []topk.Entry `json:"keys"`
 }
 
 func (r *refusedKeys) top(p *config.Policy, span time.Duration, spanName string, n int) topRefused {
@@ -132,7 +178,16 @@ func (r *refusedKeys) top(p *config.Policy, span time.Duration, spanName string,
 	if entries == nil {
 		entries = []topk.Entry{}
 	}
-	return topRefused{Policy: p.Name, ShowKeys: rp.display.String(), Span: spanName, Refused: total, Keys: entries}
+	return topRefused{Policy: p.Name, ShowKeys: rp.display.String(), Resolve: resolveHint[rp.display], Span: spanName, Refused: total, Keys: entries}
+}
+
+// resolveHint says, per show_keys, how an operator goes from a key shown
+// to the key to inspect and reset.
+var resolveHint = map[config.KeyDisplay]string{
+	config.KeysHashed: "keys are hashed with the admin token: sluice key --config FILE SOURCE VALUE prints the hash of a raw identifier " +
+		"and the key to pass to sluice inspect and reset; sluice keys --find h:HASH finds the stored key of a hash",
+	config.KeysTruncated: "keys are cut: sluice keys --names --policy NAME lists the stored keys; sluice key SOURCE VALUE prints a raw identifier's key",
+	config.KeysRaw:       "keys are shown as counted: pass one to sluice inspect or reset as it is",
 }
 
 // handleTopRefused is GET /v1/top-refused?policy=NAME&span=1m|5m&n=10

@@ -137,3 +137,30 @@ func TestTopRefusedForgetsRemovedPolicies(t *testing.T) {
 		t.Errorf("after the reload: hashed kept %v, raw kept %v", hashed, raw)
 	}
 }
+
+// TestTopRefusedHashComputable: a hashed key is KeyHash(KeyHashSecret(admin
+// token), key), the same in two servers sharing the token (not a
+// per-process secret), so an operator can compute it from a raw key.
+func TestTopRefusedHashComputable(t *testing.T) {
+	want := KeyHash(KeyHashSecret(testToken), "ip:203.0.113.7")
+	for range 2 {
+		_, ts := newTestServer(t, refusedYAML)
+		for range 2 {
+			do(t, "POST", ts.URL+"/v1/check", `{"policy":"hashed","key":"ip:203.0.113.7"}`)
+		}
+		r := do(t, "GET", ts.URL+"/v1/top-refused?policy=hashed", "", "Authorization", "Bearer "+testToken)
+		var body struct {
+			Policies []topRefused `json:"policies"`
+		}
+		json.Unmarshal([]byte(r.raw), &body)
+		if len(body.Policies) != 1 || len(body.Policies[0].Keys) != 1 || body.Policies[0].Keys[0].Item != want {
+			t.Fatalf("top refused %s, want the key shown as %s", r.raw, want)
+		}
+		if !strings.Contains(body.Policies[0].Resolve, "sluice key") {
+			t.Errorf("no way to resolve a hash in %s", r.raw)
+		}
+	}
+	if KeyHash(KeyHashSecret("another-token-0123456789"), "ip:203.0.113.7") == want {
+		t.Error("the hash does not depend on the admin token")
+	}
+}

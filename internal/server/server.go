@@ -98,8 +98,11 @@ type state struct {
 	// are off. Comparing digests in constant time hides the token's length
 	// too.
 	adminHash []byte
-	loadedAt  time.Time
-	overrides *overrideCache
+	// keyHashSecret keys the hashes of show_keys hashed (KeyHashSecret of
+	// the admin token); nil without one.
+	keyHashSecret []byte
+	loadedAt      time.Time
+	overrides     *overrideCache
 	// forward is nil when forward_auth is not configured.
 	forward *forwardAuth
 }
@@ -195,6 +198,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 		s.log.Warn(w)
 	}
 	s.envoyStats.overrides.Set(0)
+	s.refused.useSecret(st.keyHashSecret)
 	s.refused.retain(st.order)
 	s.metrics.policies.Set(float64(len(st.order)))
 	s.metrics.timeouts.Reset()
@@ -275,6 +279,7 @@ func (s *Server) build(cfg *config.Config) (*state, error) {
 		}
 		sum := sha256.Sum256([]byte(tok))
 		st.adminHash = sum[:]
+		st.keyHashSecret = KeyHashSecret(tok)
 	}
 	return st, nil
 }

@@ -14,13 +14,14 @@
 --   periods; then for an override '<i8i8i8i8i8', the index in KEYS of the
 --   override key and the bounds it must keep (see override in
 --   prelude.lua).
--- Reply: one string, a record of 42 bytes per decision, in order
---   (struct.pack '<BBi8i8i8i8i8'): allowed (1/0; 2 for a calendar decision
+-- Reply: one string, a record of 50 bytes per decision, in order
+--   (struct.pack '<BBi8i8i8i8i8i8'): allowed (1/0; 2 for a calendar decision
 --   whose clock is outside its periods), the override's status (0 none,
 --   1 applied, 2 malformed and ignored), remaining, retry_after_us,
 --   reset_after_us, receipt (what a refund of this decision passes back)
---   and the override's limit (0 when none applied). One string, not seven
---   integers per key, is what the client reads fastest
+--   the override's limit and parameter (0 and 0 when none applied; the
+--   parameter is the one the decision took, 0 for calendar periods). One
+--   string, not eight integers per key, is what the client reads fastest
 --   (luascript.DecodeCall reads it).
 -- The assembly (luascript.go) binds, before this file, the locals decide,
 -- flush and readsFirst to the algorithm's: decide(key, now, limit,
@@ -48,12 +49,15 @@ local function decideAll(KEYS, args)
       b1, b2, b3, b4, pos = struct.unpack('<i8i8i8i8', args, pos)
       param = { b1, b2, b3, b4 }
     end
-    local ov, ovLimit, untl = 0, 0, 0
+    local ov, ovLimit, ovParam, untl = 0, 0, 0, 0
     if ovr == 1 then
       local oi, m1, m2, m3, m4
       oi, m1, m2, m3, m4, pos = struct.unpack('<i8i8i8i8i8', args, pos)
       limit, param, ov, untl = override(KEYS[oi], now, limit, param, m1, m2, m3, m4)
-      if ov == 1 then ovLimit = limit end
+      if ov == 1 then
+        ovLimit = limit
+        if cal ~= 1 then ovParam = param end
+      end
     end
     local allowed, remaining, retry, reset
     if ov == 1 and cost > limit then
@@ -64,7 +68,7 @@ local function decideAll(KEYS, args)
     else
       allowed, remaining, retry, reset, receipt = decide(KEYS[i], now, limit, param, cost, flag, receipt)
     end
-    out[i] = struct.pack('<BBi8i8i8i8i8', allowed, ov, remaining, retry, reset, receipt or now, ovLimit)
+    out[i] = struct.pack('<BBi8i8i8i8i8i8', allowed, ov, remaining, retry, reset, receipt or now, ovLimit, ovParam)
   end
   return out
 end

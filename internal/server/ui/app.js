@@ -209,6 +209,7 @@
       const div = el("div", undefined, "toppol");
       div.dataset.policy = p.policy;
       div.appendChild(el("h3", p.policy + " — " + p.refused + " refused, keys " + p.show_keys));
+      if (p.resolve) div.appendChild(el("p", p.resolve, "muted"));
       if (p.keys.length === 0) {
         div.appendChild(el("p", "no refusals", "muted"));
       } else {
@@ -274,7 +275,8 @@
       ? "reset " + b.policy + " / " + b.key
       : b.policy + " / " + b.key + ": remaining " + b.remaining + " of " + b.limit +
         (b.allowed ? ", a request would be allowed" : ", a request would be refused for " + b.retry_after_ms + "ms") +
-        (b.reset_after_ms ? ", fully restored in " + b.reset_after_ms + "ms" : "");
+        (b.reset_after_ms ? ", fully restored in " + b.reset_after_ms + "ms" : "") +
+        (b.rule ? "; in force: " + b.source + " " + b.rule : "");
   }
 
   document.addEventListener("DOMContentLoaded", () => {

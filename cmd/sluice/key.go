@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/server"
+)
+
+// sluice key: from a raw identifier to the key Sluice counts.
+
+const keyUsage = `usage: sluice key [--config FILE] [--json] SOURCE VALUE...
+
+Prints the key Sluice counts a raw identifier under (an address, an API key,
+a username), computed by the code sluice serve decides with, and the form
+the dashboard's top refused keys show it in. That key is the one spelling
+every command and route takes: sluice inspect, reset and override,
+POST /v1/check, /v1/keys and /v1/overrides.
+
+SOURCE says where the identifier comes from:
+
+  key KEY             a key as an application sends it to /v1/check: as is
+  client_ip ADDR      forward_auth's client_ip: ip:ADDR (IPv6 grouped by its
+                      prefix, ':' escaped as \:)
+  header:NAME VALUE   forward_auth's header:NAME: header:<name>:<SHA-256 of VALUE>
+  claim:NAME VALUE    forward_auth's claim:NAME: claim:<name>:<SHA-256 of VALUE>
+  envoy DOMAIN KEY=VALUE...
+                      an Envoy descriptor: the key its matching limit counts
+                      (as sluice explain prints it)
+
+The hashed form (show_keys: hashed, the default) is keyed with the admin
+token, read as sluice serve reads it (admin.token_env or token_file): only
+whoever holds the token can compute it. Exit code 1 when the identifier
+gives no key.
+
+flags:
+`
+
+// keyInfo is what sluice key prints.
+type keyInfo struct {
+	Key string `json:"key"`
+	// Policy is the policy an Envoy descriptor is counted by.
+	Policy string `json:"policy,omitempty"`
+	Plan   string `json:"plan,omitempty"`
+	// Hashed is the key as show_keys hashed shows it; empty without an
+	// admin token.
+	Hashed string `json:"hashed,omitempty"`
+	// Truncated is the key as show_keys truncated shows it.
+	Truncated string `json:"truncated"`
+	Note      string `json:"note,omitempty"`
+}
+
+func runKey(_ context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
+	fs := newFlags("key")
+	of := addOpsFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if code, ok := parseFlags(fs, keyUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() < 2 {
+		return usageError(fs, stderr, "want a SOURCE and a VALUE (key, client_ip, header:NAME, claim:NAME or envoy DOMAIN KEY=VALUE...)")
+	}
+	cfg, err := of.load(false)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice key: %v\n", err)
+		return 1
+	}
+	source, rest := fs.Arg(0), fs.Args()[1:]
+	var info keyInfo
+	switch source {
+	case "key":
+		if len(rest) != 1 || rest[0] == "" {
+			return usageError(fs, stderr, "key takes one non-empty KEY")
+		}
+		info.Key = rest[0]
+	case "envoy":
+		if len(rest) < 2 {
+			return usageError(fs, stderr, "envoy takes a DOMAIN and at least one KEY=VALUE entry")
+		}
+		dom := cfg.Domain(rest[0])
+		if dom == nil {
+			var names []string
+			for _, d := range cfg.Domains {
+				names = append(names, d.Name)
+			}
+			fmt.Fprintf(stderr, "sluice key: unknown domain %q: %s defines %s\n", rest[0], cfg.Source, orNone(names))
+			return 2
+		}
+		var entries []config.Entry
+		for _, a := range rest[1:] {
+			k, v, ok := strings.Cut(a, "=")
+			if !ok || k == "" {
+				return usageError(fs, stderr, "entry %q: want KEY=VALUE", a)
+			}
+			entries = append(entries, config.Entry{Key: k, Value: v})
+		}
+		ex := explain(cfg, dom, entries)
+		if ex.Key == "" {
+			fmt.Fprintf(stderr, "sluice key: the descriptor is counted by no policy: %s (sluice explain says why)\n", ex.Applies)
+			return 1
+		}
+		info.Key, info.Policy, info.Plan = ex.Key, ex.Policy, ex.Plan
+	default:
+		src, err := config.ParseKeySource(source)
+		if err != nil {
+			return usageError(fs, stderr, "%v (or key, or envoy)", err)
+		}
+		if len(rest) != 1 {
+			return usageError(fs, stderr, "%s takes one VALUE", source)
+		}
+		if info.Key, err = server.ForwardAuthKey(cfg.ForwardAuth, src, rest[0]); err != nil {
+			fmt.Fprintf(stderr, "sluice key: %v\n", err)
+			return 1
+		}
+	}
+	info.Truncated = server.TruncatedKey(info.Key)
+	if cfg.Admin == nil {
+		info.Note = "no admin token is configured: the top refused keys are not served, so no hash is shown"
+	} else if tok, err := cfg.Admin.Token(env); err != nil {
+		info.Note = fmt.Sprintf("the hashed form needs the admin token: %v", err)
+	} else {
+		info.Hashed = server.KeyHash(server.KeyHashSecret(tok), info.Key)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(info)
+		return 0
+	}
+	fmt.Fprintf(stdout, "key        %s\n", info.Key)
+	if info.Policy != "" {
+		fmt.Fprintf(stdout, "policy     %s\n", info.Policy)
+	}
+	if info.Plan != "" {
+		fmt.Fprintf(stdout, "plan       %s\n", info.Plan)
+	}
+	if info.Hashed != "" {
+		fmt.Fprintf(stdout, "hashed     %s (show_keys: hashed)\n", info.Hashed)
+	}
+	fmt.Fprintf(stdout, "truncated  %s (show_keys: truncated)\n", info.Truncated)
+	if info.Note != "" {
+		fmt.Fprintf(stdout, "note       %s\n", info.Note)
+	}
+	pol := "POLICY"
+	if info.Policy != "" {
+		pol = info.Policy
+	}
+	fmt.Fprintf(stdout, "inspect    sluice inspect %s %s\n", pol, shellQuote(info.Key))
+	return 0
+}
