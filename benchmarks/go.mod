@@ -2,8 +2,6 @@ module github.com/sluicehq/sluice/benchmarks
 
 go 1.26.0
 
-replace github.com/sluicehq/sluice => ../
-
 require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/go-redis/redis_rate/v10 v10.0.1
@@ -28,7 +26,5 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	google.golang.org/protobuf v1.36.12
 )
-
-replace github.com/sluicehq/sluice/redisstore => ../redisstore

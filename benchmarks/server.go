@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/spawn"
-	"github.com/sluicehq/sluice/internal/syncbuf"
+	"github.com/sluicehq/sluice/valkeytest/spawn"
+	"github.com/sluicehq/sluice/valkeytest/syncbuf"
 	"github.com/valkey-io/valkey-go"
 )
 

@@ -2,7 +2,7 @@
 # valkey-ceiling.sh [PORT]
 #
 # The server-side ceiling: valkey-benchmark running EVALSHA of Sluice's
-# scripts (internal/luascript/scripts/*.lua in this work tree), pipelined 16 deep
+# scripts (luascript/scripts/*.lua in this work tree), pipelined 16 deep
 # from 50 connections, on one hot key and on random keys (__rand_int__ over
 # 100k), one key per call and 16 keys per call. No Go client is involved:
 # this is what one Valkey can decide, the bound for any client library.
@@ -66,7 +66,7 @@ printf '| script | keys | keys per call | calls/s | decisions/s |\n|---|---|---:
 for alg in gcra token_bucket; do
 	# The script as luascript builds it: prelude, the algorithm, the batch
 	# driver and the one-slot ending.
-	s="$here/../internal/luascript/scripts"
+	s="$here/../luascript/scripts"
 	sha=$(cli script load "$(cat "$s/prelude.lua" "$s/$alg.lua" "$s/batch.lua" "$s/one.lua")")
 	# GCRA: burst 1e6, interval 1µs; token bucket: capacity 1e6, a token
 	# every µs: neither refuses. One call first, so that a script that

@@ -13,9 +13,9 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
-	"github.com/sluicehq/sluice/internal/sfvtest"
-	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/sluicehq/sluice/httplimit/sfvtest"
 	"github.com/sluicehq/sluice/valkeystore"
+	"github.com/sluicehq/sluice/valkeytest"
 	"github.com/valkey-io/valkey-go"
 )
 

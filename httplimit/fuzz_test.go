@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/sfvtest"
+	"github.com/sluicehq/sluice/httplimit/sfvtest"
 )
 
 // FuzzFields checks that for any policy names New accepts, any algorithm and

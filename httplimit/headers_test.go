@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/sfvtest"
+	"github.com/sluicehq/sluice/httplimit/sfvtest"
 	"github.com/sluicehq/sluice/memstore"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
-	"github.com/sluicehq/sluice/internal/sfvtest"
+	"github.com/sluicehq/sluice/httplimit/sfvtest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )

@@ -7,7 +7,7 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// The algorithms below are the Go twins of internal/luascript/scripts/*.lua. They
+// The algorithms below are the Go twins of luascript/scripts/*.lua. They
 // compute in the same order with the same float64 operations as Lua (whose
 // numbers are all doubles), so both stores return identical Results for
 // identical inputs; the differential tests in package sluicetest hold them

@@ -2,9 +2,6 @@ module github.com/sluicehq/sluice/redisstore
 
 go 1.26.0
 
-// Developed in the same repository as the library: build against it.
-replace github.com/sluicehq/sluice => ../
-
 require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000

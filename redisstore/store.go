@@ -24,7 +24,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/luascript"
+	"github.com/sluicehq/sluice/luascript"
 )
 
 // Store is a sluice.Store on a go-redis client. It is safe for concurrent

@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/valkeytest"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/sluicetest"
+	"github.com/sluicehq/sluice/valkeytest"
 	"github.com/valkey-io/valkey-go"
 )
 

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/valkeytest"
 	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/valkeystore"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 // budgetCluster starts a 3-primary cluster on which a primary may hang

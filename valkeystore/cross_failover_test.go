@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/valkeytest"
 	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/valkeystore"
+	"github.com/sluicehq/sluice/valkeytest"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -136,3 +136,9 @@ func isReply(err error) bool {
 	var verr *valkey.ValkeyError
 	return errors.As(err, &verr)
 }
+
+// failoverRecovery bounds the time from a replica's promotion (every node
+// agrees) to normal decisions on its slots: the client's map refresh (up
+// to a second), the breaker's probe (up to 250ms), and a margin for a
+// loaded machine.
+const failoverRecovery = 3 * time.Second

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/sluicehq/sluice/valkeytest"
 	"github.com/valkey-io/valkey-go"
 )
 

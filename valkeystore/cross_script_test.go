@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/luascript"
-	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/sluicehq/sluice/luascript"
 	"github.com/sluicehq/sluice/sluicetest"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 // TestCrossRefusesBeforeWriting sends every algorithm's Cross script, as

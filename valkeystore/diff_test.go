@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/valkeytest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 // TestDifferential runs randomized operation sequences under a fake clock

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/valkeytest"
 	"github.com/sluicehq/sluice/valkeystore"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 // TestReplicationRollback measures what asynchronous replication can cost

@@ -26,8 +26,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/valkeytest"
 	"github.com/sluicehq/sluice/valkeystore"
+	"github.com/sluicehq/sluice/valkeytest"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -277,7 +277,7 @@ func noLeak(t *testing.T) {
 }
 
 // goroutines returns the stacks of the running goroutines, except the
-// caller and the process spawner (internal/spawn), which lives as long as the test
+// caller and the process spawner (valkeytest/spawn), which lives as long as the test
 // binary once the first server is started.
 func goroutines() []string {
 	buf := make([]byte, 1<<20)

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/valkeytest"
 	"github.com/sluicehq/sluice/sluicetest"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 // TestMalformedOverride: an override key that the script cannot use (bad

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/valkeytest"
 	"github.com/sluicehq/sluice/sluicetest"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 // TestRefundAfterWindowEdgeValkeyClock: on Valkey's clock, a refund that

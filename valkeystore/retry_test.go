@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/valkeytest"
 	"github.com/sluicehq/sluice/valkeystore"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 // An injector relays commands one at a time from its clients to a server.

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/valkeytest"
 	"github.com/sluicehq/sluice/valkeystore"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 // sentinelRecovery bounds the time from the Sentinels' promotion of the

@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 // TestSlotModel: slot agrees with valkeytest's implementation of its own on

@@ -1,7 +1,7 @@
 // Package valkeystore is the sluice.Store on Valkey, standalone, through
 // Sentinel, or Cluster, through the caller's valkey-go client.
 //
-// Each decision is one Lua script (internal/luascript/scripts/*.lua) run with
+// Each decision is one Lua script (luascript/scripts/*.lua) run with
 // EVALSHA, and EVAL when the server lost its script cache (NOSCRIPT after a
 // restart or SCRIPT FLUSH), so scripts reload transparently. Decisions of a
 // batch that share an algorithm and a node run in one script call, on a
@@ -56,7 +56,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/luascript"
+	"github.com/sluicehq/sluice/luascript"
 	"github.com/valkey-io/valkey-go"
 )
 

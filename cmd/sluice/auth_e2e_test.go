@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 // sluiceEnv runs the sluice binary with env added to the environment.

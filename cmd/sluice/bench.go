@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
 )

@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 const dashToken = "dashboard-token-0123456789abcdef"
@@ -347,7 +347,7 @@ func TestDashboardAssets(t *testing.T) {
 			t.Errorf("%s: %d, CSP %q", path, resp.StatusCode, csp)
 		}
 	}
-	page, _ := os.ReadFile("../../internal/server/ui/index.html")
+	page, _ := os.ReadFile("internal/server/ui/index.html")
 	for _, bad := range []string{"http://", "https://", "//cdn"} {
 		if bytes.Contains(page, []byte(bad)) {
 			t.Errorf("index.html refers to %s: assets must be embedded", bad)

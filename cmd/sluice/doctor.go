@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/sluicehq/sluice/internal/doctor"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/doctor"
 )
 
 const doctorUsage = `usage: sluice doctor [--config FILE] [--valkey ADDR[,ADDR...]] [--json]

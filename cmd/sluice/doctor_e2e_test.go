@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 // doctorYAML's timeout is far above any p99 of a loaded test machine.

@@ -23,7 +23,7 @@ import (
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/sluicehq/sluice/valkeytest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )

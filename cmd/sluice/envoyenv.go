@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
 )
 
 // envoyproxy/ratelimit's environment: when sluice serve is given no

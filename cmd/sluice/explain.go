@@ -7,8 +7,8 @@ import (
 	"io"
 	"strings"
 
-	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
 )
 
 const explainUsage = `usage: sluice explain [--config FILE] [--json] DOMAIN KEY=VALUE [KEY=VALUE...]

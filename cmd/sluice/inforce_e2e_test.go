@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 const inForceYAML = `

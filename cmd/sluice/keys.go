@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/luascript"
-	"github.com/sluicehq/sluice/internal/server"
-	"github.com/sluicehq/sluice/internal/valkeyops"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
+	"github.com/sluicehq/sluice/luascript"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
 )

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/valkeyops"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
 )
 
 // opsFlags are the flags every operator command shares with sluice serve:

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
 )
 
 // sluice override set|get|list|rm: key overrides in the deployment's

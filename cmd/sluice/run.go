@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/sluicehq/sluice/internal/verify"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/verify"
 )
 
 // A command is one "sluice <name>". Its run function gets the arguments

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
 	"google.golang.org/grpc"
 )

@@ -11,8 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/simulate"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/simulate"
 )
 
 const simulateUsage = `usage: sluice simulate [--config FILE | --policy SPEC...] (--traffic SPEC... | --trace FILE) [flags]

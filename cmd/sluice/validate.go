@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
 )
 

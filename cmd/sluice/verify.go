@@ -9,7 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/sluicehq/sluice/internal/verify"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/verify"
 )
 
 const verifyUsage = `usage: sluice verify [--config FILE] [--valkey ADDR[,ADDR...]] [--policy NAME ...] [--processes N] [--json]

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 // TestE2EVerifyFailsOnEvictingPolicy: sluice verify against a real

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/sluicehq/sluice/internal/buildinfo"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/buildinfo"
 )
 
 const versionUsage = `usage: sluice version [--json]

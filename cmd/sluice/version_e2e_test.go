@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/buildinfo"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/buildinfo"
 )
 
 // sluiceCmd runs the built binary with args (at most a minute) and returns

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 func TestMain(m *testing.M) { valkeytest.Main(m) }

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/clientip"
-	"github.com/sluicehq/sluice/internal/syncbuf"
-	"github.com/sluicehq/sluice/internal/valkeytest"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/valkeytest"
+	"github.com/sluicehq/sluice/valkeytest/syncbuf"
 )
 
 func TestMain(m *testing.M) { valkeytest.Main(m) }

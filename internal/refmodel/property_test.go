@@ -9,10 +9,10 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/refmodel"
-	"github.com/sluicehq/sluice/internal/valkeytest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/valkeystore"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 // randomPolicy returns a policy of algorithm alg (0-6) with small, odd

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/benchmarks"
-	"github.com/sluicehq/sluice/internal/luascript"
+	"github.com/sluicehq/sluice/luascript"
 )
 
 // The floors share one structure with Sluice's batching: every caller

@@ -9,7 +9,7 @@
 //     each caller.
 //   - floor-valkey-go/<algorithm>: the same workers, each batch one
 //     EVALSHA of Sluice's script through valkey-go, arguments built and
-//     reply decoded by internal/luascript as valkeystore does; no
+//     reply decoded by luascript as valkeystore does; no
 //     deadline, breaker or metrics. The cheapest client of Sluice's
 //     design on valkey-go.
 //   - floor-raw/<algorithm>: the same without a client library: each

@@ -30,8 +30,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/luascript"
-	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/sluicehq/sluice/luascript"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 const keySpace = 100_000

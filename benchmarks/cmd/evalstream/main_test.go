@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/luascript"
-	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/sluicehq/sluice/luascript"
+	"github.com/sluicehq/sluice/valkeytest"
 )
 
 // readCommands parses RESP arrays of bulk strings.

@@ -1,0 +1,300 @@
+package server
+
+import (
+	"context"
+	"math"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// Deciding the resolved limits of a ShouldRateLimit request and writing
+// the answer (envoyproxy/ratelimit's DoLimit and the worker around it).
+
+// decide decides every resolved descriptor and fills in resp.Statuses,
+// each answer written in its block of blocks (newAnswer). Under CountEach,
+// each descriptor counts its own hits, refused ones included; under
+// CountAllOrNothing a refused request takes nothing.
+func (s *Server) decide(ctx context.Context, dom *config.Domain, rs []resolved, resp *rlsv3.RateLimitResponse, blocks []statusBlock) error {
+	// Calls of up to smallCall descriptors decide without allocating
+	// these.
+	var checkBuf [smallCall]sluice.Check
+	var idxBuf [smallCall]int
+	var resultBuf [smallCall]sluice.Result
+	checks, idx := checkBuf[:0], idxBuf[:0]
+	for i := range rs {
+		if rs[i].kind == kindLimit {
+			lim := rs[i].pol.limiter
+			if rs[i].shadow {
+				lim = rs[i].pol.shadow
+			}
+			checks = append(checks, sluice.Check{Limiter: lim, Key: rs[i].key, Cost: rs[i].cost(), Plan: rs[i].plan})
+			idx = append(idx, i)
+		}
+	}
+	results := resultBuf[:min(len(rs), smallCall)]
+	if len(rs) > smallCall {
+		results = make([]sluice.Result, len(rs))
+	}
+	if len(checks) > 0 {
+		var dec sluice.Decision
+		var err error
+		if dom.Counting == config.CountAllOrNothing {
+			dec, err = s.decideAllOrNothing(ctx, rs, checks, idx)
+		} else {
+			dec, err = s.decideEach(ctx, rs, checks, idx)
+		}
+		if err != nil {
+			return err
+		}
+		for k, res := range dec.Results {
+			results[idx[k]] = res
+			s.refused.note(rs[idx[k]].pol.cfg, rs[idx[k]].key, res)
+		}
+	}
+	now := s.now()
+	for i := range rs {
+		resp.Statuses[i] = s.status(&rs[i], results[i], now, &blocks[i])
+	}
+	return nil
+}
+
+// smallCall is the number of descriptors per call up to which deciding
+// uses buffers on the stack.
+const smallCall = 4
+
+// statusBlock holds one descriptor's answer and the messages it points to,
+// so that a call's answers take one allocation instead of three per
+// descriptor.
+type statusBlock struct {
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	limit  rlsv3.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
+}
+
+// newAnswer returns a response with n descriptor statuses to fill in and
+// the blocks to write them in. The answer of a call of one descriptor (the
+// usual call) is one allocation: the response, its list of statuses and
+// the status's block together, instead of three.
+func newAnswer(n int) (*rlsv3.RateLimitResponse, []statusBlock) {
+	if n == 1 {
+		a := new(struct {
+			resp     rlsv3.RateLimitResponse
+			statuses [1]*rlsv3.RateLimitResponse_DescriptorStatus
+			blocks   [1]statusBlock
+		})
+		a.resp.OverallCode, a.resp.Statuses = rlsv3.RateLimitResponse_OK, a.statuses[:]
+		return &a.resp, a.blocks[:]
+	}
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
+	}
+	return resp, make([]statusBlock, n)
+}
+
+// setDuration sets dst to d, as durationpb.New does.
+func setDuration(dst *durationpb.Duration, d time.Duration) *durationpb.Duration {
+	dst.Seconds, dst.Nanos = int64(d/time.Second), int32(d%time.Second)
+	return dst
+}
+
+// decideEach counts every descriptor's hits. With StopIncrementWhenOverLimit
+// (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), the
+// counts are read first, and when any descriptor would go over its limit,
+// only those that would count their hits.
+func (s *Server) decideEach(ctx context.Context, rs []resolved, checks []sluice.Check, idx []int) (sluice.Decision, error) {
+	if s.opts.Envoy.StopIncrementWhenOverLimit {
+		peeks := make([]sluice.Check, len(checks))
+		for k, c := range checks {
+			peeks[k] = c
+			peeks[k].Cost = 0
+		}
+		seen, err := sluice.AllowEach(ctx, peeks)
+		if err != nil {
+			return seen, err
+		}
+		over := make([]bool, len(checks))
+		anyOver := false
+		for i := range rs {
+			if rs[i].kind == kindDeny && rs[i].hits > 0 {
+				anyOver = true // a requests_per_unit 0 limit is over with any hit
+			}
+		}
+		for k, res := range seen.Results {
+			if checks[k].Cost > 0 && checks[k].Cost > res.Remaining || rs[idx[k]].hits > uint64(rs[idx[k]].policyLimit()) {
+				over[k], anyOver = true, true
+			}
+		}
+		if anyOver {
+			for k := range checks {
+				if !over[k] && checks[k].Cost > 0 {
+					checks[k].Cost = 0
+				}
+			}
+		}
+	}
+	return sluice.AllowEach(ctx, checks)
+}
+
+// decideAllOrNothing decides the descriptors together: when one refuses,
+// the others give back what they took. A descriptor refused without asking
+// the store (requests_per_unit 0, hits above its limit) makes the others
+// only look.
+func (s *Server) decideAllOrNothing(ctx context.Context, rs []resolved, checks []sluice.Check, idx []int) (sluice.Decision, error) {
+	refused := false
+	for i := range rs {
+		r := &rs[i]
+		if r.shadow || r.hits == 0 {
+			continue
+		}
+		if r.kind == kindDeny || r.kind == kindLimit && r.hits > uint64(r.policyLimit()) && !r.pol.cfg.Shadow {
+			refused = true
+		}
+	}
+	for k := range checks {
+		// A refused call only looks; AllowAll takes no give-backs
+		// (is_negative_hits), so those only look too.
+		if refused || checks[k].Cost < 0 {
+			checks[k].Cost = 0
+		}
+	}
+	return sluice.AllowAll(ctx, checks)
+}
+
+// status is the answer for one descriptor, written in b.
+func (s *Server) status(r *resolved, res sluice.Result, now time.Time, b *statusBlock) *rlsv3.RateLimitResponse_DescriptorStatus {
+	ds := &b.status
+	ds.Code = rlsv3.RateLimitResponse_OK
+	switch r.kind {
+	case kindNone:
+		return ds
+	case kindUnlimited:
+		ds.LimitRemaining = math.MaxUint32
+		return ds
+	case kindDeny:
+		ds.CurrentLimit = envoyCurrentLimit(r.limit, &b.limit)
+		ds.DurationUntilReset = setDuration(&b.reset, untilReset(r.limit.Window, 0, now))
+		over := r.hits > 0
+		s.envoyStats.record(r.stat, r.hits, 0, 0, over, r.shadow)
+		if over && !r.shadow {
+			ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		return ds
+	}
+	limit := r.policyLimit()
+	if r.limit != nil {
+		ds.CurrentLimit = envoyCurrentLimit(r.limit, &b.limit)
+	} else {
+		ds.CurrentLimit = currentLimit(r.pol.cfg, &b.limit)
+		ds.CurrentLimit.RequestsPerUnit = uint32(min(limit, math.MaxUint32)) // the plan's
+	}
+	// Over the limit: refused by the store, or refused but shadowed, or
+	// more hits than the limit could ever allow.
+	over := !res.Allowed || res.Shadowed || r.hits > uint64(limit) && !r.refund
+	refuse := over && !r.shadow && !r.pol.cfg.Shadow
+	if res.Degraded {
+		// The store did not answer: the policy's on_failure decided.
+		over = !res.Allowed
+		refuse = over
+	}
+	if refuse {
+		ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if !over {
+		ds.LimitRemaining = uint32(min(max(res.Remaining, 0), math.MaxUint32))
+	}
+	ds.DurationUntilReset = setDuration(&b.reset, untilReset(r.pol.cfg.Window(), res.ResetAfter, now))
+	if !r.refund {
+		s.envoyStats.record(r.stat, r.hits, limit, res.Remaining, over, r.shadow || r.pol.cfg.Shadow)
+	}
+	return ds
+}
+
+// untilReset is the time until the window ends, in whole seconds as
+// envoyproxy/ratelimit answers it: from the store's answer when it has one,
+// else from the clock (windows are aligned on the Unix epoch).
+func untilReset(window, resetAfter time.Duration, now time.Time) time.Duration {
+	if resetAfter > 0 {
+		return time.Duration(ceilSeconds(resetAfter)) * time.Second
+	}
+	w := int64(window / time.Second)
+	if w <= 0 {
+		return 0
+	}
+	return time.Duration(w-now.Unix()%w) * time.Second
+}
+
+var envoyUnitEnum = map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
+	"SECOND": rlsv3.RateLimitResponse_RateLimit_SECOND, "MINUTE": rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	"HOUR": rlsv3.RateLimitResponse_RateLimit_HOUR, "DAY": rlsv3.RateLimitResponse_RateLimit_DAY,
+	"WEEK": rlsv3.RateLimitResponse_RateLimit_WEEK, "MONTH": rlsv3.RateLimitResponse_RateLimit_MONTH,
+	"YEAR": rlsv3.RateLimitResponse_RateLimit_YEAR,
+}
+
+// envoyCurrentLimit describes an envoyproxy/ratelimit limit as written: its
+// name (empty when unnamed), requests per unit and unit, written in rl.
+func envoyCurrentLimit(l *config.EnvoyLimit, rl *rlsv3.RateLimitResponse_RateLimit) *rlsv3.RateLimitResponse_RateLimit {
+	rl.Name, rl.RequestsPerUnit, rl.Unit = l.Name, uint32(min(l.RequestsPerUnit, math.MaxUint32)), envoyUnitEnum[l.Unit]
+	if l.Multiplier > 1 {
+		rl.UnitMultiplier = wrapperspb.UInt32(uint32(l.Multiplier))
+	}
+	return rl
+}
+
+// currentLimit describes a named sluice policy in Envoy's terms: requests
+// per unit when its window is one unit, else its limit per its window in
+// seconds; written in rl.
+func currentLimit(p *config.Policy, rl *rlsv3.RateLimitResponse_RateLimit) *rlsv3.RateLimitResponse_RateLimit {
+	rl.Name, rl.RequestsPerUnit = p.Name, uint32(min(p.Limit, math.MaxUint32))
+	switch w := p.Window(); w {
+	case time.Second:
+		rl.Unit = rlsv3.RateLimitResponse_RateLimit_SECOND
+	case time.Minute:
+		rl.Unit = rlsv3.RateLimitResponse_RateLimit_MINUTE
+	case time.Hour:
+		rl.Unit = rlsv3.RateLimitResponse_RateLimit_HOUR
+	case 24 * time.Hour:
+		rl.Unit = rlsv3.RateLimitResponse_RateLimit_DAY
+	case 7 * 24 * time.Hour:
+		rl.Unit = rlsv3.RateLimitResponse_RateLimit_WEEK
+	default:
+		// A window of several units: Envoy's unit_multiplier expresses it
+		// for whole seconds.
+		if w >= time.Second && w%time.Second == 0 && w/time.Second <= math.MaxUint32 {
+			rl.Unit = rlsv3.RateLimitResponse_RateLimit_SECOND
+			rl.UnitMultiplier = wrapperspb.UInt32(uint32(w / time.Second))
+		}
+	}
+	return rl
+}
+
+// overallCode is OVER_LIMIT when any descriptor outside quota mode is, or
+// when every quota-mode descriptor is (envoyproxy/ratelimit's quota_mode);
+// OK under the global shadow mode.
+func (s *Server) overallCode(rs []resolved, statuses []*rlsv3.RateLimitResponse_DescriptorStatus) rlsv3.RateLimitResponse_Code {
+	failed, quota, quotaFailed := 0, 0, 0
+	for i, ds := range statuses {
+		over := ds.Code == rlsv3.RateLimitResponse_OVER_LIMIT
+		if i < len(rs) && rs[i].quota && rs[i].kind != kindUnlimited {
+			quota++
+			if over {
+				quotaFailed++
+			}
+		} else if over {
+			failed++
+		}
+	}
+	if failed == 0 && (quota == 0 || quotaFailed < quota) {
+		return rlsv3.RateLimitResponse_OK
+	}
+	if s.opts.Envoy.ShadowMode {
+		s.envoyStats.globalShadow.Inc()
+		return rlsv3.RateLimitResponse_OK
+	}
+	return rlsv3.RateLimitResponse_OVER_LIMIT
+}

@@ -1,0 +1,105 @@
+package server
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"google.golang.org/grpc/status"
+)
+
+// envoyproxy/ratelimit's HTTP endpoints: POST /json (ShouldRateLimit in
+// protobuf's JSON form), GET /healthcheck, and its debug port's GET
+// /rlconfig (the loaded limits as text).
+
+// envoyRoutes registers the endpoints with route.
+func (s *Server) envoyRoutes(route func(pattern, name string, h http.HandlerFunc)) {
+	route("POST /json", "json", s.handleJSON)
+	route("GET /healthcheck", "healthcheck", s.handleHealthcheck)
+	route("GET /rlconfig", "rlconfig", s.handleRLConfig)
+}
+
+// DebugHandler is envoyproxy/ratelimit's debug port: /rlconfig,
+// /healthcheck and /metrics.
+func (s *Server) DebugHandler() http.Handler {
+	mux := http.NewServeMux()
+	route := func(pattern, name string, h http.HandlerFunc) { mux.Handle(pattern, s.instrument(name, h)) }
+	s.envoyRoutes(route)
+	route("GET /metrics", "metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP)
+	return mux
+}
+
+// handleJSON answers a RateLimitRequest in protobuf's JSON form: 200 with
+// the response when OK, 429 when OVER_LIMIT, 400 for a request that does
+// not decode or is refused, as envoyproxy/ratelimit answers.
+func (s *Server) handleJSON(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		problem(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		return
+	}
+	var req rlsv3.RateLimitRequest
+	if err := decodeRequest(body, &req); err != nil {
+		problem(w, http.StatusBadRequest, "not a RateLimitRequest in JSON: "+err.Error())
+		return
+	}
+	resp, err := s.shouldRateLimit(r.Context(), &req)
+	if err != nil {
+		problem(w, http.StatusBadRequest, status.Convert(err).Message())
+		return
+	}
+	out, err := marshalResponse(resp)
+	if err != nil {
+		problem(w, http.StatusInternalServerError, "encoding the response failed")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	w.Write(out)
+}
+
+// handleHealthcheck answers "OK" while a configuration is loaded.
+func (s *Server) handleHealthcheck(w http.ResponseWriter, r *http.Request) {
+	if s.state.Load() == nil {
+		http.Error(w, "no configuration loaded", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, "OK")
+}
+
+// handleRLConfig lists the loaded limits, one line each:
+// "domain.key_value.key: unit=MINUTE requests_per_unit=10, shadow_mode: false, quota_mode: false".
+func (s *Server) handleRLConfig(w http.ResponseWriter, r *http.Request) {
+	var lines []string
+	cfg := s.state.Load().cfg
+	var walk func(prefix string, ds []*config.Descriptor)
+	walk = func(prefix string, ds []*config.Descriptor) {
+		for _, d := range ds {
+			key := prefix + "." + d.StatName()
+			switch {
+			case d.Unlimited:
+				lines = append(lines, fmt.Sprintf("%s: unlimited, shadow_mode: %t, quota_mode: %t", key, d.Shadow, d.QuotaMode))
+			case d.Limit != nil:
+				lines = append(lines, fmt.Sprintf("%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t",
+					key, d.Limit.Unit, d.Limit.RequestsPerUnit, d.Shadow, d.QuotaMode))
+			case d.Policy != "":
+				lines = append(lines, fmt.Sprintf("%s: policy=%s, shadow_mode: %t, quota_mode: %t", key, d.Policy, d.Shadow, d.QuotaMode))
+			}
+			walk(key, d.Children)
+		}
+	}
+	for _, dom := range cfg.Domains {
+		walk(dom.Name, dom.Descriptors)
+	}
+	sort.Strings(lines)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, strings.Join(lines, "\n")+"\n")
+}

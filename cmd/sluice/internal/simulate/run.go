@@ -1,0 +1,406 @@
+package simulate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// Result is what a simulation decided, bucket by bucket.
+type Result struct {
+	Start    time.Time
+	Duration time.Duration
+	Bucket   time.Duration
+	// Watch is the key whose remaining units each bucket records.
+	Watch string
+	// Traffic describes the traffic, for titles.
+	Traffic  []string
+	Policies []*PolicyResult
+}
+
+// PolicyResult is one policy's part of a Result.
+type PolicyResult struct {
+	Name   string
+	Rule   sluice.Rule
+	Shadow bool
+	// Nominal is the policy's long-run rate, units per second.
+	Nominal float64
+	// RateWindow is the span Bucket.Admitted is measured over.
+	RateWindow time.Duration
+	Buckets    []Bucket
+	// Totals over the run.
+	Requests, Allowed, Refused int64
+	// Keys is the number of distinct keys that sent requests in the run.
+	Keys int64
+}
+
+// Bucket counts the decisions of one policy in one span of time,
+// [Start+i×Bucket, Start+(i+1)×Bucket).
+type Bucket struct {
+	Requests, Allowed, Refused int64
+	// AllowedUnits is the units taken by the allowed requests.
+	AllowedUnits int64
+	// Remaining is the watched key's remaining units at the end of the
+	// bucket (a peek, which takes nothing).
+	Remaining int64
+	// Admitted is the rate at which units were allowed, per second, to
+	// all keys together, over the RateWindow that ends with this bucket:
+	// the units allowed in it divided by the whole window, from the start
+	// too (nothing was admitted before the start), so that the first
+	// buckets show no spike of a rate over a shorter span.
+	Admitted float64
+	// Keys is the number of distinct keys that sent requests in that
+	// window: the policy admits at most about Keys × Nominal per second
+	// to them together (each key has its own limit).
+	Keys int64
+}
+
+// Run simulates the plan: each policy on its own in-process store, with a
+// simulated clock, the policies in parallel (one after the other when a
+// decision log is written, so that each policy's decisions are in time
+// order in it).
+func (p *Plan) Run(ctx context.Context) (*Result, error) {
+	res := &Result{Start: p.Start, Duration: p.Duration, Bucket: p.Bucket, Watch: p.Watch}
+	for _, t := range p.opts.Traffic {
+		res.Traffic = append(res.Traffic, t.Spec)
+	}
+	if p.opts.Trace != "" {
+		res.Traffic = append(res.Traffic, "trace "+p.opts.Trace)
+	}
+	workers := make([]*worker, len(p.opts.Policies))
+	for i, pol := range p.opts.Policies {
+		w, err := p.newWorker(pol)
+		if err != nil {
+			return nil, err
+		}
+		workers[i] = w
+		res.Policies = append(res.Policies, w.res)
+	}
+	parallel := runtime.GOMAXPROCS(0)
+	var log *decisionLog
+	if p.opts.Decisions != nil {
+		parallel = 1
+		log = &decisionLog{w: p.opts.Decisions}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, parallel)
+	errs := make([]error, len(workers))
+	var wg sync.WaitGroup
+	for i, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				errs[i] = ctx.Err()
+				return
+			}
+			defer func() { <-sem }()
+			w.log = log
+			if errs[i] = w.run(ctx); errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if log != nil {
+		if err := log.flush(); err != nil {
+			return nil, fmt.Errorf("decision log: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// worker simulates one policy.
+type worker struct {
+	plan  *Plan
+	pol   *config.Policy
+	rule  sluice.Rule
+	store *memstore.Store
+	now   time.Time
+	ops   [1]sluice.Op
+	// storeKeys[i] is the store key of the plan's key i.
+	storeKeys []string
+	watchKey  string
+	res       *PolicyResult
+	log       *decisionLog
+}
+
+func (p *Plan) newWorker(pol *config.Policy) (*worker, error) {
+	rule, err := pol.Policy.Rule()
+	if err != nil {
+		return nil, fmt.Errorf("policy %q: %w", pol.Name, err)
+	}
+	w := &worker{plan: p, pol: pol, rule: rule}
+	w.store = memstore.New(memstore.WithClock(func() time.Time { return w.now }))
+	w.storeKeys = make([]string, len(p.keys))
+	for i, k := range p.keys {
+		w.storeKeys[i] = w.key(k)
+	}
+	w.watchKey = w.key(p.Watch)
+	rw := p.opts.RateWindow
+	if rw == 0 {
+		rw = rule.Period()
+	}
+	w.res = &PolicyResult{
+		Name:       pol.Name,
+		Rule:       rule,
+		Shadow:     pol.Shadow,
+		Nominal:    NominalRate(rule),
+		RateWindow: roundUp(rw, p.Bucket),
+		Buckets:    make([]Bucket, p.Buckets),
+	}
+	return w, nil
+}
+
+// key is the store key of identity under the worker's policy.
+func (w *worker) key(identity string) string {
+	return sluice.Key(sluice.DefaultPrefix, w.pol.Limiter, w.rule, identity)
+}
+
+// decide runs one decision on the store at at microseconds from the start.
+// Cost 0 peeks.
+func (w *worker) decide(at int64, key string, cost int64) (sluice.Result, error) {
+	w.now = w.plan.Start.Add(time.Duration(at) * time.Microsecond)
+	w.ops[0] = sluice.Op{Key: key, Rule: w.rule, Cost: cost, Now: w.now}
+	if err := w.store.Do(context.Background(), w.ops[:]); err != nil {
+		return sluice.Result{}, err
+	}
+	if err := w.ops[0].Err; err != nil {
+		return sluice.Result{}, fmt.Errorf("policy %q: %w", w.pol.Name, err)
+	}
+	return w.ops[0].Result, nil
+}
+
+func (w *worker) sources() ([]source, func(), error) {
+	p := w.plan
+	var srcs []source
+	for i, t := range p.opts.Traffic {
+		srcs = append(srcs, newSynthetic(t, p.srcKeys[i], p.opts.Seed, i, p.Duration))
+	}
+	closeFn := func() {}
+	if p.opts.Trace != "" {
+		ts, err := openTrace(p.opts.Trace, w.pol.Name, p.Start, p.traceAbs)
+		if err != nil {
+			return nil, nil, err
+		}
+		srcs = append(srcs, ts)
+		closeFn = ts.close
+	}
+	return srcs, closeFn, nil
+}
+
+func (w *worker) run(ctx context.Context) error {
+	srcs, closeFn, err := w.sources()
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	p := w.plan
+	bucketUS := p.Bucket.Microseconds()
+	end := p.Duration.Microseconds()
+	b := 0 // the current bucket
+	keys := w.newKeyWindows()
+	bucketEnd := bucketUS
+	closeBucket := func() error {
+		// The watched key's remaining units at the end of the bucket.
+		at := min(bucketEnd, end)
+		r, err := w.decide(at, w.watchKey, 0)
+		if err != nil {
+			return err
+		}
+		w.res.Buckets[b].Remaining = r.Remaining
+		b++
+		bucketEnd += bucketUS
+		return nil
+	}
+	for n := 0; ; n++ {
+		if n&0xffff == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		best, bt := -1, int64(0)
+		for i, s := range srcs {
+			if t, ok := s.peek(); ok && (best < 0 || t < bt) {
+				best, bt = i, t
+			}
+		}
+		if best < 0 || bt >= end {
+			break
+		}
+		for bt >= bucketEnd {
+			if err := closeBucket(); err != nil {
+				return err
+			}
+		}
+		ev := srcs[best].pop()
+		key := ""
+		if ev.key >= 0 {
+			key = w.storeKeys[ev.key]
+		} else {
+			key = w.key(ev.name)
+		}
+		r, err := w.decide(ev.at, key, ev.cost)
+		if err != nil {
+			return err
+		}
+		keys.seen(key, b)
+		bk := &w.res.Buckets[b]
+		bk.Requests++
+		if r.Allowed {
+			bk.Allowed++
+			bk.AllowedUnits += ev.cost
+		} else {
+			bk.Refused++
+		}
+		if w.log != nil {
+			name := ev.name
+			if ev.key >= 0 {
+				name = p.keys[ev.key]
+			}
+			if err := w.log.write(w.now, w.pol.Name, name, ev.cost, r.Allowed); err != nil {
+				return fmt.Errorf("decision log: %w", err)
+			}
+		}
+		srcs[best].observe(r)
+	}
+	for _, s := range srcs {
+		if ts, ok := s.(*traceSource); ok && ts.err != nil {
+			return ts.err
+		}
+	}
+	for b < len(w.res.Buckets) {
+		if err := closeBucket(); err != nil {
+			return err
+		}
+	}
+	w.finish(keys)
+	return nil
+}
+
+// keyWindows counts, for each bucket, the distinct keys that sent
+// requests in the rate window ending with it: a key seen in bucket b is in
+// the windows ending at b to b+k-1, which a difference array over the
+// buckets records in constant work per request.
+type keyWindows struct {
+	k    int
+	last map[string]int // the bucket each key was last seen in
+	diff []int64        // len(buckets)+1
+}
+
+func (w *worker) newKeyWindows() *keyWindows {
+	return &keyWindows{k: w.rateBuckets(), last: map[string]int{}, diff: make([]int64, len(w.res.Buckets)+1)}
+}
+
+// seen records a request of key in bucket b.
+func (kw *keyWindows) seen(key string, b int) {
+	from := b
+	if l, ok := kw.last[key]; ok {
+		if l == b {
+			return
+		}
+		from = max(b, l+kw.k) // the windows up to l+k-1 count it already
+	}
+	kw.last[key] = b
+	to := min(b+kw.k, len(kw.diff)-1) // exclusive
+	if from < to {
+		kw.diff[from]++
+		kw.diff[to]--
+	}
+}
+
+// rateBuckets is the number of buckets in the rate window.
+func (w *worker) rateBuckets() int { return int(w.res.RateWindow / w.plan.Bucket) }
+
+// finish adds the totals, the admitted rate over the rate window and the
+// keys in it.
+func (w *worker) finish(keys *keyWindows) {
+	res := w.res
+	k := w.rateBuckets()
+	var sum, active int64
+	for i := range res.Buckets {
+		bk := &res.Buckets[i]
+		res.Requests += bk.Requests
+		res.Allowed += bk.Allowed
+		res.Refused += bk.Refused
+		sum += bk.AllowedUnits
+		if i >= k {
+			sum -= res.Buckets[i-k].AllowedUnits
+		}
+		bk.Admitted = float64(sum) / res.RateWindow.Seconds()
+		active += keys.diff[i]
+		bk.Keys = active
+	}
+	res.Keys = int64(len(keys.last))
+}
+
+// traceSource reads a trace's requests for one policy.
+type traceSource struct {
+	f      *os.File
+	rd     *Reader
+	policy string
+	start  time.Time
+	abs    bool
+	next   event
+	has    bool
+	done   bool
+	err    error
+}
+
+func openTrace(name, policy string, start time.Time, abs bool) (*traceSource, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	rd, err := NewReader(f, name, false)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &traceSource{f: f, rd: rd, policy: policy, start: start, abs: abs}, nil
+}
+
+func (t *traceSource) close() { t.f.Close() }
+
+func (t *traceSource) peek() (int64, bool) {
+	for !t.has && !t.done {
+		rec, err := t.rd.Next()
+		if err != nil {
+			if err != io.EOF {
+				t.err = err
+			}
+			t.done = true
+			break
+		}
+		if rec.Policy != "" && rec.Policy != t.policy {
+			continue
+		}
+		at := rec.Offset
+		if rec.Absolute {
+			at = rec.Time.Sub(t.start)
+		}
+		t.next = event{at: at.Microseconds(), key: -1, name: rec.Key, cost: rec.Cost}
+		t.has = true
+	}
+	return t.next.at, t.has
+}
+
+func (t *traceSource) pop() event {
+	t.has = false
+	return t.next
+}
+
+func (t *traceSource) observe(sluice.Result) {}

@@ -1,0 +1,319 @@
+package simulate
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+)
+
+// A Record is one line of a trace (--trace) or of a decision log
+// (--replay). Both are CSV or JSON lines, told apart by the first
+// character: '{' starts JSON lines.
+//
+// JSON lines have the fields time, key and, optionally, cost (default 1),
+// policy (default: every policy simulated) and allowed (the decision made,
+// required in a decision log); unknown fields are errors. A CSV file has
+// the columns time,key[,cost], or any of time, key, cost, policy and
+// allowed named in a header line. Lines starting with '#' and empty lines
+// are skipped.
+//
+// time is an RFC 3339 time (2027-01-01T00:00:00.25Z) or an offset from the
+// start of the simulation (250ms, 1.5s, 2h); a file uses one or the other.
+type Record struct {
+	// Line is the line the record starts on, counting from 1.
+	Line int
+	// Time is the absolute time when Absolute; otherwise Offset is the time
+	// from the start of the simulation.
+	Time     time.Time
+	Offset   time.Duration
+	Absolute bool
+	Key      string
+	Cost     int64
+	// Policy is "" when the record applies to every policy.
+	Policy string
+	// Allowed is the decision recorded, when HasAllowed.
+	Allowed    bool
+	HasAllowed bool
+}
+
+// LineError is a problem on one line of a trace or decision log.
+type LineError struct {
+	File string
+	Line int
+	Err  error
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err) }
+func (e *LineError) Unwrap() error { return e.Err }
+
+// MaxLineBytes is the longest line read from a trace or decision log.
+const MaxLineBytes = 64 << 10
+
+// Reader reads Records from a trace or decision log.
+type Reader struct {
+	file string
+	br   *bufio.Reader
+	json bool
+	sc   *bufio.Scanner
+	cr   *csv.Reader
+	cols []string // CSV columns
+	line int
+	abs  int // 0 unknown, 1 absolute times, 2 offsets
+	// decisions requires the allowed field (a decision log).
+	decisions bool
+}
+
+// NewReader reads records from r; file names it in errors. With decisions
+// set, every record must carry the decision made (allowed), as a decision
+// log does.
+func NewReader(r io.Reader, file string, decisions bool) (*Reader, error) {
+	rd := &Reader{file: file, br: bufio.NewReaderSize(r, 64<<10), decisions: decisions}
+	// Sniff the format from the first character that is not white space.
+	for n := 1; ; n++ {
+		b, err := rd.br.Peek(n)
+		if len(b) < n {
+			if err == nil || err == io.EOF || errors.Is(err, bufio.ErrBufferFull) {
+				break // empty or white space only; CSV reports the empty file
+			}
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		c := b[n-1]
+		if c == ' ' || c == '\t' || c == '\r' || c == '\n' {
+			if n >= 4096 {
+				break
+			}
+			continue
+		}
+		rd.json = c == '{'
+		break
+	}
+	if rd.json {
+		rd.sc = bufio.NewScanner(rd.br)
+		rd.sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
+	} else {
+		rd.cr = csv.NewReader(rd.br)
+		rd.cr.FieldsPerRecord = -1
+		rd.cr.Comment = '#'
+		rd.cr.ReuseRecord = true
+		rd.cr.TrimLeadingSpace = true
+	}
+	return rd, nil
+}
+
+func (r *Reader) errorf(line int, format string, args ...any) error {
+	return &LineError{File: r.file, Line: line, Err: fmt.Errorf(format, args...)}
+}
+
+// Next returns the next record, or io.EOF after the last.
+func (r *Reader) Next() (Record, error) {
+	if r.json {
+		return r.nextJSON()
+	}
+	return r.nextCSV()
+}
+
+type jsonRecord struct {
+	Time    *string `json:"time"`
+	Key     *string `json:"key"`
+	Cost    *int64  `json:"cost"`
+	Policy  *string `json:"policy"`
+	Allowed *bool   `json:"allowed"`
+}
+
+func (r *Reader) nextJSON() (Record, error) {
+	for r.sc.Scan() {
+		r.line++
+		b := bytes.TrimSpace(r.sc.Bytes())
+		if len(b) == 0 || b[0] == '#' {
+			continue
+		}
+		var j jsonRecord
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&j); err != nil {
+			return Record{}, r.errorf(r.line, "not a JSON object with time, key, cost, policy, allowed: %v", err)
+		}
+		if dec.More() {
+			return Record{}, r.errorf(r.line, "more than one JSON value on the line")
+		}
+		if j.Time == nil {
+			return Record{}, r.errorf(r.line, "time is missing")
+		}
+		if j.Key == nil {
+			return Record{}, r.errorf(r.line, "key is missing")
+		}
+		rec := Record{Line: r.line, Key: *j.Key, Cost: 1}
+		if j.Cost != nil {
+			rec.Cost = *j.Cost
+		}
+		if j.Policy != nil {
+			if *j.Policy == "" {
+				return Record{}, r.errorf(r.line, "policy must not be empty (leave it out to apply the line to every policy)")
+			}
+			rec.Policy = *j.Policy
+		}
+		if j.Allowed != nil {
+			rec.Allowed, rec.HasAllowed = *j.Allowed, true
+		}
+		return r.finish(rec, *j.Time)
+	}
+	if err := r.sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return Record{}, r.errorf(r.line+1, "line longer than %d bytes", MaxLineBytes)
+		}
+		return Record{}, fmt.Errorf("%s: %w", r.file, err)
+	}
+	if r.line == 0 {
+		return Record{}, fmt.Errorf("%s: empty: no records", r.file)
+	}
+	return Record{}, io.EOF
+}
+
+var csvColumns = []string{"time", "key", "cost", "policy", "allowed"}
+
+func (r *Reader) nextCSV() (Record, error) {
+	for {
+		fields, err := r.cr.Read()
+		if err == io.EOF {
+			if r.line == 0 {
+				return Record{}, fmt.Errorf("%s: empty: no records", r.file)
+			}
+			return Record{}, io.EOF
+		}
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				return Record{}, r.errorf(pe.StartLine, "%v", pe.Err)
+			}
+			return Record{}, fmt.Errorf("%s: %w", r.file, err)
+		}
+		line, _ := r.cr.FieldPos(0)
+		first := r.line == 0
+		r.line = line
+		if first && isHeader(fields) {
+			if err := r.header(fields, line); err != nil {
+				return Record{}, err
+			}
+			continue
+		}
+		if r.cols == nil {
+			r.cols = []string{"time", "key", "cost"}
+			if len(fields) > 3 {
+				return Record{}, r.errorf(line, "%d columns: want time,key[,cost], or a header line naming the columns (%s)", len(fields), strings.Join(csvColumns, ", "))
+			}
+		}
+		if len(fields) > len(r.cols) || len(fields) < 2 {
+			return Record{}, r.errorf(line, "%d columns, want %s", len(fields), strings.Join(r.cols, ","))
+		}
+		rec := Record{Line: line, Cost: 1}
+		var tm string
+		var hasTime, hasKey bool
+		for i, f := range fields {
+			f = strings.TrimSpace(f)
+			switch r.cols[i] {
+			case "time":
+				tm, hasTime = f, true
+			case "key":
+				rec.Key, hasKey = f, true
+			case "cost":
+				if f == "" {
+					continue
+				}
+				n, err := strconv.ParseInt(f, 10, 64)
+				if err != nil {
+					return Record{}, r.errorf(line, "cost %q is not a whole number", f)
+				}
+				rec.Cost = n
+			case "policy":
+				rec.Policy = f
+			case "allowed":
+				b, err := strconv.ParseBool(f)
+				if err != nil {
+					return Record{}, r.errorf(line, "allowed %q: want true or false", f)
+				}
+				rec.Allowed, rec.HasAllowed = b, true
+			}
+		}
+		if !hasTime || !hasKey {
+			return Record{}, r.errorf(line, "time and key are required")
+		}
+		return r.finish(rec, tm)
+	}
+}
+
+func (r *Reader) header(fields []string, line int) error {
+	seen := map[string]bool{}
+	for _, f := range fields {
+		c := strings.ToLower(strings.TrimSpace(f))
+		if !contains(csvColumns, c) {
+			return r.errorf(line, "unknown column %q in the header (want %s)", f, strings.Join(csvColumns, ", "))
+		}
+		if seen[c] {
+			return r.errorf(line, "column %q named twice", c)
+		}
+		seen[c] = true
+		r.cols = append(r.cols, c)
+	}
+	if !seen["time"] || !seen["key"] {
+		return r.errorf(line, "the header needs a time and a key column")
+	}
+	if r.decisions && !seen["allowed"] {
+		return r.errorf(line, "a decision log needs an allowed column")
+	}
+	return nil
+}
+
+// finish parses the time and checks what every record needs.
+func (r *Reader) finish(rec Record, tm string) (Record, error) {
+	if rec.Key == "" {
+		return Record{}, r.errorf(rec.Line, "key is empty")
+	}
+	if rec.Cost < 1 {
+		return Record{}, r.errorf(rec.Line, "cost must be at least 1, got %d", rec.Cost)
+	}
+	if r.decisions && !rec.HasAllowed {
+		return Record{}, r.errorf(rec.Line, "allowed is missing: a decision log records each decision (true or false)")
+	}
+	if t, err := time.Parse(time.RFC3339Nano, tm); err == nil {
+		rec.Time, rec.Absolute = t, true
+	} else {
+		d, err := config.ParseDuration(tm)
+		if err != nil || d < 0 {
+			return Record{}, r.errorf(rec.Line, "time %q: want an RFC 3339 time such as 2027-01-01T00:00:00.25Z, or an offset from the start such as 1.5s", tm)
+		}
+		rec.Offset = d
+	}
+	kind := 2
+	if rec.Absolute {
+		kind = 1
+	}
+	if r.abs != 0 && r.abs != kind {
+		return Record{}, r.errorf(rec.Line, "time %q: the file mixes RFC 3339 times and offsets; use one or the other", tm)
+	}
+	r.abs = kind
+	return rec, nil
+}
+
+// isHeader reports whether a CSV file's first record names columns: its
+// first field is a column name (which no time is).
+func isHeader(fields []string) bool {
+	return contains(csvColumns, strings.ToLower(strings.TrimSpace(fields[0])))
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

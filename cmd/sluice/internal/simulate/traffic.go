@@ -1,0 +1,344 @@
+package simulate
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+)
+
+// Kind is a kind of synthetic traffic.
+type Kind uint8
+
+// The kinds of synthetic traffic.
+const (
+	// Steady sends at a constant rate: one request every 1/Rate.
+	Steady Kind = iota + 1
+	// Poisson sends at random, with exponential gaps of mean 1/Rate.
+	Poisson
+	// Burst sends N requests at one instant, At.
+	Burst
+	// OnOff sends steadily at Rate for On, then nothing for Off, repeated.
+	OnOff
+	// Retry is one client that wants to send at Rate and honours
+	// Retry-After: after a refusal it waits the advertised RetryAfter
+	// before its next attempt.
+	Retry
+)
+
+var kindNames = map[string]Kind{"steady": Steady, "poisson": Poisson, "burst": Burst, "on-off": OnOff, "retry": Retry}
+
+// String returns the kind's name in --traffic, such as "on-off".
+func (k Kind) String() string {
+	for name, v := range kindNames {
+		if v == k {
+			return name
+		}
+	}
+	return "Kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Traffic is one source of synthetic requests, parsed from a --traffic
+// value such as "steady:12/s", "poisson:1000/s,keys=100", "burst:10@990ms",
+// "on-off:50/s,on=2s,off=3s" or "retry:20/s,key=mobile".
+type Traffic struct {
+	Kind Kind
+	// Spec is the text it was parsed from, for messages and legends.
+	Spec string
+	// Rate is requests per second (all kinds but Burst).
+	Rate float64
+	// N and At: a Burst's size and instant (from the simulation's start).
+	N  int64
+	At time.Duration
+	// On and Off: an OnOff source's periods.
+	On, Off time.Duration
+	// From and Until bound the source in time (Until 0: the end of the
+	// simulation).
+	From, Until time.Duration
+	// Key is the key the requests are made under (default "client": all
+	// sources are one client unless they say otherwise); with Keys > 1
+	// they are spread over
+	// Key-0 ... Key-(Keys-1): in turn for steady and on-off traffic, at
+	// random for Poisson traffic and bursts.
+	Key  string
+	Keys int
+	// Cost is the units each request takes (default 1).
+	Cost int64
+}
+
+// MaxKeysPerSource bounds keys=N.
+const MaxKeysPerSource = 1_000_000
+
+// DefaultKey is the key of traffic that names none.
+const DefaultKey = "client"
+
+// ParseTraffic parses one --traffic value.
+func ParseTraffic(s string) (Traffic, error) {
+	t := Traffic{Spec: s, Key: DefaultKey, Keys: 1, Cost: 1}
+	kind, rest, ok := strings.Cut(strings.TrimSpace(s), ":")
+	if !ok {
+		return t, fmt.Errorf("traffic %q: want KIND:ARGS, such as steady:12/s, poisson:100/s, burst:10@990ms, on-off:50/s,on=2s,off=3s or retry:20/s", s)
+	}
+	t.Kind = kindNames[kind]
+	if t.Kind == 0 {
+		return t, fmt.Errorf("traffic %q: unknown kind %q (want steady, poisson, burst, on-off or retry)", s, kind)
+	}
+	parts := strings.Split(rest, ",")
+	arg := strings.TrimSpace(parts[0])
+	var err error
+	switch t.Kind {
+	case Burst:
+		n, at, ok := strings.Cut(arg, "@")
+		if !ok {
+			return t, fmt.Errorf("traffic %q: a burst is burst:N@TIME, such as burst:10@990ms", s)
+		}
+		t.N, err = strconv.ParseInt(n, 10, 64)
+		if err != nil || t.N < 1 || t.N > 1<<32 {
+			return t, fmt.Errorf("traffic %q: burst size %q must be a whole number from 1 to %d", s, n, int64(1<<32))
+		}
+		if t.At, err = offset(at); err != nil {
+			return t, fmt.Errorf("traffic %q: %w", s, err)
+		}
+	default:
+		if t.Rate, err = parseRate(arg); err != nil {
+			return t, fmt.Errorf("traffic %q: %w", s, err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, p := range parts[1:] {
+		name, val, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok {
+			return t, fmt.Errorf("traffic %q: option %q must be name=value", s, p)
+		}
+		if seen[name] {
+			return t, fmt.Errorf("traffic %q: option %s given twice", s, name)
+		}
+		seen[name] = true
+		switch name {
+		case "key":
+			if val == "" {
+				return t, fmt.Errorf("traffic %q: key must not be empty", s)
+			}
+			t.Key = val
+		case "keys":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 1 || n > MaxKeysPerSource {
+				return t, fmt.Errorf("traffic %q: keys must be a whole number from 1 to %d, got %q", s, MaxKeysPerSource, val)
+			}
+			if t.Kind == Retry && n > 1 {
+				return t, fmt.Errorf("traffic %q: a retry client is one client on one key; give several retry sources instead of keys=%d", s, n)
+			}
+			t.Keys = n
+		case "cost":
+			n, err := strconv.ParseInt(val, 10, 64)
+			if err != nil || n < 1 {
+				return t, fmt.Errorf("traffic %q: cost must be a positive whole number, got %q", s, val)
+			}
+			t.Cost = n
+		case "from", "until", "on", "off":
+			d, err := offset(val)
+			if err != nil {
+				return t, fmt.Errorf("traffic %q: %s: %w", s, name, err)
+			}
+			switch name {
+			case "from":
+				t.From = d
+			case "until":
+				t.Until = d
+			case "on", "off":
+				if t.Kind != OnOff {
+					return t, fmt.Errorf("traffic %q: %s applies only to on-off traffic", s, name)
+				}
+				if d <= 0 {
+					return t, fmt.Errorf("traffic %q: %s must be positive", s, name)
+				}
+				if name == "on" {
+					t.On = d
+				} else {
+					t.Off = d
+				}
+			}
+		default:
+			return t, fmt.Errorf("traffic %q: unknown option %q (want key, keys, cost, from, until; on and off for on-off)", s, name)
+		}
+	}
+	if t.Kind == OnOff && (t.On == 0 || t.Off == 0) {
+		return t, fmt.Errorf("traffic %q: on-off needs on=DURATION and off=DURATION, such as on-off:50/s,on=2s,off=3s", s)
+	}
+	if t.Kind == Burst && (seen["from"] || seen["until"]) {
+		return t, fmt.Errorf("traffic %q: a burst has its instant after @; from and until do not apply", s)
+	}
+	if t.Until != 0 && t.Until <= t.From {
+		return t, fmt.Errorf("traffic %q: until (%v) must be after from (%v)", s, t.Until, t.From)
+	}
+	return t, nil
+}
+
+// parseRate reads a rate in the configuration's notation (12/s, 100/m) as
+// requests per second.
+func parseRate(s string) (float64, error) {
+	n, per, err := config.ParseRate(s)
+	if err != nil {
+		return 0, err
+	}
+	r := n / per.Seconds()
+	if r > 1e6 {
+		return 0, fmt.Errorf("rate %q is more than one request per microsecond, the simulation's resolution", s)
+	}
+	return r, nil
+}
+
+// offset reads a time from the simulation's start, such as 990ms or 2h.
+func offset(s string) (time.Duration, error) {
+	if s == "0" {
+		return 0, nil
+	}
+	d, err := config.ParseDuration(s)
+	if err != nil {
+		return 0, err
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("time %q is before the start", s)
+	}
+	return d, nil
+}
+
+// span returns when the source starts and stops within a run of duration
+// d, in microseconds.
+func (t *Traffic) span(d time.Duration) (from, until int64) {
+	from, until = t.From.Microseconds(), d.Microseconds()
+	if t.Until != 0 && t.Until < d {
+		until = t.Until.Microseconds()
+	}
+	return from, until
+}
+
+// Expected returns about how many requests the source makes in a run of
+// duration d: exactly for steady traffic and bursts, on average for
+// Poisson traffic, at most for a retry client.
+func (t *Traffic) Expected(d time.Duration) float64 {
+	from, until := t.span(d)
+	if until <= from {
+		return 0
+	}
+	secs := float64(until-from) / 1e6
+	switch t.Kind {
+	case Burst:
+		if t.At < d {
+			return float64(t.N)
+		}
+		return 0
+	case OnOff:
+		cycle := (t.On + t.Off).Seconds()
+		return t.Rate * secs * t.On.Seconds() / cycle
+	}
+	return t.Rate * secs
+}
+
+// event is one request: at microseconds from the start, under key (an
+// index into the plan's key table; -1 for a trace's key, then in name), of
+// cost units.
+type event struct {
+	at   int64
+	key  int32
+	name string
+	cost int64
+}
+
+// source yields a stream of events in time order. observe is told the
+// decision on the event last popped (closed-loop clients react to it).
+type source interface {
+	// peek returns the time of the next event, false when there is none.
+	peek() (int64, bool)
+	pop() event
+	observe(sluice.Result)
+}
+
+// synthetic generates the events of one Traffic. keys[i] is the key table
+// index of its i-th key.
+type synthetic struct {
+	t      Traffic
+	keys   []int32
+	rng    *rand.Rand
+	period float64 // microseconds between requests
+	until  int64
+	next   int64 // time of the next event
+	last   int64 // time of the event last popped
+	base   int64 // steady, retry: the schedule's origin; on-off: the cycle's start
+	i      int64 // steady, on-off, retry: events since base; burst: events left
+	done   bool
+}
+
+func newSynthetic(t Traffic, keys []int32, seed uint64, index int, d time.Duration) *synthetic {
+	s := &synthetic{t: t, keys: keys, rng: rand.New(rand.NewPCG(seed, uint64(index)))}
+	from, until := t.span(d)
+	s.until = until
+	s.period = 1e6 / t.Rate
+	switch t.Kind {
+	case Burst:
+		s.next, s.i = t.At.Microseconds(), t.N
+		s.until = d.Microseconds()
+	case Poisson:
+		s.next = from + int64(math.Round(s.rng.ExpFloat64()*s.period))
+	default:
+		s.next, s.base = from, from
+	}
+	s.done = s.next >= s.until
+	return s
+}
+
+func (s *synthetic) peek() (int64, bool) { return s.next, !s.done }
+
+func (s *synthetic) pop() event {
+	ev := event{at: s.next, cost: s.t.Cost, key: s.keys[0]}
+	s.last = s.next
+	if len(s.keys) > 1 {
+		switch s.t.Kind {
+		case Steady, OnOff:
+			ev.key = s.keys[s.i%int64(len(s.keys))]
+		default:
+			ev.key = s.keys[s.rng.IntN(len(s.keys))]
+		}
+	}
+	switch s.t.Kind {
+	case Burst:
+		s.i--
+		s.done = s.i == 0
+		return ev
+	case Poisson:
+		s.next += int64(math.Round(s.rng.ExpFloat64() * s.period))
+	case Steady, Retry:
+		s.i++
+		// From the origin, not from the last event, so rounding does not
+		// drift.
+		s.next = s.base + int64(math.Round(float64(s.i)*s.period))
+	case OnOff:
+		s.i++
+		s.next = s.base + int64(math.Round(float64(s.i)*s.period))
+		if on := s.t.On.Microseconds(); s.next >= s.base+on {
+			s.base += on + s.t.Off.Microseconds()
+			s.next, s.i = s.base, 0
+		}
+	}
+	s.done = s.next >= s.until
+	return ev
+}
+
+// observe makes a retry client honour Retry-After: after a refusal its
+// next attempt comes no earlier than the advertised RetryAfter, and its
+// steady schedule resumes from there.
+func (s *synthetic) observe(res sluice.Result) {
+	if s.t.Kind != Retry || res.Allowed {
+		return
+	}
+	wait := s.last + int64((res.RetryAfter+time.Microsecond-1)/time.Microsecond)
+	if wait > s.next {
+		s.base, s.i, s.next = wait, 0, wait
+		s.done = s.next >= s.until
+	}
+}

@@ -1,0 +1,383 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"math/big"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
+	"github.com/valkey-io/valkey-go"
+)
+
+// clock is a client clock the checks set.
+type clock struct{ us atomic.Int64 }
+
+func newClock(t time.Time) *clock {
+	c := &clock{}
+	c.set(t)
+	return c
+}
+func (c *clock) set(t time.Time)     { c.us.Store(t.UnixMicro()) }
+func (c *clock) now() time.Time      { return time.UnixMicro(c.us.Load()) }
+func (c *clock) at() time.Time       { return c.now() }
+func nowMicro() time.Time            { return time.UnixMicro(time.Now().UnixMicro()) }
+func (c *clock) add(d time.Duration) { c.set(c.now().Add(d)) }
+
+// maxSingles is the largest burst sent as single requests; a larger one is
+// one request of its whole cost (the same arithmetic: n single units fit
+// exactly when a request of n does).
+const maxSingles = 10_000
+
+// burst takes n units of key at the limiter's clock time, as single
+// requests of cost 1 sent together when n is at most maxSingles, and
+// returns how many were allowed. Above maxSingles it asks for want units
+// in one request (allowed or not), then one more unit (refused, unless
+// want is n): the count is then want, or not.
+func (r *run) burst(ctx context.Context, l *sluice.Limiter, at time.Time, key string, n, want int64) (int64, error) {
+	if n <= maxSingles {
+		ops := make([]sluice.Op, n)
+		for i := range ops {
+			ops[i] = sluice.Op{Key: l.Key(key), Rule: l.Rule(), Cost: 1, Now: at, Deadline: time.Now().Add(checkTimeout)}
+		}
+		if err := r.store.Do(ctx, ops); err != nil {
+			return 0, err
+		}
+		var allowed int64
+		for _, op := range ops {
+			if op.Err != nil {
+				return 0, op.Err
+			}
+			if op.Result.Allowed {
+				allowed++
+			}
+		}
+		return allowed, nil
+	}
+	var got int64
+	if want > 0 {
+		res, err := l.AllowN(ctx, key, want)
+		if err != nil {
+			return 0, err
+		}
+		if !res.Allowed {
+			return 0, nil // fewer than want: report it as none fitting the one request
+		}
+		got = want
+	}
+	if want < n {
+		res, err := l.Allow(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		if res.Allowed {
+			got++
+		}
+	}
+	return got, nil
+}
+
+// concurrency sends twice the limit at one key in parallel from several
+// worker processes. Every decision is at the same instant (a client clock
+// frozen for the whole check), so nothing refills meanwhile and exactly the
+// limit must be allowed: one more is a lost update. Limits above 2,000 are
+// first taken down to 2,000 by one request, so that the parallel part stays
+// at 4,000 decisions.
+func (r *run) concurrency(ctx context.Context, p *config.Policy, chk *Check) {
+	rule, _ := p.Policy.Rule()
+	at := nowMicro()
+	const key = "concurrency"
+	want := min(rule.Limit, 2000)
+	if pre := rule.Limit - want; pre > 0 {
+		l, err := r.limiter(p, func() time.Time { return at })
+		if err != nil {
+			chk.fail("%v", err)
+			return
+		}
+		res, err := l.AllowN(ctx, key, pre)
+		if err != nil || !res.Allowed || res.Degraded {
+			chk.fail("taking %d units first: %+v, %v", pre, res, err)
+			return
+		}
+		chk.fig("taken_first", float64(pre))
+	}
+	attempts := 2 * want
+	tally, err := r.spawn(ctx, p, job{Identity: key, AtMicro: at.UnixMicro(), Goroutines: r.opts.Goroutines}, attempts)
+	chk.fig("allowed", float64(tally.Allowed))
+	chk.fig("attempted", float64(attempts))
+	chk.fig("want", float64(want))
+	chk.fig("processes", float64(r.opts.Processes))
+	chk.fig("goroutines", float64(r.opts.Goroutines))
+	chk.Detail = fmt.Sprintf("%d allowed of %d attempted from %d processes × %d goroutines, want exactly %d",
+		tally.Allowed, attempts, r.opts.Processes, r.opts.Goroutines, want)
+	if pre := rule.Limit - want; pre > 0 {
+		chk.Detail += fmt.Sprintf(" (after %d of the limit of %d were taken by one request)", pre, rule.Limit)
+	}
+	if err != nil {
+		chk.fail("%v", err)
+		return
+	}
+	if tally.Allowed != want {
+		chk.fail("%d allowed of %d attempted, want exactly %d: the limit is not enforced atomically", tally.Allowed, attempts, want)
+	}
+	if tally.Degraded > 0 || tally.Errors > 0 {
+		chk.fail("%d decisions degraded and %d failed (first error: %s)", tally.Degraded, tally.Errors, tally.FirstError)
+	}
+}
+
+// edgeOffsets returns, for rule, how long before and after a window edge
+// the two bursts go, and how many units the algorithm promises to allow in
+// the second burst. The buckets have no window: their second burst comes
+// two and a half intervals after the first, and two units have refilled.
+func edgeOffsets(rule sluice.Rule) (delta time.Duration, after int64, what string) {
+	switch rule.Algorithm {
+	case sluice.AlgorithmFixedWindow:
+		delta = min(2*time.Millisecond, rule.Window/10).Truncate(time.Microsecond)
+		if rule.IsCalendar() {
+			delta = 2 * time.Millisecond
+		}
+		return delta, rule.Limit, "a new window allows the whole limit again"
+	case sluice.AlgorithmSlidingLog:
+		delta = min(2*time.Millisecond, rule.Window/10).Truncate(time.Microsecond)
+		return delta, 0, "the log still holds the whole limit"
+	case sluice.AlgorithmSlidingWindow:
+		// estimate = limit × (W − δ)/W + taken ≤ limit, so floor(limit ×
+		// δ/W) units fit. δ puts limit × δ/W half-way between two whole
+		// numbers, away from rounding: (j + ½) × W / limit.
+		j := rule.Limit / 10
+		w := rule.Window.Microseconds()
+		d := new(big.Int).Mul(big.NewInt(w), big.NewInt(2*j+1))
+		d.Quo(d, big.NewInt(2*rule.Limit))
+		us := max(d.Int64(), 1)
+		n := new(big.Int).Mul(big.NewInt(rule.Limit), big.NewInt(us))
+		n.Quo(n, big.NewInt(w))
+		return time.Duration(us) * time.Microsecond, n.Int64(), "the previous window still counts by (W − δ)/W"
+	default:
+		// The bursts are gap = 2δ apart: 2.5 intervals.
+		gap := 2*rule.Interval + rule.Interval/2
+		return (gap / 2).Truncate(time.Microsecond), min(rule.Limit, 2), "two units refilled in 2.5 intervals"
+	}
+}
+
+// boundaries sends a full burst just before a window edge and another just
+// after it, on a client clock.
+func (r *run) boundaries(ctx context.Context, p *config.Policy, chk *Check) {
+	rule, _ := p.Policy.Rule()
+	delta, wantAfter, why := edgeOffsets(rule)
+	now := nowMicro()
+	var edge time.Time
+	if rule.IsCalendar() {
+		_, edge = rule.Span(now) // the end of this calendar period
+	} else if rule.Window > 0 {
+		w := rule.Window.Microseconds()
+		edge = time.UnixMicro((now.UnixMicro()/w + 2) * w)
+	} else {
+		edge = now.Add(time.Second)
+	}
+	clk := newClock(edge.Add(-delta))
+	l, err := r.limiter(p, clk.now)
+	if err != nil {
+		chk.fail("%v", err)
+		return
+	}
+	const key = "boundaries"
+	before, err := r.burst(ctx, l, clk.now(), key, rule.Limit, rule.Limit)
+	if err != nil {
+		chk.fail("burst before the edge: %v", err)
+		return
+	}
+	clk.set(edge.Add(delta))
+	after, err := r.burst(ctx, l, clk.now(), key, rule.Limit, wantAfter)
+	if err != nil {
+		chk.fail("burst after the edge: %v", err)
+		return
+	}
+	chk.fig("limit", float64(rule.Limit))
+	chk.fig("before", float64(before))
+	chk.fig("after", float64(after))
+	chk.fig("want_after", float64(wantAfter))
+	chk.fig("offset_ms", ms(delta))
+	chk.Detail = fmt.Sprintf("%d of %d allowed %v before the edge, %d of %d %v after it (want %d: %s)",
+		before, rule.Limit, delta, after, rule.Limit, delta, wantAfter, why)
+	if before != rule.Limit {
+		chk.fail("%d of %d allowed just before the edge, want all %d", before, rule.Limit, rule.Limit)
+	}
+	if after != wantAfter {
+		chk.fail("%d of %d allowed just after the edge, want %d (%s)", after, rule.Limit, wantAfter, why)
+	}
+}
+
+// realWaitMax is the longest RetryAfter recovery waits for in real time.
+const realWaitMax = 2 * time.Second
+
+// recovery exhausts a key, then checks on a client clock that a request at
+// the advertised RetryAfter is allowed and one a microsecond earlier is
+// not, and finds the instant the key is allowed again by bisection. When
+// the RetryAfter is at most 2s it also waits it out on Valkey's own clock.
+func (r *run) recovery(ctx context.Context, p *config.Policy, chk *Check) {
+	rule, _ := p.Policy.Rule()
+	t0 := nowMicro()
+	clk := newClock(t0)
+	l, err := r.limiter(p, clk.now)
+	if err != nil {
+		chk.fail("%v", err)
+		return
+	}
+	// Every key below is exhausted the same way at t0, and then only
+	// asked later: a sliding log with count_rejected logs refusals too,
+	// and a sliding log forgets old entries when asked, so one key must
+	// never be asked twice at different times, nor back in time.
+	exhaust := func(key string) (time.Duration, error) {
+		clk.set(t0)
+		res, err := l.AllowN(ctx, key, rule.Limit)
+		if err != nil || !res.Allowed || res.Degraded {
+			return 0, fmt.Errorf("taking the whole limit on a fresh key: %+v, %v", res, err)
+		}
+		res, err = l.Allow(ctx, key)
+		if err != nil || res.Allowed || res.Degraded {
+			return 0, fmt.Errorf("one more after the whole limit: %+v, %v; want refused", res, err)
+		}
+		return res.RetryAfter, nil
+	}
+	ra, err := exhaust("recovery-a")
+	if err == nil {
+		_, err = exhaust("recovery-b")
+	}
+	if err != nil {
+		chk.fail("%v", err)
+		return
+	}
+	chk.fig("advertised_ms", ms(ra))
+	if ra <= 0 {
+		chk.fail("a refusal advertised RetryAfter %v, want positive", ra)
+		return
+	}
+	// The instant a key is allowed again, by bisection: each probe is a
+	// key exhausted at t0 and peeked at (a peek takes nothing) once, later.
+	lo, hi := time.Duration(0), 2*ra+time.Second
+	probes := 0
+	peek := func(d time.Duration) (bool, error) {
+		probes++
+		key := fmt.Sprintf("recovery-probe-%d", probes)
+		if _, err := exhaust(key); err != nil {
+			return false, err
+		}
+		clk.set(t0.Add(d))
+		res, err := l.Peek(ctx, key)
+		return res.Allowed, err
+	}
+	if ok, err := peek(hi); err != nil || !ok {
+		chk.fail("still refused %v after the refusal (advertised %v): %v", hi, ra, err)
+		return
+	}
+	for hi-lo > time.Microsecond {
+		mid := (lo + (hi-lo)/2).Truncate(time.Microsecond)
+		ok, err := peek(mid)
+		if err != nil {
+			chk.fail("peek: %v", err)
+			return
+		}
+		if ok {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	observed := hi
+	chk.fig("observed_ms", ms(observed))
+	if observed != ra {
+		chk.fail("RetryAfter advertised %v, but the key is allowed again after %v", ra, observed)
+	}
+	clk.set(t0.Add(ra - time.Microsecond))
+	if res, err := l.Allow(ctx, "recovery-b"); err != nil || res.Allowed {
+		chk.fail("a request 1µs before the advertised RetryAfter %v: allowed %v, %v; want refused", ra, res.Allowed, err)
+	}
+	clk.set(t0.Add(ra))
+	if res, err := l.Allow(ctx, "recovery-a"); err != nil || !res.Allowed {
+		chk.fail("a request at the advertised RetryAfter %v: allowed %v, %v; want allowed", ra, res.Allowed, err)
+	}
+	chk.Detail = fmt.Sprintf("retry after %v advertised, %v observed; refused 1µs earlier, allowed at it", ra, observed)
+
+	// In real time, on Valkey's clock.
+	if ra > realWaitMax {
+		chk.Detail += fmt.Sprintf("; no real wait (%v > %v)", ra, realWaitMax)
+		return
+	}
+	rl, err := r.limiter(p, nil)
+	if err != nil {
+		chk.fail("%v", err)
+		return
+	}
+	res, err := rl.AllowN(ctx, "recovery-real", rule.Limit)
+	if err == nil && res.Allowed {
+		res, err = rl.Allow(ctx, "recovery-real")
+	}
+	if err != nil || res.Allowed || res.Degraded {
+		chk.fail("exhausting a key on Valkey's clock: %+v, %v", res, err)
+		return
+	}
+	wait := res.RetryAfter
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+		chk.fail("%v", ctx.Err())
+		return
+	}
+	res, err = rl.Allow(ctx, "recovery-real")
+	chk.fig("real_wait_ms", ms(wait))
+	if err != nil || !res.Allowed {
+		chk.fail("after a real wait of the advertised %v: allowed %v, %v; want allowed", wait, res.Allowed, err)
+		return
+	}
+	chk.Detail += fmt.Sprintf("; allowed after a real wait of %v", wait)
+}
+
+// ttl checks that every key the policy's checks wrote expires, within the
+// bound of its algorithm.
+func (r *run) ttl(ctx context.Context, p *config.Policy, chk *Check) {
+	rule, _ := p.Policy.Rule()
+	bound := rule.TTL()
+	pattern := valkeyops.Glob(r.prefix+":"+p.Limiter+":") + "*"
+	var n int
+	var longest time.Duration
+	err := valkeyops.Scan(ctx, r.client, pattern, func(node valkey.Client, keys []string) (bool, error) {
+		cmds := make(valkey.Commands, len(keys))
+		for i, k := range keys {
+			cmds[i] = node.B().Pttl().Key(k).Build()
+		}
+		for i, res := range node.DoMulti(ctx, cmds...) {
+			v, err := res.AsInt64()
+			if err != nil {
+				return false, fmt.Errorf("PTTL %s: %w", keys[i], err)
+			}
+			if v == -2 {
+				continue // expired meanwhile
+			}
+			n++
+			d := time.Duration(v) * time.Millisecond
+			longest = max(longest, d)
+			switch {
+			case v == -1:
+				chk.fail("key %s never expires", keys[i])
+			case d > bound:
+				chk.fail("key %s expires in %v, longer than its bound %v", keys[i], d, bound)
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		chk.fail("%v", err)
+		return
+	}
+	chk.fig("keys", float64(n))
+	chk.fig("longest_ms", ms(longest))
+	chk.fig("bound_ms", ms(bound))
+	chk.Detail = fmt.Sprintf("%d keys, longest TTL %v, bound %v", n, longest, bound)
+	if n == 0 {
+		// Keys that never expire would still be here.
+		chk.Detail = "every key the checks wrote has expired already"
+	}
+}

@@ -1,0 +1,419 @@
+// Package verify proves that a deployment of Sluice limits as promised: it
+// runs, against the deployment's own Valkey (standalone or Cluster) and for
+// each of its configured policies, the four tests every rate limiter
+// deserves, plus the expiry of every key:
+//
+//   - concurrency: twice the limit in parallel from several OS processes
+//     (this executable, started again as workers) with many goroutines
+//     each; exactly the limit must be allowed;
+//   - boundaries: a full burst just before and just after a window edge,
+//     with what the algorithm promises (fixed window allows both, the
+//     sliding log neither, the sliding window counter per its formula,
+//     the buckets what refilled);
+//   - recovery: after exhausting a key, a request at the advertised
+//     RetryAfter is allowed and one a microsecond earlier is not; when the
+//     RetryAfter is short, also after a real wait;
+//   - failure: the same policy against a local server that stops
+//     listening and one that never answers decides within its timeout, as
+//     its on_failure says;
+//   - ttl: every key the checks wrote expires, within its bound;
+//
+// and, once for the deployment, doctor's checks of the Valkey settings
+// whose failure breaks the limits (doctor.LimitChecks): an evicting
+// maxmemory-policy fails the run; persistence that forgets long windows'
+// counts on a restart is a caveat the verdict names; a setting that could
+// not be read (CONFIG disabled) is named as not checked.
+//
+// Everything happens under a scratch key prefix of its own, which must be
+// empty at the start (Run refuses a prefix holding keys it did not create)
+// and whose keys are deleted at the end. The checks that count and compare
+// times decide on a client clock (sluice.WithClock), so that their answers
+// are exact on any machine; the scripts, keys and server are the
+// deployment's own.
+//
+// sluice verify is this package on the command line; the project's tests
+// call Run too.
+package verify
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/doctor"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
+	"github.com/sluicehq/sluice/valkeystore"
+	"github.com/valkey-io/valkey-go"
+)
+
+// Defaults for Options.
+const (
+	DefaultProcesses     = 4
+	DefaultGoroutines    = 16
+	DefaultBlackholeWait = time.Second
+	DefaultMargin        = 250 * time.Millisecond
+)
+
+// Options says what Run verifies, and how.
+type Options struct {
+	// Config is the deployment's configuration: its valkey section (with
+	// addresses) and its policies. Required.
+	Config *config.Config
+	// Env looks up the environment variables the configuration names for
+	// secrets (default os.LookupEnv).
+	Env func(string) (string, bool)
+	// Policies restricts the run to these policy names (default: all).
+	Policies []string
+	// Processes is the number of worker processes of the concurrency check
+	// (default 4); Goroutines the goroutines deciding in each (default 16).
+	Processes, Goroutines int
+	// Prefix is the scratch key prefix (default "sluice-verify-" and 8
+	// random hex digits). It must hold no key when Run starts.
+	Prefix string
+	// BlackholeWait is the longest a decision may take against a server
+	// that never answers (default 1s): a policy whose timeout is longer
+	// would hold each request that long while Valkey hangs.
+	BlackholeWait time.Duration
+	// Margin is what a degraded decision may take beyond the policy's
+	// timeout (default 250ms): scheduling on a busy host and connection
+	// handling.
+	Margin time.Duration
+	// Worker returns the command that runs a concurrency worker (default:
+	// this executable with WorkerEnv=1 in its environment, whose main must
+	// call ServeWorker when it sees WorkerEnv).
+	Worker func(ctx context.Context) *exec.Cmd
+}
+
+// ErrUnknownPolicy is returned (wrapped) for a policy name the
+// configuration does not define.
+var ErrUnknownPolicy = errors.New("unknown policy")
+
+// PrefixInUseError is Run's refusal of a scratch prefix that already holds
+// keys: verify never touches keys it did not create.
+type PrefixInUseError struct {
+	Prefix  string
+	Example string
+}
+
+func (e *PrefixInUseError) Error() string {
+	return fmt.Sprintf("the scratch prefix %q already holds keys (such as %q) that verify did not create: "+
+		"choose another --prefix; verify never touches keys it did not create", e.Prefix, e.Example)
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	Valkey   string          `json:"valkey"`
+	Mode     string          `json:"mode"`
+	Prefix   string          `json:"prefix"`
+	Policies []*PolicyReport `json:"policies"`
+	// Settings are doctor's findings for doctor.LimitChecks on every
+	// primary.
+	Settings []*doctor.Finding `json:"settings"`
+	// NotChecked names the settings that could not be read, so that what
+	// they break was not verified; Caveats the ones that hold the limits
+	// until a restart.
+	NotChecked []string `json:"not_checked,omitempty"`
+	Caveats    []string `json:"caveats,omitempty"`
+	Passed     bool     `json:"passed"`
+	// Failed names each failed check as "policy/check".
+	Failed      []string      `json:"failed,omitempty"`
+	Elapsed     time.Duration `json:"-"`
+	ElapsedMS   float64       `json:"elapsed_ms"`
+	KeysDeleted int           `json:"keys_deleted"`
+	// CleanupError says why scratch keys could not all be deleted.
+	CleanupError string `json:"cleanup_error,omitempty"`
+}
+
+// PolicyReport is one policy's checks.
+type PolicyReport struct {
+	Name     string `json:"policy"`
+	Rule     string `json:"rule"`
+	FailMode string `json:"on_failure"`
+	Timeout  string `json:"timeout"`
+	// Shadow: the policy never refuses in service; verify checks its
+	// limit as if it did.
+	Shadow bool     `json:"shadow,omitempty"`
+	Checks []*Check `json:"checks"`
+	Passed bool     `json:"passed"`
+}
+
+// Check is one check of one policy: its verdict, a line with its figures
+// for people, and the figures themselves for programs.
+type Check struct {
+	Name     string             `json:"check"`
+	Passed   bool               `json:"passed"`
+	Detail   string             `json:"detail"`
+	Failures []string           `json:"failures,omitempty"`
+	Figures  map[string]float64 `json:"figures"`
+	Elapsed  time.Duration      `json:"-"`
+}
+
+func (c *Check) fail(format string, args ...any) {
+	c.Passed = false
+	c.Failures = append(c.Failures, fmt.Sprintf(format, args...))
+}
+
+func (c *Check) fig(name string, v float64) { c.Figures[name] = v }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// checkTimeout bounds each decision of the checks that test semantics
+// rather than speed: long enough that a loaded machine never degrades
+// them (a degraded decision would be counted by the fail mode).
+const checkTimeout = 5 * time.Second
+
+// run is the state of one Run.
+type run struct {
+	opts   Options
+	cfg    *config.Config
+	client valkey.Client
+	store  *valkeystore.Store
+	prefix string
+	log    *slog.Logger
+	// workers are the concurrency check's worker processes, started on
+	// first use and ended by Run.
+	workers []*workerProc
+	// primary is the address of a primary the client reached: what the
+	// failure check's proxy stands in front of.
+	primary string
+}
+
+// Run verifies the policies of opts.Config against its Valkey. The error is
+// for what kept it from verifying (no Valkey, an unknown policy, a prefix
+// in use, Valkey unreachable); a failed check is in the Report, with
+// Passed false.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	start := time.Now()
+	if opts.Config == nil {
+		return nil, errors.New("no configuration")
+	}
+	if opts.Env == nil {
+		opts.Env = os.LookupEnv
+	}
+	if opts.Processes <= 0 {
+		opts.Processes = DefaultProcesses
+	}
+	if opts.Goroutines <= 0 {
+		opts.Goroutines = DefaultGoroutines
+	}
+	if opts.BlackholeWait <= 0 {
+		opts.BlackholeWait = DefaultBlackholeWait
+	}
+	if opts.Margin <= 0 {
+		opts.Margin = DefaultMargin
+	}
+	if opts.Worker == nil {
+		opts.Worker = selfWorker
+	}
+	policies, err := selectPolicies(opts.Config, opts.Policies)
+	if err != nil {
+		return nil, err
+	}
+	prefix := opts.Prefix
+	if prefix == "" {
+		var b [4]byte
+		rand.Read(b[:])
+		prefix = "sluice-verify-" + hex.EncodeToString(b[:])
+	}
+	if prefix == "" || strings.ContainsAny(prefix, "{} \t\r\n") {
+		return nil, fmt.Errorf("the prefix %q must be non-empty, without braces or spaces", prefix)
+	}
+	client, err := valkeyops.Connect(ctx, opts.Config.Valkey, opts.Env)
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	if err := refuseUsedPrefix(ctx, client, prefix); err != nil {
+		return nil, err
+	}
+	store, err := valkeystore.New(client)
+	if err != nil {
+		return nil, err
+	}
+	r := &run{opts: opts, cfg: opts.Config, client: client, store: store, prefix: prefix,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	defer r.stopWorkers()
+	prims, err := valkeyops.Primaries(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	if len(prims) == 0 {
+		return nil, errors.New("the client knows no primary")
+	}
+	r.primary = valkeyops.SortedAddrs(prims)[0]
+	rep := &Report{Valkey: valkeyops.Describe(opts.Config.Valkey), Mode: valkeyops.Mode(ctx, client), Prefix: prefix, Passed: true}
+	if err := rep.settings(ctx, client, store, opts.Config); err != nil {
+		return nil, err
+	}
+	defer func() {
+		// Scratch keys go, even when a check failed or ctx ended.
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		n, err := deletePrefix(cctx, client, prefix)
+		rep.KeysDeleted = n
+		if err != nil {
+			rep.CleanupError = err.Error()
+		}
+	}()
+	for _, p := range policies {
+		pr := r.policy(ctx, p)
+		rep.Policies = append(rep.Policies, pr)
+		for _, c := range pr.Checks {
+			if !c.Passed {
+				rep.Passed = false
+				rep.Failed = append(rep.Failed, p.Name+"/"+c.Name)
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+	}
+	rep.Elapsed = time.Since(start)
+	rep.ElapsedMS = ms(rep.Elapsed)
+	return rep, nil
+}
+
+// settings runs doctor's LimitChecks and judges them (settingVerdict).
+func (rep *Report) settings(ctx context.Context, client valkey.Client, store *valkeystore.Store, cfg *config.Config) error {
+	found, err := doctor.Limits(ctx, client, store, cfg)
+	if err != nil {
+		return fmt.Errorf("checking the valkey settings: %w", err)
+	}
+	rep.Settings = found
+	for _, f := range found {
+		where := f.Check
+		if f.Node != "" {
+			where += " on " + f.Node
+		}
+		switch settingVerdict(f) {
+		case "NOT CHECKED":
+			rep.NotChecked = append(rep.NotChecked, where)
+		case "FAIL":
+			rep.Passed = false
+			rep.Failed = append(rep.Failed, "settings/"+where)
+		case "CAVEAT":
+			rep.Caveats = append(rep.Caveats, where+": "+f.Message)
+		}
+	}
+	return nil
+}
+
+func selectPolicies(cfg *config.Config, names []string) ([]*config.Policy, error) {
+	if len(names) == 0 {
+		if len(cfg.Policies) == 0 {
+			return nil, fmt.Errorf("%s defines no policies", cfg.Source)
+		}
+		return cfg.Policies, nil
+	}
+	var out []*config.Policy
+	for _, n := range names {
+		p := cfg.Policy(n)
+		if p == nil {
+			var known []string
+			for _, q := range cfg.Policies {
+				known = append(known, q.Name)
+			}
+			return nil, fmt.Errorf("%w %q: %s defines %s", ErrUnknownPolicy, n, cfg.Source, strings.Join(known, ", "))
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// policy runs every check of p.
+func (r *run) policy(ctx context.Context, p *config.Policy) *PolicyReport {
+	rule, _ := p.Policy.Rule() // validated by config
+	pr := &PolicyReport{Name: p.Name, Rule: rule.String(), FailMode: p.FailMode.String(), Timeout: r.timeout(p).String(), Shadow: p.Shadow, Passed: true}
+	for _, c := range []struct {
+		name string
+		run  func(context.Context, *config.Policy, *Check)
+	}{
+		{"concurrency", r.concurrency},
+		{"boundaries", r.boundaries},
+		{"recovery", r.recovery},
+		{"failure", r.failure},
+		{"ttl", r.ttl},
+	} {
+		chk := &Check{Name: c.name, Passed: true, Figures: map[string]float64{}}
+		t0 := time.Now()
+		if err := ctx.Err(); err != nil {
+			chk.fail("not run: %v", err)
+		} else {
+			c.run(ctx, p, chk)
+		}
+		chk.Elapsed = time.Since(t0)
+		chk.fig("elapsed_ms", ms(chk.Elapsed))
+		if !chk.Passed {
+			pr.Passed = false
+		}
+		pr.Checks = append(pr.Checks, chk)
+	}
+	return pr
+}
+
+// timeout is the policy's decision timeout as sluice serve applies it.
+func (r *run) timeout(p *config.Policy) time.Duration {
+	if p.Timeout > 0 {
+		return p.Timeout
+	}
+	return sluice.DefaultTimeout
+}
+
+// limiter returns a limiter for p under the scratch prefix that decides at
+// the times clock gives (the store's clock when nil), with the deny cache
+// off: the checks test the store.
+func (r *run) limiter(p *config.Policy, clock func() time.Time) (*sluice.Limiter, error) {
+	opts := []sluice.Option{sluice.WithName(p.Limiter), sluice.WithPrefix(r.prefix), sluice.WithDenyCache(false),
+		sluice.WithTimeout(max(checkTimeout, r.timeout(p))), sluice.WithLogger(r.log)}
+	if clock != nil {
+		opts = append(opts, sluice.WithClock(clock))
+	}
+	return sluice.New(r.store, p.Policy, opts...)
+}
+
+// refuseUsedPrefix fails when any key starts with prefix+":".
+func refuseUsedPrefix(ctx context.Context, c valkey.Client, prefix string) error {
+	var example string
+	err := valkeyops.Scan(ctx, c, valkeyops.Glob(prefix+":")+"*", func(_ valkey.Client, keys []string) (bool, error) {
+		example = keys[0]
+		return false, nil
+	})
+	if err != nil {
+		return err
+	}
+	if example != "" {
+		return &PrefixInUseError{Prefix: prefix, Example: example}
+	}
+	return nil
+}
+
+// deletePrefix deletes every key under prefix+":", one DEL per key (keys
+// of a cluster node may be in different slots), and returns how many.
+func deletePrefix(ctx context.Context, c valkey.Client, prefix string) (int, error) {
+	n := 0
+	err := valkeyops.Scan(ctx, c, valkeyops.Glob(prefix+":")+"*", func(node valkey.Client, keys []string) (bool, error) {
+		cmds := make(valkey.Commands, len(keys))
+		for i, k := range keys {
+			cmds[i] = node.B().Del().Key(k).Build()
+		}
+		for _, res := range node.DoMulti(ctx, cmds...) {
+			d, err := res.AsInt64()
+			if err != nil {
+				return false, fmt.Errorf("DEL: %w", err)
+			}
+			n += int(d)
+		}
+		return true, nil
+	})
+	return n, err
+}

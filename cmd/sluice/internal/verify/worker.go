@@ -1,0 +1,409 @@
+package verify
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
+	"github.com/sluicehq/sluice/valkeystore"
+	"github.com/valkey-io/valkey-go"
+)
+
+// WorkerEnv is set to "1" in the environment of the worker processes that
+// the concurrency check starts. A program that calls Run must, when it
+// finds WorkerEnv set, call ServeWorker instead of doing its usual work
+// (sluice does; so do the tests that call Run).
+const WorkerEnv = "SLUICE_VERIFY_WORKER"
+
+// job is what a worker is told on its standard input, as one JSON line.
+type job struct {
+	Valkey config.Valkey `json:"valkey"`
+	// Password is the Valkey password, already read from where the
+	// configuration says (it never goes on a command line).
+	Password string `json:"password,omitempty"`
+	// SentinelPassword is the Sentinels' password, read the same way.
+	SentinelPassword string     `json:"sentinel_password,omitempty"`
+	Prefix           string     `json:"prefix"`
+	Limiter          string     `json:"limiter"`
+	Policy           wirePolicy `json:"policy"`
+	Identity         string     `json:"identity"`
+	AtMicro          int64      `json:"at_us"`
+	Attempts         int64      `json:"attempts"`
+	Goroutines       int        `json:"goroutines"`
+}
+
+// wirePolicy carries a sluice.Policy: exactly one field is set.
+type wirePolicy struct {
+	FixedWindow   *sluice.FixedWindow   `json:"fixed_window,omitempty"`
+	SlidingLog    *sluice.SlidingLog    `json:"sliding_log,omitempty"`
+	SlidingWindow *sluice.SlidingWindow `json:"sliding_window,omitempty"`
+	TokenBucket   *sluice.TokenBucket   `json:"token_bucket,omitempty"`
+	GCRA          *sluice.GCRA          `json:"gcra,omitempty"`
+}
+
+func toWire(p sluice.Policy) (wirePolicy, error) {
+	var w wirePolicy
+	switch p := p.(type) {
+	case sluice.FixedWindow:
+		w.FixedWindow = &p
+	case sluice.SlidingLog:
+		w.SlidingLog = &p
+	case sluice.SlidingWindow:
+		w.SlidingWindow = &p
+	case sluice.TokenBucket:
+		w.TokenBucket = &p
+	case sluice.GCRA:
+		w.GCRA = &p
+	default:
+		return w, fmt.Errorf("verify: cannot send a policy of type %T to a worker", p)
+	}
+	return w, nil
+}
+
+func (w wirePolicy) policy() (sluice.Policy, error) {
+	switch {
+	case w.FixedWindow != nil:
+		return *w.FixedWindow, nil
+	case w.SlidingLog != nil:
+		return *w.SlidingLog, nil
+	case w.SlidingWindow != nil:
+		return *w.SlidingWindow, nil
+	case w.TokenBucket != nil:
+		return *w.TokenBucket, nil
+	case w.GCRA != nil:
+		return *w.GCRA, nil
+	}
+	return nil, errors.New("verify: the job carries no policy")
+}
+
+// tally is a worker's answer, one JSON line on its standard output.
+type tally struct {
+	Allowed    int64  `json:"allowed"`
+	Refused    int64  `json:"refused"`
+	Degraded   int64  `json:"degraded"`
+	Errors     int64  `json:"errors"`
+	FirstError string `json:"first_error,omitempty"`
+	// Error is set when the worker could not run at all.
+	Error string `json:"error,omitempty"`
+}
+
+// selfWorker starts this executable again as a worker.
+func selfWorker(ctx context.Context) *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Env = append(os.Environ(), WorkerEnv+"=1")
+	return cmd
+}
+
+// ServeWorker is the worker side of the concurrency check. For each job it
+// reads from in (one JSON line each, until in ends), it connects (once),
+// says it is ready, waits for the word to go, makes its share of decisions
+// from many goroutines, and writes the tally to out.
+func ServeWorker(ctx context.Context, in io.Reader, out io.Writer) error {
+	rd := bufio.NewReader(in)
+	enc := json.NewEncoder(out)
+	var conn *workerConn
+	defer func() {
+		if conn != nil {
+			conn.client.Close()
+		}
+	}()
+	for {
+		line, err := rd.ReadBytes('\n')
+		if err == io.EOF && len(line) == 0 {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("verify worker: reading a job: %w", err)
+		}
+		var j job
+		if err := json.Unmarshal(line, &j); err != nil {
+			return fmt.Errorf("verify worker: bad job: %w", err)
+		}
+		if conn == nil {
+			if conn, err = dialWorker(ctx, j); err != nil {
+				if err := enc.Encode(tally{Error: err.Error()}); err != nil {
+					return err
+				}
+				return err
+			}
+		}
+		t, err := conn.work(ctx, j, func() error {
+			if err := enc.Encode(map[string]bool{"ready": true}); err != nil {
+				return err
+			}
+			_, err := rd.ReadBytes('\n')
+			return err
+		})
+		if err != nil {
+			t.Error = err.Error()
+		}
+		if err := enc.Encode(t); err != nil {
+			return err
+		}
+	}
+}
+
+// workerConn is a worker's connection to Valkey, kept across jobs.
+type workerConn struct {
+	client valkey.Client
+	store  *valkeystore.Store
+}
+
+func dialWorker(ctx context.Context, j job) (*workerConn, error) {
+	v := j.Valkey
+	v.PasswordEnv, v.PasswordFile = "", ""
+	if j.Password != "" {
+		v.PasswordEnv = "password"
+	}
+	if v.Sentinel != nil {
+		s := *v.Sentinel
+		s.PasswordEnv, s.PasswordFile = "", ""
+		if j.SentinelPassword != "" {
+			s.PasswordEnv = "sentinel_password"
+		}
+		v.Sentinel = &s
+	}
+	env := func(k string) (string, bool) {
+		if k == "sentinel_password" {
+			return j.SentinelPassword, true
+		}
+		return j.Password, true
+	}
+	client, err := valkeyops.Connect(ctx, &v, env)
+	if err != nil {
+		return nil, err
+	}
+	store, err := valkeystore.New(client)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	return &workerConn{client: client, store: store}, nil
+}
+
+func (w *workerConn) work(ctx context.Context, j job, ready func() error) (tally, error) {
+	var t tally
+	pol, err := j.Policy.policy()
+	if err != nil {
+		return t, err
+	}
+	at := time.UnixMicro(j.AtMicro)
+	l, err := sluice.New(w.store, pol, sluice.WithName(j.Limiter), sluice.WithPrefix(j.Prefix),
+		sluice.WithClock(func() time.Time { return at }), sluice.WithDenyCache(false),
+		sluice.WithTimeout(checkTimeout), sluice.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		return t, err
+	}
+	if err := ready(); err != nil {
+		return t, err
+	}
+	var left atomic.Int64
+	left.Store(j.Attempts)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range max(j.Goroutines, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine tally
+			for left.Add(-1) >= 0 {
+				res, err := l.Allow(ctx, j.Identity)
+				switch {
+				case err != nil:
+					mine.Errors++
+					if mine.FirstError == "" {
+						mine.FirstError = err.Error()
+					}
+				case res.Degraded:
+					mine.Degraded++
+				case res.Allowed:
+					mine.Allowed++
+				default:
+					mine.Refused++
+				}
+			}
+			mu.Lock()
+			t.Allowed += mine.Allowed
+			t.Refused += mine.Refused
+			t.Degraded += mine.Degraded
+			t.Errors += mine.Errors
+			if t.FirstError == "" {
+				t.FirstError = mine.FirstError
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return t, nil
+}
+
+// workerProc is one running worker process.
+type workerProc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout *bufio.Reader
+	stderr *tailBuffer
+}
+
+// startWorkers starts the worker processes, once per Run.
+func (r *run) startWorkers(ctx context.Context) error {
+	if r.workers != nil {
+		return nil
+	}
+	for range r.opts.Processes {
+		cmd := r.opts.Worker(ctx)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		w := &workerProc{cmd: cmd, stdin: stdin, stdout: bufio.NewReader(stdout), stderr: &tailBuffer{}}
+		cmd.Stderr = w.stderr
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("starting worker process %s: %w", cmd.Path, err)
+		}
+		r.workers = append(r.workers, w)
+	}
+	return nil
+}
+
+// stopWorkers ends the worker processes: their input ends, they exit.
+func (r *run) stopWorkers() {
+	for _, w := range r.workers {
+		w.stdin.Close()
+	}
+	for _, w := range r.workers {
+		done := make(chan struct{})
+		go func() { w.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			w.cmd.Process.Kill()
+			<-done
+		}
+	}
+	r.workers = nil
+}
+
+// spawn has the worker processes make attempts decisions of j, split
+// among them, all starting together, and returns their summed tally.
+func (r *run) spawn(ctx context.Context, p *config.Policy, j job, attempts int64) (tally, error) {
+	var sum tally
+	v := r.cfg.Valkey
+	pw, err := v.Password(r.opts.Env)
+	if err != nil {
+		return sum, err
+	}
+	j.Valkey, j.Password, j.Prefix, j.Limiter = *v, pw, r.prefix, p.Limiter
+	if v.Sentinel != nil {
+		if j.SentinelPassword, err = v.Sentinel.Password(r.opts.Env); err != nil {
+			return sum, err
+		}
+	}
+	if j.Policy, err = toWire(p.Policy); err != nil {
+		return sum, err
+	}
+	if err := r.startWorkers(ctx); err != nil {
+		r.stopWorkers()
+		return sum, err
+	}
+	ok := false
+	defer func() {
+		if !ok { // a worker in an unknown state is not reused
+			r.stopWorkers()
+		}
+	}()
+	n := len(r.workers)
+	for i, w := range r.workers {
+		wj := j
+		wj.Attempts = attempts / int64(n)
+		if int64(i) < attempts%int64(n) {
+			wj.Attempts++
+		}
+		line, _ := json.Marshal(wj)
+		if _, err := w.stdin.Write(append(line, '\n')); err != nil {
+			return sum, fmt.Errorf("worker process %d: %w; its stderr: %s", i, err, w.stderr)
+		}
+	}
+	read := func(i int, w *workerProc, v any) error {
+		line, err := w.stdout.ReadBytes('\n')
+		if err != nil {
+			return fmt.Errorf("worker process %d gave no answer (%v); its stderr: %s", i, err, w.stderr)
+		}
+		if err := json.Unmarshal(line, v); err != nil {
+			return fmt.Errorf("worker process %d: %v: %q", i, err, line)
+		}
+		return nil
+	}
+	for i, w := range r.workers {
+		var m map[string]any
+		if err := read(i, w, &m); err != nil {
+			return sum, err
+		}
+		if m["ready"] != true {
+			return sum, fmt.Errorf("worker process %d: %v", i, m["error"])
+		}
+	}
+	for _, w := range r.workers {
+		w.stdin.Write([]byte("go\n"))
+	}
+	for i, w := range r.workers {
+		var t tally
+		if err := read(i, w, &t); err != nil {
+			return sum, err
+		}
+		if t.Error != "" {
+			return sum, fmt.Errorf("worker process %d: %s", i, t.Error)
+		}
+		sum.Allowed += t.Allowed
+		sum.Refused += t.Refused
+		sum.Degraded += t.Degraded
+		sum.Errors += t.Errors
+		if sum.FirstError == "" {
+			sum.FirstError = t.FirstError
+		}
+	}
+	ok = true
+	return sum, nil
+}
+
+// tailBuffer keeps the last 4 KiB written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > 4096 {
+		b.buf = b.buf[len(b.buf)-4096:]
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}

@@ -1,0 +1,136 @@
+package valkeytest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/valkeytest/syncbuf"
+	"github.com/valkey-io/valkey-go"
+)
+
+// SentinelMaster is the master set name StartSentinels monitors.
+const SentinelMaster = "mymaster"
+
+// Sentinels are valkey-server processes in Sentinel mode on 127.0.0.1,
+// monitoring one primary as SentinelMaster.
+type Sentinels struct {
+	// Addrs are the Sentinels' addresses.
+	Addrs []string
+	// Servers are the Sentinel processes.
+	Servers []*Server
+}
+
+// StartSentinels starts n Sentinels (quorum n/2+1) monitoring primary,
+// with down-after-milliseconds 1000 and failover-timeout 5000, and waits
+// until each knows the others and wantReplicas replicas (at most 20s).
+// They are stopped in t.Cleanup.
+func StartSentinels(t testing.TB, primary *Server, n, wantReplicas int) *Sentinels {
+	t.Helper()
+	Require(t)
+	host, port, _ := strings.Cut(primary.Addr, ":")
+	ss := &Sentinels{}
+	for i := range n {
+		dir := mkdir(t.TempDir(), i)
+		conf := filepath.Join(dir, "sentinel.conf")
+		body := fmt.Sprintf("sentinel monitor %s %s %s %d\n"+
+			"sentinel down-after-milliseconds %[1]s 1000\n"+
+			"sentinel failover-timeout %[1]s 5000\n"+
+			"sentinel parallel-syncs %[1]s 1\n", SentinelMaster, host, port, n/2+1)
+		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s := &Server{dir: dir, sentinelConf: conf, log: &syncbuf.Buffer{}}
+		var err error
+		for attempt := 0; attempt < portAttempts; attempt++ {
+			if s.port, err = freePort(); err != nil {
+				t.Fatal(err)
+			}
+			s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
+			s.mu.Lock()
+			err = s.launch()
+			s.mu.Unlock()
+			if err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("valkeytest: sentinel: %v\n%s", err, s.log.String())
+		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("sentinel %s output (tail):\n%s", s.Addr, s.log.Tail(2048))
+			}
+			s.Stop()
+		})
+		ss.Servers = append(ss.Servers, s)
+		ss.Addrs = append(ss.Addrs, s.Addr)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, s := range ss.Servers {
+		for {
+			v, err := s.Do("SENTINEL", "MASTER", SentinelMaster)
+			f := fields(v)
+			if err == nil && f["num-other-sentinels"] == strconv.Itoa(n-1) && f["num-slaves"] == strconv.Itoa(wantReplicas) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("valkeytest: sentinel %s does not see %d others and %d replicas after 20s: %v %v", s.Addr, n-1, wantReplicas, f, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return ss
+}
+
+// fields turns a flat array reply [k1 v1 k2 v2 ...] into a map.
+func fields(v any) map[string]string {
+	a, _ := v.([]any)
+	m := map[string]string{}
+	for i := 0; i+1 < len(a); i += 2 {
+		k, _ := a[i].(string)
+		val, _ := a[i+1].(string)
+		m[k] = val
+	}
+	return m
+}
+
+// Master returns the address of the master as the first running Sentinel
+// reports it (SENTINEL GET-MASTER-ADDR-BY-NAME).
+func (ss *Sentinels) Master() (string, error) {
+	for _, s := range ss.Servers {
+		if !s.Running() {
+			continue
+		}
+		v, err := s.Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SentinelMaster)
+		if err != nil {
+			return "", err
+		}
+		a, _ := v.([]any)
+		if len(a) != 2 {
+			return "", fmt.Errorf("SENTINEL GET-MASTER-ADDR-BY-NAME: %v", v)
+		}
+		return a[0].(string) + ":" + a[1].(string), nil
+	}
+	return "", fmt.Errorf("no sentinel running")
+}
+
+// Client returns a valkey-go Sentinel client of SentinelMaster, closed in
+// t.Cleanup.
+func (ss *Sentinels) Client(t testing.TB, opts ...func(*valkey.ClientOption)) valkey.Client {
+	t.Helper()
+	o := valkey.ClientOption{InitAddress: ss.Addrs, Sentinel: valkey.SentinelOption{MasterSet: SentinelMaster}}
+	for _, f := range opts {
+		f(&o)
+	}
+	c, err := valkey.NewClient(o)
+	if err != nil {
+		t.Fatalf("valkeytest: sentinel client: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
