@@ -111,7 +111,7 @@ func TestReleaseFiles(t *testing.T) {
 		t.Error(err)
 	}
 	mods, _ := filepath.Glob(filepath.Join(repoRoot, "*", "go.mod"))
-	mods = append(mods, filepath.Join(repoRoot, "go.mod"))
+	mods = append(mods, filepath.Join(repoRoot, "go.mod"), filepath.Join(repoRoot, "cmd", "sluice", "go.mod"))
 	for _, m := range mods {
 		b, err := os.ReadFile(m)
 		if err != nil {
