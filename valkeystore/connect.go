@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,7 +133,8 @@ func (l *Lazy) connect(ctx context.Context, opt valkey.ClientOption, opts []Opti
 // first attempt and every tenth, as an error when Valkey refused it (a
 // reply: its settings must change), as a warning otherwise.
 func (l *Lazy) failed(err error, explain func(error) error, addrs []string, attempt int, log *slog.Logger) {
-	_, reply := valkey.IsValkeyErr(err)
+	ve, reply := valkey.IsValkeyErr(err)
+	auth := reply && (strings.HasPrefix(ve.Error(), "NOAUTH") || strings.HasPrefix(ve.Error(), "WRONGPASS"))
 	if explain != nil {
 		err = explain(err)
 	}
@@ -143,6 +145,11 @@ func (l *Lazy) failed(err error, explain func(error) error, addrs []string, atte
 		l.refused.Store(nil)
 	}
 	if attempt != 1 && attempt%10 != 0 {
+		return
+	}
+	if auth {
+		log.Error("valkey refused to authenticate; deciding by each limiter's fail mode until the credentials are fixed",
+			"addresses", addrs, "attempt", attempt, "err", err.Error())
 		return
 	}
 	if reply {
