@@ -73,6 +73,7 @@ type engine struct {
 	cluster    bool     // keys of a script call must share a slot
 	topo       topology // nodes and the slots they serve; see nodes.go
 	replicaAck int      // WithReplicaAck; see durable.go
+	watches    watches  // delete notices; see notify.go
 	done       chan struct{}
 }
 
@@ -404,7 +405,8 @@ func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {
 }
 
 // Delete implements sluice.Store: one DEL per key, pipelined to each
-// node (keys of different slots cannot share a command on a cluster).
+// node (keys of different slots cannot share a command on a cluster). It
+// publishes no notice: DeleteNotify (Limiter.Reset) does.
 func (s *Store) Delete(ctx context.Context, keys ...string) error {
 	e := s.e
 	byNode := map[*node]valkey.Commands{}

@@ -1,0 +1,115 @@
+package valkeystore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/valkeytest"
+	"github.com/valkey-io/valkey-go"
+)
+
+// cachedRefusal waits (up to 5s) until l answers key's refusal from its
+// deny cache: the key's state is deleted behind the store's back (a DEL
+// that sends no notice), and l still refuses.
+func cachedRefusal(t *testing.T, l *sluice.Limiter, raw valkey.Client, key string) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		l.Allow(ctx, key)
+		if res, _ := l.Allow(ctx, key); res.Allowed {
+			t.Fatalf("the second request within a burst of 1 was allowed: %+v", res)
+		}
+		if err := raw.Do(ctx, raw.B().Del().Key(l.Key(key)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if res, _ := l.Allow(ctx, key); !res.Allowed {
+			return // refused with no state in Valkey: from the cache
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the deny cache never answered within 5s: the store's subscription never became live")
+}
+
+// allowedWithin polls l until it allows key, and returns how long it took.
+func allowedWithin(t *testing.T, l *sluice.Limiter, key string, bound time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < bound {
+		if res, _ := l.Allow(context.Background(), key); res.Allowed {
+			return time.Since(start)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("still refused %v after the reset", bound)
+	return 0
+}
+
+func testResetReachesOtherStore(t *testing.T, c1, c2 valkey.Client) {
+	ctx := context.Background()
+	p := sluice.GCRA{Rate: 1, Per: time.Hour, Burst: 1}
+	a, err := sluice.New(newStore(t, c1), p, sluice.WithName("notice-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sluice.New(newStore(t, c2), p, sluice.WithName("notice-a"), sluice.WithDenyCache(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"user-1", "user-2", "user-3"} {
+		cachedRefusal(t, a, c2, key)
+		// The state is back, and the key refused by the store too.
+		a.Allow(ctx, key)
+		n, err := b.ResetNotify(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Errorf("the reset reached %d subscriptions, want 1 (the other store's)", n)
+		}
+		d := allowedWithin(t, a, key, 5*time.Second)
+		t.Logf("%s: allowed by the other store's limiter %v after the reset returned", key, d)
+	}
+}
+
+// TestResetReachesOtherStore: a reset through one Store reaches the deny
+// cache of a limiter on another Store (another process), standalone and
+// on a cluster, where the key's slot and the channel's may be on
+// different primaries.
+func TestResetReachesOtherStore(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) {
+		s := valkeytest.Shared(t)
+		testResetReachesOtherStore(t, s.Client(t), s.Client(t))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := valkeytest.SharedCluster(t)
+		testResetReachesOtherStore(t, c.Client(t), c.Client(t))
+	})
+}
+
+// TestNoticeSubscriptionKilled: when the subscription's connection is
+// killed, whatever was published meanwhile may be lost: the deny cache is
+// dropped, and answers again once the store subscribed again.
+func TestNoticeSubscriptionKilled(t *testing.T) {
+	s := valkeytest.Shared(t)
+	c1, raw := s.Client(t), s.Client(t)
+	ctx := context.Background()
+	a, err := sluice.New(newStore(t, c1), sluice.GCRA{Rate: 1, Per: time.Hour, Burst: 1}, sluice.WithName("notice-kill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cachedRefusal(t, a, raw, "k")
+	// The state is deleted with no notice, and the subscription killed.
+	if err := raw.Do(ctx, raw.B().Del().Key(a.Key("k")).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := raw.Do(ctx, raw.B().ClientKill().TypePubsub().Build()).AsInt64(); err != nil || n < 1 {
+		t.Fatalf("CLIENT KILL TYPE pubsub: %d, %v", n, err)
+	}
+	d := allowedWithin(t, a, "k", 5*time.Second)
+	t.Logf("allowed %v after the subscription was killed", d)
+	// Subscribed again: the cache answers again.
+	cachedRefusal(t, a, raw, "k")
+}
