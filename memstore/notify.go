@@ -19,8 +19,8 @@ type watchers struct {
 type watcher struct{ w sluice.DeleteWatcher }
 
 // DeleteNotify implements sluice.DeleteNotifier: it deletes keys, then
-// calls every watcher of prefix with each. It returns the number of
-// watchers told.
+// calls every watcher of prefix with each. It returns 1 when any limiter
+// watches prefix (the store's one process heard it), else 0.
 func (s *Store) DeleteNotify(ctx context.Context, prefix string, keys ...string) (int, error) {
 	if err := s.Delete(ctx, keys...); err != nil {
 		return 0, err
@@ -33,7 +33,7 @@ func (s *Store) DeleteNotify(ctx context.Context, prefix string, keys ...string)
 			w.w.Deleted(k)
 		}
 	}
-	return len(ws), nil
+	return min(len(ws), 1), nil
 }
 
 // WatchDeletes implements sluice.DeleteNotifier. w is told Watching(true)

@@ -33,6 +33,15 @@ type ValkeyStore struct {
 	client valkey.Client
 	cancel context.CancelFunc
 	done   chan struct{}
+	// pending are the delete watchers registered before the connection
+	// (under mu): they are not watching until it is made.
+	pending map[*pendingWatch]bool
+}
+
+type pendingWatch struct {
+	prefix string
+	w      sluice.DeleteWatcher
+	stop   func() // the store's, once connected
 }
 
 // ClientOption builds valkey-go's options from the configuration. env looks
@@ -126,6 +135,10 @@ func ConnectValkey(opt valkey.ClientOption, log *slog.Logger) *ValkeyStore {
 					}
 					s.client = client
 					s.store.Store(st)
+					for pw := range s.pending {
+						pw.stop = st.WatchDeletes(pw.prefix, pw.w)
+					}
+					s.pending = nil
 					s.mu.Unlock()
 					log.Info("connected to valkey", "addresses", opt.InitAddress, "attempt", attempt)
 					s.checkRisks(ctx, st, log)
@@ -165,6 +178,40 @@ func (s *ValkeyStore) Delete(ctx context.Context, keys ...string) error {
 		return ErrNotConnected
 	}
 	return st.Delete(ctx, keys...)
+}
+
+// DeleteNotify implements sluice.DeleteNotifier.
+func (s *ValkeyStore) DeleteNotify(ctx context.Context, prefix string, keys ...string) (int, error) {
+	st := s.store.Load()
+	if st == nil {
+		return 0, ErrNotConnected
+	}
+	return st.DeleteNotify(ctx, prefix, keys...)
+}
+
+// WatchDeletes implements sluice.DeleteNotifier. Before the connection is
+// made the watcher is not watching (its deny cache answers nothing); it is
+// registered with the store once connected.
+func (s *ValkeyStore) WatchDeletes(prefix string, w sluice.DeleteWatcher) (stop func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.store.Load(); st != nil {
+		return st.WatchDeletes(prefix, w)
+	}
+	pw := &pendingWatch{prefix: prefix, w: w}
+	if s.pending == nil {
+		s.pending = map[*pendingWatch]bool{}
+	}
+	s.pending[pw] = true
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.pending, pw)
+		if pw.stop != nil {
+			pw.stop()
+			pw.stop = nil
+		}
+	}
 }
 
 // Ping reports whether Valkey answers.
