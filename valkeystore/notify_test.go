@@ -113,3 +113,27 @@ func TestNoticeSubscriptionKilled(t *testing.T) {
 	// Subscribed again: the cache answers again.
 	cachedRefusal(t, a, raw, "k")
 }
+
+// BenchmarkReset measures a Limiter.Reset on a standalone server: DEL,
+// then the notice's SPUBLISH (a second round trip), with one other Store
+// subscribed.
+func BenchmarkReset(b *testing.B) {
+	s := valkeytest.Shared(b)
+	ctx := context.Background()
+	p := sluice.GCRA{Rate: 1, Per: time.Hour, Burst: 1}
+	l, err := sluice.New(newStore(b, s.Client(b)), p, sluice.WithName("bench-reset"), sluice.WithDenyCache(false))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// A watching limiter on another Store: the notice has a subscriber.
+	if _, err := sluice.New(newStore(b, s.Client(b)), p, sluice.WithName("bench-reset")); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := l.Reset(ctx, "k"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
