@@ -29,7 +29,9 @@ import (
 // when that passes, Watching(true) (drop everything: notices may have been
 // missed) when it is live again. A subscription lost (the connection
 // closed or killed, the slot moved away: sunsubscribe) is made again,
-// with backoff, on a new connection.
+// with backoff, on a new connection. A user whose ACL denies the channel
+// never subscribes (the caches stay unused) and DeleteNotify reports
+// SPUBLISH's NOPERM after the keys are deleted.
 
 // NoticeBound bounds the time from a DeleteNotify (a Limiter.Reset) on any
 // Store to the moment every other Store subscribed to the prefix has

@@ -35,6 +35,8 @@
 //     slots is split when its node no longer serves them all.
 //   - durable.go: WithReplicaAck, WAIT for replicas, for counts that must
 //     survive a failover.
+//   - notify.go: delete notices (sluice.DeleteNotifier), so that a reset
+//     made anywhere reaches every process's deny cache within NoticeBound.
 //
 // Give the client AlwaysPipelining: without it, valkey-go sends a lone call
 // with the connection's read deadline set to the call's, and a call that
