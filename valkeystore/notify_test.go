@@ -137,3 +137,40 @@ func BenchmarkReset(b *testing.B) {
 		}
 	}
 }
+
+// TestNoticeChannelSlotMoved: when the notice channel's slot moves to
+// another primary, the subscription is made again there (the server ends
+// it with sunsubscribe): the cache is dropped, answers again once
+// subscribed, and a reset's notice reaches it.
+func TestNoticeChannelSlotMoved(t *testing.T) {
+	c := valkeytest.StartCluster(t, 3)
+	c1, c2 := c.Client(t), c.Client(t)
+	ctx := context.Background()
+	p := sluice.GCRA{Rate: 1, Per: time.Hour, Burst: 1}
+	a, err := sluice.New(newStore(t, c1), p, sluice.WithName("notice-move"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sluice.New(newStore(t, c2), p, sluice.WithName("notice-move"), sluice.WithDenyCache(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cachedRefusal(t, a, c2, "k")
+	slot := valkeytest.Slot("sluice:deletes:{" + sluice.DefaultPrefix + "}")
+	from := c.PrimaryOf(slot)
+	to := (from + 1) % len(c.Primaries)
+	// The state is deleted with no notice, and the channel's slot moved.
+	if err := c2.Do(ctx, c2.B().Del().Key(a.Key("k")).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	c.MoveSlots(t, c.Primaries[from], c.Primaries[to], slot, slot)
+	d := allowedWithin(t, a, "k", 5*time.Second)
+	t.Logf("allowed %v after the channel's slot moved", d)
+	cachedRefusal(t, a, c2, "k")
+	a.Allow(ctx, "k")
+	n, err := b.ResetNotify(ctx, "k")
+	if err != nil || n != 1 {
+		t.Fatalf("reset after the move: reached %d subscriptions, %v; want 1", n, err)
+	}
+	allowedWithin(t, a, "k", 5*time.Second)
+}
