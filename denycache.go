@@ -3,6 +3,7 @@ package sluice
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,15 +16,34 @@ import (
 // refusal's RetryAfter has passed, the request goes to the store.
 //
 // Times run from when the refused request was sent, so a local answer never
-// refuses later than the store would. What can make the store allow earlier
-// is invisible to the cache when another process does it: a Reset
-// (Limiter.Reset clears this process's entry), an AllowAll refund (this
-// process's AllowAll clears its entries) and a limit changed at runtime. A
-// policy with CountRejected never uses the cache: refused requests must
+// refuses later than the store would. What can make the store allow earlier:
+//   - a Reset, in any process: on a DeleteNotifier store the cache hears of
+//     it (Deleted) and drops the key, and answers only while the store says
+//     notices reach it (Watching); a refusal whose request was sent before
+//     a notice (or a change of Watching) arrived is not cached after it,
+//     since the store may have decided it before the delete (seq). On any
+//     other store a Reset by another process is invisible until the
+//     refusal's RetryAfter ends, which is why the cache is off there
+//     unless asked for (WithDenyCache).
+//   - an AllowAll refund: this process's AllowAll clears its entries;
+//     another process's refund is not seen (the cache then refuses for at
+//     most the refused cost's RetryAfter, as the store did before it).
+//   - a limit changed: the limit is the limiter's own (every Op carries its
+//     Rule), and a new limiter starts with an empty cache; another
+//     process's limiter with another limit only ever takes more.
+//
+// A policy with CountRejected never uses the cache: refused requests must
 // reach the store to be counted.
 type denyCache struct {
-	rule   Rule
-	seed   maphash.Seed
+	rule Rule
+	seed maphash.Seed
+	// live reports whether the cache may answer: always on a store
+	// without notices (the cache was asked for), and while the store's
+	// notices reach it on a DeleteNotifier (see Watching).
+	live atomic.Bool
+	// seq counts the notices (Deleted, Watching) heard: a refusal is
+	// cached only when no notice arrived since its request was sent.
+	seq    atomic.Uint64
 	shards [denyShards]denyShard
 }
 
@@ -66,13 +86,42 @@ type denyEntry struct {
 	at    int64  // when the refused request was sent
 }
 
-func newDenyCache(rule Rule) *denyCache {
+// newDenyCache returns an empty cache, answering at once unless watched
+// (then only once the store reports Watching(true)).
+func newDenyCache(rule Rule, watched bool) *denyCache {
 	c := &denyCache{rule: rule, seed: maphash.MakeSeed()}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]denyEntry)
 		c.shards[i].ring = make([]ringEntry, denyMaxPerShard)
 	}
+	c.live.Store(!watched)
 	return c
+}
+
+// Deleted implements DeleteWatcher: key's state was deleted (reset) by
+// some process. Refusals in flight are not cached after this (seq).
+func (c *denyCache) Deleted(key string) {
+	c.seq.Add(1)
+	c.forget(key)
+}
+
+// Watching implements DeleteWatcher. Either way every entry is dropped:
+// notices may have been missed before it.
+func (c *denyCache) Watching(live bool) {
+	if !live {
+		c.live.Store(false)
+	}
+	c.seq.Add(1)
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		clear(sh.m)
+		sh.head, sh.size = 0, 0
+		sh.mu.Unlock()
+	}
+	if live {
+		c.live.Store(true)
+	}
 }
 
 func (c *denyCache) shard(key string) *denyShard {
@@ -82,6 +131,9 @@ func (c *denyCache) shard(key string) *denyShard {
 // get returns the store's answer to a request of cost for the store key key
 // at now, when a cached refusal determines it. It does not allocate.
 func (c *denyCache) get(key []byte, cost int64, now int64) (Result, bool) {
+	if !c.live.Load() {
+		return Result{}, false
+	}
 	sh := &c.shards[maphash.Bytes(c.seed, key)%denyShards]
 	sh.mu.RLock()
 	e, ok := sh.m[string(key)]
@@ -95,14 +147,21 @@ func (c *denyCache) get(key []byte, cost int64, now int64) (Result, bool) {
 	return c.rule.laterRefusal(e.res, e.need, max(cost, 1), d)
 }
 
-// put caches a refusal of cost, decided by a request sent at sent.
-func (c *denyCache) put(key string, cost int64, res Result, sent int64) {
+// put caches a refusal of cost, decided by a request sent at sent, when
+// seq (read before it was sent) is still the cache's: no notice arrived
+// since. The check is under the shard's lock, and a notice bumps seq before
+// it takes that lock to drop entries, so a refusal that passed the check is
+// dropped by the notice that follows.
+func (c *denyCache) put(key string, cost int64, res Result, sent int64, seq uint64) {
 	if res.RetryAfter <= 0 {
 		return
 	}
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if !c.live.Load() || c.seq.Load() != seq {
+		return
+	}
 	if _, ok := sh.m[key]; !ok {
 		for i := 0; i < denySweep && sh.size == len(sh.ring); i++ {
 			r := sh.ring[sh.head]

@@ -12,9 +12,10 @@ import (
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
-// countingStore counts the decisions that reach the store.
+// countingStore counts the decisions that reach the store (a memstore,
+// whose delete notices it passes on: the deny cache is on by default).
 type countingStore struct {
-	sluice.Store
+	*memstore.Store
 	calls atomic.Int64
 }
 

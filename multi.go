@@ -186,7 +186,11 @@ func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []
 func runGrouped(ctx context.Context, checks []Check, ops []Op) error {
 	start := time.Now()
 	sent := make([]int64, len(ops))
+	seqs := make([]uint64, len(ops))
 	for i, c := range checks {
+		if c.Limiter.deny != nil {
+			seqs[i] = c.Limiter.deny.seq.Load() // before the request is sent
+		}
 		sent[i] = c.Limiter.monoAt(start)
 		if c.Limiter.cfg.clock != nil {
 			ops[i].Now = c.Limiter.cfg.clock()
@@ -201,7 +205,7 @@ func runGrouped(ctx context.Context, checks []Check, ops []Op) error {
 		return fmt.Errorf("sluice: %w", ctx.Err())
 	}
 	for i := range ops {
-		if err := checks[i].Limiter.finish(ctx, ops[i:i+1], nil, start, sent[i]); err != nil {
+		if err := checks[i].Limiter.finish(ctx, ops[i:i+1], nil, start, sent[i], seqs[i]); err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,7 +57,7 @@ type config struct {
 	shadow   bool
 	logger   *slog.Logger
 	observer Observer
-	noDeny   bool
+	deny     int8 // WithDenyCache: 0 by default, 1 on, -1 off
 	plans    []namedPolicy
 	ovOn     bool
 }
@@ -105,16 +106,32 @@ func WithShadow(on bool) Option {
 	return optionFunc(func(c *config) { c.shadow = on })
 }
 
-// WithDenyCache turns the local deny cache on or off (default on). Once the
-// store refuses a key, the limiter answers later requests for that key
-// locally, without a round trip, while the store's answer follows from that
-// refusal (the same Result, every field); other requests go to the store. A
-// client hammering a refused key costs the store nothing. It is exact
-// except after a Reset, an AllowAll refund or a limit change made by
-// another process, which the cache cannot see (turn it off if that matters
-// more than the round trips). A policy with CountRejected never uses it.
+// WithDenyCache turns the local deny cache on or off. Once the store
+// refuses a key, the limiter answers later requests for that key locally,
+// without a round trip, while the store's answer follows from that refusal
+// (the same Result, every field); other requests go to the store. A client
+// hammering a refused key costs the store nothing.
+//
+// By default it is on when the store is a DeleteNotifier (valkeystore,
+// memstore), and off otherwise. On a DeleteNotifier a Reset made by any
+// process reaches the cache: it answers only while the store's notices
+// reach it, and drops the key when the notice arrives (on valkeystore,
+// within valkeystore.NoticeBound of the reset). On a store that is not
+// one, a Reset by another process is invisible to the cache, which keeps
+// refusing the key until the refusal's RetryAfter ends (up to a window: a
+// day for a daily quota): turn it on there only if that is acceptable. An
+// AllowAll refund made by another process is not seen either (the cache
+// then refuses for at most the RetryAfter the store gave). New refuses
+// WithDenyCache(true) for a policy with CountRejected (refusals must reach
+// the store to be counted), plans or overrides (which another process may
+// change at any time): those never use the cache.
 func WithDenyCache(on bool) Option {
-	return optionFunc(func(c *config) { c.noDeny = !on })
+	return optionFunc(func(c *config) {
+		c.deny = -1
+		if on {
+			c.deny = 1
+		}
+	})
 }
 
 // WithLogger sets where store errors are logged (default slog.Default()).
@@ -148,8 +165,9 @@ type Limiter struct {
 	rule  Rule
 	cfg   config
 
-	lastLog atomic.Int64 // unix nanoseconds of the last store-error log
-	deny    *denyCache   // nil when off
+	lastLog atomic.Int64   // unix nanoseconds of the last store-error log
+	deny    *denyCache     // nil when off
+	notify  DeleteNotifier // the store, when it is one
 	plans   map[string]Rule
 	ovs     OverrideStore // nil unless WithOverrides
 }
@@ -210,8 +228,25 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		}
 		l.ovs = ovs
 	}
-	if !cfg.noDeny && !rule.CountRejected && len(l.plans) == 0 && l.ovs == nil {
-		l.deny = newDenyCache(rule)
+	l.notify, _ = store.(DeleteNotifier)
+	if cfg.deny == 1 {
+		switch {
+		case rule.CountRejected:
+			return nil, fmt.Errorf("%w: WithDenyCache(true): a policy with CountRejected never uses the deny cache (refused requests must reach the store to be counted)", ErrInvalidPolicy)
+		case len(l.plans) > 0:
+			return nil, fmt.Errorf("%w: WithDenyCache(true): a limiter with plans never uses the deny cache (a refusal under one plan says nothing of another)", ErrInvalidPolicy)
+		case l.ovs != nil:
+			return nil, fmt.Errorf("%w: WithDenyCache(true): a limiter with overrides never uses the deny cache (an override set by another process must apply at once)", ErrInvalidPolicy)
+		}
+	}
+	if cfg.deny == 1 || cfg.deny == 0 && l.notify != nil && !rule.CountRejected && len(l.plans) == 0 && l.ovs == nil {
+		l.deny = newDenyCache(rule, l.notify != nil)
+		if l.notify != nil {
+			// The store holds the cache, never the Limiter: once the
+			// Limiter is unreachable, its cleanup stops the watch.
+			stop := l.notify.WatchDeletes(cfg.prefix, l.deny)
+			runtime.AddCleanup(l, func(stop func()) { stop() }, stop)
+		}
 	}
 	return l, nil
 }
@@ -307,10 +342,12 @@ func (l *Limiter) allow(ctx context.Context, key string, r Rule, n int64) (Resul
 	}
 	var buf [192]byte
 	k := AppendKey(buf[:0], l.cfg.prefix, l.cfg.name, l.rule, key)
+	var seq uint64
 	if l.deny != nil {
 		if res, ok := l.deny.get(k, n, l.mono()); ok {
 			return l.local(res), nil
 		}
+		seq = l.deny.seq.Load() // before the request is sent
 	}
 	// The Op comes from a pool: passed to the Store (an interface), a
 	// local one would be allocated on the heap for every decision.
@@ -321,7 +358,7 @@ func (l *Limiter) allow(ctx context.Context, key string, r Rule, n int64) (Resul
 	if l.ovs != nil {
 		batch[0].Override = l.overrideKey(key)
 	}
-	if err := l.do(ctx, batch); err != nil {
+	if err := l.do(ctx, batch, seq); err != nil {
 		return Result{}, err
 	}
 	return batch[0].Result, nil
@@ -394,8 +431,9 @@ func (l *Limiter) check(key string, r Rule, n int64) error {
 
 // do runs ops, all of this limiter, and completes their Results: Limit,
 // fail mode and shadow mode. It returns an error only when ctx ended or
-// the limiter's clock is out of a store's range (see finish).
-func (l *Limiter) do(ctx context.Context, ops []Op) error {
+// the limiter's clock is out of a store's range (see finish). seq is the
+// deny cache's, read before the ops were built (see denyCache.put).
+func (l *Limiter) do(ctx context.Context, ops []Op, seq uint64) error {
 	if l.cfg.clock != nil {
 		now := l.cfg.clock()
 		for i := range ops {
@@ -408,14 +446,15 @@ func (l *Limiter) do(ctx context.Context, ops []Op) error {
 		ops[i].Deadline = deadline
 	}
 	err := l.store.Do(ctx, ops)
-	return l.finish(ctx, ops, err, start, l.monoAt(start))
+	return l.finish(ctx, ops, err, start, l.monoAt(start), seq)
 }
 
 // finish completes the Results of ops after the store ran them: start is
-// when they were sent (for latency), sent the same on the limiter's clock.
-// It returns an error when ctx ended, or when the limiter's clock is one
-// no store can decide at (ErrInvalidTime).
-func (l *Limiter) finish(ctx context.Context, ops []Op, err error, start time.Time, sent int64) error {
+// when they were sent (for latency), sent the same on the limiter's clock,
+// seq the deny cache's before they were sent. It returns an error when ctx
+// ended, or when the limiter's clock is one no store can decide at
+// (ErrInvalidTime).
+func (l *Limiter) finish(ctx context.Context, ops []Op, err error, start time.Time, sent int64, seq uint64) error {
 	for i := range ops {
 		op := &ops[i]
 		if op.Err == nil && err != nil {
@@ -448,7 +487,7 @@ func (l *Limiter) finish(ctx context.Context, ops []Op, err error, start time.Ti
 		}
 		if !op.Result.Allowed {
 			if l.deny != nil && op.Cost >= 0 {
-				l.deny.put(op.Key, op.Cost, op.Result, sent)
+				l.deny.put(op.Key, op.Cost, op.Result, sent, seq)
 			}
 			if l.cfg.shadow {
 				op.Result.Allowed = true
@@ -491,24 +530,49 @@ func (l *Limiter) degrade(op *Op) {
 }
 
 // Reset forgets all state of key, as if it had never been seen: the next
-// request starts with the full limit ("unlock this user").
+// request starts with the full limit ("unlock this user"). On a
+// DeleteNotifier store it is ResetNotify: the deny caches of every process
+// hear of it. On any other store, only this limiter's cache does: another
+// process's limiter that was asked for a deny cache (WithDenyCache(true))
+// keeps refusing the key until its cached refusal's RetryAfter ends.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
+	_, err := l.ResetNotify(ctx, key)
+	return err
+}
+
+// ResetNotify is Reset, and reports how many subscriptions to the store's
+// delete notices the reset reached (see DeleteNotifier.DeleteNotify: on
+// valkeystore, the processes watching the limiter's prefix, this one
+// included when it has a deny cache), or -1 when the store sends none.
+func (l *Limiter) ResetNotify(ctx context.Context, key string) (int, error) {
 	if err := l.ready(); err != nil {
-		return err
+		return 0, err
 	}
 	if key == "" {
-		return ErrInvalidKey
+		return 0, ErrInvalidKey
 	}
 	k := l.Key(key)
 	if l.deny != nil {
-		l.deny.forget(k)
+		l.deny.Deleted(k)
 	}
 	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
-	if err := l.store.Delete(tctx, k); err != nil {
-		return fmt.Errorf("%w: reset %s: %w", ErrStoreUnavailable, l.cfg.name, err)
+	n := -1
+	var err error
+	if l.notify != nil {
+		n, err = l.notify.DeleteNotify(tctx, l.cfg.prefix, k)
+	} else {
+		err = l.store.Delete(tctx, k)
 	}
-	return nil
+	if l.deny != nil {
+		// A refusal of a request sent before the delete, cached since,
+		// may be stale; one sent after it is not cached (seq).
+		l.deny.Deleted(k)
+	}
+	if err != nil {
+		return n, fmt.Errorf("%w: reset %s: %w", ErrStoreUnavailable, l.cfg.name, err)
+	}
+	return n, nil
 }
 
 // Wait blocks until one event is allowed for key and takes it, or until ctx

@@ -19,8 +19,44 @@ type Store interface {
 	// after it returns: the caller reuses its Ops.
 	Do(ctx context.Context, batch []Op) error
 
-	// Delete removes all state kept under the given keys.
+	// Delete removes all state kept under the given keys. It tells no deny
+	// cache (see DeleteNotifier): Limiter.Reset does.
 	Delete(ctx context.Context, keys ...string) error
+}
+
+// A DeleteNotifier is a Store that tells the limiters of every process
+// sharing it of the keys deleted through it, so that their deny caches
+// never keep refusing a key that was reset elsewhere. Package valkeystore
+// implements it with Valkey's pub/sub, package memstore in the process.
+//
+// A limiter's deny cache is on by default only on a store that implements
+// it (see WithDenyCache), and answers from the cache only while the store
+// reports that notices reach it (DeleteWatcher.Watching).
+type DeleteNotifier interface {
+	// DeleteNotify removes all state under keys, as Delete, and then tells
+	// every watcher of prefix (WatchDeletes), in every process, of each
+	// key. It returns how many subscriptions the notice reached (for
+	// valkeystore, one per Store and prefix in each process watching it;
+	// for several keys, the least over the keys). An error means the state
+	// may or may not be gone and the notice may not have been sent.
+	DeleteNotify(ctx context.Context, prefix string, keys ...string) (int, error)
+	// WatchDeletes tells w of the keys deleted by DeleteNotify(prefix, …)
+	// in any process, until stop is called. The store calls w from its own
+	// goroutines, one call at a time, and never while holding up a
+	// decision: w must return quickly.
+	WatchDeletes(prefix string, w DeleteWatcher) (stop func())
+}
+
+// A DeleteWatcher hears of deletes from a DeleteNotifier.
+type DeleteWatcher interface {
+	// Deleted reports that the state under key was deleted.
+	Deleted(key string)
+	// Watching reports whether notices reach the watcher from now on:
+	// true once every delete from then on will be reported (deletes
+	// before may have been missed, so whatever the watcher derived from
+	// the store's state may no longer hold), false when deletes may be
+	// missed from now on. A watcher starts not watching.
+	Watching(live bool)
 }
 
 // KeyTTLMargin is added to the time to live of every key, beyond what the

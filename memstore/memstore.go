@@ -32,6 +32,7 @@ type Store struct {
 	seed   maphash.Seed
 	shards [shardCount]shard
 	ovs    overrides
+	watch  watchers
 }
 
 type shard struct {

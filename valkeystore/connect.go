@@ -59,6 +59,9 @@ type Lazy struct {
 	ready   chan struct{} // closed when store is set
 	mu      sync.Mutex
 	client  valkey.Client
+	// pending are the delete watchers registered before the connection
+	// (under mu): they are not watching until it is made.
+	pending map[*pendingWatch]bool
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when the connecting goroutine ends
 }
@@ -114,6 +117,10 @@ func (l *Lazy) connect(ctx context.Context, opt valkey.ClientOption, opts []Opti
 			}
 			l.client = client
 			l.store.Store(st)
+			for pw := range l.pending {
+				pw.stop = st.WatchDeletes(pw.prefix, pw.w)
+			}
+			l.pending = nil
 			close(l.ready)
 			l.mu.Unlock()
 			log.Info("connected to valkey", "addresses", opt.InitAddress, "attempt", attempt)
@@ -229,6 +236,46 @@ func (l *Lazy) Breakers() map[string]BreakerState {
 	return st.Breakers()
 }
 
+// DeleteNotify implements sluice.DeleteNotifier.
+func (l *Lazy) DeleteNotify(ctx context.Context, prefix string, keys ...string) (int, error) {
+	st := l.store.Load()
+	if st == nil {
+		return 0, l.notConnected()
+	}
+	return st.DeleteNotify(ctx, prefix, keys...)
+}
+
+type pendingWatch struct {
+	prefix string
+	w      sluice.DeleteWatcher
+	stop   func() // the store's, once connected
+}
+
+// WatchDeletes implements sluice.DeleteNotifier. Before the connection is
+// made the watcher is not watching (a deny cache answers nothing); it is
+// registered with the store once connected.
+func (l *Lazy) WatchDeletes(prefix string, w sluice.DeleteWatcher) (stop func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st := l.store.Load(); st != nil {
+		return st.WatchDeletes(prefix, w)
+	}
+	pw := &pendingWatch{prefix: prefix, w: w}
+	if l.pending == nil {
+		l.pending = map[*pendingWatch]bool{}
+	}
+	l.pending[pw] = true
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		delete(l.pending, pw)
+		if pw.stop != nil {
+			pw.stop()
+			pw.stop = nil
+		}
+	}
+}
+
 // PutOverride implements sluice.OverrideStore.
 func (l *Lazy) PutOverride(ctx context.Context, index, key string, rec sluice.OverrideRecord) error {
 	st := l.store.Load()
@@ -278,6 +325,7 @@ func (l *Lazy) Close() {
 }
 
 var (
-	_ sluice.Store         = (*Lazy)(nil)
-	_ sluice.OverrideStore = (*Lazy)(nil)
+	_ sluice.Store          = (*Lazy)(nil)
+	_ sluice.OverrideStore  = (*Lazy)(nil)
+	_ sluice.DeleteNotifier = (*Lazy)(nil)
 )

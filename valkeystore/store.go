@@ -35,6 +35,8 @@
 //     slots is split when its node no longer serves them all.
 //   - durable.go: WithReplicaAck, WAIT for replicas, for counts that must
 //     survive a failover.
+//   - notify.go: delete notices (sluice.DeleteNotifier), so that a reset
+//     made anywhere reaches every process's deny cache within NoticeBound.
 //
 // Connect builds the client with what the store needs and connects in the
 // background (connect.go). A client given to New needs AlwaysPipelining:
@@ -80,6 +82,7 @@ type engine struct {
 	connectLog *slog.Logger // WithLogger, for Connect only; see connect.go
 	// connectExplain is WithConnectError, for Connect only.
 	connectExplain func(error) error
+	watches        watches // delete notices; see notify.go
 	done           chan struct{}
 	probe          *probe // what a test injects and observes; nil otherwise
 }
@@ -450,7 +453,8 @@ func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {
 }
 
 // Delete implements sluice.Store: one DEL per key, pipelined to each
-// node (keys of different slots cannot share a command on a cluster).
+// node (keys of different slots cannot share a command on a cluster). It
+// publishes no notice: DeleteNotify (Limiter.Reset) does.
 func (s *Store) Delete(ctx context.Context, keys ...string) error {
 	e := s.e
 	byNode := map[*node]valkey.Commands{}

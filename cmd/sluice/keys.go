@@ -60,8 +60,12 @@ flags:
 
 const resetUsage = `usage: sluice reset [--config FILE] [--valkey ADDR[,ADDR...]] [--audit-log FILE] POLICY KEY
 
-Forgets the state of KEY under POLICY ("unlock this user"): its next
-request starts with the whole limit. Every reset is written to stderr as a
+Forgets the state of KEY under POLICY ("unlock this user"), and tells every
+sluice process on the same Valkey and prefix (Valkey pub/sub): each drops
+the key from its deny cache on receipt, and a process whose subscription is
+down answers nothing from its cache, so within 500ms the key's next request
+anywhere starts with the whole limit. The answer says how many processes'
+subscriptions the notice reached. Every reset is written to stderr as a
 JSON audit line (time, policy, key, store key, whether state existed, the
 operating-system user and host), and appended to --audit-log when given.
 Exit code 1 when the key held no state (nothing was reset).
@@ -619,8 +623,9 @@ func runReset(ctx context.Context, args []string, env func(string) (string, bool
 	key := fs.Arg(1)
 	sk := l.Key(key)
 	n, err := k.client.Do(ctx, k.client.B().Exists().Key(sk).Build()).AsInt64()
+	notified := 0
 	if err == nil {
-		err = l.Reset(ctx, key)
+		notified, err = l.ResetNotify(ctx, key)
 	}
 	who := "unknown"
 	if u, err := user.Current(); err == nil {
@@ -635,7 +640,7 @@ func runReset(ctx context.Context, args []string, env func(string) (string, bool
 		result = "no state"
 	}
 	slog.New(slog.NewJSONHandler(audit, nil)).Info("sluice reset", "audit", true, "policy", p.Name, "key", key,
-		"store_key", sk, "had_state", n > 0, "result", result, "user", who, "host", host, "valkey", valkeyops.Describe(k.cfg.Valkey))
+		"store_key", sk, "had_state", n > 0, "result", result, "notified", notified, "user", who, "host", host, "valkey", valkeyops.Describe(k.cfg.Valkey))
 	switch {
 	case err != nil:
 		fmt.Fprintf(stderr, "sluice reset: %v\n", err)
@@ -644,6 +649,7 @@ func runReset(ctx context.Context, args []string, env func(string) (string, bool
 		fmt.Fprintf(stderr, "sluice reset: no state for key %q of policy %s (never used, expired or reset already): nothing to reset\n", key, p.Name)
 		return 1
 	}
-	fmt.Fprintf(stdout, "reset %s %q: its next request gets the whole limit of %d\n", p.Name, key, l.Rule().Limit)
+	fmt.Fprintf(stdout, "reset %s %q: state deleted; the notice reached %d subscribed sluice process(es), and every process on this Valkey stops refusing the key from its deny cache within %v: from then its next request gets the whole limit of %d\n",
+		p.Name, key, notified, valkeystore.NoticeBound, l.Rule().Limit)
 	return 0
 }

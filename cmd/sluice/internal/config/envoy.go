@@ -311,6 +311,8 @@ func (d *decoder) rateLimit(c *Config, dom *Domain, desc *Descriptor, n *yaml.No
 		Domain:     dom.Name,
 		Line:       n.Line,
 		EnvoyLimit: lim,
+		// The deny cache applies unless refused hits count.
+		DenyCache: dom.Counting == CountAllOrNothing,
 	}
 	if c.Valkey != nil {
 		p.Timeout = c.Valkey.Timeout

@@ -13,7 +13,7 @@ import (
 
 var policyFields = []string{"name", "algorithm", "limit", "window", "period", "zone", "renewal_day",
 	"burst", "rate", "count_rejected", "on_failure", "shadow", "headers", "timeout", "description", "show_keys",
-	"overrides", "plans"}
+	"overrides", "plans", "deny_cache"}
 
 // fieldsFor lists the fields each algorithm uses.
 var fieldsFor = map[sluice.Algorithm][]string{
@@ -149,6 +149,25 @@ func (d *decoder) policy(n *yaml.Node, c *Config, defaultTimeout time.Duration) 
 	}
 	if x := get("plans"); x != nil {
 		p.Plans = d.plans(x, p)
+	}
+	// The deny cache applies only where a refusal says what the store
+	// would answer next: not under count_rejected, overrides or plans.
+	never := ""
+	switch {
+	case countRejected:
+		never = "count_rejected (refused attempts must reach Valkey to be counted)"
+	case p.Overrides:
+		never = "overrides (an override set anywhere must apply at once)"
+	case len(p.Plans) > 0:
+		never = "plans (a refusal under one plan says nothing of another)"
+	}
+	p.DenyCache = never == ""
+	if x := get("deny_cache"); x != nil {
+		if on := d.boolean(x, "deny_cache"); on && never != "" {
+			d.errorf(x, "policy %q: deny_cache: true cannot apply with %s", p.Name, never)
+		} else {
+			p.DenyCache = on
+		}
 	}
 	if len(d.errs) > errsBefore {
 		return nil

@@ -130,6 +130,11 @@ type Policy struct {
 	Overrides bool
 	// Plans are the policy's named plans, in the order given.
 	Plans []Plan
+	// DenyCache turns the local deny cache on (sluice.WithDenyCache): the
+	// default where it can apply (not with count_rejected, overrides or
+	// plans). A reset made by any process reaches it through Valkey's
+	// pub/sub (valkeystore.NoticeBound).
+	DenyCache bool
 	// Line is where the policy is defined.
 	Line int
 }

@@ -3,6 +3,8 @@ package server
 import (
 	"net/http"
 	"strings"
+
+	"github.com/sluicehq/sluice/valkeystore"
 )
 
 // The admin routes: peek at and reset a key, behind a bearer token.
@@ -76,10 +78,20 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if err := p.limiter.Reset(r.Context(), key); err != nil {
+	n, err := p.limiter.ResetNotify(r.Context(), key)
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	s.log.Info("key reset", "policy", p.cfg.Name, "key", key, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, map[string]any{"policy": p.cfg.Name, "key": key, "reset": true})
+	s.log.Info("key reset", "policy", p.cfg.Name, "key", key, "remote", r.RemoteAddr, "notified", n)
+	// What the reset guarantees: the state is gone, and every process
+	// whose deny cache may hold the key (each subscribed to the prefix's
+	// notices, notified of them counts those reached now) stops refusing
+	// it from the cache within notice_bound_ms.
+	out := map[string]any{"policy": p.cfg.Name, "key": key, "reset": true, "notified": n,
+		"notice_bound_ms": valkeystore.NoticeBound.Milliseconds()}
+	if _, ok := s.opts.Store.(*ValkeyStore); !ok {
+		out["notice_bound_ms"] = 0 // in-process store: told before the answer
+	}
+	writeJSON(w, http.StatusOK, out)
 }

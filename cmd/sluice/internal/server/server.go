@@ -251,7 +251,8 @@ func (s *Server) build(cfg *config.Config) (*state, error) {
 			sluice.WithLogger(s.log),
 			sluice.WithObserver(s.obs),
 		}
-		opts = append(opts, sluice.WithTimeout(decisionTimeout(p)), sluice.WithOverrides(p.Overrides))
+		opts = append(opts, sluice.WithTimeout(decisionTimeout(p)), sluice.WithOverrides(p.Overrides),
+			sluice.WithDenyCache(p.DenyCache))
 		for _, pl := range p.Plans {
 			opts = append(opts, sluice.WithPlan(pl.Name, pl.Policy))
 		}

@@ -1,0 +1,272 @@
+package valkeystore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/valkey-io/valkey-go"
+)
+
+// Delete notices (sluice.DeleteNotifier), so that a reset made by any
+// process reaches the deny cache of every limiter on the same prefix.
+//
+// DeleteNotify deletes the keys, then publishes each key with SPUBLISH on
+// the prefix's channel, sluice:deletes:{<prefix>} (sharded pub/sub: on a
+// cluster the channel lives in the slot of its hash tag, and SPUBLISH's
+// reply counts the subscribers of that slot's primary, which is where
+// every Store subscribes; standalone, the server's subscribers).
+//
+// A Store that has limiters watching a prefix keeps one subscription to
+// its channel, on a dedicated connection, and sends a PING on it every
+// heartbeatEvery. Valkey writes a connection's messages and replies in
+// order, so a PONG proves that every notice published before its PING was
+// sent has been delivered: the subscription counts as live until
+// NoticeBound after the send of the last PING answered (and from the
+// SSUBSCRIBE's confirmation), and the watchers are told Watching(false)
+// when that passes, Watching(true) (drop everything: notices may have been
+// missed) when it is live again. A subscription lost (the connection
+// closed or killed, the slot moved away: sunsubscribe) is made again,
+// with backoff, on a new connection. A user whose ACL denies the channel
+// never subscribes (the caches stay unused) and DeleteNotify reports
+// SPUBLISH's NOPERM after the keys are deleted.
+
+// NoticeBound bounds the time from a DeleteNotify (a Limiter.Reset) on any
+// Store to the moment every other Store subscribed to the prefix has
+// delivered the notice to its limiters or told them it may have missed it
+// (their deny caches then answer nothing): a deny cache never refuses a key
+// from a refusal older than its reset for longer than this, plus the
+// scheduling delay of a loaded host.
+const NoticeBound = 500 * time.Millisecond
+
+// heartbeatEvery is the time between two PINGs on a subscription.
+const heartbeatEvery = 150 * time.Millisecond
+
+// noticeChannel is the channel of prefix's delete notices.
+func noticeChannel(prefix string) string { return "sluice:deletes:{" + prefix + "}" }
+
+// watches are an engine's subscriptions, one per prefix watched.
+type watches struct {
+	mu sync.Mutex
+	by map[string]*watch
+}
+
+// A watch is the subscription to one prefix's notices and its watchers.
+type watch struct {
+	e       *engine
+	channel string
+	stop    chan struct{}
+
+	mu       sync.Mutex
+	ws       map[*watcher]bool
+	live     bool
+	deadline time.Time   // live until then, short of a newer PONG
+	timer    *time.Timer // fires at deadline
+}
+
+type watcher struct{ w sluice.DeleteWatcher }
+
+// WatchDeletes implements sluice.DeleteNotifier: the first watcher of a
+// prefix starts its subscription, the last one's stop ends it. w is told
+// Watching(true) once the subscription is live (at once when it already
+// is).
+func (s *Store) WatchDeletes(prefix string, w sluice.DeleteWatcher) (stop func()) {
+	e := s.e
+	e.watches.mu.Lock()
+	defer e.watches.mu.Unlock()
+	if e.watches.by == nil {
+		e.watches.by = map[string]*watch{}
+	}
+	wt := e.watches.by[prefix]
+	if wt == nil {
+		wt = &watch{e: e, channel: noticeChannel(prefix), stop: make(chan struct{}), ws: map[*watcher]bool{}}
+		wt.timer = time.AfterFunc(time.Hour, wt.expire)
+		wt.timer.Stop()
+		e.watches.by[prefix] = wt
+		go wt.run()
+	}
+	x := &watcher{w}
+	wt.mu.Lock()
+	wt.ws[x] = true
+	if wt.live {
+		w.Watching(true)
+	}
+	wt.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.watches.mu.Lock()
+			defer e.watches.mu.Unlock()
+			wt.mu.Lock()
+			delete(wt.ws, x)
+			last := len(wt.ws) == 0
+			wt.mu.Unlock()
+			if last {
+				delete(e.watches.by, prefix)
+				close(wt.stop)
+			}
+		})
+	}
+}
+
+// DeleteNotify implements sluice.DeleteNotifier: Delete, then one SPUBLISH
+// per key on prefix's channel. It returns the least number of subscribers
+// any key's notice reached.
+func (s *Store) DeleteNotify(ctx context.Context, prefix string, keys ...string) (int, error) {
+	if err := s.Delete(ctx, keys...); err != nil {
+		return 0, err
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	e := s.e
+	ch := noticeChannel(prefix)
+	cmds := make(valkey.Commands, len(keys))
+	for i, k := range keys {
+		cmds[i] = e.client.B().Spublish().Channel(ch).Message(k).Build()
+	}
+	n := e.nodeOf(ch)
+	dl, _ := ctx.Deadline()
+	budget := budgetOf(dl)
+	p, err := n.breaker.allow(budget)
+	if err != nil {
+		return 0, fmt.Errorf("valkeystore: delete notice: %w", err)
+	}
+	resps := n.guard.doMulti(ctx, e.client, cmds)
+	n.breaker.record(ctx, p, budget, resps)
+	least := -1
+	for _, r := range resps {
+		c, err := r.AsInt64()
+		if err != nil {
+			return 0, fmt.Errorf("valkeystore: delete notice (the keys are deleted): %w", err)
+		}
+		if least < 0 || int(c) < least {
+			least = int(c)
+		}
+	}
+	return least, nil
+}
+
+// run keeps the subscription until the last watcher stops or the Store is
+// collected.
+func (wt *watch) run() {
+	defer wt.setLive(false, time.Time{})
+	delay := 50 * time.Millisecond
+	for {
+		if wt.session() {
+			delay = 50 * time.Millisecond
+		}
+		wt.setLive(false, time.Time{})
+		select {
+		case <-wt.stop:
+			return
+		case <-wt.e.done:
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// session subscribes on a dedicated connection and keeps the heartbeat
+// until the subscription is lost or the watch ends. It reports whether it
+// was live.
+func (wt *watch) session() (wasLive bool) {
+	d, release := wt.e.client.Dedicate()
+	defer release()
+	lost := make(chan struct{})
+	var once sync.Once
+	gone := func() { once.Do(func() { close(lost) }) }
+	errc := d.SetPubSubHooks(valkey.PubSubHooks{
+		OnMessage: func(m valkey.PubSubMessage) {
+			if m.Channel == wt.channel {
+				wt.deliver(m.Message)
+			}
+		},
+		OnSubscription: func(s valkey.PubSubSubscription) {
+			if s.Channel != wt.channel {
+				return
+			}
+			switch s.Kind {
+			case "ssubscribe":
+				// Every notice published from now on reaches this
+				// connection.
+				wt.setLive(true, time.Now())
+			case "sunsubscribe":
+				gone() // the slot moved, or the server dropped it
+			}
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), NoticeBound)
+	err := d.Do(ctx, d.B().Ssubscribe().Channel(wt.channel).Build()).Error()
+	cancel()
+	if err != nil {
+		return false
+	}
+	tick := time.NewTicker(heartbeatEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-wt.stop:
+			return true
+		case <-wt.e.done:
+			return true
+		case <-lost:
+			return true
+		case <-errc:
+			return true // the connection is gone
+		case <-tick.C:
+		}
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), NoticeBound)
+		err := d.Do(ctx, d.B().Ping().Build()).Error()
+		cancel()
+		if err != nil {
+			return true
+		}
+		wt.setLive(true, sent)
+	}
+}
+
+// setLive records a proof, at since, that every notice published before
+// since was delivered (live), or that the subscription is gone.
+func (wt *watch) setLive(live bool, since time.Time) {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	if live {
+		wt.deadline = since.Add(NoticeBound)
+		wt.timer.Reset(time.Until(wt.deadline))
+	} else {
+		wt.timer.Stop()
+	}
+	if live == wt.live {
+		return
+	}
+	wt.live = live
+	for x := range wt.ws {
+		x.w.Watching(live)
+	}
+}
+
+// expire ends the subscription's liveness when no PONG renewed it in time.
+func (wt *watch) expire() {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	if !wt.live || time.Now().Before(wt.deadline) {
+		return
+	}
+	wt.live = false
+	for x := range wt.ws {
+		x.w.Watching(false)
+	}
+}
+
+func (wt *watch) deliver(key string) {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	for x := range wt.ws {
+		x.w.Deleted(key)
+	}
+}
