@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -45,29 +46,7 @@ Flags:
 // simulation fails, 2 for bad usage.
 func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("simulate")
-	var policySpecs, trafficSpecs []string
-	fs.Func("policy", "a policy, as a config file's fields: algorithm=sliding_log,limit=5,window=15m (repeatable)", func(s string) error {
-		policySpecs = append(policySpecs, s)
-		return nil
-	})
-	fs.Func("traffic", "synthetic traffic (repeatable): steady:RATE, poisson:RATE, burst:N@TIME, on-off:RATE,on=D,off=D, retry:RATE", func(s string) error {
-		trafficSpecs = append(trafficSpecs, s)
-		return nil
-	})
-	configFile := fs.String("config", "", "configuration file whose policies are simulated (or, with --replay, the changed configuration)")
-	only := fs.String("only", "", "comma-separated names of the config's policies to simulate (default all)")
-	trace := fs.String("trace", "", "file of requests: CSV (time,key[,cost]) or JSON lines; time is RFC 3339 or an offset such as 1.5s")
-	duration := fs.String("duration", "", "simulated time (default: to the end of the trace, or 10s)")
-	bucket := fs.String("bucket", "", "width of a time bucket (default: about 300 buckets)")
-	rateWindow := fs.String("rate-window", "", "span the admitted rate is measured over (default: each policy's period)")
-	seed := fs.Uint64("seed", 1, "seed of random traffic")
-	watch := fs.String("watch", "", "key whose remaining units are drawn (default: the first source's first key)")
-	out := fs.String("out", "simulate", "prefix of the files written: PREFIX.csv, PREFIX.svg, PREFIX.png (with --replay: PREFIX-flips.csv)")
-	formats := fs.String("format", "csv,svg,png", "files to write: any of csv, svg, png")
-	decisions := fs.String("decisions", "", "also write every decision to this file (JSON lines), for --replay")
-	maxDecisions := fs.Int64("max-decisions", simulate.DefaultMaxDecisions, "refuse runs that would make more decisions")
-	replay := fs.String("replay", "", "decision log to decide again under --config")
-	top := fs.Int("top", 10, "with --replay: keys listed per policy")
+	f := defineSimulateFlags(fs)
 	if code, ok := parseFlags(fs, simulateUsage, args, stdout, stderr); !ok {
 		return code
 	}
@@ -78,58 +57,30 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "sluice simulate:", err)
 		return 1
 	}
-	usage := func(format string, args ...any) int {
-		return usageError(fs, stderr, format, args...)
+	usage := func(err error) int {
+		return usageError(fs, stderr, "%v", err)
 	}
-	policies, err := simulatePolicies(*configFile, *only, policySpecs)
+	policies, err := simulatePolicies(f.configFile, f.only, f.policySpecs)
 	if err != nil {
-		return usage("%v", err)
+		return usage(err)
 	}
-	if *replay != "" {
-		if *configFile == "" {
-			return usage("--replay needs --config, the changed configuration")
+	if f.replay != "" {
+		if err := f.checkReplay(); err != nil {
+			return usage(err)
 		}
-		for name, set := range map[string]bool{"--traffic": len(trafficSpecs) > 0, "--trace": *trace != "", "--policy": len(policySpecs) > 0,
-			"--decisions": *decisions != "", "--duration": *duration != "", "--bucket": *bucket != "", "--rate-window": *rateWindow != "", "--watch": *watch != ""} {
-			if set {
-				return usage("%s does not apply to --replay", name)
-			}
-		}
-		return runReplay(ctx, *replay, *configFile, policies, *top, *out, stdout, stderr)
+		return runReplay(ctx, f.replay, f.configFile, policies, f.top, f.out, stdout, stderr)
 	}
-	opts := simulate.Options{Policies: policies, Trace: *trace, Seed: *seed, Watch: *watch, MaxDecisions: *maxDecisions}
-	for _, s := range trafficSpecs {
-		t, err := simulate.ParseTraffic(s)
-		if err != nil {
-			return usage("%v", err)
-		}
-		opts.Traffic = append(opts.Traffic, t)
+	opts, err := f.options(policies)
+	if err != nil {
+		return usage(err)
 	}
-	for _, d := range []struct {
-		flag string
-		val  string
-		dst  *time.Duration
-	}{{"--duration", *duration, &opts.Duration}, {"--bucket", *bucket, &opts.Bucket}, {"--rate-window", *rateWindow, &opts.RateWindow}} {
-		if d.val == "" {
-			continue
-		}
-		v, err := config.ParseDuration(d.val)
-		if err != nil || v <= 0 {
-			return usage("%s: want a positive duration such as 10s or 24h, got %q", d.flag, d.val)
-		}
-		*d.dst = v
-	}
-	want := map[string]bool{}
-	for _, f := range strings.Split(*formats, ",") {
-		f = strings.TrimSpace(f)
-		if f != "csv" && f != simulate.SVG && f != simulate.PNG {
-			return usage("--format: unknown %q (want csv, svg, png)", f)
-		}
-		want[f] = true
+	want, err := parseFormats(f.formats)
+	if err != nil {
+		return usage(err)
 	}
 	var logFile *os.File
-	if *decisions != "" {
-		if logFile, err = os.Create(*decisions); err != nil {
+	if f.decisions != "" {
+		if logFile, err = os.Create(f.decisions); err != nil {
 			return fail(err)
 		}
 		defer logFile.Close()
@@ -141,18 +92,9 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		if errors.As(err, &tl) {
 			return fail(err)
 		}
-		return usage("%v", err)
+		return usage(err)
 	}
-	// Say up front what the run is, and about how long it takes.
-	what := fmt.Sprintf("%d policies", len(policies))
-	if len(policies) == 1 {
-		what = "1 policy"
-	}
-	fmt.Fprintf(stdout, "simulating %s over %v in buckets of %v: about %d decisions", what, plan.Duration, plan.Bucket, plan.Decisions)
-	if est := plan.Estimate(); est >= time.Second {
-		fmt.Fprintf(stdout, ", about %v of work", est.Round(time.Second))
-	}
-	fmt.Fprintln(stdout)
+	announcePlan(stdout, len(policies), plan)
 	began := time.Now()
 	res, err := plan.Run(ctx)
 	if err != nil {
@@ -163,7 +105,135 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return fail(err)
 		}
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	printSimulateSummary(stdout, res)
+	fmt.Fprintf(stdout, "done in %v\n", time.Since(began).Round(time.Millisecond))
+	if err := writeSimulateFiles(stdout, f.out, want, res); err != nil {
+		return fail(err)
+	}
+	if logFile != nil {
+		fmt.Fprintf(stdout, "wrote %s\n", f.decisions)
+	}
+	return 0
+}
+
+// simulateFlags are the flags of sluice simulate.
+type simulateFlags struct {
+	policySpecs, trafficSpecs []string
+
+	configFile, only, trace        string
+	duration, bucket, rateWindow   string
+	watch, out, formats, decisions string
+	replay                         string
+	seed                           uint64
+	maxDecisions                   int64
+	top                            int
+}
+
+// defineSimulateFlags defines the flags of sluice simulate on fs.
+func defineSimulateFlags(fs *flag.FlagSet) *simulateFlags {
+	f := &simulateFlags{}
+	fs.Func("policy", "a policy, as a config file's fields: algorithm=sliding_log,limit=5,window=15m (repeatable)", func(s string) error {
+		f.policySpecs = append(f.policySpecs, s)
+		return nil
+	})
+	fs.Func("traffic", "synthetic traffic (repeatable): steady:RATE, poisson:RATE, burst:N@TIME, on-off:RATE,on=D,off=D, retry:RATE", func(s string) error {
+		f.trafficSpecs = append(f.trafficSpecs, s)
+		return nil
+	})
+	fs.StringVar(&f.configFile, "config", "", "configuration file whose policies are simulated (or, with --replay, the changed configuration)")
+	fs.StringVar(&f.only, "only", "", "comma-separated names of the config's policies to simulate (default all)")
+	fs.StringVar(&f.trace, "trace", "", "file of requests: CSV (time,key[,cost]) or JSON lines; time is RFC 3339 or an offset such as 1.5s")
+	fs.StringVar(&f.duration, "duration", "", "simulated time (default: to the end of the trace, or 10s)")
+	fs.StringVar(&f.bucket, "bucket", "", "width of a time bucket (default: about 300 buckets)")
+	fs.StringVar(&f.rateWindow, "rate-window", "", "span the admitted rate is measured over (default: each policy's period)")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of random traffic")
+	fs.StringVar(&f.watch, "watch", "", "key whose remaining units are drawn (default: the first source's first key)")
+	fs.StringVar(&f.out, "out", "simulate", "prefix of the files written: PREFIX.csv, PREFIX.svg, PREFIX.png (with --replay: PREFIX-flips.csv)")
+	fs.StringVar(&f.formats, "format", "csv,svg,png", "files to write: any of csv, svg, png")
+	fs.StringVar(&f.decisions, "decisions", "", "also write every decision to this file (JSON lines), for --replay")
+	fs.Int64Var(&f.maxDecisions, "max-decisions", simulate.DefaultMaxDecisions, "refuse runs that would make more decisions")
+	fs.StringVar(&f.replay, "replay", "", "decision log to decide again under --config")
+	fs.IntVar(&f.top, "top", 10, "with --replay: keys listed per policy")
+	return f
+}
+
+// checkReplay refuses the flags that --replay has no use for.
+func (f *simulateFlags) checkReplay() error {
+	if f.configFile == "" {
+		return errors.New("--replay needs --config, the changed configuration")
+	}
+	for _, c := range []struct {
+		name string
+		set  bool
+	}{
+		{"--traffic", len(f.trafficSpecs) > 0}, {"--trace", f.trace != ""}, {"--policy", len(f.policySpecs) > 0},
+		{"--decisions", f.decisions != ""}, {"--duration", f.duration != ""}, {"--bucket", f.bucket != ""},
+		{"--rate-window", f.rateWindow != ""}, {"--watch", f.watch != ""},
+	} {
+		if c.set {
+			return fmt.Errorf("%s does not apply to --replay", c.name)
+		}
+	}
+	return nil
+}
+
+// options returns the simulation's options: the policies, the parsed
+// traffic and the durations of the flags.
+func (f *simulateFlags) options(policies []*config.Policy) (simulate.Options, error) {
+	opts := simulate.Options{Policies: policies, Trace: f.trace, Seed: f.seed, Watch: f.watch, MaxDecisions: f.maxDecisions}
+	for _, s := range f.trafficSpecs {
+		t, err := simulate.ParseTraffic(s)
+		if err != nil {
+			return opts, err
+		}
+		opts.Traffic = append(opts.Traffic, t)
+	}
+	for _, d := range []struct {
+		flag string
+		val  string
+		dst  *time.Duration
+	}{{"--duration", f.duration, &opts.Duration}, {"--bucket", f.bucket, &opts.Bucket}, {"--rate-window", f.rateWindow, &opts.RateWindow}} {
+		if d.val == "" {
+			continue
+		}
+		v, err := config.ParseDuration(d.val)
+		if err != nil || v <= 0 {
+			return opts, fmt.Errorf("%s: want a positive duration such as 10s or 24h, got %q", d.flag, d.val)
+		}
+		*d.dst = v
+	}
+	return opts, nil
+}
+
+// parseFormats returns the set of files --format asks for.
+func parseFormats(formats string) (map[string]bool, error) {
+	want := map[string]bool{}
+	for _, f := range strings.Split(formats, ",") {
+		f = strings.TrimSpace(f)
+		if f != "csv" && f != simulate.SVG && f != simulate.PNG {
+			return nil, fmt.Errorf("--format: unknown %q (want csv, svg, png)", f)
+		}
+		want[f] = true
+	}
+	return want, nil
+}
+
+// announcePlan says up front what the run is, and about how long it takes.
+func announcePlan(w io.Writer, policies int, plan *simulate.Plan) {
+	what := fmt.Sprintf("%d policies", policies)
+	if policies == 1 {
+		what = "1 policy"
+	}
+	fmt.Fprintf(w, "simulating %s over %v in buckets of %v: about %d decisions", what, plan.Duration, plan.Bucket, plan.Decisions)
+	if est := plan.Estimate(); est >= time.Second {
+		fmt.Fprintf(w, ", about %v of work", est.Round(time.Second))
+	}
+	fmt.Fprintln(w)
+}
+
+// printSimulateSummary writes a table of what each policy decided.
+func printSimulateSummary(w io.Writer, res *simulate.Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "policy\trule\tkeys\trequests\tallowed\trefused\tadmitted/s (all keys)\tnominal/s per key\t")
 	for _, p := range res.Policies {
 		rate := float64(0)
@@ -174,9 +244,13 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%d\t%d\t%.4g\t%.4g\t\n", p.Name, p.Rule, p.Keys, p.Requests, p.Allowed, p.Refused, rate, p.Nominal)
 	}
 	tw.Flush()
-	fmt.Fprintf(stdout, "done in %v\n", time.Since(began).Round(time.Millisecond))
+}
+
+// writeSimulateFiles writes PREFIX.csv, PREFIX.svg and PREFIX.png, those
+// of them that want holds, saying each on w.
+func writeSimulateFiles(w io.Writer, prefix string, want map[string]bool, res *simulate.Result) error {
 	write := func(ext string, fn func(io.Writer) error) error {
-		name := *out + "." + ext
+		name := prefix + "." + ext
 		f, err := os.Create(name)
 		if err != nil {
 			return err
@@ -188,25 +262,22 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		if err := f.Close(); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "wrote %s\n", name)
+		fmt.Fprintf(w, "wrote %s\n", name)
 		return nil
 	}
 	if want["csv"] {
 		if err := write("csv", func(w io.Writer) error { return simulate.WriteCSV(w, res) }); err != nil {
-			return fail(err)
+			return err
 		}
 	}
 	for _, f := range []string{simulate.SVG, simulate.PNG} {
 		if want[f] {
 			if err := write(f, func(w io.Writer) error { return simulate.WritePicture(w, res, f) }); err != nil {
-				return fail(err)
+				return err
 			}
 		}
 	}
-	if logFile != nil {
-		fmt.Fprintf(stdout, "wrote %s\n", *decisions)
-	}
-	return 0
+	return nil
 }
 
 // simulatePolicies returns the policies of the config file (only those
@@ -245,6 +316,8 @@ func simulatePolicies(file, only string, specs []string) ([]*config.Policy, erro
 	return out, nil
 }
 
+// runReplay is sluice simulate --replay: it decides the decisions of log
+// again under policies and reports those that flip.
 func runReplay(ctx context.Context, log, configFile string, policies []*config.Policy, top int, out string, stdout, stderr io.Writer) int {
 	res, err := simulate.Replay(ctx, log, policies)
 	if err != nil {
@@ -252,7 +325,24 @@ func runReplay(ctx context.Context, log, configFile string, policies []*config.P
 		return 1
 	}
 	fmt.Fprintf(stdout, "replayed %d decisions of %s under %s\n", res.Decisions, log, configFile)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	printReplayTable(stdout, res)
+	for _, p := range res.Policies {
+		printPolicyFlips(stdout, p, top)
+	}
+	printMissingPolicies(stdout, configFile, res.Missing)
+	name := out + "-flips.csv"
+	if err := writeFlipsFile(name, res); err != nil {
+		fmt.Fprintln(stderr, "sluice simulate:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote %s\n", name)
+	return 0
+}
+
+// printReplayTable writes a table of what each policy decided before and
+// after.
+func printReplayTable(w io.Writer, res *simulate.ReplayResult) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "policy\trule\tdecisions\tallowed before\tallowed after\tallow→deny\tdeny→allow\tkeys flipped\t")
 	for _, p := range res.Policies {
 		rule := p.Rule.String()
@@ -266,49 +356,55 @@ func runReplay(ctx context.Context, log, configFile string, policies []*config.P
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", p.Name, rule, p.Decisions, p.Before, p.After, p.ToDeny, p.ToAllow, keys)
 	}
 	tw.Flush()
-	for _, p := range res.Policies {
-		if p.OverLimit > 0 {
-			fmt.Fprintf(stdout, "policy %s: %d requests cost more than the new limit %d and could never be allowed\n", p.Name, p.OverLimit, p.Rule.Limit)
-		}
-		if len(p.Keys) == 0 || top <= 0 {
-			continue
-		}
-		fmt.Fprintf(stdout, "\npolicy %s, keys with the most flips:\n", p.Name)
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "key\tallow→deny\tdeny→allow\t")
-		for i, k := range p.Keys {
-			if i == top {
-				break
-			}
-			fmt.Fprintf(tw, "%q\t%d\t%d\t\n", k.Key, k.ToDeny, k.ToAllow)
-		}
-		tw.Flush()
+}
+
+// printPolicyFlips writes the requests of p that no longer fit its limit
+// and the top keys with the most flips.
+func printPolicyFlips(w io.Writer, p *simulate.ReplayPolicy, top int) {
+	if p.OverLimit > 0 {
+		fmt.Fprintf(w, "policy %s: %d requests cost more than the new limit %d and could never be allowed\n", p.Name, p.OverLimit, p.Rule.Limit)
 	}
-	if len(res.Missing) > 0 {
-		fmt.Fprintf(stdout, "\npolicies in the log that %s does not have (their decisions are not replayed):\n", configFile)
-		names := make([]string, 0, len(res.Missing))
-		for name := range res.Missing {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		for _, name := range names {
-			fmt.Fprintf(stdout, "  %s: %d decisions\n", name, res.Missing[name])
-		}
+	if len(p.Keys) == 0 || top <= 0 {
+		return
 	}
-	name := out + "-flips.csv"
+	fmt.Fprintf(w, "\npolicy %s, keys with the most flips:\n", p.Name)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "key\tallow→deny\tdeny→allow\t")
+	for i, k := range p.Keys {
+		if i == top {
+			break
+		}
+		fmt.Fprintf(tw, "%q\t%d\t%d\t\n", k.Key, k.ToDeny, k.ToAllow)
+	}
+	tw.Flush()
+}
+
+// printMissingPolicies lists, by name, the policies of the log that the
+// configuration lacks.
+func printMissingPolicies(w io.Writer, configFile string, missing map[string]int64) {
+	if len(missing) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\npolicies in the log that %s does not have (their decisions are not replayed):\n", configFile)
+	names := make([]string, 0, len(missing))
+	for name := range missing {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(w, "  %s: %d decisions\n", name, missing[name])
+	}
+}
+
+// writeFlipsFile writes the flips of res as CSV to the file name.
+func writeFlipsFile(name string, res *simulate.ReplayResult) error {
 	f, err := os.Create(name)
 	if err != nil {
-		fmt.Fprintln(stderr, "sluice simulate:", err)
-		return 1
+		return err
 	}
 	err = simulate.WriteFlipsCSV(f, res)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		fmt.Fprintln(stderr, "sluice simulate:", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "wrote %s\n", name)
-	return 0
+	return err
 }
