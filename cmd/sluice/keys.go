@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -141,149 +142,253 @@ type keyGroup struct {
 	ttls    []time.Duration
 }
 
+// runKeys is sluice keys. Exit code 0 on success, 1 when the walk fails
+// (or --find finds nothing), 2 for bad usage.
 func runKeys(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
 	fs := newFlags("keys")
-	of := addOpsFlags(fs)
-	only := fs.String("policy", "", "report only this `policy`")
-	limit := fs.Int("limit", 100_000, "examine at most this many keys (counts are then lower bounds)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	names := fs.Bool("names", false, "list the keys, as counted, with their policy and TTL")
-	find := fs.String("find", "", "list the keys shown as this `h:HASH` among the top refused keys")
+	f := defineKeysFlags(fs)
 	if code, ok := parseFlags(fs, keysUsage, args, stdout, stderr); !ok {
 		return code
 	}
 	if fs.NArg() > 0 {
 		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(0))
 	}
-	if *limit < 1 {
-		return usageError(fs, stderr, "--limit must be at least 1")
+	if err := f.check(); err != nil {
+		return usageError(fs, stderr, "%v", err)
 	}
-	if *names && *find != "" {
-		return usageError(fs, stderr, "give --names or --find, not both")
-	}
-	if *find != "" && !strings.HasPrefix(*find, "h:") {
-		return usageError(fs, stderr, "--find takes a hashed key as the top refused keys show it, h:HASH, got %q", *find)
-	}
-	k, err := openKeyEnv(ctx, of, env)
+	k, err := openKeyEnv(ctx, f.ops, env)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice keys: %v\n", err)
 		return 1
 	}
 	defer k.Close()
-	var secret []byte
-	if *find != "" {
-		if k.cfg.Admin == nil {
-			fmt.Fprintf(stderr, "sluice keys: --find: %s configures no admin token, so no key is shown hashed\n", k.cfg.Source)
-			return 2
-		}
-		tok, err := k.cfg.Admin.Token(env)
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice keys: --find needs the admin token the hashes are keyed with: %v\n", err)
-			return 1
-		}
-		secret = server.KeyHashSecret(tok)
+	secret, code := findSecret(k.cfg, f.find, env, stderr)
+	if code != 0 {
+		return code
 	}
-	var listed []namedKey
-	// Groups by "limiter:state", the key's second and third parts.
-	groups := map[string]*keyGroup{}
-	var order []string
-	for _, p := range k.cfg.Policies {
-		if *only != "" && p.Name != *only {
-			continue
-		}
-		rule, _ := p.Policy.Rule()
-		id := p.Limiter + ":" + rule.State()
-		groups[id] = &keyGroup{Policy: p.Name, Limiter: p.Limiter, State: rule.State()}
-		order = append(order, id)
+	c := newKeyCensus(k.cfg, f.only, f.limit)
+	if f.names || secret != nil {
+		c.list = &keyListing{secret: secret, find: f.find}
 	}
-	if *only != "" && len(order) == 0 {
-		_, err := k.policy(*only)
+	if f.only != "" && len(c.order) == 0 {
+		_, err := k.policy(f.only)
 		fmt.Fprintf(stderr, "sluice keys: %v\n", err)
 		return 2
 	}
-	pattern := valkeyops.Glob(k.cfg.Prefix+":") + "*"
-	if *only != "" {
-		pattern = valkeyops.Glob(k.cfg.Prefix+":"+order[0]+":") + "*"
-	}
-	seen, truncated := 0, false
-	err = valkeyops.Scan(ctx, k.client, pattern, func(node valkey.Client, keys []string) (bool, error) {
-		if seen+len(keys) > *limit {
-			keys, truncated = keys[:*limit-seen], true
-		}
-		seen += len(keys)
-		cmds := make(valkey.Commands, 0, 2*len(keys))
-		for _, key := range keys {
-			cmds = append(cmds, node.B().Pttl().Key(key).Build(), node.B().MemoryUsage().Key(key).Build())
-		}
-		res := node.DoMulti(ctx, cmds...)
-		for i, key := range keys {
-			rest := strings.TrimPrefix(key, k.cfg.Prefix+":")
-			parts := strings.SplitN(rest, ":", 3)
-			id := "(other)"
-			if len(parts) == 3 {
-				id = parts[0] + ":" + parts[1]
-			}
-			g := groups[id]
-			if g == nil {
-				g = &keyGroup{Limiter: strings.Split(id, ":")[0]}
-				if len(parts) == 3 {
-					g.State = parts[1]
-				}
-				groups[id] = g
-				order = append(order, id)
-			}
-			ttl, err := res[2*i].AsInt64()
-			if err != nil {
-				return false, fmt.Errorf("PTTL %s: %w", key, err)
-			}
-			if ttl == -2 {
-				continue // expired since the scan
-			}
-			if *names || secret != nil {
-				nk := namedKey{Policy: g.Policy, StoreKey: key, TTLMS: float64(ttl)}
-				if len(parts) == 3 {
-					nk.Key, nk.Recoverable = identityOf(parts[2])
-				}
-				if secret == nil || nk.Recoverable && server.KeyHash(secret, nk.Key) == *find {
-					listed = append(listed, nk)
-				}
-			}
-			mem, _ := res[2*i+1].AsInt64()
-			g.Keys++
-			g.Bytes += mem
-			if ttl == -1 {
-				g.NoTTL++
-			} else {
-				g.ttls = append(g.ttls, time.Duration(ttl)*time.Millisecond)
-			}
-		}
-		return !truncated, nil
+	err = valkeyops.Scan(ctx, k.client, c.pattern(k.cfg.Prefix, f.only), func(node valkey.Client, keys []string) (bool, error) {
+		return c.scanBatch(ctx, node, keys)
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice keys: %v\n", err)
 		return 1
 	}
-	if *names || secret != nil {
-		return printNamed(stdout, stderr, *asJSON, listed, *find, seen, truncated)
+	if c.list != nil {
+		return printNamed(stdout, stderr, f.asJSON, c.list.keys, f.find, c.seen, c.truncated)
 	}
-	out := make([]*keyGroup, 0, len(order))
-	for _, id := range order {
-		g := groups[id]
+	out := c.result()
+	if f.asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(map[string]any{"prefix": k.cfg.Prefix, "groups": out, "examined": c.seen, "truncated": c.truncated})
+		return 0
+	}
+	fmt.Fprintf(stdout, "prefix %s on %s (%s)\n\n", k.cfg.Prefix, valkeyops.Describe(k.cfg.Valkey), valkeyops.Mode(ctx, k.client))
+	printKeyGroups(stdout, out)
+	if c.truncated {
+		fmt.Fprintf(stdout, "\nstopped after %d keys (--limit): the counts are lower bounds\n", c.seen)
+	}
+	return 0
+}
+
+// keysFlags are the flags of sluice keys.
+type keysFlags struct {
+	ops           *opsFlags
+	only, find    string
+	limit         int
+	asJSON, names bool
+}
+
+// defineKeysFlags defines the flags of sluice keys on fs.
+func defineKeysFlags(fs *flag.FlagSet) *keysFlags {
+	f := &keysFlags{ops: addOpsFlags(fs)}
+	fs.StringVar(&f.only, "policy", "", "report only this `policy`")
+	fs.IntVar(&f.limit, "limit", 100_000, "examine at most this many keys (counts are then lower bounds)")
+	fs.BoolVar(&f.asJSON, "json", false, "print JSON")
+	fs.BoolVar(&f.names, "names", false, "list the keys, as counted, with their policy and TTL")
+	fs.StringVar(&f.find, "find", "", "list the keys shown as this `h:HASH` among the top refused keys")
+	return f
+}
+
+// check refuses flags that contradict each other.
+func (f *keysFlags) check() error {
+	if f.limit < 1 {
+		return errors.New("--limit must be at least 1")
+	}
+	if f.names && f.find != "" {
+		return errors.New("give --names or --find, not both")
+	}
+	if f.find != "" && !strings.HasPrefix(f.find, "h:") {
+		return fmt.Errorf("--find takes a hashed key as the top refused keys show it, h:HASH, got %q", f.find)
+	}
+	return nil
+}
+
+// findSecret returns the secret keys are hashed with for --find (nil
+// without --find), or the exit code when there is none.
+func findSecret(cfg *config.Config, find string, env func(string) (string, bool), stderr io.Writer) ([]byte, int) {
+	if find == "" {
+		return nil, 0
+	}
+	if cfg.Admin == nil {
+		fmt.Fprintf(stderr, "sluice keys: --find: %s configures no admin token, so no key is shown hashed\n", cfg.Source)
+		return nil, 2
+	}
+	tok, err := cfg.Admin.Token(env)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice keys: --find needs the admin token the hashes are keyed with: %v\n", err)
+		return nil, 1
+	}
+	return server.KeyHashSecret(tok), 0
+}
+
+// keyCensus counts the keys a scan finds, grouped by "limiter:state", the
+// key's second and third parts, in the order first seen (the configured
+// policies first).
+type keyCensus struct {
+	prefix    string
+	limit     int
+	groups    map[string]*keyGroup
+	order     []string
+	seen      int
+	truncated bool
+	list      *keyListing // nil unless --names or --find
+}
+
+// keyListing is the keys --names or --find lists: all of them, or (with
+// secret) those whose hash is find.
+type keyListing struct {
+	secret []byte
+	find   string
+	keys   []namedKey
+}
+
+// newKeyCensus returns a census with a group for each configured policy
+// (only the one named only, when set).
+func newKeyCensus(cfg *config.Config, only string, limit int) *keyCensus {
+	c := &keyCensus{prefix: cfg.Prefix, limit: limit, groups: map[string]*keyGroup{}}
+	for _, p := range cfg.Policies {
+		if only != "" && p.Name != only {
+			continue
+		}
+		rule, _ := p.Policy.Rule()
+		id := p.Limiter + ":" + rule.State()
+		c.groups[id] = &keyGroup{Policy: p.Name, Limiter: p.Limiter, State: rule.State()}
+		c.order = append(c.order, id)
+	}
+	return c
+}
+
+// pattern is the SCAN pattern: every key under the prefix, or only those
+// of the one policy's group.
+func (c *keyCensus) pattern(prefix, only string) string {
+	if only != "" {
+		return valkeyops.Glob(prefix+":"+c.order[0]+":") + "*"
+	}
+	return valkeyops.Glob(prefix+":") + "*"
+}
+
+// scanBatch counts one batch of keys SCAN returned from node, asking the
+// node for their TTLs and memory; false when the limit is reached.
+func (c *keyCensus) scanBatch(ctx context.Context, node valkey.Client, keys []string) (bool, error) {
+	if c.seen+len(keys) > c.limit {
+		keys, c.truncated = keys[:c.limit-c.seen], true
+	}
+	c.seen += len(keys)
+	cmds := make(valkey.Commands, 0, 2*len(keys))
+	for _, key := range keys {
+		cmds = append(cmds, node.B().Pttl().Key(key).Build(), node.B().MemoryUsage().Key(key).Build())
+	}
+	res := node.DoMulti(ctx, cmds...)
+	for i, key := range keys {
+		parts := strings.SplitN(strings.TrimPrefix(key, c.prefix+":"), ":", 3)
+		g := c.group(parts)
+		ttl, err := res[2*i].AsInt64()
+		if err != nil {
+			return false, fmt.Errorf("PTTL %s: %w", key, err)
+		}
+		if ttl == -2 {
+			continue // expired since the scan
+		}
+		mem, _ := res[2*i+1].AsInt64()
+		c.count(g, key, parts, ttl, mem)
+	}
+	return !c.truncated, nil
+}
+
+// count adds key (split into limiter, state and key), with its PTTL
+// (-1: no expiry) and memory, to its group g, and to the listing.
+func (c *keyCensus) count(g *keyGroup, key string, parts []string, ttl, mem int64) {
+	if c.list != nil {
+		c.list.add(g.Policy, key, parts, ttl)
+	}
+	g.Keys++
+	g.Bytes += mem
+	if ttl == -1 {
+		g.NoTTL++
+	} else {
+		g.ttls = append(g.ttls, time.Duration(ttl)*time.Millisecond)
+	}
+}
+
+// group returns the group of a key split into limiter, state and key
+// (fewer parts: "(other)"), adding it when it is new.
+func (c *keyCensus) group(parts []string) *keyGroup {
+	id := "(other)"
+	if len(parts) == 3 {
+		id = parts[0] + ":" + parts[1]
+	}
+	g := c.groups[id]
+	if g == nil {
+		g = &keyGroup{Limiter: strings.Split(id, ":")[0]}
+		if len(parts) == 3 {
+			g.State = parts[1]
+		}
+		c.groups[id] = g
+		c.order = append(c.order, id)
+	}
+	return g
+}
+
+// add lists the store key of policy when there is no secret, or when its
+// key's hash is the one sought.
+func (l *keyListing) add(policy, storeKey string, parts []string, ttl int64) {
+	nk := namedKey{Policy: policy, StoreKey: storeKey, TTLMS: float64(ttl)}
+	if len(parts) == 3 {
+		nk.Key, nk.Recoverable = identityOf(parts[2])
+	}
+	if l.secret == nil || nk.Recoverable && server.KeyHash(l.secret, nk.Key) == l.find {
+		l.keys = append(l.keys, nk)
+	}
+}
+
+// result returns the groups in order, their TTL spread filled in.
+func (c *keyCensus) result() []*keyGroup {
+	out := make([]*keyGroup, 0, len(c.order))
+	for _, id := range c.order {
+		g := c.groups[id]
 		if len(g.ttls) > 0 {
 			slices.Sort(g.ttls)
 			g.TTLMin, g.TTLMed, g.TTLMax = msOf(g.ttls[0]), msOf(g.ttls[len(g.ttls)/2]), msOf(g.ttls[len(g.ttls)-1])
 		}
 		out = append(out, g)
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(map[string]any{"prefix": k.cfg.Prefix, "groups": out, "examined": seen, "truncated": truncated})
-		return 0
-	}
-	fmt.Fprintf(stdout, "prefix %s on %s (%s)\n\n", k.cfg.Prefix, valkeyops.Describe(k.cfg.Valkey), valkeyops.Mode(ctx, k.client))
-	fmt.Fprintf(stdout, "%-20s %-28s %8s %10s   %s\n", "policy", "limiter:state", "keys", "memory", "ttl min / median / max")
-	for _, g := range out {
+	return out
+}
+
+// printKeyGroups writes a table of the groups.
+func printKeyGroups(w io.Writer, groups []*keyGroup) {
+	fmt.Fprintf(w, "%-20s %-28s %8s %10s   %s\n", "policy", "limiter:state", "keys", "memory", "ttl min / median / max")
+	for _, g := range groups {
 		pol := g.Policy
 		if pol == "" {
 			pol = "(not configured)"
@@ -295,12 +400,8 @@ func runKeys(ctx context.Context, args []string, env func(string) (string, bool)
 		if g.NoTTL > 0 {
 			spread += fmt.Sprintf("; %d keys never expire", g.NoTTL)
 		}
-		fmt.Fprintf(stdout, "%-20s %-28s %8d %10s   %s\n", pol, g.Limiter+":"+g.State, g.Keys, bytesOf(g.Bytes), spread)
+		fmt.Fprintf(w, "%-20s %-28s %8d %10s   %s\n", pol, g.Limiter+":"+g.State, g.Keys, bytesOf(g.Bytes), spread)
 	}
-	if truncated {
-		fmt.Fprintf(stdout, "\nstopped after %d keys (--limit): the counts are lower bounds\n", seen)
-	}
-	return 0
 }
 
 // namedKey is one key --names or --find lists.
