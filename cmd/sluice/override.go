@@ -35,6 +35,8 @@ finds no override (rm then removes nothing), 2 for bad input.
 flags:
 `
 
+// runOverride is sluice override set|get|list|rm. Exit code 0 on success,
+// 1 when the store fails or get or rm finds no override, 2 for bad input.
 func runOverride(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		if len(args) == 0 {
@@ -44,13 +46,52 @@ func runOverride(ctx context.Context, args []string, env func(string) (string, b
 		fmt.Fprint(stdout, overrideUsage)
 		return 0
 	}
+	c, code := parseOverrideArgs(args, stdout, stderr)
+	if c == nil {
+		return code
+	}
+	k, err := openKeyEnv(ctx, c.ops, env)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice override: %v\n", err)
+		return 1
+	}
+	defer k.Close()
+	p, l, code := overridePolicy(k, c.policy, stderr)
+	if l == nil {
+		return code
+	}
+	ov := &overrideRun{l: l, policy: p.Name, key: c.key, stdout: stdout, stderr: stderr}
+	switch c.verb {
+	case "set":
+		return ov.set(ctx, c.o)
+	case "get":
+		return ov.get(ctx, c.asJSON)
+	case "list":
+		return ov.list(ctx, c.asJSON)
+	default: // "rm"
+		return ov.rm(ctx)
+	}
+}
+
+// overrideCommand is a parsed sluice override command line.
+type overrideCommand struct {
+	verb        string
+	ops         *opsFlags
+	policy, key string
+	o           sluice.Override // set's
+	asJSON      bool
+}
+
+// parseOverrideArgs parses the subcommand, its flags and its arguments;
+// nil and an exit code when the command should stop.
+func parseOverrideArgs(args []string, stdout, stderr io.Writer) (*overrideCommand, int) {
 	verb := args[0]
 	want := map[string]int{"set": 2, "get": 2, "rm": 2, "list": 1}[verb]
 	if want == 0 {
-		return usageError(newFlags("override"), stderr, "unknown subcommand %q (want set, get, list or rm)", verb)
+		return nil, usageError(newFlags("override"), stderr, "unknown subcommand %q (want set, get, list or rm)", verb)
 	}
 	fs := newFlags("override " + verb)
-	of := addOpsFlags(fs)
+	c := &overrideCommand{verb: verb, ops: addOpsFlags(fs)}
 	limit := fs.Int64("limit", 0, "set: the key's `limit` (limit, capacity or burst)")
 	expires := fs.String("expires", "", "set: when the override lapses, RFC 3339 (`2030-01-31T00:00:00Z`)")
 	forD := fs.String("for", "", "set: lapse after this `duration` from now (72h, 7d) instead of --expires")
@@ -58,89 +99,106 @@ func runOverride(ctx context.Context, args []string, env func(string) (string, b
 	rate := fs.String("rate", "", "set: another `rate` such as 50/s (token_bucket, gcra)")
 	reason := fs.String("reason", "", "set: why, for audit")
 	actor := fs.String("actor", "", "set: who (default: the operating-system user)")
-	asJSON := fs.Bool("json", false, "get, list: JSON output")
+	fs.BoolVar(&c.asJSON, "json", false, "get, list: JSON output")
 	if code, ok := parseFlags(fs, overrideUsage, args[1:], stdout, stderr); !ok {
-		return code
+		return nil, code
 	}
 	if fs.NArg() != want {
-		return usageError(fs, stderr, "want %d arguments (POLICY%s), got %d", want, map[int]string{1: "", 2: " KEY"}[want], fs.NArg())
+		return nil, usageError(fs, stderr, "want %d arguments (POLICY%s), got %d", want, map[int]string{1: "", 2: " KEY"}[want], fs.NArg())
 	}
-	var o sluice.Override
 	if verb == "set" {
 		var err error
-		if o, err = overrideFlags(*limit, *expires, *forD, *window, *rate, *reason, *actor); err != nil {
-			return usageError(fs, stderr, "%v", err)
+		if c.o, err = overrideFlags(*limit, *expires, *forD, *window, *rate, *reason, *actor); err != nil {
+			return nil, usageError(fs, stderr, "%v", err)
 		}
 	}
-	k, err := openKeyEnv(ctx, of, env)
+	c.policy, c.key = fs.Arg(0), fs.Arg(1)
+	return c, 0
+}
+
+// overridePolicy returns the named policy and its limiter, or a nil
+// limiter and the exit code when the policy is unknown or reads no
+// overrides.
+func overridePolicy(k *keyEnv, name string, stderr io.Writer) (*config.Policy, *sluice.Limiter, int) {
+	p, err := k.policy(name)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice override: %v\n", err)
-		return 1
-	}
-	defer k.Close()
-	p, err := k.policy(fs.Arg(0))
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice override: %v\n", err)
-		return 2
+		return nil, nil, 2
 	}
 	if !p.Overrides {
 		fmt.Fprintf(stderr, "sluice override: policy %q does not read key overrides: set overrides: true in %s first\n", p.Name, k.cfg.Source)
-		return 2
+		return nil, nil, 2
 	}
 	l, err := k.limiter(p)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice override: %v\n", err)
+		return nil, nil, 1
+	}
+	return p, l, 0
+}
+
+// overrideRun is one subcommand on one policy's limiter and key.
+type overrideRun struct {
+	l              *sluice.Limiter
+	policy, key    string
+	stdout, stderr io.Writer
+}
+
+func (r *overrideRun) set(ctx context.Context, o sluice.Override) int {
+	if err := r.l.SetOverride(ctx, r.key, o); err != nil {
+		fmt.Fprintf(r.stderr, "sluice override set: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(r.stdout, "%s %s: limit %d until %s\n", r.policy, r.key, o.Limit, o.Expires.UTC().Format(time.RFC3339))
+	return 0
+}
+
+func (r *overrideRun) get(ctx context.Context, asJSON bool) int {
+	got, ok, err := r.l.GetOverride(ctx, r.key)
+	if err != nil {
+		fmt.Fprintf(r.stderr, "sluice override get: %v\n", err)
 		return 1
 	}
-	key := fs.Arg(1)
-	switch verb {
-	case "set":
-		if err := l.SetOverride(ctx, key, o); err != nil {
-			fmt.Fprintf(stderr, "sluice override set: %v\n", err)
-			return 2
-		}
-		fmt.Fprintf(stdout, "%s %s: limit %d until %s\n", p.Name, key, o.Limit, o.Expires.UTC().Format(time.RFC3339))
-	case "get":
-		got, ok, err := l.GetOverride(ctx, key)
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice override get: %v\n", err)
-			return 1
-		}
-		if !ok {
-			fmt.Fprintf(stderr, "sluice override get: %s %s has no override\n", p.Name, key)
-			return 1
-		}
-		if *asJSON {
-			// One override: one object, as GET /v1/overrides/POLICY/KEY answers.
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			enc.Encode(server.ToOverrideJSON(p.Name, key, got))
-			break
-		}
-		printOverrides(stdout, p.Name, false, []sluice.KeyOverride{{Key: key, Override: got}})
-	case "list":
-		list, err := l.Overrides(ctx)
-		printOverrides(stdout, p.Name, *asJSON, list)
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice override list: %v\n", err)
-			return 1
-		}
-	case "rm":
-		_, ok, err := l.GetOverride(ctx, key)
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice override rm: %v\n", err)
-			return 1
-		}
-		if !ok {
-			fmt.Fprintf(stderr, "sluice override rm: %s %s has no override (never set, lapsed or removed already): nothing removed\n", p.Name, key)
-			return 1
-		}
-		if err := l.DeleteOverride(ctx, key); err != nil {
-			fmt.Fprintf(stderr, "sluice override rm: %v\n", err)
-			return 1
-		}
-		fmt.Fprintf(stdout, "%s %s: override removed\n", p.Name, key)
+	if !ok {
+		fmt.Fprintf(r.stderr, "sluice override get: %s %s has no override\n", r.policy, r.key)
+		return 1
 	}
+	if asJSON {
+		// One override: one object, as GET /v1/overrides/POLICY/KEY answers.
+		enc := json.NewEncoder(r.stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(server.ToOverrideJSON(r.policy, r.key, got))
+		return 0
+	}
+	printOverrides(r.stdout, r.policy, false, []sluice.KeyOverride{{Key: r.key, Override: got}})
+	return 0
+}
+
+func (r *overrideRun) list(ctx context.Context, asJSON bool) int {
+	list, err := r.l.Overrides(ctx)
+	printOverrides(r.stdout, r.policy, asJSON, list)
+	if err != nil {
+		fmt.Fprintf(r.stderr, "sluice override list: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func (r *overrideRun) rm(ctx context.Context) int {
+	_, ok, err := r.l.GetOverride(ctx, r.key)
+	if err != nil {
+		fmt.Fprintf(r.stderr, "sluice override rm: %v\n", err)
+		return 1
+	}
+	if !ok {
+		fmt.Fprintf(r.stderr, "sluice override rm: %s %s has no override (never set, lapsed or removed already): nothing removed\n", r.policy, r.key)
+		return 1
+	}
+	if err := r.l.DeleteOverride(ctx, r.key); err != nil {
+		fmt.Fprintf(r.stderr, "sluice override rm: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(r.stdout, "%s %s: override removed\n", r.policy, r.key)
 	return 0
 }
 
