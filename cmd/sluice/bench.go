@@ -133,39 +133,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
 
-	var password string
-	if cfg.passwordEnv != "" {
-		p, ok := os.LookupEnv(cfg.passwordEnv)
-		if !ok {
-			fmt.Fprintf(stderr, "sluice bench: --password-env: environment variable %s is not set\n", cfg.passwordEnv)
-			return 2
-		}
-		password = p
-	}
-	client, err := valkey.NewClient(valkey.ClientOption{
-		InitAddress:  cfg.addrs,
-		Username:     cfg.username,
-		Password:     password,
-		DisableCache: true,
-		ClientName:   "sluice-bench",
-	})
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice bench: connecting to %s: %v\n", strings.Join(cfg.addrs, ","), benchAuthHint(err, cfg))
-		return 1
+	client, store, code := openBenchStore(ctx, cfg, stderr)
+	if client == nil {
+		return code
 	}
 	defer client.Close()
-	store, err := valkeystore.New(client, valkeystore.WithBatching(cfg.batching))
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
-		return 1
-	}
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = store.Ping(pctx)
-	cancel()
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice bench: %v\n", benchAuthHint(err, cfg))
-		return 1
-	}
 	lim, err := sluice.New(store, cfg.policy,
 		sluice.WithPrefix("sluice-bench"), sluice.WithName("bench-"+cfg.algorithm), sluice.WithTimeout(cfg.timeout),
 		sluice.WithLogger(slog.New(slog.NewTextHandler(stderr, nil))))
@@ -191,26 +163,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
 		return 1
 	}
-
-	secs := tot.elapsed.Seconds()
-	decided := tot.allowed + tot.denied
-	fmt.Fprintf(stdout, "decisions   %d in %.2fs: %s/s (degraded and errors excluded)\n", decided, secs, benchThousands(float64(decided)/secs))
-	fmt.Fprintf(stdout, "allowed     %d\n", tot.allowed)
-	fmt.Fprintf(stdout, "denied      %d\n", tot.denied)
-	fmt.Fprintf(stdout, "degraded    %d (decided without Valkey: timeout %v, fail open)\n", tot.degraded, cfg.timeout)
-	if tot.errors > 0 {
-		fmt.Fprintf(stdout, "errors      %d (first: %v)\n", tot.errors, tot.firstErr)
-	}
-	// Every script call of the run, whatever its outcome, from the
-	// servers' INFO commandstats (other clients' calls meanwhile included).
-	calls, usec := after.calls-before.calls, after.usec-before.usec
-	if sent := decided + tot.degraded; calls > 0 && sent > 0 {
-		fmt.Fprintf(stdout, "scripts     %d calls: %.2f decisions per call, %.2f µs of server time per decision, %.1f per call\n",
-			calls, float64(sent)/float64(calls), float64(usec)/float64(sent), float64(usec)/float64(calls))
-	}
-	h := &tot.latency
-	fmt.Fprintf(stdout, "latency     p50 %v  p99 %v  p99.9 %v  max %v\n",
-		benchRound(h.quantile(0.50)), benchRound(h.quantile(0.99)), benchRound(h.quantile(0.999)), benchRound(h.max))
+	decided := printBenchReport(stdout, cfg, tot, before, after)
 	if ctx.Err() != nil {
 		fmt.Fprintln(stderr, "sluice bench: interrupted")
 		return 1
@@ -220,6 +173,71 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 	return 0
+}
+
+// openBenchStore connects to the Valkey of cfg and checks it answers; a
+// nil client and the exit code when it does not.
+func openBenchStore(ctx context.Context, cfg *benchConfig, stderr io.Writer) (valkey.Client, *valkeystore.Store, int) {
+	var password string
+	if cfg.passwordEnv != "" {
+		p, ok := os.LookupEnv(cfg.passwordEnv)
+		if !ok {
+			fmt.Fprintf(stderr, "sluice bench: --password-env: environment variable %s is not set\n", cfg.passwordEnv)
+			return nil, nil, 2
+		}
+		password = p
+	}
+	client, err := valkey.NewClient(valkey.ClientOption{
+		InitAddress:  cfg.addrs,
+		Username:     cfg.username,
+		Password:     password,
+		DisableCache: true,
+		ClientName:   "sluice-bench",
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice bench: connecting to %s: %v\n", strings.Join(cfg.addrs, ","), benchAuthHint(err, cfg))
+		return nil, nil, 1
+	}
+	store, err := valkeystore.New(client, valkeystore.WithBatching(cfg.batching))
+	if err != nil {
+		client.Close()
+		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
+		return nil, nil, 1
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = store.Ping(pctx)
+	cancel()
+	if err != nil {
+		client.Close()
+		fmt.Fprintf(stderr, "sluice bench: %v\n", benchAuthHint(err, cfg))
+		return nil, nil, 1
+	}
+	return client, store, 0
+}
+
+// printBenchReport writes the run's tally, script statistics and
+// latencies, and returns the decisions Valkey made.
+func printBenchReport(w io.Writer, cfg *benchConfig, tot *benchWorker, before, after scriptStats) int64 {
+	secs := tot.elapsed.Seconds()
+	decided := tot.allowed + tot.denied
+	fmt.Fprintf(w, "decisions   %d in %.2fs: %s/s (degraded and errors excluded)\n", decided, secs, benchThousands(float64(decided)/secs))
+	fmt.Fprintf(w, "allowed     %d\n", tot.allowed)
+	fmt.Fprintf(w, "denied      %d\n", tot.denied)
+	fmt.Fprintf(w, "degraded    %d (decided without Valkey: timeout %v, fail open)\n", tot.degraded, cfg.timeout)
+	if tot.errors > 0 {
+		fmt.Fprintf(w, "errors      %d (first: %v)\n", tot.errors, tot.firstErr)
+	}
+	// Every script call of the run, whatever its outcome, from the
+	// servers' INFO commandstats (other clients' calls meanwhile included).
+	calls, usec := after.calls-before.calls, after.usec-before.usec
+	if sent := decided + tot.degraded; calls > 0 && sent > 0 {
+		fmt.Fprintf(w, "scripts     %d calls: %.2f decisions per call, %.2f µs of server time per decision, %.1f per call\n",
+			calls, float64(sent)/float64(calls), float64(usec)/float64(sent), float64(usec)/float64(calls))
+	}
+	h := &tot.latency
+	fmt.Fprintf(w, "latency     p50 %v  p99 %v  p99.9 %v  max %v\n",
+		benchRound(h.quantile(0.50)), benchRound(h.quantile(0.99)), benchRound(h.quantile(0.999)), benchRound(h.max))
+	return decided
 }
 
 // benchWorker is one goroutine's tally. done is read by the progress
@@ -253,71 +271,93 @@ func benchLoad(ctx context.Context, lim *sluice.Limiter, cfg *benchConfig, progr
 		wg.Add(1)
 		go func(seed uint64) {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, 0xb3))
-			for !stop.Load() {
-				key := keys[0]
-				if len(keys) > 1 {
-					key = keys[rng.IntN(len(keys))]
-				}
-				t0 := time.Now()
-				res, err := lim.AllowN(ctx, key, cfg.cost)
-				if err != nil && ctx.Err() != nil {
-					break // interrupted mid-decision: not a failure
-				}
-				w.latency.record(time.Since(t0))
-				switch {
-				case err != nil:
-					w.errors++
-					if w.firstErr == nil {
-						w.firstErr = err
-					}
-				case res.Degraded:
-					w.degraded++
-				case res.Allowed:
-					w.allowed++
-				default:
-					w.denied++
-				}
-				w.done.Add(1)
-			}
+			w.run(ctx, lim, keys, cfg.cost, &stop, seed)
 		}(uint64(i) + 1)
 	}
-
 	// The decisions in flight at the end finish normally: ending them by
 	// a deadline would make them look like store timeouts.
-	end := time.NewTimer(cfg.duration)
-	defer end.Stop()
-	tick := time.NewTicker(time.Second)
-	var last int64
-	lastAt := start
-	for running := true; running; {
-		select {
-		case <-end.C:
-			running = false
-		case <-ctx.Done():
-			running = false
-		case now := <-tick.C:
-			var n int64
-			for _, w := range workers {
-				n += w.done.Load()
-			}
-			fmt.Fprintf(progress, "%5.1fs  %12d decisions  %10s/s\n",
-				now.Sub(start).Seconds(), n, benchThousands(float64(n-last)/now.Sub(lastAt).Seconds()))
-			last, lastAt = n, now
-		}
-	}
-	tick.Stop()
+	p := benchProgress{w: progress, workers: workers, start: start, lastAt: start}
+	p.until(ctx, cfg.duration)
 	stop.Store(true)
 	wg.Wait()
+	p.line(time.Now(), "  done")
+	return sumWorkers(workers, time.Since(start))
+}
+
+// run decides on random keys of keys until stop is set, tallying each
+// outcome and its latency.
+func (w *benchWorker) run(ctx context.Context, lim *sluice.Limiter, keys []string, cost int64, stop *atomic.Bool, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0xb3))
+	for !stop.Load() {
+		key := keys[0]
+		if len(keys) > 1 {
+			key = keys[rng.IntN(len(keys))]
+		}
+		t0 := time.Now()
+		res, err := lim.AllowN(ctx, key, cost)
+		if err != nil && ctx.Err() != nil {
+			break // interrupted mid-decision: not a failure
+		}
+		w.latency.record(time.Since(t0))
+		switch {
+		case err != nil:
+			w.errors++
+			if w.firstErr == nil {
+				w.firstErr = err
+			}
+		case res.Degraded:
+			w.degraded++
+		case res.Allowed:
+			w.allowed++
+		default:
+			w.denied++
+		}
+		w.done.Add(1)
+	}
+}
+
+// benchProgress prints the decisions the workers have made so far, and
+// their rate since the last line.
+type benchProgress struct {
+	w       io.Writer
+	workers []*benchWorker
+	start   time.Time
+	last    int64
+	lastAt  time.Time
+}
+
+// until prints a line every second for d, or until ctx ends.
+func (p *benchProgress) until(ctx context.Context, d time.Duration) {
+	end := time.NewTimer(d)
+	defer end.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-end.C:
+			return
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			p.line(now, "")
+		}
+	}
+}
+
+// line prints the progress at now, followed by suffix.
+func (p *benchProgress) line(now time.Time, suffix string) {
 	var n int64
-	for _, w := range workers {
+	for _, w := range p.workers {
 		n += w.done.Load()
 	}
-	now := time.Now()
-	fmt.Fprintf(progress, "%5.1fs  %12d decisions  %10s/s  done\n",
-		now.Sub(start).Seconds(), n, benchThousands(float64(n-last)/now.Sub(lastAt).Seconds()))
+	fmt.Fprintf(p.w, "%5.1fs  %12d decisions  %10s/s%s\n",
+		now.Sub(p.start).Seconds(), n, benchThousands(float64(n-p.last)/now.Sub(p.lastAt).Seconds()), suffix)
+	p.last, p.lastAt = n, now
+}
 
-	tot := &benchWorker{elapsed: time.Since(start)}
+// sumWorkers adds up the workers' tallies.
+func sumWorkers(workers []*benchWorker, elapsed time.Duration) *benchWorker {
+	tot := &benchWorker{elapsed: elapsed}
 	for _, w := range workers {
 		tot.allowed += w.allowed
 		tot.denied += w.denied
