@@ -113,15 +113,37 @@ func orNone(names []string) string {
 // describes what Walk chose.
 func explain(cfg *config.Config, dom *config.Domain, entries []config.Entry) *explanation {
 	ex := &explanation{Domain: dom.Name}
-	// The longest prefix of entries that matches: Walk of a prefix is the
-	// path of the whole up to there.
+	path := longestMatch(dom, entries)
+	ex.Levels = explainLevels(dom.Descriptors, path, entries)
+	ex.Matched = len(path) == len(entries)
+	if !ex.Matched {
+		ex.Stopped = whyStopped(dom, path, entries)
+		ex.Applies = "nothing: the request is allowed and not counted"
+		return ex
+	}
+	explainApplies(ex, cfg, dom, path, entries)
+	ex.Notes = nodeNotes(path[len(path)-1])
+	return ex
+}
+
+// longestMatch is the path of the longest prefix of entries that matches:
+// Walk of a prefix is the path of the whole up to there.
+func longestMatch(dom *config.Domain, entries []config.Entry) []*config.Descriptor {
 	var path []*config.Descriptor
 	for n := len(entries); n > 0; n-- {
 		if path = dom.Walk(entries[:n]); path != nil {
 			break
 		}
 	}
-	level := dom.Descriptors
+	return path
+}
+
+// explainLevels describes, entry by entry, the descriptor of path it
+// matched, why, and the other descriptors with its key at that level
+// (top is the domain's top level).
+func explainLevels(top []*config.Descriptor, path []*config.Descriptor, entries []config.Entry) []explainLevel {
+	var out []explainLevel
+	level := top
 	for i, e := range entries {
 		l := explainLevel{Entry: e.Key + "=" + e.Value}
 		if i < len(path) {
@@ -142,23 +164,27 @@ func explain(cfg *config.Config, dom *config.Domain, entries []config.Entry) *ex
 			}
 			level = node.Children
 		}
-		ex.Levels = append(ex.Levels, l)
+		out = append(out, l)
 	}
+	return out
+}
+
+// whyStopped says why path, shorter than entries, matched no further.
+func whyStopped(dom *config.Domain, path []*config.Descriptor, entries []config.Entry) string {
 	switch {
-	case len(path) == len(entries):
-		ex.Matched = true
 	case len(path) == 0:
-		ex.Stopped = fmt.Sprintf("no descriptor with key %q at the top of domain %s (its keys: %s)", entries[0].Key, dom.Name, keysOf(dom.Descriptors))
+		return fmt.Sprintf("no descriptor with key %q at the top of domain %s (its keys: %s)", entries[0].Key, dom.Name, keysOf(dom.Descriptors))
 	case len(path[len(path)-1].Children) == 0:
-		ex.Stopped = fmt.Sprintf("%s has no deeper descriptors: a descriptor deeper than the tree matches nothing", describeNode(path[len(path)-1]))
+		return fmt.Sprintf("%s has no deeper descriptors: a descriptor deeper than the tree matches nothing", describeNode(path[len(path)-1]))
 	default:
 		e := entries[len(path)]
-		ex.Stopped = fmt.Sprintf("no descriptor for %s=%s under %s (its keys: %s)", e.Key, e.Value, describeNode(path[len(path)-1]), keysOf(path[len(path)-1].Children))
+		return fmt.Sprintf("no descriptor for %s=%s under %s (its keys: %s)", e.Key, e.Value, describeNode(path[len(path)-1]), keysOf(path[len(path)-1].Children))
 	}
-	if !ex.Matched {
-		ex.Applies = "nothing: the request is allowed and not counted"
-		return ex
-	}
+}
+
+// explainApplies fills in what applies to a request matching the whole
+// path: its policy, counted key and plan, or why none.
+func explainApplies(ex *explanation, cfg *config.Config, dom *config.Domain, path []*config.Descriptor, entries []config.Entry) {
 	node := path[len(path)-1]
 	switch {
 	case node.Unlimited:
@@ -182,19 +208,24 @@ func explain(cfg *config.Config, dom *config.Domain, entries []config.Entry) *ex
 	default:
 		ex.Applies = "no limit at this descriptor (it only groups deeper ones): allowed, not counted"
 	}
+}
+
+// nodeNotes are the settings of node that change how it counts or refuses.
+func nodeNotes(node *config.Descriptor) []string {
+	var notes []string
 	if node.Shadow {
-		ex.Notes = append(ex.Notes, "shadow_mode: counted and reported, never refused")
+		notes = append(notes, "shadow_mode: counted and reported, never refused")
 	}
 	if node.QuotaMode {
-		ex.Notes = append(ex.Notes, "quota_mode: its refusal refuses the request only when every quota descriptor of it refuses")
+		notes = append(notes, "quota_mode: its refusal refuses the request only when every quota descriptor of it refuses")
 	}
 	if node.ShareThreshold {
-		ex.Notes = append(ex.Notes, "share_threshold: every value matching "+node.Value+" shares one counter")
+		notes = append(notes, "share_threshold: every value matching "+node.Value+" shares one counter")
 	}
 	if node.Limit != nil && len(node.Limit.Replaces) > 0 {
-		ex.Notes = append(ex.Notes, "replaces "+strings.Join(node.Limit.Replaces, ", ")+" when both apply to one request")
+		notes = append(notes, "replaces "+strings.Join(node.Limit.Replaces, ", ")+" when both apply to one request")
 	}
-	return ex
+	return notes
 }
 
 func describeNode(d *config.Descriptor) string {
