@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -89,94 +90,142 @@ func ParseTraffic(s string) (Traffic, error) {
 		return t, fmt.Errorf("traffic %q: unknown kind %q (want steady, poisson, burst, on-off or retry)", s, kind)
 	}
 	parts := strings.Split(rest, ",")
-	arg := strings.TrimSpace(parts[0])
-	var err error
-	switch t.Kind {
-	case Burst:
-		n, at, ok := strings.Cut(arg, "@")
-		if !ok {
-			return t, fmt.Errorf("traffic %q: a burst is burst:N@TIME, such as burst:10@990ms", s)
-		}
-		t.N, err = strconv.ParseInt(n, 10, 64)
-		if err != nil || t.N < 1 || t.N > 1<<32 {
-			return t, fmt.Errorf("traffic %q: burst size %q must be a whole number from 1 to %d", s, n, int64(1<<32))
-		}
-		if t.At, err = offset(at); err != nil {
-			return t, fmt.Errorf("traffic %q: %w", s, err)
-		}
-	default:
-		if t.Rate, err = parseRate(arg); err != nil {
-			return t, fmt.Errorf("traffic %q: %w", s, err)
-		}
+	if err := t.parseArg(strings.TrimSpace(parts[0])); err != nil {
+		return t, fmt.Errorf("traffic %q: %w", s, err)
 	}
-	seen := map[string]bool{}
-	for _, p := range parts[1:] {
-		name, val, ok := strings.Cut(strings.TrimSpace(p), "=")
-		if !ok {
-			return t, fmt.Errorf("traffic %q: option %q must be name=value", s, p)
-		}
-		if seen[name] {
-			return t, fmt.Errorf("traffic %q: option %s given twice", s, name)
-		}
-		seen[name] = true
-		switch name {
-		case "key":
-			if val == "" {
-				return t, fmt.Errorf("traffic %q: key must not be empty", s)
-			}
-			t.Key = val
-		case "keys":
-			n, err := strconv.Atoi(val)
-			if err != nil || n < 1 || n > MaxKeysPerSource {
-				return t, fmt.Errorf("traffic %q: keys must be a whole number from 1 to %d, got %q", s, MaxKeysPerSource, val)
-			}
-			if t.Kind == Retry && n > 1 {
-				return t, fmt.Errorf("traffic %q: a retry client is one client on one key; give several retry sources instead of keys=%d", s, n)
-			}
-			t.Keys = n
-		case "cost":
-			n, err := strconv.ParseInt(val, 10, 64)
-			if err != nil || n < 1 {
-				return t, fmt.Errorf("traffic %q: cost must be a positive whole number, got %q", s, val)
-			}
-			t.Cost = n
-		case "from", "until", "on", "off":
-			d, err := offset(val)
-			if err != nil {
-				return t, fmt.Errorf("traffic %q: %s: %w", s, name, err)
-			}
-			switch name {
-			case "from":
-				t.From = d
-			case "until":
-				t.Until = d
-			case "on", "off":
-				if t.Kind != OnOff {
-					return t, fmt.Errorf("traffic %q: %s applies only to on-off traffic", s, name)
-				}
-				if d <= 0 {
-					return t, fmt.Errorf("traffic %q: %s must be positive", s, name)
-				}
-				if name == "on" {
-					t.On = d
-				} else {
-					t.Off = d
-				}
-			}
-		default:
-			return t, fmt.Errorf("traffic %q: unknown option %q (want key, keys, cost, from, until; on and off for on-off)", s, name)
-		}
+	seen, err := t.parseOptions(parts[1:])
+	if err == nil {
+		err = t.check(seen)
 	}
-	if t.Kind == OnOff && (t.On == 0 || t.Off == 0) {
-		return t, fmt.Errorf("traffic %q: on-off needs on=DURATION and off=DURATION, such as on-off:50/s,on=2s,off=3s", s)
-	}
-	if t.Kind == Burst && (seen["from"] || seen["until"]) {
-		return t, fmt.Errorf("traffic %q: a burst has its instant after @; from and until do not apply", s)
-	}
-	if t.Until != 0 && t.Until <= t.From {
-		return t, fmt.Errorf("traffic %q: until (%v) must be after from (%v)", s, t.Until, t.From)
+	if err != nil {
+		return t, fmt.Errorf("traffic %q: %w", s, err)
 	}
 	return t, nil
+}
+
+// parseArg parses the argument of the kind: N@TIME for a burst, else a
+// rate.
+func (t *Traffic) parseArg(arg string) error {
+	if t.Kind != Burst {
+		var err error
+		t.Rate, err = parseRate(arg)
+		return err
+	}
+	n, at, ok := strings.Cut(arg, "@")
+	if !ok {
+		return errors.New("a burst is burst:N@TIME, such as burst:10@990ms")
+	}
+	var err error
+	t.N, err = strconv.ParseInt(n, 10, 64)
+	if err != nil || t.N < 1 || t.N > 1<<32 {
+		return fmt.Errorf("burst size %q must be a whole number from 1 to %d", n, int64(1<<32))
+	}
+	t.At, err = offset(at)
+	return err
+}
+
+// parseOptions parses the name=value options, each at most once, and
+// returns the names given.
+func (t *Traffic) parseOptions(opts []string) (map[string]bool, error) {
+	seen := map[string]bool{}
+	for _, p := range opts {
+		name, val, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok {
+			return seen, fmt.Errorf("option %q must be name=value", p)
+		}
+		if seen[name] {
+			return seen, fmt.Errorf("option %s given twice", name)
+		}
+		seen[name] = true
+		set := trafficOptions[name]
+		if set == nil {
+			return seen, fmt.Errorf("unknown option %q (want key, keys, cost, from, until; on and off for on-off)", name)
+		}
+		if err := set(t, val); err != nil {
+			return seen, err
+		}
+	}
+	return seen, nil
+}
+
+// trafficOptions sets each option of a --traffic value from its text.
+var trafficOptions = map[string]func(t *Traffic, val string) error{
+	"key": func(t *Traffic, val string) error {
+		if val == "" {
+			return errors.New("key must not be empty")
+		}
+		t.Key = val
+		return nil
+	},
+	"keys": func(t *Traffic, val string) error {
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 1 || n > MaxKeysPerSource {
+			return fmt.Errorf("keys must be a whole number from 1 to %d, got %q", MaxKeysPerSource, val)
+		}
+		if t.Kind == Retry && n > 1 {
+			return fmt.Errorf("a retry client is one client on one key; give several retry sources instead of keys=%d", n)
+		}
+		t.Keys = n
+		return nil
+	},
+	"cost": func(t *Traffic, val string) error {
+		n, err := strconv.ParseInt(val, 10, 64)
+		if err != nil || n < 1 {
+			return fmt.Errorf("cost must be a positive whole number, got %q", val)
+		}
+		t.Cost = n
+		return nil
+	},
+	"from":  offsetOption("from", func(t *Traffic) *time.Duration { return &t.From }),
+	"until": offsetOption("until", func(t *Traffic) *time.Duration { return &t.Until }),
+	"on":    onOffOption("on", func(t *Traffic) *time.Duration { return &t.On }),
+	"off":   onOffOption("off", func(t *Traffic) *time.Duration { return &t.Off }),
+}
+
+// offsetOption is an option that takes a time from the simulation's start
+// into the field dst returns.
+func offsetOption(name string, dst func(*Traffic) *time.Duration) func(*Traffic, string) error {
+	return func(t *Traffic, val string) error {
+		d, err := offset(val)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		*dst(t) = d
+		return nil
+	}
+}
+
+// onOffOption is on= or off= of on-off traffic: a positive duration.
+func onOffOption(name string, dst func(*Traffic) *time.Duration) func(*Traffic, string) error {
+	return func(t *Traffic, val string) error {
+		d, err := offset(val)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if t.Kind != OnOff {
+			return fmt.Errorf("%s applies only to on-off traffic", name)
+		}
+		if d <= 0 {
+			return fmt.Errorf("%s must be positive", name)
+		}
+		*dst(t) = d
+		return nil
+	}
+}
+
+// check refuses what the options say together that cannot be: on-off
+// without on and off, a burst with from or until, until before from.
+func (t *Traffic) check(seen map[string]bool) error {
+	if t.Kind == OnOff && (t.On == 0 || t.Off == 0) {
+		return errors.New("on-off needs on=DURATION and off=DURATION, such as on-off:50/s,on=2s,off=3s")
+	}
+	if t.Kind == Burst && (seen["from"] || seen["until"]) {
+		return errors.New("a burst has its instant after @; from and until do not apply")
+	}
+	if t.Until != 0 && t.Until <= t.From {
+		return fmt.Errorf("until (%v) must be after from (%v)", t.Until, t.From)
+	}
+	return nil
 }
 
 // parseRate reads a rate in the configuration's notation (12/s, 100/m) as
