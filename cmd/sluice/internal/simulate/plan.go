@@ -120,16 +120,56 @@ type Plan struct {
 // with its number), and sizes the run. It returns a *TooLongError, before
 // any work, when the run would be too long.
 func NewPlan(opts Options) (*Plan, error) {
+	if err := checkOptions(&opts); err != nil {
+		return nil, err
+	}
+	p := &Plan{opts: opts, Start: DefaultStart, Requests: make([]int64, len(opts.Policies))}
+	if err := p.addSources(opts.Traffic, opts.Policies); err != nil {
+		return nil, err
+	}
+	var traceEnd time.Duration
+	var traceCounts []int64
+	if opts.Trace != "" {
+		scan, err := scanTrace(opts.Trace, opts.Policies)
+		if err != nil {
+			return nil, err
+		}
+		traceCounts = scan.counts
+		if traceEnd, err = p.useTrace(scan, opts); err != nil {
+			return nil, err
+		}
+	} else if opts.Watch != "" && !p.hasKey(opts.Watch) {
+		return nil, fmt.Errorf("--watch %q: no request uses this key (the sources' keys are %v)", opts.Watch, p.keyList(5))
+	}
+	if opts.Watch != "" {
+		p.Watch = opts.Watch
+	} else if len(p.keys) > 0 {
+		p.Watch = p.keys[0]
+	}
+	if err := p.size(opts, traceEnd); err != nil {
+		return nil, err
+	}
+	p.count(opts.Traffic, traceCounts)
+	if p.Decisions > opts.MaxDecisions {
+		return nil, &TooLongError{Decisions: p.Decisions, Max: opts.MaxDecisions, Policies: len(opts.Policies), Duration: p.Duration}
+	}
+	return p, nil
+}
+
+// checkOptions refuses options that cannot run (no policies or traffic,
+// a policy twice, a duration out of range) and fills in the default
+// decision bound.
+func checkOptions(opts *Options) error {
 	if len(opts.Policies) == 0 {
-		return nil, errors.New("no policies: give --config or --policy")
+		return errors.New("no policies: give --config or --policy")
 	}
 	if len(opts.Traffic) == 0 && opts.Trace == "" {
-		return nil, ErrNoTraffic
+		return ErrNoTraffic
 	}
 	seen := map[string]bool{}
 	for _, p := range opts.Policies {
 		if seen[p.Name] {
-			return nil, fmt.Errorf("policy %q is given twice", p.Name)
+			return fmt.Errorf("policy %q is given twice", p.Name)
 		}
 		seen[p.Name] = true
 	}
@@ -137,13 +177,18 @@ func NewPlan(opts Options) (*Plan, error) {
 		opts.MaxDecisions = DefaultMaxDecisions
 	}
 	if opts.Duration < 0 || opts.Duration > MaxDuration {
-		return nil, fmt.Errorf("--duration must be between 1ms and %v, got %v", MaxDuration, opts.Duration)
+		return fmt.Errorf("--duration must be between 1ms and %v, got %v", MaxDuration, opts.Duration)
 	}
-	p := &Plan{opts: opts, Start: DefaultStart, Requests: make([]int64, len(opts.Policies))}
-	for _, t := range opts.Traffic {
-		for _, pol := range opts.Policies {
+	return nil
+}
+
+// addSources names the keys of each synthetic source, refusing a cost
+// that some policy could never allow.
+func (p *Plan) addSources(traffic []Traffic, policies []*config.Policy) error {
+	for _, t := range traffic {
+		for _, pol := range policies {
 			if t.Cost > pol.Limit {
-				return nil, fmt.Errorf("traffic %q: cost %d exceeds the limit %d of policy %q: it could never be allowed", t.Spec, t.Cost, pol.Limit, pol.Name)
+				return fmt.Errorf("traffic %q: cost %d exceeds the limit %d of policy %q: it could never be allowed", t.Spec, t.Cost, pol.Limit, pol.Name)
 			}
 		}
 		var idx []int32
@@ -157,35 +202,32 @@ func NewPlan(opts Options) (*Plan, error) {
 		}
 		p.srcKeys = append(p.srcKeys, idx)
 	}
-	var traceEnd time.Duration
-	var traceCounts []int64
-	if opts.Trace != "" {
-		scan, err := scanTrace(opts.Trace, opts.Policies)
-		if err != nil {
-			return nil, err
-		}
-		traceCounts = scan.counts
-		if scan.abs {
-			p.traceAbs = true
-			p.Start = scan.first.Truncate(time.Second)
-			traceEnd = scan.last.Sub(p.Start)
-		} else {
-			traceEnd = scan.lastOffset
-		}
-		if p.Watch == "" && len(opts.Traffic) == 0 {
-			p.Watch = scan.firstKey
-		}
-		if opts.Watch != "" && !scan.keys[opts.Watch] && len(scan.keys) < maxScanKeys && !p.hasKey(opts.Watch) {
-			return nil, fmt.Errorf("--watch %q: no request uses this key", opts.Watch)
-		}
-	} else if opts.Watch != "" && !p.hasKey(opts.Watch) {
-		return nil, fmt.Errorf("--watch %q: no request uses this key (the sources' keys are %v)", opts.Watch, p.keyList(5))
+	return nil
+}
+
+// useTrace takes the start (of a trace of absolute times) and the watched
+// key from the trace's scan, and returns the last request's offset.
+func (p *Plan) useTrace(scan *traceScan, opts Options) (time.Duration, error) {
+	var end time.Duration
+	if scan.abs {
+		p.traceAbs = true
+		p.Start = scan.first.Truncate(time.Second)
+		end = scan.last.Sub(p.Start)
+	} else {
+		end = scan.lastOffset
 	}
-	if opts.Watch != "" {
-		p.Watch = opts.Watch
-	} else if len(p.keys) > 0 {
-		p.Watch = p.keys[0]
+	if len(opts.Traffic) == 0 {
+		p.Watch = scan.firstKey
 	}
+	if opts.Watch != "" && !scan.keys[opts.Watch] && len(scan.keys) < maxScanKeys && !p.hasKey(opts.Watch) {
+		return 0, fmt.Errorf("--watch %q: no request uses this key", opts.Watch)
+	}
+	return end, nil
+}
+
+// size sets the run's duration (by default, up to the trace's last
+// request) and its buckets.
+func (p *Plan) size(opts Options, traceEnd time.Duration) error {
 	p.Duration = opts.Duration
 	if p.Duration == 0 {
 		p.Duration = DefaultDuration
@@ -195,24 +237,30 @@ func NewPlan(opts Options) (*Plan, error) {
 		}
 	}
 	if p.Duration > MaxDuration {
-		return nil, fmt.Errorf("the trace spans %v, more than the longest run, %v", p.Duration, MaxDuration)
+		return fmt.Errorf("the trace spans %v, more than the longest run, %v", p.Duration, MaxDuration)
 	}
 	p.Bucket = opts.Bucket
 	if p.Bucket == 0 {
 		p.Bucket = autoBucket(p.Duration)
 	}
 	if p.Bucket < time.Millisecond || p.Bucket%time.Microsecond != 0 {
-		return nil, fmt.Errorf("--bucket must be at least 1ms and a whole number of microseconds, got %v", p.Bucket)
+		return fmt.Errorf("--bucket must be at least 1ms and a whole number of microseconds, got %v", p.Bucket)
 	}
 	nb := int64(math.Ceil(float64(p.Duration) / float64(p.Bucket)))
 	if nb > MaxBuckets {
-		return nil, fmt.Errorf("%v in buckets of %v is %d buckets, more than %d: use a wider --bucket", p.Duration, p.Bucket, nb, MaxBuckets)
+		return fmt.Errorf("%v in buckets of %v is %d buckets, more than %d: use a wider --bucket", p.Duration, p.Bucket, nb, MaxBuckets)
 	}
 	p.Buckets = int(nb)
+	return nil
+}
+
+// count estimates the requests each policy sees (traceCounts: those of
+// the trace, nil without one) and the decisions of the whole run.
+func (p *Plan) count(traffic []Traffic, traceCounts []int64) {
 	var total int64
-	for i := range opts.Policies {
+	for i := range p.Requests {
 		var n float64
-		for _, t := range opts.Traffic {
+		for _, t := range traffic {
 			n += t.Expected(p.Duration)
 		}
 		if traceCounts != nil {
@@ -222,10 +270,6 @@ func NewPlan(opts Options) (*Plan, error) {
 		total += p.Requests[i] + int64(p.Buckets)
 	}
 	p.Decisions = total
-	if total > opts.MaxDecisions {
-		return nil, &TooLongError{Decisions: total, Max: opts.MaxDecisions, Policies: len(opts.Policies), Duration: p.Duration}
-	}
-	return p, nil
 }
 
 // Estimate is the rough time the run takes on one core.
