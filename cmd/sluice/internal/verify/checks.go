@@ -226,25 +226,10 @@ func (r *run) recovery(ctx context.Context, p *config.Policy, chk *Check) {
 		chk.fail("%v", err)
 		return
 	}
-	// Every key below is exhausted the same way at t0, and then only
-	// asked later: a sliding log with count_rejected logs refusals too,
-	// and a sliding log forgets old entries when asked, so one key must
-	// never be asked twice at different times, nor back in time.
-	exhaust := func(key string) (time.Duration, error) {
-		clk.set(t0)
-		res, err := l.AllowN(ctx, key, rule.Limit)
-		if err != nil || !res.Allowed || res.Degraded {
-			return 0, fmt.Errorf("taking the whole limit on a fresh key: %+v, %v", res, err)
-		}
-		res, err = l.Allow(ctx, key)
-		if err != nil || res.Allowed || res.Degraded {
-			return 0, fmt.Errorf("one more after the whole limit: %+v, %v; want refused", res, err)
-		}
-		return res.RetryAfter, nil
-	}
-	ra, err := exhaust("recovery-a")
+	pr := &recoveryProbe{ctx: ctx, l: l, clk: clk, t0: t0, limit: rule.Limit}
+	ra, err := pr.exhaust("recovery-a")
 	if err == nil {
-		_, err = exhaust("recovery-b")
+		_, err = pr.exhaust("recovery-b")
 	}
 	if err != nil {
 		chk.fail("%v", err)
@@ -255,30 +240,79 @@ func (r *run) recovery(ctx context.Context, p *config.Policy, chk *Check) {
 		chk.fail("a refusal advertised RetryAfter %v, want positive", ra)
 		return
 	}
-	// The instant a key is allowed again, by bisection: each probe is a
-	// key exhausted at t0 and peeked at (a peek takes nothing) once, later.
-	lo, hi := time.Duration(0), 2*ra+time.Second
-	probes := 0
-	peek := func(d time.Duration) (bool, error) {
-		probes++
-		key := fmt.Sprintf("recovery-probe-%d", probes)
-		if _, err := exhaust(key); err != nil {
-			return false, err
-		}
-		clk.set(t0.Add(d))
-		res, err := l.Peek(ctx, key)
-		return res.Allowed, err
-	}
-	if ok, err := peek(hi); err != nil || !ok {
-		chk.fail("still refused %v after the refusal (advertised %v): %v", hi, ra, err)
+	observed, err := pr.bisect(ra)
+	if err != nil {
+		chk.fail("%v", err)
 		return
+	}
+	chk.fig("observed_ms", ms(observed))
+	if observed != ra {
+		chk.fail("RetryAfter advertised %v, but the key is allowed again after %v", ra, observed)
+	}
+	pr.checkEdge(ra, chk)
+	chk.Detail = fmt.Sprintf("retry after %v advertised, %v observed; refused 1µs earlier, allowed at it", ra, observed)
+	if ra > realWaitMax {
+		chk.Detail += fmt.Sprintf("; no real wait (%v > %v)", ra, realWaitMax)
+		return
+	}
+	r.realRecovery(ctx, p, rule.Limit, chk)
+}
+
+// recoveryProbe asks keys of one limiter on a client clock. Every key is
+// exhausted the same way at t0, and then only asked later: a sliding log
+// with count_rejected logs refusals too, and a sliding log forgets old
+// entries when asked, so one key must never be asked twice at different
+// times, nor back in time.
+type recoveryProbe struct {
+	ctx    context.Context
+	l      *sluice.Limiter
+	clk    *clock
+	t0     time.Time
+	limit  int64
+	probes int
+}
+
+// exhaust takes the whole limit of a fresh key at t0, checks one more is
+// refused, and returns the RetryAfter of that refusal.
+func (pr *recoveryProbe) exhaust(key string) (time.Duration, error) {
+	pr.clk.set(pr.t0)
+	res, err := pr.l.AllowN(pr.ctx, key, pr.limit)
+	if err != nil || !res.Allowed || res.Degraded {
+		return 0, fmt.Errorf("taking the whole limit on a fresh key: %+v, %v", res, err)
+	}
+	res, err = pr.l.Allow(pr.ctx, key)
+	if err != nil || res.Allowed || res.Degraded {
+		return 0, fmt.Errorf("one more after the whole limit: %+v, %v; want refused", res, err)
+	}
+	return res.RetryAfter, nil
+}
+
+// peek reports whether a key exhausted at t0 is allowed d later (a peek
+// takes nothing), on a new key each time.
+func (pr *recoveryProbe) peek(d time.Duration) (bool, error) {
+	pr.probes++
+	key := fmt.Sprintf("recovery-probe-%d", pr.probes)
+	if _, err := pr.exhaust(key); err != nil {
+		return false, err
+	}
+	pr.clk.set(pr.t0.Add(d))
+	res, err := pr.l.Peek(pr.ctx, key)
+	return res.Allowed, err
+}
+
+// bisect finds, to the microsecond, the instant after a refusal that a
+// key is allowed again, searching up to twice the advertised ra and a
+// second.
+func (pr *recoveryProbe) bisect(ra time.Duration) (time.Duration, error) {
+	lo, hi := time.Duration(0), 2*ra+time.Second
+	if ok, err := pr.peek(hi); err != nil || !ok {
+		return 0, fmt.Errorf("still refused %v after the refusal (advertised %v): %v", hi, ra, err)
 	}
 	for hi-lo > time.Microsecond {
 		mid := (lo + (hi-lo)/2).Truncate(time.Microsecond)
-		ok, err := peek(mid)
+		ok, err := pr.peek(mid)
 		if err != nil {
-			chk.fail("peek: %v", err)
-			return
+			return 0, fmt.Errorf("peek: %v", err)
 		}
 		if ok {
 			hi = mid
@@ -286,32 +320,31 @@ func (r *run) recovery(ctx context.Context, p *config.Policy, chk *Check) {
 			lo = mid
 		}
 	}
-	observed := hi
-	chk.fig("observed_ms", ms(observed))
-	if observed != ra {
-		chk.fail("RetryAfter advertised %v, but the key is allowed again after %v", ra, observed)
-	}
-	clk.set(t0.Add(ra - time.Microsecond))
-	if res, err := l.Allow(ctx, "recovery-b"); err != nil || res.Allowed {
+	return hi, nil
+}
+
+// checkEdge checks that recovery-b is refused 1µs before the advertised
+// ra and recovery-a allowed at it.
+func (pr *recoveryProbe) checkEdge(ra time.Duration, chk *Check) {
+	pr.clk.set(pr.t0.Add(ra - time.Microsecond))
+	if res, err := pr.l.Allow(pr.ctx, "recovery-b"); err != nil || res.Allowed {
 		chk.fail("a request 1µs before the advertised RetryAfter %v: allowed %v, %v; want refused", ra, res.Allowed, err)
 	}
-	clk.set(t0.Add(ra))
-	if res, err := l.Allow(ctx, "recovery-a"); err != nil || !res.Allowed {
+	pr.clk.set(pr.t0.Add(ra))
+	if res, err := pr.l.Allow(pr.ctx, "recovery-a"); err != nil || !res.Allowed {
 		chk.fail("a request at the advertised RetryAfter %v: allowed %v, %v; want allowed", ra, res.Allowed, err)
 	}
-	chk.Detail = fmt.Sprintf("retry after %v advertised, %v observed; refused 1µs earlier, allowed at it", ra, observed)
+}
 
-	// In real time, on Valkey's clock.
-	if ra > realWaitMax {
-		chk.Detail += fmt.Sprintf("; no real wait (%v > %v)", ra, realWaitMax)
-		return
-	}
+// realRecovery exhausts a key on Valkey's own clock, waits out the
+// RetryAfter in real time, and checks the key is allowed again.
+func (r *run) realRecovery(ctx context.Context, p *config.Policy, limit int64, chk *Check) {
 	rl, err := r.limiter(p, nil)
 	if err != nil {
 		chk.fail("%v", err)
 		return
 	}
-	res, err := rl.AllowN(ctx, "recovery-real", rule.Limit)
+	res, err := rl.AllowN(ctx, "recovery-real", limit)
 	if err == nil && res.Allowed {
 		res, err = rl.Allow(ctx, "recovery-real")
 	}
