@@ -79,106 +79,25 @@ func timeUnit(d time.Duration) (time.Duration, string) {
 	return time.Hour, "h"
 }
 
+// drawResult draws the title, then a row of three plots per policy.
 func drawResult(dc draw.Canvas, r *Result) error {
-	// The title across the top.
-	sty := text.Style{Color: color.Black, Font: plot.DefaultFont, Handler: plot.DefaultTextHandler}
-	sty.Font.Size = vg.Points(12)
-	title := fmt.Sprintf("%d policies on the same traffic: %s  (buckets of %v over %v)",
-		len(r.Policies), strings.Join(r.Traffic, " + "), r.Bucket, r.Duration)
-	if len(r.Policies) == 1 {
-		title = strings.Replace(title, "1 policies", "1 policy", 1)
-	}
-	sty.XAlign, sty.YAlign = draw.XCenter, draw.YCenter
-	dc.FillText(sty, vg.Point{X: (dc.Min.X + dc.Max.X) / 2, Y: dc.Max.Y - titleH/2}, title)
-	body := draw.Crop(dc, 0, 0, 0, -titleH)
-
-	unit, unitName := timeUnit(r.Duration)
-	xmax := float64(r.Duration) / float64(unit)
-	var maxReq, maxRate float64
-	for _, p := range r.Policies {
-		for _, b := range p.Buckets {
-			maxReq = max(maxReq, float64(b.Requests))
-			maxRate = max(maxRate, b.Admitted, p.Nominal*float64(b.Keys))
-		}
-		maxRate = max(maxRate, p.Nominal)
-	}
-	x := func(i int) float64 { return float64(r.Bucket*time.Duration(i)) / float64(unit) }
+	body := drawTitle(dc, r)
+	ax := newPlotAxes(r)
 	rows := make([][]*plot.Plot, len(r.Policies))
 	for row, p := range r.Policies {
-		n := len(p.Buckets)
-		total := make(plotter.XYs, n+1)
-		allowed := make(plotter.XYs, n+1)
-		remaining := make(plotter.XYs, n+1)
-		admitted := make(plotter.XYs, n)
-		limit := make(plotter.XYs, n+1)
-		for i, b := range p.Buckets {
-			total[i] = plotter.XY{X: x(i), Y: float64(b.Requests)}
-			allowed[i] = plotter.XY{X: x(i), Y: float64(b.Allowed)}
-			remaining[i] = plotter.XY{X: x(i + 1), Y: float64(b.Remaining)}
-			// Each admitted rate is measured up to the end of its bucket.
-			admitted[i] = plotter.XY{X: min(x(i+1), xmax), Y: b.Admitted}
-			limit[i] = plotter.XY{X: x(i), Y: p.Nominal * float64(b.Keys)}
-		}
-		limit[n] = plotter.XY{X: xmax, Y: limit[n-1].Y}
-		// Close the steps at the end.
-		total[n] = plotter.XY{X: xmax, Y: total[n-1].Y}
-		allowed[n] = plotter.XY{X: xmax, Y: allowed[n-1].Y}
-		remaining = append(plotter.XYs{{X: 0, Y: float64(p.Rule.Limit)}}, remaining[:n]...)
-
-		shadow := ""
-		if p.Shadow {
-			shadow = " [shadow: drawn as enforced]"
-		}
-		head := fmt.Sprintf("%s: %v%s", p.Name, p.Rule, shadow)
-		if strings.HasPrefix(p.Rule.String(), p.Name+"(") {
-			head = p.Rule.String() + shadow
-		}
-
-		reqs := newPlot(head, "", unitName, xmax)
-		reqs.Y.Label.Text = "requests per bucket"
-		reqs.Y.Max = max(maxReq*1.08, 1)
-		lt, err := stepLine(total, colRefused, fillRefused)
+		s := ax.series(p)
+		reqs, err := ax.requestsPlot(p, s)
 		if err != nil {
 			return err
 		}
-		la, err := stepLine(allowed, colAllowed, fillAllowed)
+		rem, err := ax.remainingPlot(p, s, r.Watch)
 		if err != nil {
 			return err
 		}
-		reqs.Add(lt, la)
-		reqs.Legend.Add(fmt.Sprintf("allowed (%d)", p.Allowed), la)
-		reqs.Legend.Add(fmt.Sprintf("refused (%d)", p.Refused), lt)
-		reqs.Legend.Top = true
-		reqs.Legend.Left = false
-
-		rem := newPlot(fmt.Sprintf("remaining for key %q at bucket ends", r.Watch), "", unitName, xmax)
-		rem.Y.Label.Text = "units"
-		rem.Y.Max = float64(p.Rule.Limit) * 1.08
-		lr, err := stepLine(remaining, colLine, nil)
+		rate, err := ax.ratePlot(p, s)
 		if err != nil {
 			return err
 		}
-		rem.Add(lr)
-
-		rate := newPlot(fmt.Sprintf("admitted per second over the last %v, all keys together", p.RateWindow), "", unitName, xmax)
-		rate.Y.Label.Text = "units/s"
-		rate.Y.Max = max(maxRate*1.1, 1)
-		lad, err := plotter.NewLine(admitted)
-		if err != nil {
-			return err
-		}
-		lad.Color = colAllowed
-		lad.Width = vg.Points(1.5)
-		nom, err := stepLine(limit, colNominal, nil)
-		if err != nil {
-			return err
-		}
-		nom.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-		rate.Add(nom, lad)
-		rate.Legend.Add("admitted", lad)
-		rate.Legend.Add(fmt.Sprintf("nominal %.4g/s × keys in the window", p.Nominal), nom)
-		rate.Legend.Top = true
-
 		rows[row] = []*plot.Plot{reqs, rem, rate}
 	}
 	tiles := draw.Tiles{Rows: len(rows), Cols: 3, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 3,
@@ -192,6 +111,140 @@ func drawResult(dc draw.Canvas, r *Result) error {
 		}
 	}
 	return nil
+}
+
+// drawTitle writes the title across the top and returns the canvas below.
+func drawTitle(dc draw.Canvas, r *Result) draw.Canvas {
+	sty := text.Style{Color: color.Black, Font: plot.DefaultFont, Handler: plot.DefaultTextHandler}
+	sty.Font.Size = vg.Points(12)
+	title := fmt.Sprintf("%d policies on the same traffic: %s  (buckets of %v over %v)",
+		len(r.Policies), strings.Join(r.Traffic, " + "), r.Bucket, r.Duration)
+	if len(r.Policies) == 1 {
+		title = strings.Replace(title, "1 policies", "1 policy", 1)
+	}
+	sty.XAlign, sty.YAlign = draw.XCenter, draw.YCenter
+	dc.FillText(sty, vg.Point{X: (dc.Min.X + dc.Max.X) / 2, Y: dc.Max.Y - titleH/2}, title)
+	return draw.Crop(dc, 0, 0, 0, -titleH)
+}
+
+// plotAxes are the scales every row shares: the time axis and the tops of
+// the request and rate plots.
+type plotAxes struct {
+	bucket          time.Duration
+	unit            time.Duration
+	unitName        string
+	xmax            float64
+	maxReq, maxRate float64
+}
+
+func newPlotAxes(r *Result) *plotAxes {
+	ax := &plotAxes{bucket: r.Bucket}
+	ax.unit, ax.unitName = timeUnit(r.Duration)
+	ax.xmax = float64(r.Duration) / float64(ax.unit)
+	for _, p := range r.Policies {
+		for _, b := range p.Buckets {
+			ax.maxReq = max(ax.maxReq, float64(b.Requests))
+			ax.maxRate = max(ax.maxRate, b.Admitted, p.Nominal*float64(b.Keys))
+		}
+		ax.maxRate = max(ax.maxRate, p.Nominal)
+	}
+	return ax
+}
+
+// x is the start of bucket i on the time axis.
+func (ax *plotAxes) x(i int) float64 { return float64(ax.bucket*time.Duration(i)) / float64(ax.unit) }
+
+// policySeries are the lines of one policy's row.
+type policySeries struct {
+	total, allowed, remaining, admitted, limit plotter.XYs
+}
+
+// series returns the lines of p, the steps closed at the end.
+func (ax *plotAxes) series(p *PolicyResult) policySeries {
+	n := len(p.Buckets)
+	s := policySeries{total: make(plotter.XYs, n+1), allowed: make(plotter.XYs, n+1),
+		remaining: make(plotter.XYs, n+1), admitted: make(plotter.XYs, n), limit: make(plotter.XYs, n+1)}
+	for i, b := range p.Buckets {
+		s.total[i] = plotter.XY{X: ax.x(i), Y: float64(b.Requests)}
+		s.allowed[i] = plotter.XY{X: ax.x(i), Y: float64(b.Allowed)}
+		s.remaining[i] = plotter.XY{X: ax.x(i + 1), Y: float64(b.Remaining)}
+		// Each admitted rate is measured up to the end of its bucket.
+		s.admitted[i] = plotter.XY{X: min(ax.x(i+1), ax.xmax), Y: b.Admitted}
+		s.limit[i] = plotter.XY{X: ax.x(i), Y: p.Nominal * float64(b.Keys)}
+	}
+	s.limit[n] = plotter.XY{X: ax.xmax, Y: s.limit[n-1].Y}
+	// Close the steps at the end.
+	s.total[n] = plotter.XY{X: ax.xmax, Y: s.total[n-1].Y}
+	s.allowed[n] = plotter.XY{X: ax.xmax, Y: s.allowed[n-1].Y}
+	s.remaining = append(plotter.XYs{{X: 0, Y: float64(p.Rule.Limit)}}, s.remaining[:n]...)
+	return s
+}
+
+// requestsPlot is the requests allowed and refused per bucket, headed by
+// the policy's name and rule.
+func (ax *plotAxes) requestsPlot(p *PolicyResult, s policySeries) (*plot.Plot, error) {
+	shadow := ""
+	if p.Shadow {
+		shadow = " [shadow: drawn as enforced]"
+	}
+	head := fmt.Sprintf("%s: %v%s", p.Name, p.Rule, shadow)
+	if strings.HasPrefix(p.Rule.String(), p.Name+"(") {
+		head = p.Rule.String() + shadow
+	}
+	reqs := newPlot(head, "", ax.unitName, ax.xmax)
+	reqs.Y.Label.Text = "requests per bucket"
+	reqs.Y.Max = max(ax.maxReq*1.08, 1)
+	lt, err := stepLine(s.total, colRefused, fillRefused)
+	if err != nil {
+		return nil, err
+	}
+	la, err := stepLine(s.allowed, colAllowed, fillAllowed)
+	if err != nil {
+		return nil, err
+	}
+	reqs.Add(lt, la)
+	reqs.Legend.Add(fmt.Sprintf("allowed (%d)", p.Allowed), la)
+	reqs.Legend.Add(fmt.Sprintf("refused (%d)", p.Refused), lt)
+	reqs.Legend.Top = true
+	reqs.Legend.Left = false
+	return reqs, nil
+}
+
+// remainingPlot is the watched key's remaining units at bucket ends.
+func (ax *plotAxes) remainingPlot(p *PolicyResult, s policySeries, watch string) (*plot.Plot, error) {
+	rem := newPlot(fmt.Sprintf("remaining for key %q at bucket ends", watch), "", ax.unitName, ax.xmax)
+	rem.Y.Label.Text = "units"
+	rem.Y.Max = float64(p.Rule.Limit) * 1.08
+	lr, err := stepLine(s.remaining, colLine, nil)
+	if err != nil {
+		return nil, err
+	}
+	rem.Add(lr)
+	return rem, nil
+}
+
+// ratePlot is the rate admitted to all keys together against the nominal
+// rate times the keys in the window.
+func (ax *plotAxes) ratePlot(p *PolicyResult, s policySeries) (*plot.Plot, error) {
+	rate := newPlot(fmt.Sprintf("admitted per second over the last %v, all keys together", p.RateWindow), "", ax.unitName, ax.xmax)
+	rate.Y.Label.Text = "units/s"
+	rate.Y.Max = max(ax.maxRate*1.1, 1)
+	lad, err := plotter.NewLine(s.admitted)
+	if err != nil {
+		return nil, err
+	}
+	lad.Color = colAllowed
+	lad.Width = vg.Points(1.5)
+	nom, err := stepLine(s.limit, colNominal, nil)
+	if err != nil {
+		return nil, err
+	}
+	nom.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	rate.Add(nom, lad)
+	rate.Legend.Add("admitted", lad)
+	rate.Legend.Add(fmt.Sprintf("nominal %.4g/s × keys in the window", p.Nominal), nom)
+	rate.Legend.Top = true
+	return rate, nil
 }
 
 func newPlot(title, ylabel, unit string, xmax float64) *plot.Plot {
