@@ -85,6 +85,9 @@ func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
 	return nil
 }
 
+// decide decides op under its shard's lock: it reads the key's state,
+// applies the key's override, runs the algorithm, and keeps or deletes
+// the state as the algorithm says.
 func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	if err := op.Validate(); err != nil {
 		return sluice.Result{}, err
@@ -101,22 +104,11 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	}
 	us := now.UnixMicro()
 
-	it, ok := sh.m[op.Key]
-	if ok && !clockNow.Before(it.expires) {
-		delete(sh.m, op.Key)
-		it, ok = nil, false
-	}
 	var st state
-	if ok {
-		if it.state.alg != op.Rule.Algorithm {
-			return sluice.Result{}, fmt.Errorf("memstore: key %q holds %v state, not %v: give limiters with different policies different names", op.Key, it.state.alg, op.Rule.Algorithm)
-		}
-		// st shares it.state's log; slidingLog only changes the log on paths
-		// where it also writes or deletes the key.
-		st = it.state
+	it, err := sh.load(op.Key, op.Rule.Algorithm, clockNow, &st)
+	if err != nil {
+		return sluice.Result{}, err
 	}
-	st.alg = op.Rule.Algorithm
-
 	r, src, ovInvalid, until := s.applyOverride(op, now, clockNow)
 	cost, receipt := op.Cost, op.Receipt
 	overLimit := src == sluice.SourceOverride && cost > r.Limit
@@ -125,29 +117,9 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 		// the override lapses (the plan's limit admits the cost).
 		cost, receipt = 0, 0
 	}
-	var (
-		rep        reply
-		write, del bool
-	)
-	switch r.Algorithm {
-	case sluice.AlgorithmFixedWindow:
-		if r.IsCalendar() {
-			var in bool
-			rep, write, del, in = calendarWindow(&st, ok, us, r.CalendarBounds(now), r.Limit, cost, r.CountRejected, receipt)
-			if !in {
-				return sluice.Result{}, fmt.Errorf("memstore: %w", sluice.ErrClockSkew)
-			}
-			break
-		}
-		rep, write, del = fixedWindow(&st, ok, us, r.Limit, r.Param(), cost, r.CountRejected, receipt)
-	case sluice.AlgorithmSlidingLog:
-		rep, write, del = slidingLog(&st, ok, us, r.Limit, r.Param(), cost, r.CountRejected, receipt)
-	case sluice.AlgorithmSlidingWindow:
-		rep, write, del = slidingWindow(&st, ok, us, r.Limit, r.Param(), cost, receipt)
-	case sluice.AlgorithmTokenBucket:
-		rep, write, del = tokenBucket(&st, ok, us, r.Limit, r.Param(), cost, receipt)
-	case sluice.AlgorithmGCRA:
-		rep, write, del = gcra(&st, ok, us, r.Limit, r.Param(), cost, receipt)
+	rep, write, del, err := runAlgorithm(&st, it != nil, us, now, &r, cost, receipt)
+	if err != nil {
+		return sluice.Result{}, err
 	}
 	if overLimit {
 		rep.allowed, rep.retry = false, until.UnixMicro()-us
@@ -156,18 +128,7 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	case del:
 		delete(sh.m, op.Key)
 	case write:
-		// Expire as valkeystore does: PEXPIRE in whole milliseconds, rounded
-		// up, plus the margin.
-		ttl := time.Duration((st.ttlMicro+999)/1000)*time.Millisecond + sluice.KeyTTLMargin
-		if it == nil {
-			it = &item{}
-			sh.m[op.Key] = it
-		}
-		it.state, it.expires = st, clockNow.Add(ttl)
-		sh.writes++
-		if sh.writes%sweepEvery == 0 {
-			sh.sweep(clockNow)
-		}
+		sh.keep(op.Key, it, &st, clockNow)
 	}
 	op.Receipt = us
 	if rep.receipt != 0 {
@@ -185,6 +146,71 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 		res.Limit, res.OverrideParam = r.Limit, r.Param() // 0 for calendar periods
 	}
 	return res, nil
+}
+
+// load returns the live item of key (nil when there is none: an expired
+// one is deleted) and sets st to the state an algorithm starts from,
+// refusing state of another algorithm. The caller holds sh.mu.
+func (sh *shard) load(key string, alg sluice.Algorithm, clockNow time.Time, st *state) (*item, error) {
+	it, ok := sh.m[key]
+	if ok && !clockNow.Before(it.expires) {
+		delete(sh.m, key)
+		it, ok = nil, false
+	}
+	if ok {
+		if it.state.alg != alg {
+			return nil, fmt.Errorf("memstore: key %q holds %v state, not %v: give limiters with different policies different names", key, it.state.alg, alg)
+		}
+		// st shares it.state's log; slidingLog only changes the log on paths
+		// where it also writes or deletes the key.
+		*st = it.state
+	}
+	st.alg = alg
+	return it, nil
+}
+
+// runAlgorithm runs r's algorithm on st (exists: the key had state) at us
+// (now, for calendar periods), and returns its reply and whether to write
+// or delete the key.
+func runAlgorithm(st *state, exists bool, us int64, now time.Time, r *sluice.Rule, cost, receipt int64) (rep reply, write, del bool, err error) {
+	switch r.Algorithm {
+	case sluice.AlgorithmFixedWindow:
+		if r.IsCalendar() {
+			var in bool
+			rep, write, del, in = calendarWindow(st, exists, us, r.CalendarBounds(now), r.Limit, cost, r.CountRejected, receipt)
+			if !in {
+				return rep, false, false, fmt.Errorf("memstore: %w", sluice.ErrClockSkew)
+			}
+			return rep, write, del, nil
+		}
+		rep, write, del = fixedWindow(st, exists, us, r.Limit, r.Param(), cost, r.CountRejected, receipt)
+	case sluice.AlgorithmSlidingLog:
+		rep, write, del = slidingLog(st, exists, us, r.Limit, r.Param(), cost, r.CountRejected, receipt)
+	case sluice.AlgorithmSlidingWindow:
+		rep, write, del = slidingWindow(st, exists, us, r.Limit, r.Param(), cost, receipt)
+	case sluice.AlgorithmTokenBucket:
+		rep, write, del = tokenBucket(st, exists, us, r.Limit, r.Param(), cost, receipt)
+	case sluice.AlgorithmGCRA:
+		rep, write, del = gcra(st, exists, us, r.Limit, r.Param(), cost, receipt)
+	}
+	return rep, write, del, nil
+}
+
+// keep stores st under key (it: the key's item, nil when new), expiring
+// as valkeystore does: PEXPIRE in whole milliseconds, rounded up, plus
+// the margin. Every sweepEvery writes it sweeps the shard. The caller
+// holds sh.mu.
+func (sh *shard) keep(key string, it *item, st *state, clockNow time.Time) {
+	ttl := time.Duration((st.ttlMicro+999)/1000)*time.Millisecond + sluice.KeyTTLMargin
+	if it == nil {
+		it = &item{}
+		sh.m[key] = it
+	}
+	it.state, it.expires = *st, clockNow.Add(ttl)
+	sh.writes++
+	if sh.writes%sweepEvery == 0 {
+		sh.sweep(clockNow)
+	}
 }
 
 func (sh *shard) sweep(now time.Time) {
