@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -54,6 +55,8 @@ type keyInfo struct {
 	Note      string `json:"note,omitempty"`
 }
 
+// runKey is sluice key. Exit code 0 on success, 1 when the key cannot be
+// made, 2 for bad usage.
 func runKey(_ context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
 	fs := newFlags("key")
 	of := addOpsFlags(fs)
@@ -69,54 +72,100 @@ func runKey(_ context.Context, args []string, env func(string) (string, bool), s
 		fmt.Fprintf(stderr, "sluice key: %v\n", err)
 		return 1
 	}
-	source, rest := fs.Arg(0), fs.Args()[1:]
+	info, err := countedKeyOf(cfg, fs.Arg(0), fs.Args()[1:])
+	if err != nil {
+		var u keyUsageError
+		var c keyExitError
+		switch {
+		case errors.As(err, &u):
+			return usageError(fs, stderr, "%v", err)
+		case errors.As(err, &c):
+			fmt.Fprintf(stderr, "sluice key: %v\n", err)
+			return c.code
+		}
+		fmt.Fprintf(stderr, "sluice key: %v\n", err)
+		return 1
+	}
+	info.shownAs(cfg, env)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(info)
+		return 0
+	}
+	info.print(stdout)
+	return 0
+}
+
+// keyUsageError is a misuse of sluice key's arguments.
+type keyUsageError struct{ error }
+
+// keyExitError is an error of sluice key with its own exit code.
+type keyExitError struct {
+	error
+	code int
+}
+
+// countedKeyOf is the key a request is counted under, from SOURCE and its
+// values (rest): the key itself, an Envoy descriptor, or a forward-auth
+// source.
+func countedKeyOf(cfg *config.Config, source string, rest []string) (keyInfo, error) {
 	var info keyInfo
 	switch source {
 	case "key":
 		if len(rest) != 1 || rest[0] == "" {
-			return usageError(fs, stderr, "key takes one non-empty KEY")
+			return info, keyUsageError{errors.New("key takes one non-empty KEY")}
 		}
 		info.Key = rest[0]
+		return info, nil
 	case "envoy":
-		if len(rest) < 2 {
-			return usageError(fs, stderr, "envoy takes a DOMAIN and at least one KEY=VALUE entry")
-		}
-		dom := cfg.Domain(rest[0])
-		if dom == nil {
-			var names []string
-			for _, d := range cfg.Domains {
-				names = append(names, d.Name)
-			}
-			fmt.Fprintf(stderr, "sluice key: unknown domain %q: %s defines %s\n", rest[0], cfg.Source, orNone(names))
-			return 2
-		}
-		var entries []config.Entry
-		for _, a := range rest[1:] {
-			k, v, ok := strings.Cut(a, "=")
-			if !ok || k == "" {
-				return usageError(fs, stderr, "entry %q: want KEY=VALUE", a)
-			}
-			entries = append(entries, config.Entry{Key: k, Value: v})
-		}
-		ex := explain(cfg, dom, entries)
-		if ex.Key == "" {
-			fmt.Fprintf(stderr, "sluice key: the descriptor is counted by no policy: %s (sluice explain says why)\n", ex.Applies)
-			return 1
-		}
-		info.Key, info.Policy, info.Plan = ex.Key, ex.Policy, ex.Plan
-	default:
-		src, err := config.ParseKeySource(source)
-		if err != nil {
-			return usageError(fs, stderr, "%v (or key, or envoy)", err)
-		}
-		if len(rest) != 1 {
-			return usageError(fs, stderr, "%s takes one VALUE", source)
-		}
-		if info.Key, err = server.ForwardAuthKey(cfg.ForwardAuth, src, rest[0]); err != nil {
-			fmt.Fprintf(stderr, "sluice key: %v\n", err)
-			return 1
-		}
+		return envoyKey(cfg, rest)
 	}
+	src, err := config.ParseKeySource(source)
+	if err != nil {
+		return info, keyUsageError{fmt.Errorf("%v (or key, or envoy)", err)}
+	}
+	if len(rest) != 1 {
+		return info, keyUsageError{fmt.Errorf("%s takes one VALUE", source)}
+	}
+	info.Key, err = server.ForwardAuthKey(cfg.ForwardAuth, src, rest[0])
+	return info, err
+}
+
+// envoyKey is the key, policy and plan of the descriptor DOMAIN
+// KEY=VALUE... in rest.
+func envoyKey(cfg *config.Config, rest []string) (keyInfo, error) {
+	var info keyInfo
+	if len(rest) < 2 {
+		return info, keyUsageError{errors.New("envoy takes a DOMAIN and at least one KEY=VALUE entry")}
+	}
+	dom := cfg.Domain(rest[0])
+	if dom == nil {
+		var names []string
+		for _, d := range cfg.Domains {
+			names = append(names, d.Name)
+		}
+		return info, keyExitError{fmt.Errorf("unknown domain %q: %s defines %s", rest[0], cfg.Source, orNone(names)), 2}
+	}
+	var entries []config.Entry
+	for _, a := range rest[1:] {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || k == "" {
+			return info, keyUsageError{fmt.Errorf("entry %q: want KEY=VALUE", a)}
+		}
+		entries = append(entries, config.Entry{Key: k, Value: v})
+	}
+	ex := explain(cfg, dom, entries)
+	if ex.Key == "" {
+		return info, fmt.Errorf("the descriptor is counted by no policy: %s (sluice explain says why)", ex.Applies)
+	}
+	info.Key, info.Policy, info.Plan = ex.Key, ex.Policy, ex.Plan
+	return info, nil
+}
+
+// shownAs fills in how show_keys shows the key: truncated, and hashed
+// when an admin token is configured and readable.
+func (info *keyInfo) shownAs(cfg *config.Config, env func(string) (string, bool)) {
 	info.Truncated = server.TruncatedKey(info.Key)
 	if cfg.Admin == nil {
 		info.Note = "no admin token is configured: the top refused keys are not served, so no hash is shown"
@@ -125,30 +174,27 @@ func runKey(_ context.Context, args []string, env func(string) (string, bool), s
 	} else {
 		info.Hashed = server.KeyHash(server.KeyHashSecret(tok), info.Key)
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(info)
-		return 0
-	}
-	fmt.Fprintf(stdout, "key        %s\n", info.Key)
+}
+
+// print writes info as text, ending with the sluice inspect command line.
+func (info *keyInfo) print(w io.Writer) {
+	fmt.Fprintf(w, "key        %s\n", info.Key)
 	if info.Policy != "" {
-		fmt.Fprintf(stdout, "policy     %s\n", info.Policy)
+		fmt.Fprintf(w, "policy     %s\n", info.Policy)
 	}
 	if info.Plan != "" {
-		fmt.Fprintf(stdout, "plan       %s\n", info.Plan)
+		fmt.Fprintf(w, "plan       %s\n", info.Plan)
 	}
 	if info.Hashed != "" {
-		fmt.Fprintf(stdout, "hashed     %s (show_keys: hashed)\n", info.Hashed)
+		fmt.Fprintf(w, "hashed     %s (show_keys: hashed)\n", info.Hashed)
 	}
-	fmt.Fprintf(stdout, "truncated  %s (show_keys: truncated)\n", info.Truncated)
+	fmt.Fprintf(w, "truncated  %s (show_keys: truncated)\n", info.Truncated)
 	if info.Note != "" {
-		fmt.Fprintf(stdout, "note       %s\n", info.Note)
+		fmt.Fprintf(w, "note       %s\n", info.Note)
 	}
 	pol := "POLICY"
 	if info.Policy != "" {
 		pol = info.Policy
 	}
-	fmt.Fprintf(stdout, "inspect    sluice inspect %s %s\n", pol, shellQuote(info.Key))
-	return 0
+	fmt.Fprintf(w, "inspect    sluice inspect %s %s\n", pol, shellQuote(info.Key))
 }

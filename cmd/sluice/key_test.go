@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -60,5 +61,34 @@ func TestFlagsAfterArguments(t *testing.T) {
 	fs.Bool("json", false, "")
 	if code, ok := parseFlags(fs, "", []string{"a", "--frob"}, nil, &errb); ok || code != 2 || !strings.Contains(errb.String(), "frob") {
 		t.Errorf("a bad flag after an argument: %d %v %q", code, ok, errb.String())
+	}
+}
+
+// TestKeyCommandExits: sluice key's exit codes and messages for each kind
+// of source and each misuse, on the embedded example configuration.
+func TestKeyCommandExits(t *testing.T) {
+	noEnv := func(string) (string, bool) { return "", false }
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stdout string // a line stdout has
+		stderr string // what stderr says
+	}{
+		{[]string{"key", "k1"}, 0, "key        k1\n", ""},
+		{[]string{"envoy", "edge", "api_key=abc"}, 0, "policy     api\n", ""},
+		{[]string{"key", ""}, 2, "", "sluice key: key takes one non-empty KEY\n"},
+		{[]string{"key", "a", "b"}, 2, "", "key takes one non-empty KEY"},
+		{[]string{"envoy", "edge"}, 2, "", "envoy takes a DOMAIN and at least one KEY=VALUE entry"},
+		{[]string{"envoy", "nowhere", "a=b"}, 2, "", `sluice key: unknown domain "nowhere": `},
+		{[]string{"envoy", "edge", "=b"}, 2, "", `entry "=b": want KEY=VALUE`},
+		{[]string{"envoy", "edge", "path=/healthz"}, 1, "", "sluice key: the descriptor is counted by no policy: unlimited"},
+		{[]string{"client_ip", "a", "b"}, 2, "", "client_ip takes one VALUE"},
+		{[]string{"bogus", "x"}, 2, "", "(or key, or envoy)"},
+	} {
+		var out, errb strings.Builder
+		code := runKey(context.Background(), tc.args, noEnv, &out, &errb)
+		if code != tc.code || !strings.Contains(out.String(), tc.stdout) || !strings.Contains(errb.String(), tc.stderr) || (tc.stderr == "") != (errb.Len() == 0) {
+			t.Errorf("sluice key %q: exit %d, stdout %q, stderr %q; want %d, %q, %q", tc.args, code, out.String(), errb.String(), tc.code, tc.stdout, tc.stderr)
+		}
 	}
 }
