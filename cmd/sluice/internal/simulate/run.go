@@ -204,6 +204,9 @@ func (w *worker) sources() ([]source, func(), error) {
 	return srcs, closeFn, nil
 }
 
+// run decides the events of every source in time order, closing each
+// bucket as time passes its end, and then the buckets after the last
+// event.
 func (w *worker) run(ctx context.Context) error {
 	srcs, closeFn, err := w.sources()
 	if err != nil {
@@ -211,69 +214,25 @@ func (w *worker) run(ctx context.Context) error {
 	}
 	defer closeFn()
 	p := w.plan
-	bucketUS := p.Bucket.Microseconds()
-	end := p.Duration.Microseconds()
-	b := 0 // the current bucket
+	cur := bucketCursor{width: p.Bucket.Microseconds(), runEnd: p.Duration.Microseconds()}
+	cur.end = cur.width
 	keys := w.newKeyWindows()
-	bucketEnd := bucketUS
-	closeBucket := func() error {
-		// The watched key's remaining units at the end of the bucket.
-		at := min(bucketEnd, end)
-		r, err := w.decide(at, w.watchKey, 0)
-		if err != nil {
-			return err
-		}
-		w.res.Buckets[b].Remaining = r.Remaining
-		b++
-		bucketEnd += bucketUS
-		return nil
-	}
 	for n := 0; ; n++ {
 		if n&0xffff == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		best, bt := -1, int64(0)
-		for i, s := range srcs {
-			if t, ok := s.peek(); ok && (best < 0 || t < bt) {
-				best, bt = i, t
-			}
-		}
-		if best < 0 || bt >= end {
+		best, bt := nextSource(srcs)
+		if best < 0 || bt >= cur.runEnd {
 			break
 		}
-		for bt >= bucketEnd {
-			if err := closeBucket(); err != nil {
+		for bt >= cur.end {
+			if err := w.closeBucket(&cur); err != nil {
 				return err
 			}
 		}
-		ev := srcs[best].pop()
-		key := ""
-		if ev.key >= 0 {
-			key = w.storeKeys[ev.key]
-		} else {
-			key = w.key(ev.name)
-		}
-		r, err := w.decide(ev.at, key, ev.cost)
+		r, err := w.decideEvent(srcs[best].pop(), cur.b, keys)
 		if err != nil {
 			return err
-		}
-		keys.seen(key, b)
-		bk := &w.res.Buckets[b]
-		bk.Requests++
-		if r.Allowed {
-			bk.Allowed++
-			bk.AllowedUnits += ev.cost
-		} else {
-			bk.Refused++
-		}
-		if w.log != nil {
-			name := ev.name
-			if ev.key >= 0 {
-				name = p.keys[ev.key]
-			}
-			if err := w.log.write(w.now, w.pol.Name, name, ev.cost, r.Allowed); err != nil {
-				return fmt.Errorf("decision log: %w", err)
-			}
 		}
 		srcs[best].observe(r)
 	}
@@ -282,13 +241,79 @@ func (w *worker) run(ctx context.Context) error {
 			return ts.err
 		}
 	}
-	for b < len(w.res.Buckets) {
-		if err := closeBucket(); err != nil {
+	for cur.b < len(w.res.Buckets) {
+		if err := w.closeBucket(&cur); err != nil {
 			return err
 		}
 	}
 	w.finish(keys)
 	return nil
+}
+
+// bucketCursor is the bucket a run is in: its number and where it ends,
+// in microseconds from the start.
+type bucketCursor struct {
+	b                  int
+	end, width, runEnd int64
+}
+
+// nextSource returns the source whose next event is the earliest, and
+// that event's time; -1 when every source is done.
+func nextSource(srcs []source) (int, int64) {
+	best, bt := -1, int64(0)
+	for i, s := range srcs {
+		if t, ok := s.peek(); ok && (best < 0 || t < bt) {
+			best, bt = i, t
+		}
+	}
+	return best, bt
+}
+
+// closeBucket records the watched key's remaining units at the end of the
+// current bucket (at most the end of the run) and moves to the next.
+func (w *worker) closeBucket(cur *bucketCursor) error {
+	r, err := w.decide(min(cur.end, cur.runEnd), w.watchKey, 0)
+	if err != nil {
+		return err
+	}
+	w.res.Buckets[cur.b].Remaining = r.Remaining
+	cur.b++
+	cur.end += cur.width
+	return nil
+}
+
+// decideEvent decides ev in bucket b, counts it there (and its key among
+// the keys of the rate window), and logs the decision when asked to.
+func (w *worker) decideEvent(ev event, b int, keys *keyWindows) (sluice.Result, error) {
+	key := ""
+	if ev.key >= 0 {
+		key = w.storeKeys[ev.key]
+	} else {
+		key = w.key(ev.name)
+	}
+	r, err := w.decide(ev.at, key, ev.cost)
+	if err != nil {
+		return r, err
+	}
+	keys.seen(key, b)
+	bk := &w.res.Buckets[b]
+	bk.Requests++
+	if r.Allowed {
+		bk.Allowed++
+		bk.AllowedUnits += ev.cost
+	} else {
+		bk.Refused++
+	}
+	if w.log != nil {
+		name := ev.name
+		if ev.key >= 0 {
+			name = w.plan.keys[ev.key]
+		}
+		if err := w.log.write(w.now, w.pol.Name, name, ev.cost, r.Allowed); err != nil {
+			return r, fmt.Errorf("decision log: %w", err)
+		}
+	}
+	return r, nil
 }
 
 // keyWindows counts, for each bucket, the distinct keys that sent
