@@ -337,14 +337,7 @@ func scanTrace(name string, policies []*config.Policy) (*traceScan, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &traceScan{counts: make([]int64, len(policies)), keys: map[string]bool{}}
-	byName := map[string]int{}
-	for i, p := range policies {
-		byName[p.Name] = i
-	}
-	last := make([]time.Duration, len(policies))
-	lastLine := make([]int, len(policies))
-	var start time.Time
+	sc := newTraceScanner(name, policies)
 	for {
 		rec, err := rd.Next()
 		if err == io.EOF {
@@ -353,55 +346,91 @@ func scanTrace(name string, policies []*config.Policy) (*traceScan, error) {
 		if err != nil {
 			return nil, err
 		}
-		if s.firstKey == "" {
-			s.firstKey = rec.Key
-			s.abs = rec.Absolute
-			if rec.Absolute {
-				s.first = rec.Time
-				start = rec.Time.Truncate(time.Second)
-			}
-		}
-		if len(s.keys) < maxScanKeys {
-			s.keys[rec.Key] = true
-		}
-		at := rec.Offset
-		if rec.Absolute {
-			at = rec.Time.Sub(start)
-			if rec.Time.After(s.last) {
-				s.last = rec.Time
-			}
-		} else if at > s.lastOffset {
-			s.lastOffset = at
-		}
-		if at > MaxDuration {
-			return nil, &LineError{File: name, Line: rec.Line, Err: fmt.Errorf("%v after the trace's start, more than the longest run, %v", at, MaxDuration)}
-		}
-		apply := func(i int) error {
-			if at < last[i] {
-				return &LineError{File: name, Line: rec.Line, Err: fmt.Errorf("time goes backwards for policy %q: %v after the start, before line %d's %v (a trace is in time order)", policies[i].Name, at, lastLine[i], last[i])}
-			}
-			if rec.Cost > policies[i].Limit {
-				return &LineError{File: name, Line: rec.Line, Err: fmt.Errorf("cost %d exceeds the limit %d of policy %q: it could never be allowed", rec.Cost, policies[i].Limit, policies[i].Name)}
-			}
-			last[i], lastLine[i] = at, rec.Line
-			s.counts[i]++
-			return nil
-		}
-		if rec.Policy == "" {
-			for i := range policies {
-				if err := apply(i); err != nil {
-					return nil, err
-				}
-			}
-			continue
-		}
-		i, ok := byName[rec.Policy]
-		if !ok {
-			return nil, &LineError{File: name, Line: rec.Line, Err: fmt.Errorf("policy %q is not among the policies simulated", rec.Policy)}
-		}
-		if err := apply(i); err != nil {
+		if err := sc.add(rec); err != nil {
 			return nil, err
 		}
 	}
-	return s, nil
+	return sc.s, nil
+}
+
+// traceScanner is the state of a scan: what it has learnt, and each
+// policy's last time and line, to refuse time going backwards.
+type traceScanner struct {
+	name     string
+	policies []*config.Policy
+	byName   map[string]int
+	last     []time.Duration
+	lastLine []int
+	start    time.Time
+	s        *traceScan
+}
+
+func newTraceScanner(name string, policies []*config.Policy) *traceScanner {
+	sc := &traceScanner{name: name, policies: policies, byName: map[string]int{},
+		last: make([]time.Duration, len(policies)), lastLine: make([]int, len(policies)),
+		s: &traceScan{counts: make([]int64, len(policies)), keys: map[string]bool{}}}
+	for i, p := range policies {
+		sc.byName[p.Name] = i
+	}
+	return sc
+}
+
+// add learns one record, for every policy or the one it names.
+func (sc *traceScanner) add(rec Record) error {
+	s := sc.s
+	if s.firstKey == "" {
+		s.firstKey = rec.Key
+		s.abs = rec.Absolute
+		if rec.Absolute {
+			s.first = rec.Time
+			sc.start = rec.Time.Truncate(time.Second)
+		}
+	}
+	if len(s.keys) < maxScanKeys {
+		s.keys[rec.Key] = true
+	}
+	at := rec.Offset
+	if rec.Absolute {
+		at = rec.Time.Sub(sc.start)
+		if rec.Time.After(s.last) {
+			s.last = rec.Time
+		}
+	} else if at > s.lastOffset {
+		s.lastOffset = at
+	}
+	if at > MaxDuration {
+		return sc.lineError(rec, fmt.Errorf("%v after the trace's start, more than the longest run, %v", at, MaxDuration))
+	}
+	if rec.Policy == "" {
+		for i := range sc.policies {
+			if err := sc.apply(i, rec, at); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	i, ok := sc.byName[rec.Policy]
+	if !ok {
+		return sc.lineError(rec, fmt.Errorf("policy %q is not among the policies simulated", rec.Policy))
+	}
+	return sc.apply(i, rec, at)
+}
+
+// apply counts rec, at at after the start, for policy i, refusing time
+// going backwards and a cost the policy could never allow.
+func (sc *traceScanner) apply(i int, rec Record, at time.Duration) error {
+	pol := sc.policies[i]
+	if at < sc.last[i] {
+		return sc.lineError(rec, fmt.Errorf("time goes backwards for policy %q: %v after the start, before line %d's %v (a trace is in time order)", pol.Name, at, sc.lastLine[i], sc.last[i]))
+	}
+	if rec.Cost > pol.Limit {
+		return sc.lineError(rec, fmt.Errorf("cost %d exceeds the limit %d of policy %q: it could never be allowed", rec.Cost, pol.Limit, pol.Name))
+	}
+	sc.last[i], sc.lastLine[i] = at, rec.Line
+	sc.s.counts[i]++
+	return nil
+}
+
+func (sc *traceScanner) lineError(rec Record, err error) error {
+	return &LineError{File: sc.name, Line: rec.Line, Err: err}
 }
