@@ -197,36 +197,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Config == nil {
 		return nil, errors.New("no configuration")
 	}
-	if opts.Env == nil {
-		opts.Env = os.LookupEnv
-	}
-	if opts.Processes <= 0 {
-		opts.Processes = DefaultProcesses
-	}
-	if opts.Goroutines <= 0 {
-		opts.Goroutines = DefaultGoroutines
-	}
-	if opts.BlackholeWait <= 0 {
-		opts.BlackholeWait = DefaultBlackholeWait
-	}
-	if opts.Margin <= 0 {
-		opts.Margin = DefaultMargin
-	}
-	if opts.Worker == nil {
-		opts.Worker = selfWorker
-	}
+	opts.setDefaults()
 	policies, err := selectPolicies(opts.Config, opts.Policies)
 	if err != nil {
 		return nil, err
 	}
-	prefix := opts.Prefix
-	if prefix == "" {
-		var b [4]byte
-		rand.Read(b[:])
-		prefix = "sluice-verify-" + hex.EncodeToString(b[:])
-	}
-	if prefix == "" || strings.ContainsAny(prefix, "{} \t\r\n") {
-		return nil, fmt.Errorf("the prefix %q must be non-empty, without braces or spaces", prefix)
+	prefix, err := scratchPrefix(opts.Prefix)
+	if err != nil {
+		return nil, err
 	}
 	client, err := valkeyops.Connect(ctx, opts.Config.Valkey, opts.Env)
 	if err != nil {
@@ -255,25 +233,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := rep.settings(ctx, client, store, opts.Config); err != nil {
 		return nil, err
 	}
-	defer func() {
-		// Scratch keys go, even when a check failed or ctx ended.
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		n, err := deletePrefix(cctx, client, prefix)
-		rep.KeysDeleted = n
-		if err != nil {
-			rep.CleanupError = err.Error()
-		}
-	}()
+	// Scratch keys go, even when a check failed or ctx ended.
+	defer rep.cleanUp(client, prefix)
 	for _, p := range policies {
-		pr := r.policy(ctx, p)
-		rep.Policies = append(rep.Policies, pr)
-		for _, c := range pr.Checks {
-			if !c.Passed {
-				rep.Passed = false
-				rep.Failed = append(rep.Failed, p.Name+"/"+c.Name)
-			}
-		}
+		rep.add(p.Name, r.policy(ctx, p))
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
@@ -281,6 +244,65 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.Elapsed = time.Since(start)
 	rep.ElapsedMS = ms(rep.Elapsed)
 	return rep, nil
+}
+
+// setDefaults fills in the options left zero.
+func (opts *Options) setDefaults() {
+	if opts.Env == nil {
+		opts.Env = os.LookupEnv
+	}
+	if opts.Processes <= 0 {
+		opts.Processes = DefaultProcesses
+	}
+	if opts.Goroutines <= 0 {
+		opts.Goroutines = DefaultGoroutines
+	}
+	if opts.BlackholeWait <= 0 {
+		opts.BlackholeWait = DefaultBlackholeWait
+	}
+	if opts.Margin <= 0 {
+		opts.Margin = DefaultMargin
+	}
+	if opts.Worker == nil {
+		opts.Worker = selfWorker
+	}
+}
+
+// scratchPrefix is the prefix the checks write under: the one given, or
+// a random sluice-verify-XXXXXXXX.
+func scratchPrefix(prefix string) (string, error) {
+	if prefix == "" {
+		var b [4]byte
+		rand.Read(b[:])
+		prefix = "sluice-verify-" + hex.EncodeToString(b[:])
+	}
+	if prefix == "" || strings.ContainsAny(prefix, "{} \t\r\n") {
+		return "", fmt.Errorf("the prefix %q must be non-empty, without braces or spaces", prefix)
+	}
+	return prefix, nil
+}
+
+// add adds the report of one policy, noting its failed checks.
+func (rep *Report) add(policy string, pr *PolicyReport) {
+	rep.Policies = append(rep.Policies, pr)
+	for _, c := range pr.Checks {
+		if !c.Passed {
+			rep.Passed = false
+			rep.Failed = append(rep.Failed, policy+"/"+c.Name)
+		}
+	}
+}
+
+// cleanUp deletes the scratch keys under prefix, noting how many and any
+// error in the report.
+func (rep *Report) cleanUp(client valkey.Client, prefix string) {
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := deletePrefix(cctx, client, prefix)
+	rep.KeysDeleted = n
+	if err != nil {
+		rep.CleanupError = err.Error()
+	}
 }
 
 // settings runs doctor's LimitChecks and judges them (settingVerdict).
