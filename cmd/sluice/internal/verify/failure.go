@@ -147,6 +147,9 @@ func (r *run) failure(ctx context.Context, p *config.Policy, chk *Check) {
 // circuit breaker open (after 5 failures) and decide at once.
 const failDecisions = 8
 
+// fault puts a proxy before the primary, connects p's limiter through it,
+// brings about the fault (the proxy hangs, or closes), and checks the
+// decisions made during it.
 func (r *run) fault(ctx context.Context, p *config.Policy, fault string, want bool, bound time.Duration, chk *Check) (slowest time.Duration, n int, err error) {
 	v := *r.cfg.Valkey
 	px, err := startFaultProxy(r.primary)
@@ -196,11 +199,18 @@ func (r *run) fault(ctx context.Context, p *config.Policy, fault string, want bo
 	} else {
 		px.Close()
 	}
+	return r.faultDecisions(ctx, l, p, fault, want, bound, chk)
+}
+
+// faultDecisions makes failDecisions decisions on l during the fault and
+// checks each is degraded, decided as on_failure says, within bound; it
+// returns the slowest and how many were made.
+func (r *run) faultDecisions(ctx context.Context, l *sluice.Limiter, p *config.Policy, fault string, want bool, bound time.Duration, chk *Check) (slowest time.Duration, n int, err error) {
+	type answer struct {
+		res sluice.Result
+		err error
+	}
 	for i := range failDecisions {
-		type answer struct {
-			res sluice.Result
-			err error
-		}
 		done := make(chan answer, 1)
 		start := time.Now()
 		go func() {
