@@ -308,18 +308,8 @@ func (r *run) stopWorkers() {
 // among them, all starting together, and returns their summed tally.
 func (r *run) spawn(ctx context.Context, p *config.Policy, j job, attempts int64) (tally, error) {
 	var sum tally
-	v := r.cfg.Valkey
-	pw, err := v.Password(r.opts.Env)
+	j, err := r.wireJob(p, j)
 	if err != nil {
-		return sum, err
-	}
-	j.Valkey, j.Password, j.Prefix, j.Limiter = *v, pw, r.prefix, p.Limiter
-	if v.Sentinel != nil {
-		if j.SentinelPassword, err = v.Sentinel.Password(r.opts.Env); err != nil {
-			return sum, err
-		}
-	}
-	if j.Policy, err = toWire(p.Policy); err != nil {
 		return sum, err
 	}
 	if err := r.startWorkers(ctx); err != nil {
@@ -332,6 +322,40 @@ func (r *run) spawn(ctx context.Context, p *config.Policy, j job, attempts int64
 			r.stopWorkers()
 		}
 	}()
+	if err := r.sendJobs(j, attempts); err != nil {
+		return sum, err
+	}
+	if err := r.awaitReady(); err != nil {
+		return sum, err
+	}
+	for _, w := range r.workers {
+		w.stdin.Write([]byte("go\n"))
+	}
+	sum, err = r.collect()
+	ok = err == nil
+	return sum, err
+}
+
+// wireJob completes j with what a worker process needs to reach Valkey
+// and decide under p.
+func (r *run) wireJob(p *config.Policy, j job) (job, error) {
+	v := r.cfg.Valkey
+	pw, err := v.Password(r.opts.Env)
+	if err != nil {
+		return j, err
+	}
+	j.Valkey, j.Password, j.Prefix, j.Limiter = *v, pw, r.prefix, p.Limiter
+	if v.Sentinel != nil {
+		if j.SentinelPassword, err = v.Sentinel.Password(r.opts.Env); err != nil {
+			return j, err
+		}
+	}
+	j.Policy, err = toWire(p.Policy)
+	return j, err
+}
+
+// sendJobs sends each worker j with its share of attempts.
+func (r *run) sendJobs(j job, attempts int64) error {
 	n := len(r.workers)
 	for i, w := range r.workers {
 		wj := j
@@ -341,34 +365,32 @@ func (r *run) spawn(ctx context.Context, p *config.Policy, j job, attempts int64
 		}
 		line, _ := json.Marshal(wj)
 		if _, err := w.stdin.Write(append(line, '\n')); err != nil {
-			return sum, fmt.Errorf("worker process %d: %w; its stderr: %s", i, err, w.stderr)
+			return fmt.Errorf("worker process %d: %w; its stderr: %s", i, err, w.stderr)
 		}
 	}
-	read := func(i int, w *workerProc, v any) error {
-		line, err := w.stdout.ReadBytes('\n')
-		if err != nil {
-			return fmt.Errorf("worker process %d gave no answer (%v); its stderr: %s", i, err, w.stderr)
-		}
-		if err := json.Unmarshal(line, v); err != nil {
-			return fmt.Errorf("worker process %d: %v: %q", i, err, line)
-		}
-		return nil
-	}
+	return nil
+}
+
+// awaitReady waits for every worker to say it is ready to start.
+func (r *run) awaitReady() error {
 	for i, w := range r.workers {
 		var m map[string]any
-		if err := read(i, w, &m); err != nil {
-			return sum, err
+		if err := w.read(i, &m); err != nil {
+			return err
 		}
 		if m["ready"] != true {
-			return sum, fmt.Errorf("worker process %d: %v", i, m["error"])
+			return fmt.Errorf("worker process %d: %v", i, m["error"])
 		}
 	}
-	for _, w := range r.workers {
-		w.stdin.Write([]byte("go\n"))
-	}
+	return nil
+}
+
+// collect reads every worker's tally and sums them.
+func (r *run) collect() (tally, error) {
+	var sum tally
 	for i, w := range r.workers {
 		var t tally
-		if err := read(i, w, &t); err != nil {
+		if err := w.read(i, &t); err != nil {
 			return sum, err
 		}
 		if t.Error != "" {
@@ -382,8 +404,19 @@ func (r *run) spawn(ctx context.Context, p *config.Policy, j job, attempts int64
 			sum.FirstError = t.FirstError
 		}
 	}
-	ok = true
 	return sum, nil
+}
+
+// read reads one JSON line of worker process i into v.
+func (w *workerProc) read(i int, v any) error {
+	line, err := w.stdout.ReadBytes('\n')
+	if err != nil {
+		return fmt.Errorf("worker process %d gave no answer (%v); its stderr: %s", i, err, w.stderr)
+	}
+	if err := json.Unmarshal(line, v); err != nil {
+		return fmt.Errorf("worker process %d: %v: %q", i, err, line)
+	}
+	return nil
 }
 
 // tailBuffer keeps the last 4 KiB written to it.
