@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/user"
 	"slices"
@@ -572,31 +573,7 @@ func runInspect(ctx context.Context, args []string, env func(string) (string, bo
 		enc.SetIndent("", "  ")
 		enc.Encode(st)
 	} else {
-		fmt.Fprintf(stdout, "policy     %s: %s\nkey        %s\nstore key  %s\n", st.Policy, st.Rule, st.Key, st.StoreKey)
-		fmt.Fprintf(stdout, "in force   %s: %s\n", inForceOf(st), st.InForce)
-		if st.Exists {
-			verdict := "allowed"
-			if !st.Allowed {
-				verdict = fmt.Sprintf("refused, retry after %v", time.Duration(st.RetryAfterMS*1e6))
-			}
-			fmt.Fprintf(stdout, "next       %s\nremaining  %d of %d\nreset in   %v\nttl        %v\n", verdict, st.Remaining, st.Limit,
-				time.Duration(st.ResetAfterMS*1e6), time.Duration(st.TTLMS*1e6))
-			fmt.Fprintf(stdout, "raw        %s", st.Type)
-			names := slices.Sorted(func(yield func(string) bool) {
-				for n := range st.Fields {
-					if !yield(n) {
-						return
-					}
-				}
-			})
-			for _, n := range names {
-				fmt.Fprintf(stdout, " %s=%s", n, st.Fields[n])
-			}
-			if st.Type == "zset" {
-				fmt.Fprintf(stdout, " %d entries; oldest: %s", st.EntryCount, strings.Join(st.Entries, " "))
-			}
-			fmt.Fprintln(stdout)
-		}
+		printKeyState(stdout, st)
 	}
 	if !st.Exists {
 		fmt.Fprintf(stderr, "sluice inspect: no state for key %q of policy %s (never used, expired or reset): its next request gets the whole limit of %d (%s)\n",
@@ -604,6 +581,29 @@ func runInspect(ctx context.Context, args []string, env func(string) (string, bo
 		return 1
 	}
 	return 0
+}
+
+// printKeyState writes what inspect found, as text.
+func printKeyState(w io.Writer, st *keyState) {
+	fmt.Fprintf(w, "policy     %s: %s\nkey        %s\nstore key  %s\n", st.Policy, st.Rule, st.Key, st.StoreKey)
+	fmt.Fprintf(w, "in force   %s: %s\n", inForceOf(st), st.InForce)
+	if !st.Exists {
+		return
+	}
+	verdict := "allowed"
+	if !st.Allowed {
+		verdict = fmt.Sprintf("refused, retry after %v", time.Duration(st.RetryAfterMS*1e6))
+	}
+	fmt.Fprintf(w, "next       %s\nremaining  %d of %d\nreset in   %v\nttl        %v\n", verdict, st.Remaining, st.Limit,
+		time.Duration(st.ResetAfterMS*1e6), time.Duration(st.TTLMS*1e6))
+	fmt.Fprintf(w, "raw        %s", st.Type)
+	for _, n := range slices.Sorted(maps.Keys(st.Fields)) {
+		fmt.Fprintf(w, " %s=%s", n, st.Fields[n])
+	}
+	if st.Type == "zset" {
+		fmt.Fprintf(w, " %d entries; oldest: %s", st.EntryCount, strings.Join(st.Entries, " "))
+	}
+	fmt.Fprintln(w)
 }
 
 // inForceOf names where the rule in force comes from: "override until
@@ -622,32 +622,14 @@ func inForceOf(st *keyState) string {
 	return st.Source
 }
 
+// inspect reads the raw state of key under p's limiter l and peeks at it
+// under the rule in force (plan's, when named).
 func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter, key, plan string) (*keyState, error) {
 	if key == "" {
 		return nil, errors.New("the key is empty")
 	}
 	sk := l.Key(key)
 	st := &keyState{Policy: p.Name, Key: key, StoreKey: sk, Rule: l.Rule().String(), Plan: plan}
-	// The rule in force, as a check of the key would meet it: a peek
-	// decides under it and takes nothing.
-	planRule, _ := l.PlanRule(plan)
-	peek := func() (sluice.Result, error) {
-		res, err := l.AllowPlan(ctx, key, plan, 0)
-		if err != nil {
-			return res, err
-		}
-		if res.Degraded {
-			return res, errors.New("Valkey did not answer the peek in time")
-		}
-		in := planRule.InForce(res)
-		st.Source, st.InForce, st.WindowMS, st.Limit = res.Source.String(), in.String(), in.Period().Milliseconds(), in.Limit
-		if res.Source == sluice.SourceOverride {
-			if o, ok, err := l.GetOverride(ctx, key); err == nil && ok {
-				st.Override = &o
-			}
-		}
-		return res, nil
-	}
 	c := k.client
 	typ, err := c.Do(ctx, c.B().Type().Key(sk).Build()).ToString()
 	if err != nil {
@@ -655,45 +637,78 @@ func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter
 	}
 	st.Type = typ
 	if typ == "none" {
-		if _, err := peek(); err != nil {
+		if _, err := peekInForce(ctx, l, st, plan); err != nil {
 			return nil, err
 		}
 		return st, nil
 	}
 	st.Exists = true
 	// The raw state first: Peek may tidy it (a sliding log drops old entries).
-	switch typ {
-	case "string":
-		v, err := c.Do(ctx, c.B().Get().Key(sk).Build()).ToString()
-		if err != nil {
-			return nil, err
-		}
-		rule := l.Rule()
-		if luascript.StateFields(&rule) == nil {
-			st.Fields = map[string]string{"value": v}
-		} else if st.Fields, err = luascript.DecodeState(&rule, v); err != nil {
-			return nil, err
-		}
-	case "zset":
-		if st.EntryCount, err = c.Do(ctx, c.B().Zcard().Key(sk).Build()).AsInt64(); err != nil {
-			return nil, err
-		}
-		if st.Entries, err = c.Do(ctx, c.B().Zrange().Key(sk).Min("0").Max("9").Build()).AsStrSlice(); err != nil {
-			return nil, err
-		}
-	}
-	ttl, err := c.Do(ctx, c.B().Pttl().Key(sk).Build()).AsInt64()
-	if err != nil {
+	if err := readRawState(ctx, c, l, st); err != nil {
 		return nil, err
 	}
-	st.TTLMS = float64(ttl)
-	res, err := peek()
+	res, err := peekInForce(ctx, l, st, plan)
 	if err != nil {
 		return nil, err
 	}
 	st.Allowed, st.Remaining = res.Allowed, res.Remaining
 	st.RetryAfterMS, st.ResetAfterMS = msOf(res.RetryAfter), msOf(res.ResetAfter)
 	return st, nil
+}
+
+// peekInForce decides st's key under the rule in force, as a check of the
+// key would meet it (a peek takes nothing), and notes that rule in st.
+func peekInForce(ctx context.Context, l *sluice.Limiter, st *keyState, plan string) (sluice.Result, error) {
+	planRule, _ := l.PlanRule(plan)
+	res, err := l.AllowPlan(ctx, st.Key, plan, 0)
+	if err != nil {
+		return res, err
+	}
+	if res.Degraded {
+		return res, errors.New("Valkey did not answer the peek in time")
+	}
+	in := planRule.InForce(res)
+	st.Source, st.InForce, st.WindowMS, st.Limit = res.Source.String(), in.String(), in.Period().Milliseconds(), in.Limit
+	if res.Source == sluice.SourceOverride {
+		if o, ok, err := l.GetOverride(ctx, st.Key); err == nil && ok {
+			st.Override = &o
+		}
+	}
+	return res, nil
+}
+
+// readRawState reads the stored state of st's key, of type st.Type: a
+// string's decoded fields, or a sorted set's size and oldest entries; and
+// its time to live.
+func readRawState(ctx context.Context, c valkey.Client, l *sluice.Limiter, st *keyState) error {
+	sk := st.StoreKey
+	var err error
+	switch st.Type {
+	case "string":
+		v, err := c.Do(ctx, c.B().Get().Key(sk).Build()).ToString()
+		if err != nil {
+			return err
+		}
+		rule := l.Rule()
+		if luascript.StateFields(&rule) == nil {
+			st.Fields = map[string]string{"value": v}
+		} else if st.Fields, err = luascript.DecodeState(&rule, v); err != nil {
+			return err
+		}
+	case "zset":
+		if st.EntryCount, err = c.Do(ctx, c.B().Zcard().Key(sk).Build()).AsInt64(); err != nil {
+			return err
+		}
+		if st.Entries, err = c.Do(ctx, c.B().Zrange().Key(sk).Min("0").Max("9").Build()).AsStrSlice(); err != nil {
+			return err
+		}
+	}
+	ttl, err := c.Do(ctx, c.B().Pttl().Key(sk).Build()).AsInt64()
+	if err != nil {
+		return err
+	}
+	st.TTLMS = float64(ttl)
+	return nil
 }
 
 func runReset(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {

@@ -94,19 +94,10 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 		return usage(err)
 	}
-	announcePlan(stdout, len(policies), plan)
-	began := time.Now()
-	res, err := plan.Run(ctx)
+	res, err := runPlan(ctx, plan, len(policies), logFile, stdout)
 	if err != nil {
 		return fail(err)
 	}
-	if logFile != nil {
-		if err := logFile.Close(); err != nil {
-			return fail(err)
-		}
-	}
-	printSimulateSummary(stdout, res)
-	fmt.Fprintf(stdout, "done in %v\n", time.Since(began).Round(time.Millisecond))
 	if err := writeSimulateFiles(stdout, f.out, want, res); err != nil {
 		return fail(err)
 	}
@@ -216,6 +207,25 @@ func parseFormats(formats string) (map[string]bool, error) {
 		want[f] = true
 	}
 	return want, nil
+}
+
+// runPlan runs plan, saying first what it is and then what it decided
+// and how long it took; logFile, when not nil, is closed at the end.
+func runPlan(ctx context.Context, plan *simulate.Plan, policies int, logFile *os.File, stdout io.Writer) (*simulate.Result, error) {
+	announcePlan(stdout, policies, plan)
+	began := time.Now()
+	res, err := plan.Run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if logFile != nil {
+		if err := logFile.Close(); err != nil {
+			return nil, err
+		}
+	}
+	printSimulateSummary(stdout, res)
+	fmt.Fprintf(stdout, "done in %v\n", time.Since(began).Round(time.Millisecond))
+	return res, nil
 }
 
 // announcePlan says up front what the run is, and about how long it takes.
