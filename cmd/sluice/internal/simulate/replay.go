@@ -90,12 +90,7 @@ func Replay(ctx context.Context, file string, policies []*config.Policy) (*Repla
 	if err != nil {
 		return nil, err
 	}
-	res := &ReplayResult{Missing: map[string]int64{}}
-	byName := map[string]*ReplayPolicy{}
-	configured := map[string]*config.Policy{}
-	for _, p := range policies {
-		configured[p.Name] = p
-	}
+	rp := newReplayer(file, policies)
 	for n := 0; ; n++ {
 		if n&0xffff == 0 && ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -107,51 +102,84 @@ func Replay(ctx context.Context, file string, policies []*config.Policy) (*Repla
 		if err != nil {
 			return nil, err
 		}
-		if rec.Policy == "" {
-			return nil, &LineError{File: file, Line: rec.Line, Err: fmt.Errorf("policy is missing: a decision log names the policy of each decision")}
+		if err := rp.replay(rec); err != nil {
+			return nil, err
 		}
-		res.Decisions++
-		rp := byName[rec.Policy]
-		if rp == nil {
-			pol := configured[rec.Policy]
-			if pol == nil {
-				res.Missing[rec.Policy]++
-				continue
-			}
-			if rp, err = newReplayPolicy(pol); err != nil {
-				return nil, err
-			}
-			byName[rec.Policy] = rp
-			res.Policies = append(res.Policies, rp)
-		}
-		at := rec.Time
-		if !rec.Absolute {
-			at = DefaultStart.Add(rec.Offset)
-		}
-		if at.Before(rp.last) {
-			return nil, &LineError{File: file, Line: rec.Line, Err: fmt.Errorf("time goes backwards for policy %q (before line %d's): a decision log is in time order for each policy", rec.Policy, rp.line)}
-		}
-		rp.last, rp.line = at, rec.Line
-		allowed, err := rp.decide(at, rec.Key, rec.Cost)
-		if err != nil {
-			return nil, &LineError{File: file, Line: rec.Line, Err: err}
-		}
-		rp.count(rec.Key, rec.Allowed, allowed)
 	}
-	for _, rp := range res.Policies {
-		for _, k := range rp.byKey {
-			rp.Keys = append(rp.Keys, *k)
-		}
-		sort.Slice(rp.Keys, func(i, j int) bool {
-			a, b := rp.Keys[i], rp.Keys[j]
-			if a.ToDeny+a.ToAllow != b.ToDeny+b.ToAllow {
-				return a.ToDeny+a.ToAllow > b.ToDeny+b.ToAllow
-			}
-			return a.Key < b.Key
-		})
-		rp.byKey = nil
+	for _, p := range rp.res.Policies {
+		p.sortKeys()
 	}
-	return res, nil
+	return rp.res, nil
+}
+
+// replayer decides again, under the configured policies, each record of
+// a decision log.
+type replayer struct {
+	file       string
+	res        *ReplayResult
+	byName     map[string]*ReplayPolicy
+	configured map[string]*config.Policy
+}
+
+func newReplayer(file string, policies []*config.Policy) *replayer {
+	rp := &replayer{file: file, res: &ReplayResult{Missing: map[string]int64{}},
+		byName: map[string]*ReplayPolicy{}, configured: map[string]*config.Policy{}}
+	for _, p := range policies {
+		rp.configured[p.Name] = p
+	}
+	return rp
+}
+
+// replay decides rec again under its policy (counting it as missing when
+// the configuration has none of that name) and counts whether it flips.
+func (rp *replayer) replay(rec Record) error {
+	if rec.Policy == "" {
+		return &LineError{File: rp.file, Line: rec.Line, Err: fmt.Errorf("policy is missing: a decision log names the policy of each decision")}
+	}
+	rp.res.Decisions++
+	p := rp.byName[rec.Policy]
+	if p == nil {
+		pol := rp.configured[rec.Policy]
+		if pol == nil {
+			rp.res.Missing[rec.Policy]++
+			return nil
+		}
+		var err error
+		if p, err = newReplayPolicy(pol); err != nil {
+			return err
+		}
+		rp.byName[rec.Policy] = p
+		rp.res.Policies = append(rp.res.Policies, p)
+	}
+	at := rec.Time
+	if !rec.Absolute {
+		at = DefaultStart.Add(rec.Offset)
+	}
+	if at.Before(p.last) {
+		return &LineError{File: rp.file, Line: rec.Line, Err: fmt.Errorf("time goes backwards for policy %q (before line %d's): a decision log is in time order for each policy", rec.Policy, p.line)}
+	}
+	p.last, p.line = at, rec.Line
+	allowed, err := p.decide(at, rec.Key, rec.Cost)
+	if err != nil {
+		return &LineError{File: rp.file, Line: rec.Line, Err: err}
+	}
+	p.count(rec.Key, rec.Allowed, allowed)
+	return nil
+}
+
+// sortKeys lists the keys that flipped, the most flips first.
+func (rp *ReplayPolicy) sortKeys() {
+	for _, k := range rp.byKey {
+		rp.Keys = append(rp.Keys, *k)
+	}
+	sort.Slice(rp.Keys, func(i, j int) bool {
+		a, b := rp.Keys[i], rp.Keys[j]
+		if a.ToDeny+a.ToAllow != b.ToDeny+b.ToAllow {
+			return a.ToDeny+a.ToAllow > b.ToDeny+b.ToAllow
+		}
+		return a.Key < b.Key
+	})
+	rp.byKey = nil
 }
 
 func newReplayPolicy(pol *config.Policy) (*ReplayPolicy, error) {
