@@ -214,40 +214,49 @@ func (r *Reader) nextCSV() (Record, error) {
 		if len(fields) > len(r.cols) || len(fields) < 2 {
 			return Record{}, r.errorf(line, "%d columns, want %s", len(fields), strings.Join(r.cols, ","))
 		}
-		rec := Record{Line: line, Cost: 1}
-		var tm string
-		var hasTime, hasKey bool
-		for i, f := range fields {
-			f = strings.TrimSpace(f)
-			switch r.cols[i] {
-			case "time":
-				tm, hasTime = f, true
-			case "key":
-				rec.Key, hasKey = f, true
-			case "cost":
-				if f == "" {
-					continue
-				}
-				n, err := strconv.ParseInt(f, 10, 64)
-				if err != nil {
-					return Record{}, r.errorf(line, "cost %q is not a whole number", f)
-				}
-				rec.Cost = n
-			case "policy":
-				rec.Policy = f
-			case "allowed":
-				b, err := strconv.ParseBool(f)
-				if err != nil {
-					return Record{}, r.errorf(line, "allowed %q: want true or false", f)
-				}
-				rec.Allowed, rec.HasAllowed = b, true
-			}
-		}
-		if !hasTime || !hasKey {
-			return Record{}, r.errorf(line, "time and key are required")
+		rec, tm, err := r.csvRecord(fields, line)
+		if err != nil {
+			return Record{}, err
 		}
 		return r.finish(rec, tm)
 	}
+}
+
+// csvRecord reads the fields of one CSV line by their columns; tm is the
+// time column's text, for finish.
+func (r *Reader) csvRecord(fields []string, line int) (rec Record, tm string, err error) {
+	rec = Record{Line: line, Cost: 1}
+	var hasTime, hasKey bool
+	for i, f := range fields {
+		f = strings.TrimSpace(f)
+		switch r.cols[i] {
+		case "time":
+			tm, hasTime = f, true
+		case "key":
+			rec.Key, hasKey = f, true
+		case "cost":
+			if f == "" {
+				continue
+			}
+			n, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				return rec, "", r.errorf(line, "cost %q is not a whole number", f)
+			}
+			rec.Cost = n
+		case "policy":
+			rec.Policy = f
+		case "allowed":
+			b, err := strconv.ParseBool(f)
+			if err != nil {
+				return rec, "", r.errorf(line, "allowed %q: want true or false", f)
+			}
+			rec.Allowed, rec.HasAllowed = b, true
+		}
+	}
+	if !hasTime || !hasKey {
+		return rec, "", r.errorf(line, "time and key are required")
+	}
+	return rec, tm, nil
 }
 
 func (r *Reader) header(fields []string, line int) error {
