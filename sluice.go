@@ -176,17 +176,8 @@ type Limiter struct {
 // wrapping ErrInvalidPolicy when the policy or an option cannot be enforced,
 // before any traffic.
 func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
-	if store == nil {
-		return nil, fmt.Errorf("%w: nil store", ErrInvalidPolicy)
-	}
-	if v := reflect.ValueOf(store); nillable[v.Kind()] && v.IsNil() {
-		// Such as a nil *valkeystore.Store from a valkeystore.New that
-		// failed: it would panic on the first decision.
-		return nil, fmt.Errorf("%w: store is a nil %T", ErrInvalidPolicy, store)
-	}
-	if !reflect.TypeOf(store).Comparable() {
-		// AllowAll groups checks by store with ==.
-		return nil, fmt.Errorf("%w: store of type %T is not comparable: pass a pointer", ErrInvalidPolicy, store)
+	if err := checkStore(store); err != nil {
+		return nil, err
 	}
 	if policy == nil {
 		return nil, fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
@@ -229,14 +220,43 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		l.ovs = ovs
 	}
 	l.notify, _ = store.(DeleteNotifier)
+	if err := l.setDenyCache(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// checkStore refuses a store New cannot decide with: nil, a typed nil, or
+// one AllowAll cannot group checks by.
+func checkStore(store Store) error {
+	if store == nil {
+		return fmt.Errorf("%w: nil store", ErrInvalidPolicy)
+	}
+	if v := reflect.ValueOf(store); nillable[v.Kind()] && v.IsNil() {
+		// Such as a nil *valkeystore.Store from a valkeystore.New that
+		// failed: it would panic on the first decision.
+		return fmt.Errorf("%w: store is a nil %T", ErrInvalidPolicy, store)
+	}
+	if !reflect.TypeOf(store).Comparable() {
+		// AllowAll groups checks by store with ==.
+		return fmt.Errorf("%w: store of type %T is not comparable: pass a pointer", ErrInvalidPolicy, store)
+	}
+	return nil
+}
+
+// setDenyCache gives l a deny cache when WithDenyCache(true) asks for one
+// (refusing it where it cannot apply), or by default on a store that
+// notifies deletes, where it can.
+func (l *Limiter) setDenyCache() error {
+	rule, cfg := l.rule, &l.cfg
 	if cfg.deny == 1 {
 		switch {
 		case rule.CountRejected:
-			return nil, fmt.Errorf("%w: WithDenyCache(true): a policy with CountRejected never uses the deny cache (refused requests must reach the store to be counted)", ErrInvalidPolicy)
+			return fmt.Errorf("%w: WithDenyCache(true): a policy with CountRejected never uses the deny cache (refused requests must reach the store to be counted)", ErrInvalidPolicy)
 		case len(l.plans) > 0:
-			return nil, fmt.Errorf("%w: WithDenyCache(true): a limiter with plans never uses the deny cache (a refusal under one plan says nothing of another)", ErrInvalidPolicy)
+			return fmt.Errorf("%w: WithDenyCache(true): a limiter with plans never uses the deny cache (a refusal under one plan says nothing of another)", ErrInvalidPolicy)
 		case l.ovs != nil:
-			return nil, fmt.Errorf("%w: WithDenyCache(true): a limiter with overrides never uses the deny cache (an override set by another process must apply at once)", ErrInvalidPolicy)
+			return fmt.Errorf("%w: WithDenyCache(true): a limiter with overrides never uses the deny cache (an override set by another process must apply at once)", ErrInvalidPolicy)
 		}
 	}
 	if cfg.deny == 1 || cfg.deny == 0 && l.notify != nil && !rule.CountRejected && len(l.plans) == 0 && l.ovs == nil {
@@ -248,7 +268,7 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 			runtime.AddCleanup(l, func(stop func()) { stop() }, stop)
 		}
 	}
-	return l, nil
+	return nil
 }
 
 // nillable are the kinds whose nil values reflect.Value.IsNil reports.
