@@ -67,6 +67,17 @@ func RunOverrides(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	overrideLifecycle(t, ctx, l, clock)
+	overrideBelowCost(t, ctx, l, clock)
+	overrideWindow(t, ctx, l, clock)
+	badOverrides(t, ctx, l, clock)
+	rateOverride(t, ctx, h.Store, opts[:4], clock)
+}
+
+// overrideLifecycle: an override applies to the key's existing state,
+// takes precedence over the plan, is read and listed, lapses at its
+// expiry, and is deleted.
+func overrideLifecycle(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *Clock) {
 	step := func(what, plan string, n int64, want sluice.Result) {
 		t.Helper()
 		res, err := l.AllowPlan(ctx, "k", plan, n)
@@ -109,8 +120,12 @@ func RunOverrides(t *testing.T, h Harness) {
 	if _, ok, err := l.GetOverride(ctx, "other"); ok || err != nil {
 		t.Fatalf("deleted override still there: %v %v", ok, err)
 	}
-	// An override below a cost the plan admits: refused, taking nothing,
-	// until it lapses.
+}
+
+// overrideBelowCost: an override below a cost the plan admits refuses it,
+// taking nothing, until it lapses.
+func overrideBelowCost(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *Clock) {
+	hour := time.Hour
 	if err := l.SetOverride(ctx, "big", sluice.Override{Limit: 1, Expires: clock.Now().Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
@@ -118,13 +133,17 @@ func RunOverrides(t *testing.T, h Harness) {
 	if err != nil || res != (sluice.Result{Limit: 1, Remaining: 1, RetryAfter: time.Minute, Source: sluice.SourceOverride, OverrideParam: hour.Microseconds()}) {
 		t.Fatalf("cost over the override's limit: %+v %v", res, err)
 	}
+}
+
+// overrideWindow: an override with its own window.
+func overrideWindow(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *Clock) {
 	// An override with its own window: the Result carries the window it
 	// decided with, and InForce gives the rule in force (what headers and
 	// reports show).
 	if err := l.SetOverride(ctx, "win", sluice.Override{Limit: 3, Window: 10 * time.Minute, Expires: clock.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	res, err = l.AllowPlan(ctx, "win", "pro", 1)
+	res, err := l.AllowPlan(ctx, "win", "pro", 1)
 	if err != nil || res.Source != sluice.SourceOverride || res.Limit != 3 || res.OverrideParam != (10*time.Minute).Microseconds() {
 		t.Fatalf("override with a window: %+v %v, want limit 3 and parameter 600000000µs", res, err)
 	}
@@ -132,7 +151,10 @@ func RunOverrides(t *testing.T, h Harness) {
 	if in := pro.InForce(res); in.Limit != 3 || in.Window != 10*time.Minute || in.Algorithm != pro.Algorithm {
 		t.Fatalf("InForce of an override with a window: %+v, want limit 3 per 10m", in)
 	}
-	// Bad overrides, refused with the field named.
+}
+
+// badOverrides: bad overrides are refused with the field named.
+func badOverrides(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *Clock) {
 	for _, tc := range []struct {
 		o    sluice.Override
 		want string
@@ -148,15 +170,18 @@ func RunOverrides(t *testing.T, h Harness) {
 			t.Errorf("SetOverride(%+v) = %v, want %q", tc.o, err, tc.want)
 		}
 	}
-	// A rate override of a token bucket: its interval applies.
-	tb, err := sluice.New(h.Store, sluice.TokenBucket{Capacity: 2, Rate: 1, Per: time.Second}, opts[:4]...)
+}
+
+// rateOverride: a rate override of a token bucket: its interval applies.
+func rateOverride(t *testing.T, ctx context.Context, store sluice.Store, opts []sluice.Option, clock *Clock) {
+	tb, err := sluice.New(store, sluice.TokenBucket{Capacity: 2, Rate: 1, Per: time.Second}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := tb.SetOverride(ctx, "k", sluice.Override{Limit: 4, Rate: 4, Per: time.Second, Expires: clock.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	res, err = tb.AllowN(ctx, "k", 4)
+	res, err := tb.AllowN(ctx, "k", 4)
 	if err != nil || !res.Allowed || res.Limit != 4 || res.Source != sluice.SourceOverride || res.ResetAfter != time.Second ||
 		res.OverrideParam != 250_000 {
 		t.Fatalf("token bucket with a rate override: %+v %v, want 4 taken, full again after 1s (4/s: an interval of 250000µs)", res, err)
