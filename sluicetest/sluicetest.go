@@ -142,104 +142,101 @@ const ms = time.Millisecond
 
 // RunTimelines checks each algorithm against a hand-computed timeline.
 func RunTimelines(t *testing.T, h Harness) {
-	t.Run("FixedWindow", func(t *testing.T) {
-		h.Timeline(t, sluice.FixedWindow{Limit: 3, Window: time.Second}, []Step{
-			{0, 1, true, 2, 0, 1000 * ms},
-			{0, 1, true, 1, 0, 1000 * ms},
-			{100 * ms, 1, true, 0, 0, 900 * ms},
-			{200 * ms, 1, false, 0, 800 * ms, 800 * ms},
-			{200 * ms, 0, false, 0, 800 * ms, 800 * ms}, // a peek says the same
-			{999_999 * time.Microsecond, 1, false, 0, time.Microsecond, time.Microsecond},
-			{1000 * ms, 1, true, 2, 0, 1000 * ms}, // a new window
-			{1000 * ms, 3, false, 2, 1000 * ms, 1000 * ms},
-			{1000 * ms, 2, true, 0, 0, 1000 * ms},
-			{3500 * ms, 0, true, 3, 0, 0}, // an old window is forgotten
-		})
-	})
-	t.Run("SlidingLog", func(t *testing.T) {
-		h.Timeline(t, sluice.SlidingLog{Limit: 3, Window: time.Second}, []Step{
-			{0, 1, true, 2, 0, 1000 * ms},
-			{100 * ms, 1, true, 1, 0, 1000 * ms},
-			{200 * ms, 1, true, 0, 0, 1000 * ms},
-			// The oldest entry (at 0) leaves the window at 1s.
-			{300 * ms, 1, false, 0, 700 * ms, 900 * ms},
-			{999 * ms, 0, false, 0, 1 * ms, 201 * ms},
-			{1000 * ms, 1, true, 0, 0, 1000 * ms},
-			// Two units: the second-oldest entry (200ms) must leave too.
-			{1000 * ms, 2, false, 0, 200 * ms, 1000 * ms},
-			{1200 * ms, 2, true, 0, 0, 1000 * ms},
-			{2200 * ms, 0, true, 3, 0, 0},
-		})
-	})
-	t.Run("FixedWindowCountRejected", func(t *testing.T) {
-		h.Timeline(t, sluice.FixedWindow{Limit: 3, Window: time.Second, CountRejected: true}, []Step{
-			{0, 2, true, 1, 0, 1000 * ms},
-			// Refused, and counted: the count is now 4, over the limit.
-			{100 * ms, 2, false, 0, 900 * ms, 900 * ms},
-			// Without CountRejected one unit would still fit.
-			{200 * ms, 1, false, 0, 800 * ms, 800 * ms},
-			{300 * ms, 0, false, 0, 700 * ms, 700 * ms},
-			// The next window starts from zero.
-			{1000 * ms, 3, true, 0, 0, 1000 * ms},
-		})
-	})
-	t.Run("SlidingLogCountRejected", func(t *testing.T) {
-		h.Timeline(t, sluice.SlidingLog{Limit: 2, Window: time.Second, CountRejected: true}, []Step{
-			{0, 1, true, 1, 0, 1000 * ms},
-			{0, 1, true, 0, 0, 1000 * ms},
-			// Refused, and logged: the client must now wait for the entry at 0.
-			{500 * ms, 1, false, 0, 500 * ms, 1000 * ms},
-			{1000 * ms, 1, true, 0, 0, 1000 * ms},
-			// Hammering moves the lockout: the refused entry at 1.4s counts.
-			{1400 * ms, 1, false, 0, 600 * ms, 1000 * ms},
-			// Without CountRejected this would be allowed at 2s; the refusal
-			// at 1.9s pushes it to 2.4s.
-			{1900 * ms, 1, false, 0, 500 * ms, 1000 * ms},
-			{2400 * ms, 1, true, 0, 0, 1000 * ms},
-			{3400 * ms, 1, true, 1, 0, 1000 * ms},
-		})
-	})
-	t.Run("SlidingWindow", func(t *testing.T) {
-		h.Timeline(t, sluice.SlidingWindow{Limit: 10, Window: time.Second}, []Step{
-			{0, 5, true, 5, 0, 2000 * ms},
-			{500 * ms, 5, true, 0, 0, 1500 * ms},
-			// Full: the next unit fits once the previous window (10) weighs
-			// at most 9: 100ms into the next window.
-			{600 * ms, 1, false, 0, 500 * ms, 1400 * ms},
-			{1100 * ms, 1, true, 0, 0, 1900 * ms},
-			// estimate = 10×0.9 + 1 = 10: one more fits after 100ms more.
-			{1100 * ms, 1, false, 0, 100 * ms, 1900 * ms},
-			{1200 * ms, 1, true, 0, 0, 1800 * ms},
-			// Two windows later everything is forgotten.
-			{3000 * ms, 0, true, 10, 0, 0},
-		})
-	})
-	t.Run("TokenBucket", func(t *testing.T) {
-		h.Timeline(t, sluice.TokenBucket{Capacity: 3, Rate: 1, Per: time.Second}, []Step{
-			{0, 1, true, 2, 0, 1000 * ms},
-			{0, 1, true, 1, 0, 2000 * ms},
-			{0, 1, true, 0, 0, 3000 * ms},
-			{0, 1, false, 0, 1000 * ms, 3000 * ms},
-			{1000 * ms, 1, true, 0, 0, 3000 * ms},
-			{1500 * ms, 0, false, 0, 500 * ms, 2500 * ms}, // half a token
-			{1500 * ms, 1, false, 0, 500 * ms, 2500 * ms},
-			{3000 * ms, 2, true, 0, 0, 3000 * ms},
-			{9000 * ms, 0, true, 3, 0, 0},
-		})
-	})
-	t.Run("GCRA", func(t *testing.T) {
-		h.Timeline(t, sluice.GCRA{Rate: 1, Per: time.Second, Burst: 3}, []Step{
-			{0, 1, true, 2, 0, 1000 * ms},
-			{0, 1, true, 1, 0, 2000 * ms},
-			{0, 1, true, 0, 0, 3000 * ms},
-			{0, 1, false, 0, 1000 * ms, 3000 * ms},
-			{1000 * ms, 1, true, 0, 0, 3000 * ms},
-			{1500 * ms, 0, false, 0, 500 * ms, 2500 * ms},
-			{1500 * ms, 1, false, 0, 500 * ms, 2500 * ms},
-			{3000 * ms, 2, true, 0, 0, 3000 * ms},
-			{9000 * ms, 0, true, 3, 0, 0},
-		})
-	})
+	for _, tl := range timelines {
+		t.Run(tl.name, func(t *testing.T) { h.Timeline(t, tl.policy, tl.steps) })
+	}
+}
+
+// timelines are the hand-computed timelines RunTimelines checks.
+var timelines = []struct {
+	name   string
+	policy sluice.Policy
+	steps  []Step
+}{
+	{"FixedWindow", sluice.FixedWindow{Limit: 3, Window: time.Second}, []Step{
+		{0, 1, true, 2, 0, 1000 * ms},
+		{0, 1, true, 1, 0, 1000 * ms},
+		{100 * ms, 1, true, 0, 0, 900 * ms},
+		{200 * ms, 1, false, 0, 800 * ms, 800 * ms},
+		{200 * ms, 0, false, 0, 800 * ms, 800 * ms}, // a peek says the same
+		{999_999 * time.Microsecond, 1, false, 0, time.Microsecond, time.Microsecond},
+		{1000 * ms, 1, true, 2, 0, 1000 * ms}, // a new window
+		{1000 * ms, 3, false, 2, 1000 * ms, 1000 * ms},
+		{1000 * ms, 2, true, 0, 0, 1000 * ms},
+		{3500 * ms, 0, true, 3, 0, 0}, // an old window is forgotten
+	}},
+	{"SlidingLog", sluice.SlidingLog{Limit: 3, Window: time.Second}, []Step{
+		{0, 1, true, 2, 0, 1000 * ms},
+		{100 * ms, 1, true, 1, 0, 1000 * ms},
+		{200 * ms, 1, true, 0, 0, 1000 * ms},
+		// The oldest entry (at 0) leaves the window at 1s.
+		{300 * ms, 1, false, 0, 700 * ms, 900 * ms},
+		{999 * ms, 0, false, 0, 1 * ms, 201 * ms},
+		{1000 * ms, 1, true, 0, 0, 1000 * ms},
+		// Two units: the second-oldest entry (200ms) must leave too.
+		{1000 * ms, 2, false, 0, 200 * ms, 1000 * ms},
+		{1200 * ms, 2, true, 0, 0, 1000 * ms},
+		{2200 * ms, 0, true, 3, 0, 0},
+	}},
+	{"FixedWindowCountRejected", sluice.FixedWindow{Limit: 3, Window: time.Second, CountRejected: true}, []Step{
+		{0, 2, true, 1, 0, 1000 * ms},
+		// Refused, and counted: the count is now 4, over the limit.
+		{100 * ms, 2, false, 0, 900 * ms, 900 * ms},
+		// Without CountRejected one unit would still fit.
+		{200 * ms, 1, false, 0, 800 * ms, 800 * ms},
+		{300 * ms, 0, false, 0, 700 * ms, 700 * ms},
+		// The next window starts from zero.
+		{1000 * ms, 3, true, 0, 0, 1000 * ms},
+	}},
+	{"SlidingLogCountRejected", sluice.SlidingLog{Limit: 2, Window: time.Second, CountRejected: true}, []Step{
+		{0, 1, true, 1, 0, 1000 * ms},
+		{0, 1, true, 0, 0, 1000 * ms},
+		// Refused, and logged: the client must now wait for the entry at 0.
+		{500 * ms, 1, false, 0, 500 * ms, 1000 * ms},
+		{1000 * ms, 1, true, 0, 0, 1000 * ms},
+		// Hammering moves the lockout: the refused entry at 1.4s counts.
+		{1400 * ms, 1, false, 0, 600 * ms, 1000 * ms},
+		// Without CountRejected this would be allowed at 2s; the refusal
+		// at 1.9s pushes it to 2.4s.
+		{1900 * ms, 1, false, 0, 500 * ms, 1000 * ms},
+		{2400 * ms, 1, true, 0, 0, 1000 * ms},
+		{3400 * ms, 1, true, 1, 0, 1000 * ms},
+	}},
+	{"SlidingWindow", sluice.SlidingWindow{Limit: 10, Window: time.Second}, []Step{
+		{0, 5, true, 5, 0, 2000 * ms},
+		{500 * ms, 5, true, 0, 0, 1500 * ms},
+		// Full: the next unit fits once the previous window (10) weighs
+		// at most 9: 100ms into the next window.
+		{600 * ms, 1, false, 0, 500 * ms, 1400 * ms},
+		{1100 * ms, 1, true, 0, 0, 1900 * ms},
+		// estimate = 10×0.9 + 1 = 10: one more fits after 100ms more.
+		{1100 * ms, 1, false, 0, 100 * ms, 1900 * ms},
+		{1200 * ms, 1, true, 0, 0, 1800 * ms},
+		// Two windows later everything is forgotten.
+		{3000 * ms, 0, true, 10, 0, 0},
+	}},
+	{"TokenBucket", sluice.TokenBucket{Capacity: 3, Rate: 1, Per: time.Second}, []Step{
+		{0, 1, true, 2, 0, 1000 * ms},
+		{0, 1, true, 1, 0, 2000 * ms},
+		{0, 1, true, 0, 0, 3000 * ms},
+		{0, 1, false, 0, 1000 * ms, 3000 * ms},
+		{1000 * ms, 1, true, 0, 0, 3000 * ms},
+		{1500 * ms, 0, false, 0, 500 * ms, 2500 * ms}, // half a token
+		{1500 * ms, 1, false, 0, 500 * ms, 2500 * ms},
+		{3000 * ms, 2, true, 0, 0, 3000 * ms},
+		{9000 * ms, 0, true, 3, 0, 0},
+	}},
+	{"GCRA", sluice.GCRA{Rate: 1, Per: time.Second, Burst: 3}, []Step{
+		{0, 1, true, 2, 0, 1000 * ms},
+		{0, 1, true, 1, 0, 2000 * ms},
+		{0, 1, true, 0, 0, 3000 * ms},
+		{0, 1, false, 0, 1000 * ms, 3000 * ms},
+		{1000 * ms, 1, true, 0, 0, 3000 * ms},
+		{1500 * ms, 0, false, 0, 500 * ms, 2500 * ms},
+		{1500 * ms, 1, false, 0, 500 * ms, 2500 * ms},
+		{3000 * ms, 2, true, 0, 0, 3000 * ms},
+		{9000 * ms, 0, true, 3, 0, 0},
+	}},
 }
 
 // RunRecovery exhausts each policy, then checks that the request is refused
