@@ -74,98 +74,97 @@ func RunTokenBucketExact(t *testing.T, h Harness) {
 // window of 3 admit a 4th), deletes nothing of it, and a sliding log's
 // refund removes only the entries of its own take.
 func RunRefundAcrossWindowEdge(t *testing.T, h Harness) {
-	ctx := context.Background()
 	for _, p := range []sluice.Policy{
 		sluice.FixedWindow{Limit: 3, Window: time.Second},
 		sluice.SlidingWindow{Limit: 3, Window: time.Second},
 		sluice.SlidingLog{Limit: 3, Window: time.Second},
 	} {
-		t.Run(fmt.Sprintf("%T", p), func(t *testing.T) {
-			l := h.NewLimiter(t, p)
-			rule, key := l.Rule(), l.Key("k")
-			do := func(at time.Duration, cost, receipt int64) sluice.Op {
-				t.Helper()
-				ops := []sluice.Op{{Key: key, Rule: rule, Cost: cost, Receipt: receipt, Now: Epoch.Add(at)}}
-				if err := h.Store.Do(ctx, ops); err != nil || ops[0].Err != nil {
-					t.Fatal(err, ops[0].Err)
-				}
-				return ops[0]
-			}
-			take := do(999*ms, 1, 0) // the last millisecond of the first window
-			if !take.Result.Allowed {
-				t.Fatalf("take: %+v", take.Result)
-			}
-			at := time.Second + 500*ms // the next window
-			switch p.(type) {
-			case sluice.SlidingWindow:
-				at = 2*time.Second + 500*ms // where the first window no longer counts
-			case sluice.SlidingLog:
-				at = 2 * time.Second // the take's entry has left the log
-			}
-			for i := range 3 {
-				if op := do(at, 1, 0); !op.Result.Allowed {
-					t.Fatalf("request %d of the new window: %+v", i, op.Result)
-				}
-			}
-			refund := do(at, -1, take.Receipt)
-			if refund.Result.Remaining != 0 {
-				t.Fatalf("refund of the old window's take: %+v, want nothing given back", refund.Result)
-			}
-			if op := do(at, 1, 0); op.Result.Allowed {
-				t.Fatalf("4th request of a window of 3 after a late refund: %+v", op.Result)
-			}
-		})
+		t.Run(fmt.Sprintf("%T", p), func(t *testing.T) { lateRefundInNewWindow(t, h, p) })
 	}
-	// Buckets: a refund undoes its take while no later take wrote the key,
-	// and gives nothing back once one did.
 	for _, p := range []sluice.Policy{
 		sluice.TokenBucket{Capacity: 3, Rate: 1, Per: time.Second},
 		sluice.GCRA{Rate: 1, Per: time.Second, Burst: 3},
 	} {
-		t.Run(fmt.Sprintf("%T", p), func(t *testing.T) {
-			l := h.NewLimiter(t, p)
-			rule := l.Rule()
-			do := func(key string, at time.Duration, cost, receipt int64) sluice.Op {
-				t.Helper()
-				ops := []sluice.Op{{Key: l.Key(key), Rule: rule, Cost: cost, Receipt: receipt, Now: Epoch.Add(at)}}
-				if err := h.Store.Do(ctx, ops); err != nil || ops[0].Err != nil {
-					t.Fatal(err, ops[0].Err)
-				}
-				return ops[0]
-			}
-			a := do("alone", 0, 2, 0)
-			if r := do("alone", 10*ms, -2, a.Receipt); r.Result.Remaining != 3 || r.Result.ResetAfter != 0 {
-				t.Fatalf("refund of the last take: %+v, want the bucket full again", r.Result)
-			}
-			a = do("busy", 0, 2, 0)
-			do("busy", 5*ms, 1, 0) // another request takes from the key
-			if r := do("busy", 10*ms, -2, a.Receipt); r.Result.Remaining != 0 {
-				t.Fatalf("refund after a later take: %+v, want nothing given back", r.Result)
-			}
-		})
+		t.Run(fmt.Sprintf("%T", p), func(t *testing.T) { bucketRefund(t, h, p) })
 	}
-	// The sliding log: a refund removes its own entries, not newer ones.
-	t.Run("SlidingLogOwnEntries", func(t *testing.T) {
-		l := h.NewLimiter(t, sluice.SlidingLog{Limit: 3, Window: time.Second})
-		rule, key := l.Rule(), l.Key("k")
-		do := func(at time.Duration, cost, receipt int64) sluice.Op {
-			t.Helper()
-			ops := []sluice.Op{{Key: key, Rule: rule, Cost: cost, Receipt: receipt, Now: Epoch.Add(at)}}
-			if err := h.Store.Do(ctx, ops); err != nil || ops[0].Err != nil {
-				t.Fatal(err, ops[0].Err)
-			}
-			return ops[0]
+	t.Run("SlidingLogOwnEntries", func(t *testing.T) { slidingLogRefundOwnEntries(t, h) })
+}
+
+// doAt decides one op of key under rule at at after Epoch on h.Store.
+func doAt(t *testing.T, h Harness, key string, rule sluice.Rule, at time.Duration, cost, receipt int64) sluice.Op {
+	t.Helper()
+	ops := []sluice.Op{{Key: key, Rule: rule, Cost: cost, Receipt: receipt, Now: Epoch.Add(at)}}
+	if err := h.Store.Do(context.Background(), ops); err != nil || ops[0].Err != nil {
+		t.Fatal(err, ops[0].Err)
+	}
+	return ops[0]
+}
+
+// lateRefundInNewWindow: a refund decided after the window of its take
+// has ended gives nothing back to the new window.
+func lateRefundInNewWindow(t *testing.T, h Harness, p sluice.Policy) {
+	l := h.NewLimiter(t, p)
+	rule, key := l.Rule(), l.Key("k")
+	do := func(at time.Duration, cost, receipt int64) sluice.Op { return doAt(t, h, key, rule, at, cost, receipt) }
+	take := do(999*ms, 1, 0) // the last millisecond of the first window
+	if !take.Result.Allowed {
+		t.Fatalf("take: %+v", take.Result)
+	}
+	at := time.Second + 500*ms // the next window
+	switch p.(type) {
+	case sluice.SlidingWindow:
+		at = 2*time.Second + 500*ms // where the first window no longer counts
+	case sluice.SlidingLog:
+		at = 2 * time.Second // the take's entry has left the log
+	}
+	for i := range 3 {
+		if op := do(at, 1, 0); !op.Result.Allowed {
+			t.Fatalf("request %d of the new window: %+v", i, op.Result)
 		}
-		first := do(0, 1, 0)
-		do(500*ms, 2, 0)
-		do(600*ms, -1, first.Receipt) // gives back the entry at 0, not one at 500ms
-		// Left: the two entries at 500ms, so a request of 2 waits for the
-		// first of them to leave, at 1.5s (had a 500ms entry been removed,
-		// the one at 0 would have let it in at 1s).
-		if op := do(600*ms, 2, 0); op.Result.Allowed || op.Result.RetryAfter != 900*ms || op.Result.Remaining != 1 {
-			t.Fatalf("after the refund: %+v, want 1 remaining and a cost of 2 allowed in 900ms", op.Result)
-		}
-	})
+	}
+	refund := do(at, -1, take.Receipt)
+	if refund.Result.Remaining != 0 {
+		t.Fatalf("refund of the old window's take: %+v, want nothing given back", refund.Result)
+	}
+	if op := do(at, 1, 0); op.Result.Allowed {
+		t.Fatalf("4th request of a window of 3 after a late refund: %+v", op.Result)
+	}
+}
+
+// bucketRefund: a bucket's refund undoes its take while no later take
+// wrote the key, and gives nothing back once one did.
+func bucketRefund(t *testing.T, h Harness, p sluice.Policy) {
+	l := h.NewLimiter(t, p)
+	rule := l.Rule()
+	do := func(key string, at time.Duration, cost, receipt int64) sluice.Op {
+		return doAt(t, h, l.Key(key), rule, at, cost, receipt)
+	}
+	a := do("alone", 0, 2, 0)
+	if r := do("alone", 10*ms, -2, a.Receipt); r.Result.Remaining != 3 || r.Result.ResetAfter != 0 {
+		t.Fatalf("refund of the last take: %+v, want the bucket full again", r.Result)
+	}
+	a = do("busy", 0, 2, 0)
+	do("busy", 5*ms, 1, 0) // another request takes from the key
+	if r := do("busy", 10*ms, -2, a.Receipt); r.Result.Remaining != 0 {
+		t.Fatalf("refund after a later take: %+v, want nothing given back", r.Result)
+	}
+}
+
+// slidingLogRefundOwnEntries: the sliding log's refund removes its own
+// entries, not newer ones.
+func slidingLogRefundOwnEntries(t *testing.T, h Harness) {
+	l := h.NewLimiter(t, sluice.SlidingLog{Limit: 3, Window: time.Second})
+	rule, key := l.Rule(), l.Key("k")
+	do := func(at time.Duration, cost, receipt int64) sluice.Op { return doAt(t, h, key, rule, at, cost, receipt) }
+	first := do(0, 1, 0)
+	do(500*ms, 2, 0)
+	do(600*ms, -1, first.Receipt) // gives back the entry at 0, not one at 500ms
+	// Left: the two entries at 500ms, so a request of 2 waits for the
+	// first of them to leave, at 1.5s (had a 500ms entry been removed,
+	// the one at 0 would have let it in at 1s).
+	if op := do(600*ms, 2, 0); op.Result.Allowed || op.Result.RetryAfter != 900*ms || op.Result.Remaining != 1 {
+		t.Fatalf("after the refund: %+v, want 1 remaining and a cost of 2 allowed in 900ms", op.Result)
+	}
 }
 
 // RunAlgorithmChangeUnderOneName: two limiters with one name and different
