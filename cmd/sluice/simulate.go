@@ -78,14 +78,11 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return usage(err)
 	}
-	var logFile *os.File
-	if f.decisions != "" {
-		if logFile, err = os.Create(f.decisions); err != nil {
-			return fail(err)
-		}
-		defer logFile.Close()
-		opts.Decisions = logFile
+	logFile, err := openDecisionLog(f.decisions, &opts)
+	if err != nil {
+		return fail(err)
 	}
+	defer logFile.Close() // a nil *os.File: an error, ignored
 	plan, err := simulate.NewPlan(opts)
 	if err != nil {
 		var tl *simulate.TooLongError
@@ -207,6 +204,20 @@ func parseFormats(formats string) (map[string]bool, error) {
 		want[f] = true
 	}
 	return want, nil
+}
+
+// openDecisionLog creates the --decisions file, when asked for, and has
+// opts write every decision to it; nil without --decisions.
+func openDecisionLog(name string, opts *simulate.Options) (*os.File, error) {
+	if name == "" {
+		return nil, nil
+	}
+	f, err := os.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	opts.Decisions = f
+	return f, nil
 }
 
 // runPlan runs plan, saying first what it is and then what it decided
