@@ -33,67 +33,87 @@ func RunNextUnit(t *testing.T, h Harness) {
 		t.Run(fmt.Sprintf("%d_%T", i, p), func(t *testing.T) {
 			clock := NewClock()
 			l := h.NewLimiter(t, p, sluice.WithClock(clock.Now))
-			rule := l.Rule()
+			c := &nextUnitCheck{t: t, ctx: ctx, l: l, clock: clock, rule: l.Rule()}
 			r := rand.New(rand.NewPCG(uint64(i), 17))
-			type op struct {
-				at   time.Duration
-				cost int64
-			}
-			replays := 0
-			// peek replays ops under a fresh key and peeks at at.
-			peek := func(ops []op, at time.Duration) sluice.Result {
-				replays++
-				key := fmt.Sprintf("replay-%d", replays)
-				for _, o := range ops {
-					clock.Set(o.at)
-					if _, err := l.AllowN(ctx, key, o.cost); err != nil {
-						t.Fatal(err)
-					}
-				}
-				clock.Set(at)
-				res, err := l.Peek(ctx, key)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return res
-			}
-			exact := rule.Algorithm != sluice.AlgorithmSlidingLog && rule.Algorithm != sluice.AlgorithmSlidingWindow
 			known := 0
 			for timeline := range 3 {
-				key := fmt.Sprintf("live-%d", timeline)
-				var ops []op
-				var now time.Duration
-				for range 10 {
-					now += time.Duration(r.IntN(120_000)) * time.Microsecond
-					o := op{now, r.Int64N(rule.Limit + 1)}
-					clock.Set(now)
-					res, err := l.AllowN(ctx, key, o.cost)
-					if err != nil {
-						t.Fatal(err)
-					}
-					ops = append(ops, o)
-					d, ok := rule.NextUnit(res, o.cost)
-					if !ok {
-						if exact && res.Remaining < rule.Limit {
-							t.Fatalf("%v: NextUnit unknown after %+v", rule, res)
-						}
-						continue
-					}
-					known++
-					if !res.Allowed && d > res.RetryAfter {
-						t.Fatalf("%v: NextUnit %v after a refusal with RetryAfter %v", rule, d, res.RetryAfter)
-					}
-					if before := peek(ops, now+d-time.Microsecond); before.Remaining > res.Remaining {
-						t.Fatalf("%v after %v (%+v): NextUnit %v, but %d units a microsecond earlier", rule, ops, res, d, before.Remaining)
-					}
-					if at := peek(ops, now+d); at.Remaining <= res.Remaining {
-						t.Fatalf("%v after %v (%+v): NextUnit %v, but still %d units then", rule, ops, res, d, at.Remaining)
-					}
-				}
+				known += c.timeline(r, fmt.Sprintf("live-%d", timeline))
 			}
 			if known == 0 {
-				t.Errorf("%v: NextUnit never known", rule)
+				t.Errorf("%v: NextUnit never known", c.rule)
 			}
 		})
 	}
+}
+
+// nextUnitCheck checks NextUnit on one limiter with a settable clock.
+type nextUnitCheck struct {
+	t       *testing.T
+	ctx     context.Context
+	l       *sluice.Limiter
+	clock   *Clock
+	rule    sluice.Rule
+	replays int
+}
+
+// nextUnitOp is one decision of a timeline.
+type nextUnitOp struct {
+	at   time.Duration
+	cost int64
+}
+
+// timeline decides 10 random costs at random times on key, checking
+// NextUnit after each, and returns how often it was known.
+func (c *nextUnitCheck) timeline(r *rand.Rand, key string) int {
+	t, rule := c.t, c.rule
+	exact := rule.Algorithm != sluice.AlgorithmSlidingLog && rule.Algorithm != sluice.AlgorithmSlidingWindow
+	known := 0
+	var ops []nextUnitOp
+	var now time.Duration
+	for range 10 {
+		now += time.Duration(r.IntN(120_000)) * time.Microsecond
+		o := nextUnitOp{now, r.Int64N(rule.Limit + 1)}
+		c.clock.Set(now)
+		res, err := c.l.AllowN(c.ctx, key, o.cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops = append(ops, o)
+		d, ok := rule.NextUnit(res, o.cost)
+		if !ok {
+			if exact && res.Remaining < rule.Limit {
+				t.Fatalf("%v: NextUnit unknown after %+v", rule, res)
+			}
+			continue
+		}
+		known++
+		if !res.Allowed && d > res.RetryAfter {
+			t.Fatalf("%v: NextUnit %v after a refusal with RetryAfter %v", rule, d, res.RetryAfter)
+		}
+		if before := c.peek(ops, now+d-time.Microsecond); before.Remaining > res.Remaining {
+			t.Fatalf("%v after %v (%+v): NextUnit %v, but %d units a microsecond earlier", rule, ops, res, d, before.Remaining)
+		}
+		if at := c.peek(ops, now+d); at.Remaining <= res.Remaining {
+			t.Fatalf("%v after %v (%+v): NextUnit %v, but still %d units then", rule, ops, res, d, at.Remaining)
+		}
+	}
+	return known
+}
+
+// peek replays ops under a fresh key and peeks at at.
+func (c *nextUnitCheck) peek(ops []nextUnitOp, at time.Duration) sluice.Result {
+	c.replays++
+	key := fmt.Sprintf("replay-%d", c.replays)
+	for _, o := range ops {
+		c.clock.Set(o.at)
+		if _, err := c.l.AllowN(c.ctx, key, o.cost); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	c.clock.Set(at)
+	res, err := c.l.Peek(c.ctx, key)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return res
 }
