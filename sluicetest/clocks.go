@@ -75,44 +75,7 @@ func runOverrideClock(t *testing.T, h Harness) {
 	// The limiter's clock is in the past of every host that runs this, and
 	// another one in the future.
 	for _, start := range []time.Time{time.Date(2010, 3, 1, 12, 0, 0, 0, time.UTC), time.Now().Add(400 * 24 * time.Hour).Truncate(time.Hour)} {
-		clock := NewClockAt(start)
-		policy := sluice.FixedWindow{Limit: 2, Window: time.Hour}
-		l, err := sluice.New(h.Store, policy, sluice.WithPrefix(Prefix(t)), sluice.WithTimeout(5*time.Second),
-			sluice.WithClock(clock.Now), sluice.WithOverrides(true))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Half a microsecond past the tenth minute: kept as the tenth minute.
-		if err := l.SetOverride(ctx, "k", sluice.Override{Limit: 6, Expires: start.Add(10*time.Minute + 500*time.Nanosecond)}); err != nil {
-			t.Fatalf("clock at %v: SetOverride: %v", start, err)
-		}
-		expires := start.Add(10 * time.Minute)
-		o, ok, err := l.GetOverride(ctx, "k")
-		if err != nil || !ok || !o.Expires.Equal(expires) || o.Limit != 6 {
-			t.Fatalf("clock at %v: GetOverride just after setting it: %+v %v %v, want limit 6 until %v", start, o, ok, err, expires)
-		}
-		if list, err := l.Overrides(ctx); err != nil || len(list) != 1 || !list[0].Expires.Equal(expires) {
-			t.Fatalf("clock at %v: Overrides: %+v %v", start, list, err)
-		}
-		res, err := l.AllowN(ctx, "k", 3)
-		if err != nil || res != (sluice.Result{Allowed: true, Limit: 6, Remaining: 3, ResetAfter: time.Hour, Source: sluice.SourceOverride, OverrideParam: time.Hour.Microseconds()}) {
-			t.Fatalf("clock at %v: a decision under the override: %+v %v", start, res, err)
-		}
-		clock.Set(expires.Add(-time.Microsecond).Sub(Epoch))
-		if _, ok, err := l.GetOverride(ctx, "k"); !ok || err != nil {
-			t.Fatalf("clock at %v: GetOverride at the override's last microsecond: %v %v", start, ok, err)
-		}
-		clock.Set(expires.Sub(Epoch))
-		if o, ok, err := l.GetOverride(ctx, "k"); ok || err != nil {
-			t.Fatalf("clock at %v: GetOverride at the override's expiry (on the limiter's clock): %+v %v %v, want none", start, o, ok, err)
-		}
-		if list, err := l.Overrides(ctx); err != nil || len(list) != 0 {
-			t.Fatalf("clock at %v: Overrides after the expiry: %+v %v, want none", start, list, err)
-		}
-		res, err = l.Allow(ctx, "k")
-		if err != nil || res.Source != sluice.SourcePolicy || res.Allowed {
-			t.Fatalf("clock at %v: after the override's expiry: %+v %v, want the policy's refusal", start, res, err)
-		}
+		overrideOnLimiterClock(t, h, start)
 	}
 	// What a store cannot keep is refused by every store, not rounded.
 	mem := memstore.New()
@@ -129,5 +92,50 @@ func runOverrideClock(t *testing.T, h Harness) {
 				t.Errorf("%T: PutOverride of expires %v, set %v: %v, want ErrInvalidOverride", st, rec.Expires, rec.Set, err)
 			}
 		}
+	}
+}
+
+// overrideOnLimiterClock: an override set, read, listed, decided under
+// and lapsed on a limiter whose clock starts at start, whatever the
+// host's clock says.
+func overrideOnLimiterClock(t *testing.T, h Harness, start time.Time) {
+	ctx := context.Background()
+	clock := NewClockAt(start)
+	policy := sluice.FixedWindow{Limit: 2, Window: time.Hour}
+	l, err := sluice.New(h.Store, policy, sluice.WithPrefix(Prefix(t)), sluice.WithTimeout(5*time.Second),
+		sluice.WithClock(clock.Now), sluice.WithOverrides(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Half a microsecond past the tenth minute: kept as the tenth minute.
+	if err := l.SetOverride(ctx, "k", sluice.Override{Limit: 6, Expires: start.Add(10*time.Minute + 500*time.Nanosecond)}); err != nil {
+		t.Fatalf("clock at %v: SetOverride: %v", start, err)
+	}
+	expires := start.Add(10 * time.Minute)
+	o, ok, err := l.GetOverride(ctx, "k")
+	if err != nil || !ok || !o.Expires.Equal(expires) || o.Limit != 6 {
+		t.Fatalf("clock at %v: GetOverride just after setting it: %+v %v %v, want limit 6 until %v", start, o, ok, err, expires)
+	}
+	if list, err := l.Overrides(ctx); err != nil || len(list) != 1 || !list[0].Expires.Equal(expires) {
+		t.Fatalf("clock at %v: Overrides: %+v %v", start, list, err)
+	}
+	res, err := l.AllowN(ctx, "k", 3)
+	if err != nil || res != (sluice.Result{Allowed: true, Limit: 6, Remaining: 3, ResetAfter: time.Hour, Source: sluice.SourceOverride, OverrideParam: time.Hour.Microseconds()}) {
+		t.Fatalf("clock at %v: a decision under the override: %+v %v", start, res, err)
+	}
+	clock.Set(expires.Add(-time.Microsecond).Sub(Epoch))
+	if _, ok, err := l.GetOverride(ctx, "k"); !ok || err != nil {
+		t.Fatalf("clock at %v: GetOverride at the override's last microsecond: %v %v", start, ok, err)
+	}
+	clock.Set(expires.Sub(Epoch))
+	if o, ok, err := l.GetOverride(ctx, "k"); ok || err != nil {
+		t.Fatalf("clock at %v: GetOverride at the override's expiry (on the limiter's clock): %+v %v %v, want none", start, o, ok, err)
+	}
+	if list, err := l.Overrides(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("clock at %v: Overrides after the expiry: %+v %v, want none", start, list, err)
+	}
+	res, err = l.Allow(ctx, "k")
+	if err != nil || res.Source != sluice.SourcePolicy || res.Allowed {
+		t.Fatalf("clock at %v: after the override's expiry: %+v %v, want the policy's refusal", start, res, err)
 	}
 }
