@@ -216,17 +216,7 @@ func RunDifferentialOverrides(t *testing.T, h Harness) {
 	for seed := range uint64(30) {
 		rng := rand.New(rand.NewPCG(seed, 13))
 		base := RandomRule(rng, int(seed%5))
-		// Plans: the same state, another limit (and interval for rates).
-		plans := []sluice.Rule{base}
-		for range 2 {
-			p, err := base.Overridden(int64(1+rng.IntN(12)), 0)
-			if base.Algorithm.Rated() && rng.IntN(2) == 0 {
-				p, err = base.Overridden(int64(1+rng.IntN(12)), int64(1+rng.IntN(400_000)))
-			}
-			if err == nil && p.Algorithm != sluice.AlgorithmSlidingLog || err == nil && p.Limit <= sluice.MaxSlidingLogLimit {
-				plans = append(plans, p)
-			}
-		}
+		plans := randomPlans(rng, base)
 		name := fmt.Sprintf("o%d", seed)
 		now := Epoch.Add(time.Duration(rng.IntN(1e6)) * time.Microsecond)
 		w := base.Period()
@@ -265,4 +255,20 @@ func RunDifferentialOverrides(t *testing.T, h Harness) {
 				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now, Override: ovKey})
 		}
 	}
+}
+
+// randomPlans returns base and up to two plans of it: the same state,
+// another limit (and interval for rates).
+func randomPlans(rng *rand.Rand, base sluice.Rule) []sluice.Rule {
+	plans := []sluice.Rule{base}
+	for range 2 {
+		p, err := base.Overridden(int64(1+rng.IntN(12)), 0)
+		if base.Algorithm.Rated() && rng.IntN(2) == 0 {
+			p, err = base.Overridden(int64(1+rng.IntN(12)), int64(1+rng.IntN(400_000)))
+		}
+		if err == nil && p.Algorithm != sluice.AlgorithmSlidingLog || err == nil && p.Limit <= sluice.MaxSlidingLogLimit {
+			plans = append(plans, p)
+		}
+	}
+	return plans
 }
