@@ -159,50 +159,75 @@ func contains(s []string, x string) bool {
 //     of a RateLimit item with no quota left (r=0).
 func CheckHeaders(h http.Header) (Headers, error) {
 	var out Headers
+	for _, check := range []func(*Headers, http.Header) error{
+		(*Headers).checkPolicies, (*Headers).checkLimits, (*Headers).checkX, (*Headers).checkRetryAfter,
+	} {
+		if err := check(&out, h); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// checkPolicies parses RateLimit-Policy.
+func (out *Headers) checkPolicies(h http.Header) error {
 	pol, err := list(h, "RateLimit-Policy", "q", "w")
 	if err != nil {
-		return out, err
+		return err
 	}
 	for _, it := range pol {
 		p := Policy{Name: it.Value.(string)}
 		if p.Q, _, err = intParam(it, "RateLimit-Policy", "q", true); err != nil {
-			return out, err
+			return err
 		}
 		var hasW bool
 		if p.W, hasW, err = intParam(it, "RateLimit-Policy", "w", false); err != nil {
-			return out, err
+			return err
 		}
 		if hasW && p.W == 0 {
-			return out, fmt.Errorf("RateLimit-Policy: item %q: w must be positive", p.Name)
+			return fmt.Errorf("RateLimit-Policy: item %q: w must be positive", p.Name)
 		}
 		out.Policies = append(out.Policies, p)
 	}
+	return nil
+}
+
+// checkLimits parses RateLimit, each item of which has its policy when
+// RateLimit-Policy is sent.
+func (out *Headers) checkLimits(h http.Header) error {
 	lim, err := list(h, "RateLimit", "r", "t")
 	if err != nil {
-		return out, err
+		return err
 	}
 	for _, it := range lim {
 		l := Limit{Name: it.Value.(string)}
 		if l.R, _, err = intParam(it, "RateLimit", "r", true); err != nil {
-			return out, err
+			return err
 		}
 		if l.T, l.HasT, err = intParam(it, "RateLimit", "t", false); err != nil {
-			return out, err
+			return err
 		}
 		if len(values(h, "RateLimit-Policy")) > 0 {
 			if _, ok := out.Policy(l.Name); !ok {
-				return out, fmt.Errorf("RateLimit: item %q has no RateLimit-Policy item", l.Name)
+				return fmt.Errorf("RateLimit: item %q has no RateLimit-Policy item", l.Name)
 			}
 		}
 		out.Limits = append(out.Limits, l)
 	}
+	return nil
+}
 
+// xHeaders are the conventional X-RateLimit headers, all three or none.
+var xHeaders = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
+
+// checkX parses the X-RateLimit headers.
+func (out *Headers) checkX(h http.Header) error {
 	var x [3]string
 	var n int
-	for i, name := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
+	for i, name := range xHeaders {
 		v, ok, err := single(h, name)
 		if err != nil {
-			return out, err
+			return err
 		}
 		if ok {
 			x[i] = v
@@ -211,37 +236,42 @@ func CheckHeaders(h http.Header) (Headers, error) {
 	}
 	switch n {
 	case 0:
+		return nil
 	case 3:
-		out.HasX = true
-		for i, p := range []*int64{&out.XLimit, &out.XRemaining, &out.XReset} {
-			if *p, err = nonNegative([]string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}[i], x[i]); err != nil {
-				return out, err
-			}
-		}
-		if out.XRemaining > out.XLimit {
-			return out, fmt.Errorf("X-RateLimit-Remaining %d above X-RateLimit-Limit %d", out.XRemaining, out.XLimit)
-		}
 	default:
-		return out, fmt.Errorf("%d of the three X-RateLimit headers", n)
+		return fmt.Errorf("%d of the three X-RateLimit headers", n)
 	}
+	out.HasX = true
+	for i, p := range []*int64{&out.XLimit, &out.XRemaining, &out.XReset} {
+		var err error
+		if *p, err = nonNegative(xHeaders[i], x[i]); err != nil {
+			return err
+		}
+	}
+	if out.XRemaining > out.XLimit {
+		return fmt.Errorf("X-RateLimit-Remaining %d above X-RateLimit-Limit %d", out.XRemaining, out.XLimit)
+	}
+	return nil
+}
 
+// checkRetryAfter parses Retry-After, which must not be earlier than the
+// t of an exhausted RateLimit item (checkLimits runs first).
+func (out *Headers) checkRetryAfter(h http.Header) error {
 	v, ok, err := single(h, "Retry-After")
-	if err != nil {
-		return out, err
+	if err != nil || !ok {
+		return err
 	}
-	if ok {
-		out.HasRetryAfter = true
-		if out.RetryAfter, err = nonNegative("Retry-After", v); err != nil {
-			return out, err
-		}
-		if out.RetryAfter < 1 {
-			return out, fmt.Errorf("Retry-After: 0 invites an immediate retry")
-		}
-		for _, l := range out.Limits {
-			if l.R == 0 && l.HasT && l.T > out.RetryAfter {
-				return out, fmt.Errorf("Retry-After %d is earlier than t=%d of exhausted policy %q", out.RetryAfter, l.T, l.Name)
-			}
+	out.HasRetryAfter = true
+	if out.RetryAfter, err = nonNegative("Retry-After", v); err != nil {
+		return err
+	}
+	if out.RetryAfter < 1 {
+		return fmt.Errorf("Retry-After: 0 invites an immediate retry")
+	}
+	for _, l := range out.Limits {
+		if l.R == 0 && l.HasT && l.T > out.RetryAfter {
+			return fmt.Errorf("Retry-After %d is earlier than t=%d of exhausted policy %q", out.RetryAfter, l.T, l.Name)
 		}
 	}
-	return out, nil
+	return nil
 }
