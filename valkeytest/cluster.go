@@ -163,27 +163,48 @@ func (c *Cluster) form() error {
 		defer rc.Close()
 		conns[i] = rc
 	}
+	ids, err := c.assignSlots(nodes, conns)
+	if err != nil {
+		return err
+	}
+	if err := meetAll(nodes, conns); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(clusterTimeout)
+	if err := c.replicate(conns, ids, deadline); err != nil {
+		return err
+	}
+	return c.awaitAgreement(nodes, conns, ids, deadline)
+}
+
+// assignSlots gives every node a distinct config epoch and each primary
+// its range of slots, and returns the nodes' ids.
+func (c *Cluster) assignSlots(nodes []*Server, conns []*respConn) ([]string, error) {
 	ids := make([]string, len(nodes))
 	for i, rc := range conns {
 		id, err := rc.DoString("CLUSTER", "MYID")
 		if err != nil {
-			return fmt.Errorf("%s: CLUSTER MYID: %w", nodes[i].Addr, err)
+			return nil, fmt.Errorf("%s: CLUSTER MYID: %w", nodes[i].Addr, err)
 		}
 		ids[i] = id
 		// Distinct epochs up front spare the nodes the collision
 		// resolution that would otherwise delay agreement.
 		if _, err := rc.Do("CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i+1)); err != nil {
-			return fmt.Errorf("%s: CLUSTER SET-CONFIG-EPOCH: %w", nodes[i].Addr, err)
+			return nil, fmt.Errorf("%s: CLUSTER SET-CONFIG-EPOCH: %w", nodes[i].Addr, err)
 		}
 	}
 	for i := range c.Primaries {
 		lo, hi := slotRange(i, len(c.Primaries))
 		if _, err := conns[i].Do("CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)); err != nil {
-			return fmt.Errorf("%s: CLUSTER ADDSLOTSRANGE %d %d: %w", nodes[i].Addr, lo, hi, err)
+			return nil, fmt.Errorf("%s: CLUSTER ADDSLOTSRANGE %d %d: %w", nodes[i].Addr, lo, hi, err)
 		}
 	}
-	// Every node meets every other, rather than learning of them by
-	// gossip: agreement comes sooner.
+	return ids, nil
+}
+
+// meetAll has every node meet every other, rather than learn of them by
+// gossip: agreement comes sooner.
+func meetAll(nodes []*Server, conns []*respConn) error {
 	for i, rc := range conns {
 		for j := i + 1; j < len(nodes); j++ {
 			s := nodes[j]
@@ -192,37 +213,42 @@ func (c *Cluster) form() error {
 			}
 		}
 	}
-	deadline := time.Now().Add(clusterTimeout)
-	if len(c.Replicas) > 0 {
-		// A replica can follow a primary only once it knows it.
-		for j, s := range c.Replicas {
-			primary := j % len(c.Primaries)
-			rc := conns[len(c.Primaries)+j]
-			for {
-				_, err := rc.Do("CLUSTER", "REPLICATE", ids[primary])
-				if err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					return fmt.Errorf("%s: CLUSTER REPLICATE %s: %w", s.Addr, ids[primary], err)
-				}
-				time.Sleep(20 * time.Millisecond)
+	return nil
+}
+
+// replicate has each replica follow its primary, retrying until the
+// replica knows the primary or the deadline passes.
+func (c *Cluster) replicate(conns []*respConn, ids []string, deadline time.Time) error {
+	for j, s := range c.Replicas {
+		primary := j % len(c.Primaries)
+		rc := conns[len(c.Primaries)+j]
+		for {
+			_, err := rc.Do("CLUSTER", "REPLICATE", ids[primary])
+			if err == nil {
+				break
 			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: CLUSTER REPLICATE %s: %w", s.Addr, ids[primary], err)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	return nil
+}
+
+// awaitAgreement waits until every node sees the cluster as it was
+// formed, or the deadline passes.
+func (c *Cluster) awaitAgreement(nodes []*Server, conns []*respConn, ids []string, deadline time.Time) error {
 	want := c.expectedView(ids)
 	var last []string
 	for {
 		last = last[:0]
-		ok := true
 		for i, rc := range conns {
-			problem := checkNode(rc, len(nodes), want, i >= len(c.Primaries))
-			if problem != "" {
-				ok = false
+			if problem := checkNode(rc, len(nodes), want, i >= len(c.Primaries)); problem != "" {
 				last = append(last, nodes[i].Addr+": "+problem)
 			}
 		}
-		if ok {
+		if len(last) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
