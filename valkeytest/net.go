@@ -71,61 +71,84 @@ func listen(t testing.TB, what, target string, serve func(c, up net.Conn)) strin
 	if err != nil {
 		t.Fatalf("valkeytest: %s: %v", what, err)
 	}
-	var (
-		mu     sync.Mutex
-		conns  []net.Conn
-		closed bool
-		wg     sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			var up net.Conn
-			if target != "" {
-				if up, err = net.DialTimeout("tcp", target, 5*time.Second); err != nil {
-					c.Close()
-					continue
-				}
-			}
-			mu.Lock()
-			if closed {
-				mu.Unlock()
-				c.Close()
-				if up != nil {
-					up.Close()
-				}
-				return
-			}
-			conns = append(conns, c)
-			if up != nil {
-				conns = append(conns, up)
-			}
-			wg.Add(1)
-			mu.Unlock()
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				if up != nil {
-					defer up.Close()
-				}
-				serve(c, up)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		mu.Lock()
-		closed = true
-		l.Close()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
+	pl := &proxyListener{l: l, target: target, serve: serve}
+	pl.wg.Add(1)
+	go pl.accept()
+	t.Cleanup(pl.close)
 	return l.Addr().String()
+}
+
+// proxyListener serves each connection it accepts, with a connection of
+// its own to target when there is one, until it is closed.
+type proxyListener struct {
+	l      net.Listener
+	target string
+	serve  func(c, up net.Conn)
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// accept serves connections until the listener is closed.
+func (pl *proxyListener) accept() {
+	defer pl.wg.Done()
+	for {
+		c, err := pl.l.Accept()
+		if err != nil {
+			return
+		}
+		var up net.Conn
+		if pl.target != "" {
+			if up, err = net.DialTimeout("tcp", pl.target, 5*time.Second); err != nil {
+				c.Close()
+				continue
+			}
+		}
+		if !pl.track(c, up) {
+			return
+		}
+		go func() {
+			defer pl.wg.Done()
+			defer c.Close()
+			if up != nil {
+				defer up.Close()
+			}
+			pl.serve(c, up)
+		}()
+	}
+}
+
+// track keeps c and up (nil without a target) to close them with the
+// listener, and counts their server; false, closing them, when the
+// listener is closed already.
+func (pl *proxyListener) track(c, up net.Conn) bool {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.closed {
+		c.Close()
+		if up != nil {
+			up.Close()
+		}
+		return false
+	}
+	pl.conns = append(pl.conns, c)
+	if up != nil {
+		pl.conns = append(pl.conns, up)
+	}
+	pl.wg.Add(1)
+	return true
+}
+
+// close closes the listener and every connection, and waits for their
+// servers to return.
+func (pl *proxyListener) close() {
+	pl.mu.Lock()
+	pl.closed = true
+	pl.l.Close()
+	for _, c := range pl.conns {
+		c.Close()
+	}
+	pl.mu.Unlock()
+	pl.wg.Wait()
 }
