@@ -68,34 +68,49 @@ func splitScript(up net.Conn, ur *bufio.Reader, raw []byte, args [][]byte, pause
 		return []byte("-ERR split proxy: bad numkeys\r\n"), nil
 	}
 	keys := args[3 : 3+nkeys]
-	// The read.
+	dumps, ttls, err := readState(up, ur, keys)
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(pause)
+	return restoreAndRun(up, ur, keys, dumps, ttls, raw)
+}
+
+// readState reads each key's state (DUMP; nil when there is none) and
+// PTTL.
+func readState(up net.Conn, ur *bufio.Reader, keys [][]byte) (dumps [][]byte, ttls []int64, err error) {
 	var req bytes.Buffer
 	for _, k := range keys {
 		writeCommand(&req, []byte("DUMP"), k)
 		writeCommand(&req, []byte("PTTL"), k)
 	}
 	if _, err := up.Write(req.Bytes()); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	dumps := make([][]byte, len(keys))
-	ttls := make([]int64, len(keys))
+	dumps = make([][]byte, len(keys))
+	ttls = make([]int64, len(keys))
 	for i := range keys {
 		raw, _, err := readValue(ur)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if raw[0] == '$' && !bytes.HasPrefix(raw, []byte("$-1")) {
 			dumps[i] = bulkBody(raw)
 		}
 		raw, _, err = readValue(ur)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		ttls[i], _ = strconv.ParseInt(strings.TrimSpace(string(raw[1:])), 10, 64)
 	}
-	time.Sleep(pause)
-	// The write: the state as read, then the script on it.
-	req.Reset()
+	return dumps, ttls, nil
+}
+
+// restoreAndRun writes the state as read back, then runs the script (its
+// command as received, raw) on it, in one MULTI, and returns the script's
+// reply.
+func restoreAndRun(up net.Conn, ur *bufio.Reader, keys, dumps [][]byte, ttls []int64, raw []byte) ([]byte, error) {
+	var req bytes.Buffer
 	writeCommand(&req, []byte("MULTI"))
 	for i, k := range keys {
 		if dumps[i] == nil {
