@@ -31,30 +31,15 @@ func main() {
 }
 
 func run(w io.Writer, addr string) error {
-	var store sluice.Store = memstore.New()
-	where := "the in-process store"
-	if addr != "" {
-		lazy, err := valkeystore.Connect(valkey.ClientOption{InitAddress: strings.Split(addr, ",")},
-			valkeystore.WithLogger(slog.New(slog.DiscardHandler)))
-		if err != nil {
-			return err
-		}
-		defer lazy.Close()
-		// This run compares the algorithms, so it waits for Valkey rather
-		// than showing fail-open decisions (a service would not wait: see
-		// examples/httpservice).
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := lazy.Wait(ctx); err != nil {
-			return fmt.Errorf("connect to %s: %w", addr, err)
-		}
-		store, where = lazy, "Valkey at "+addr
+	store, where, closeStore, err := openStore(addr)
+	if err != nil {
+		return err
 	}
+	defer closeStore()
 	fmt.Fprintf(w, "Ten requests 10ms before a window edge, ten 10ms after, then one every 50ms for a second.\nLimit: 10 per second. Store: %s.\n\n", where)
 	fmt.Fprintf(w, "%-16s %8s %8s %9s  %s\n", "algorithm", "before", "after", "trickle", "first refusal after the edge")
 
-	// A fake clock makes the run exact and repeatable; the prefix keeps
-	// this run's keys apart from any other's.
+	// The prefix keeps this run's keys apart from any other's.
 	prefix := fmt.Sprintf("example:%d", time.Now().UnixNano())
 	for _, p := range []sluice.Policy{
 		sluice.FixedWindow{Limit: 10, Window: time.Second},
@@ -63,57 +48,91 @@ func run(w io.Writer, addr string) error {
 		sluice.TokenBucket{Capacity: 10, Rate: 10, Per: time.Second},
 		sluice.GCRA{Rate: 10, Per: time.Second, Burst: 10},
 	} {
-		var now time.Time
-		epoch := time.Unix(1_800_000_000, 0)
-		l, err := sluice.New(store, p, sluice.WithPrefix(prefix), sluice.WithClock(func() time.Time { return now }))
+		line, err := edgeAndTrickle(store, p, prefix)
 		if err != nil {
 			return err
 		}
-		ctx := context.Background()
-		var refusal sluice.Result
-		burst := func(n int) (allowed int, err error) {
-			for range n {
-				res, err := l.Allow(ctx, "client-1")
-				if err != nil {
-					return 0, err
-				}
-				if res.Degraded {
-					return 0, fmt.Errorf("store unavailable")
-				}
-				if res.Allowed {
-					allowed++
-				} else if refusal.RetryAfter == 0 {
-					refusal = res
-				}
-			}
-			return allowed, nil
-		}
-		now = epoch.Add(990 * time.Millisecond)
-		before, err := burst(10)
-		if err != nil {
-			return err
-		}
-		refusal = sluice.Result{}
-		now = epoch.Add(1010 * time.Millisecond)
-		after, err := burst(10)
-		if err != nil {
-			return err
-		}
-		first := refusal
-		trickle := 0
-		for i := range 20 {
-			now = epoch.Add(1010*time.Millisecond + time.Duration(i+1)*50*time.Millisecond)
-			n, err := burst(1)
-			if err != nil {
-				return err
-			}
-			trickle += n
-		}
-		note := "none"
-		if first.RetryAfter > 0 {
-			note = fmt.Sprintf("retry after %v, fully reset after %v", first.RetryAfter, first.ResetAfter)
-		}
-		fmt.Fprintf(w, "%-16s %5d/10 %5d/10 %6d/20  %s\n", l.Rule().Algorithm, before, after, trickle, note)
+		fmt.Fprintln(w, line)
 	}
 	return nil
+}
+
+// openStore is the in-process store, or the Valkey at addr once it
+// answers.
+func openStore(addr string) (store sluice.Store, where string, closeStore func(), err error) {
+	if addr == "" {
+		return memstore.New(), "the in-process store", func() {}, nil
+	}
+	lazy, err := valkeystore.Connect(valkey.ClientOption{InitAddress: strings.Split(addr, ",")},
+		valkeystore.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return nil, "", nil, err
+	}
+	// This run compares the algorithms, so it waits for Valkey rather
+	// than showing fail-open decisions (a service would not wait: see
+	// examples/httpservice).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := lazy.Wait(ctx); err != nil {
+		lazy.Close()
+		return nil, "", nil, fmt.Errorf("connect to %s: %w", addr, err)
+	}
+	return lazy, "Valkey at " + addr, func() { lazy.Close() }, nil
+}
+
+// edgeAndTrickle runs the traffic on policy p and returns its line of the
+// table: what each phase allowed, and the first refusal after the edge.
+// A fake clock makes the run exact and repeatable.
+func edgeAndTrickle(store sluice.Store, p sluice.Policy, prefix string) (string, error) {
+	var now time.Time
+	epoch := time.Unix(1_800_000_000, 0)
+	l, err := sluice.New(store, p, sluice.WithPrefix(prefix), sluice.WithClock(func() time.Time { return now }))
+	if err != nil {
+		return "", err
+	}
+	ctx := context.Background()
+	var refusal sluice.Result
+	burst := func(n int) (allowed int, err error) {
+		for range n {
+			res, err := l.Allow(ctx, "client-1")
+			if err != nil {
+				return 0, err
+			}
+			if res.Degraded {
+				return 0, fmt.Errorf("store unavailable")
+			}
+			if res.Allowed {
+				allowed++
+			} else if refusal.RetryAfter == 0 {
+				refusal = res
+			}
+		}
+		return allowed, nil
+	}
+	now = epoch.Add(990 * time.Millisecond)
+	before, err := burst(10)
+	if err != nil {
+		return "", err
+	}
+	refusal = sluice.Result{}
+	now = epoch.Add(1010 * time.Millisecond)
+	after, err := burst(10)
+	if err != nil {
+		return "", err
+	}
+	first := refusal
+	trickle := 0
+	for i := range 20 {
+		now = epoch.Add(1010*time.Millisecond + time.Duration(i+1)*50*time.Millisecond)
+		n, err := burst(1)
+		if err != nil {
+			return "", err
+		}
+		trickle += n
+	}
+	note := "none"
+	if first.RetryAfter > 0 {
+		note = fmt.Sprintf("retry after %v, fully reset after %v", first.RetryAfter, first.ResetAfter)
+	}
+	return fmt.Sprintf("%-16s %5d/10 %5d/10 %6d/20  %s", l.Rule().Algorithm, before, after, trickle, note), nil
 }
