@@ -63,21 +63,11 @@ func main() {
 
 // run serves until ctx ends.
 func run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
-	var store sluice.Store = memstore.New()
-	where := "in-process store"
-	if addr := getenv("VALKEY_ADDR"); addr != "" {
-		// Connect starts while Valkey is down (decisions follow each
-		// limiter's fail mode until it answers), so a restart during an
-		// outage is no crash loop, and sets what the store needs of the
-		// client.
-		lazy, err := valkeystore.Connect(valkey.ClientOption{InitAddress: strings.Split(addr, ",")},
-			valkeystore.WithLogger(slog.New(slog.NewTextHandler(stdout, nil))))
-		if err != nil {
-			return fmt.Errorf("VALKEY_ADDR: %w", err)
-		}
-		defer lazy.Close()
-		store, where = lazy, "Valkey at "+addr
+	store, where, closeStore, err := openStore(getenv("VALKEY_ADDR"), stdout)
+	if err != nil {
+		return err
 	}
+	defer closeStore()
 	proxies, err := clientip.ParsePrefixes(strings.Split(getenv("TRUSTED_PROXIES"), ",")...)
 	if err != nil {
 		return fmt.Errorf("TRUSTED_PROXIES: %w", err)
@@ -104,8 +94,30 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	fmt.Fprintf(stdout, "listening on http://%s (%s, %d trusted proxy networks)\n", ln.Addr(), where, len(proxies))
+	return serve(ctx, ln, h)
+}
+
+// openStore is the in-process store, or the Valkey at addr when set.
+// Connect starts while Valkey is down (decisions follow each limiter's
+// fail mode until it answers), so a restart during an outage is no crash
+// loop, and sets what the store needs of the client.
+func openStore(addr string, log io.Writer) (store sluice.Store, where string, closeStore func(), err error) {
+	if addr == "" {
+		return memstore.New(), "in-process store", func() {}, nil
+	}
+	lazy, err := valkeystore.Connect(valkey.ClientOption{InitAddress: strings.Split(addr, ",")},
+		valkeystore.WithLogger(slog.New(slog.NewTextHandler(log, nil))))
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("VALKEY_ADDR: %w", err)
+	}
+	return lazy, "Valkey at " + addr, func() { lazy.Close() }, nil
+}
+
+// serve serves h on ln until ctx ends, then shuts down, giving requests
+// in flight 5s to finish.
+func serve(ctx context.Context, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -124,28 +136,38 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	return nil
 }
 
+// limiters are the service's limiters.
+type limiters struct {
+	perClient, perKey, search, global *sluice.Limiter
+}
+
+func newLimiters(store sluice.Store) (*limiters, error) {
+	var l limiters
+	for _, d := range []struct {
+		dst  **sluice.Limiter
+		name string
+		p    sluice.Policy
+	}{
+		// Anonymous clients: by address. Clients with an API key: by key
+		// (in a real service, check the key first and key by the account).
+		{&l.perClient, "per-client", sluice.SlidingWindow{Limit: 10, Window: time.Minute}},
+		{&l.perKey, "per-key", sluice.TokenBucket{Capacity: 20, Rate: 5, Per: time.Second}},
+		{&l.search, "search", sluice.GCRA{Rate: 3, Per: time.Minute, Burst: 3}},
+		// The backend's capacity, shared by everyone; it fails open, so
+		// an outage of Valkey does not become an outage of the service.
+		{&l.global, "global", sluice.GCRA{Rate: 1000, Per: time.Second, Burst: 2000}},
+	} {
+		var err error
+		if *d.dst, err = sluice.New(store, d.p, sluice.WithName(d.name)); err != nil {
+			return nil, err
+		}
+	}
+	return &l, nil
+}
+
 // newHandler wires the routes and their limits on store.
 func newHandler(store sluice.Store, resolver *clientip.Resolver, secret []byte, users map[string]string) (http.Handler, error) {
-	limiter := func(name string, p sluice.Policy, opts ...sluice.Option) (*sluice.Limiter, error) {
-		return sluice.New(store, p, append([]sluice.Option{sluice.WithName(name)}, opts...)...)
-	}
-	// Anonymous clients: by address. Clients with an API key: by key (in a
-	// real service, check the key first and key by the account).
-	perClient, err := limiter("per-client", sluice.SlidingWindow{Limit: 10, Window: time.Minute})
-	if err != nil {
-		return nil, err
-	}
-	perKey, err := limiter("per-key", sluice.TokenBucket{Capacity: 20, Rate: 5, Per: time.Second})
-	if err != nil {
-		return nil, err
-	}
-	search, err := limiter("search", sluice.GCRA{Rate: 3, Per: time.Minute, Burst: 3})
-	if err != nil {
-		return nil, err
-	}
-	// The backend's capacity, shared by everyone; it fails open, so an
-	// outage of Valkey does not become an outage of the service.
-	global, err := limiter("global", sluice.GCRA{Rate: 1000, Per: time.Second, Burst: 2000})
+	lim, err := newLimiters(store)
 	if err != nil {
 		return nil, err
 	}
@@ -166,16 +188,16 @@ func newHandler(store sluice.Store, resolver *clientip.Resolver, secret []byte, 
 		// Each of the two applies to its kind of request only: the other
 		// kind skips it, as said (a key function that finds nothing
 		// refuses the request unless told otherwise).
-		{Limiter: perClient, Key: anonymous, Missing: httplimit.Skip()},
-		{Limiter: perKey, Key: byKey, Missing: httplimit.Skip()},
-		{Limiter: global, Key: httplimit.Constant("all"), Hidden: true},
+		{Limiter: lim.perClient, Key: anonymous, Missing: httplimit.Skip()},
+		{Limiter: lim.perKey, Key: byKey, Missing: httplimit.Skip()},
+		{Limiter: lim.global, Key: httplimit.Constant("all"), Hidden: true},
 	}})
 	if err != nil {
 		return nil, err
 	}
 	searchMW, err := httplimit.New(httplimit.Config{Limits: []httplimit.Limit{
-		{Limiter: search, Key: client},
-		{Limiter: global, Key: httplimit.Constant("all"), Hidden: true},
+		{Limiter: lim.search, Key: client},
+		{Limiter: lim.global, Key: httplimit.Constant("all"), Hidden: true},
 	}})
 	if err != nil {
 		return nil, err
