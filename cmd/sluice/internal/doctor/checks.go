@@ -229,6 +229,20 @@ func (d *doc) cluster(ctx context.Context) {
 		d.add("replicas", Unknown, "", "", "could not read CLUSTER NODES: %v", err)
 		return
 	}
+	lonely, prims := primariesWithoutReplica(nodes)
+	if len(lonely) > 0 {
+		d.add("replicas", Warning, "", "add a replica to each primary (valkey-cli --cluster add-node NEW EXISTING --cluster-slave)",
+			"%d of %d primaries have no replica (%s): if one fails, its slots get no decision (on_failure decides) and its counts are lost",
+			len(lonely), prims, strings.Join(lonely, ", "))
+		return
+	}
+	d.add("replicas", OK, "", "", "every primary of %d has a replica", prims)
+}
+
+// primariesWithoutReplica reads CLUSTER NODES: the addresses, sorted, of
+// the primaries that serve slots and have no replica that is up, and how
+// many primaries serve slots.
+func primariesWithoutReplica(nodes string) (lonely []string, primaries int) {
 	type primary struct {
 		addr     string
 		replicas int
@@ -254,20 +268,13 @@ func (d *doc) cluster(ctx context.Context) {
 			p.replicas++
 		}
 	}
-	var lonely []string
 	for _, p := range prims {
 		if p.replicas == 0 {
 			lonely = append(lonely, p.addr)
 		}
 	}
 	slices.Sort(lonely)
-	if len(lonely) > 0 {
-		d.add("replicas", Warning, "", "add a replica to each primary (valkey-cli --cluster add-node NEW EXISTING --cluster-slave)",
-			"%d of %d primaries have no replica (%s): if one fails, its slots get no decision (on_failure decides) and its counts are lost",
-			len(lonely), len(prims), strings.Join(lonely, ", "))
-		return
-	}
-	d.add("replicas", OK, "", "", "every primary of %d has a replica", len(prims))
+	return lonely, len(prims)
 }
 
 // probePolicies are one policy per algorithm, to run every script.
