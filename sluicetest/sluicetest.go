@@ -403,60 +403,77 @@ func RunSlidingWindowWorstCase(t *testing.T, h Harness) {
 // key, that AllowAll gives back what allowing checks took when another
 // refuses, and that invalid costs are errors.
 func RunPeekResetRefund(t *testing.T, h Harness) {
-	ctx := context.Background()
 	for _, p := range Policies() {
 		t.Run(fmt.Sprintf("%v", ruleOf(t, p)), func(t *testing.T) {
 			clock := NewClock()
 			l := h.NewLimiter(t, p, sluice.WithClock(clock.Now))
-			limit := l.Rule().Limit
-			for range 3 {
-				res, err := l.Peek(ctx, "p")
-				if err != nil || !res.Allowed || res.Remaining != limit {
-					t.Fatalf("peek on a fresh key: %+v, %v; want allowed with %d remaining", res, err, limit)
-				}
-			}
-			res, err := l.AllowN(ctx, "p", limit)
-			if err != nil || !res.Allowed || res.Remaining != 0 {
-				t.Fatalf("taking the whole limit: %+v, %v", res, err)
-			}
-			if res, _ := l.Peek(ctx, "p"); res.Allowed || res.RetryAfter <= 0 {
-				t.Fatalf("peek on an exhausted key: %+v", res)
-			}
-			if err := l.Reset(ctx, "p"); err != nil {
-				t.Fatal(err)
-			}
-			if res, _ := l.Peek(ctx, "p"); !res.Allowed || res.Remaining != limit {
-				t.Fatalf("peek after Reset: %+v", res)
-			}
-
-			// Refund: a second limiter with a limit of one refuses the
-			// second request; the first limiter must not be charged for it.
-			gate := h.NewLimiter(t, sluice.FixedWindow{Limit: 1, Window: time.Hour}, sluice.WithClock(clock.Now), sluice.WithName("gate"))
-			checks := []sluice.Check{{Limiter: l, Key: "r", Cost: 1}, {Limiter: gate, Key: "r", Cost: 1}}
-			d, err := sluice.AllowAll(ctx, checks)
-			if err != nil || !d.Allowed {
-				t.Fatalf("first AllowAll: %+v, %v", d, err)
-			}
-			d, err = sluice.AllowAll(ctx, checks)
-			if err != nil || d.Allowed || !d.Results[0].Allowed || d.Results[1].Allowed {
-				t.Fatalf("second AllowAll: %+v, %v; want refused by the gate only", d, err)
-			}
-			if d.RetryAfter() <= 0 {
-				t.Fatalf("refused Decision has RetryAfter %v", d.RetryAfter())
-			}
-			if res, _ := l.Peek(ctx, "r"); res.Remaining != limit-1 {
-				t.Fatalf("after a refused AllowAll, %d remaining, want %d (the refund is missing)", res.Remaining, limit-1)
-			}
-
-			for _, n := range []int64{-1, limit + 1} {
-				if _, err := l.AllowN(ctx, "p", n); err == nil {
-					t.Fatalf("AllowN with cost %d: no error", n)
-				}
-			}
-			if _, err := l.Allow(ctx, ""); err == nil {
-				t.Fatal("Allow with an empty key: no error")
-			}
+			peekAndReset(t, l)
+			refundOnRefusal(t, h, l, clock)
+			badRequests(t, l)
 		})
+	}
+}
+
+// peekAndReset: a peek takes nothing, sees an exhausted key, and a Reset
+// gives the whole limit back.
+func peekAndReset(t *testing.T, l *sluice.Limiter) {
+	ctx := context.Background()
+	limit := l.Rule().Limit
+	for range 3 {
+		res, err := l.Peek(ctx, "p")
+		if err != nil || !res.Allowed || res.Remaining != limit {
+			t.Fatalf("peek on a fresh key: %+v, %v; want allowed with %d remaining", res, err, limit)
+		}
+	}
+	res, err := l.AllowN(ctx, "p", limit)
+	if err != nil || !res.Allowed || res.Remaining != 0 {
+		t.Fatalf("taking the whole limit: %+v, %v", res, err)
+	}
+	if res, _ := l.Peek(ctx, "p"); res.Allowed || res.RetryAfter <= 0 {
+		t.Fatalf("peek on an exhausted key: %+v", res)
+	}
+	if err := l.Reset(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := l.Peek(ctx, "p"); !res.Allowed || res.Remaining != limit {
+		t.Fatalf("peek after Reset: %+v", res)
+	}
+}
+
+// refundOnRefusal: a second limiter with a limit of one refuses the
+// second request of AllowAll; l must not be charged for it.
+func refundOnRefusal(t *testing.T, h Harness, l *sluice.Limiter, clock *Clock) {
+	ctx := context.Background()
+	limit := l.Rule().Limit
+	gate := h.NewLimiter(t, sluice.FixedWindow{Limit: 1, Window: time.Hour}, sluice.WithClock(clock.Now), sluice.WithName("gate"))
+	checks := []sluice.Check{{Limiter: l, Key: "r", Cost: 1}, {Limiter: gate, Key: "r", Cost: 1}}
+	d, err := sluice.AllowAll(ctx, checks)
+	if err != nil || !d.Allowed {
+		t.Fatalf("first AllowAll: %+v, %v", d, err)
+	}
+	d, err = sluice.AllowAll(ctx, checks)
+	if err != nil || d.Allowed || !d.Results[0].Allowed || d.Results[1].Allowed {
+		t.Fatalf("second AllowAll: %+v, %v; want refused by the gate only", d, err)
+	}
+	if d.RetryAfter() <= 0 {
+		t.Fatalf("refused Decision has RetryAfter %v", d.RetryAfter())
+	}
+	if res, _ := l.Peek(ctx, "r"); res.Remaining != limit-1 {
+		t.Fatalf("after a refused AllowAll, %d remaining, want %d (the refund is missing)", res.Remaining, limit-1)
+	}
+}
+
+// badRequests: a negative cost, a cost over the limit and an empty key
+// are errors.
+func badRequests(t *testing.T, l *sluice.Limiter) {
+	ctx := context.Background()
+	for _, n := range []int64{-1, l.Rule().Limit + 1} {
+		if _, err := l.AllowN(ctx, "p", n); err == nil {
+			t.Fatalf("AllowN with cost %d: no error", n)
+		}
+	}
+	if _, err := l.Allow(ctx, ""); err == nil {
+		t.Fatal("Allow with an empty key: no error")
 	}
 }
 
