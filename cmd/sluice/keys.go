@@ -649,7 +649,11 @@ func runReset(ctx context.Context, args []string, env func(string) (string, bool
 		fmt.Fprintf(stderr, "sluice reset: no state for key %q of policy %s (never used, expired or reset already): nothing to reset\n", key, p.Name)
 		return 1
 	}
-	fmt.Fprintf(stdout, "reset %s %q: state deleted; the notice reached %d subscribed sluice process(es), and every process on this Valkey stops refusing the key from its deny cache within %v: from then its next request gets the whole limit of %d\n",
-		p.Name, key, notified, valkeystore.NoticeBound, l.Rule().Limit)
+	limit := fmt.Sprintf("%d (the policy's)", l.Rule().Limit)
+	if res, err := l.Peek(ctx, key); err == nil && !res.Degraded {
+		limit = fmt.Sprintf("%d (the %s's)", res.Limit, res.Source)
+	}
+	fmt.Fprintf(stdout, "reset %s %q: state deleted; the notice reached %d subscribed sluice process(es), and every process on this Valkey stops refusing the key from its deny cache within %v: from then its next request gets the whole limit of %s\n",
+		p.Name, key, notified, valkeystore.NoticeBound, limit)
 	return 0
 }
