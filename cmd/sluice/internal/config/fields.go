@@ -58,8 +58,10 @@ type Field struct {
 	Algorithms, RequiredBy []sluice.Algorithm
 	// Desc is the one-line description.
 	Desc string
-	// Schema is the JSON Schema of a KindCustom field.
+	// Schema is the JSON Schema of a KindCustom field, Type its type as the
+	// reference shows it.
 	Schema map[string]any
+	Type   string
 }
 
 // Section is a mapping of the configuration.
@@ -192,7 +194,7 @@ var valkeySection = &Section{Path: "valkey", Def: "valkey", Fields: []*Field{
 	str("username", "Valkey user (ACL)"),
 	str("password_env", "environment variable holding the password (never the password itself)"),
 	str("password_file", "file holding the password (trailing newline removed)"),
-	{Name: "tls", Kind: KindCustom, Desc: "true for TLS with the system's authorities, or a mapping (valkey.tls)",
+	{Name: "tls", Kind: KindCustom, Type: "boolean or [`valkey.tls`](#valkeytls)", Desc: "true for TLS with the system's authorities, or a mapping (valkey.tls)",
 		Schema: map[string]any{"anyOf": []any{boolSchema(), ref("tls")}}},
 	{Name: "timeout", Kind: KindDuration, Default: sluice.DefaultTimeout.String(), MinDur: time.Millisecond, MaxDur: time.Minute,
 		Desc: "bounds each decision; past it, the policy's on_failure decides"},
@@ -239,7 +241,7 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 		Desc: "refused attempts count too (a lockout)"},
 	enum("on_failure", "allow", "when Valkey cannot decide in time: allow or deny", "allow", "deny"),
 	boolean("shadow", "false", "never refuse: report \"shadow\": true instead"),
-	{Name: "headers", Kind: KindCustom, Default: "all",
+	{Name: "headers", Kind: KindCustom, Default: "all", Type: "a name or a list of names",
 		Desc: "response headers: all, none, or one or a list of x-ratelimit, ietf, retry-after",
 		Schema: map[string]any{"anyOf": []any{
 			map[string]any{"enum": headerValues()},
@@ -276,7 +278,7 @@ var replacesSection = &Section{Path: "domains[].descriptors[].rate_limit.replace
 var descriptorSection = &Section{Path: "domains[].descriptors[]", Def: "descriptor", Fields: []*Field{
 	{Name: "key", Kind: KindString, Required: true, Desc: "the descriptor entry's key"},
 	str("value", "the entry's value ('*' matches by wildcard); absent: any value"),
-	{Name: "rate_limit", Kind: KindCustom, Desc: "an envoyproxy/ratelimit limit (empty: none)",
+	{Name: "rate_limit", Kind: KindCustom, Type: "[`rate_limit`](#domainsdescriptorsrate_limit) or empty", Desc: "an envoyproxy/ratelimit limit (empty: none)",
 		Schema: map[string]any{"anyOf": []any{map[string]any{"type": "null"}, ref("rate_limit")}}},
 	{Name: "descriptors", Kind: KindList, Item: &Field{Kind: KindSection, Section: nil}, Desc: "nested descriptors"},
 	boolean("shadow_mode", "false", "observe the limit, never enforce it"),
@@ -301,7 +303,7 @@ var domainSection = &Section{Path: "domains[]", Def: "domain", Fields: []*Field{
 
 var routeLimitSection = &Section{Path: "forward_auth.routes[].limits[]", Def: "route_limit", Fields: []*Field{
 	{Name: "policy", Kind: KindString, Required: true, Desc: "a policy of policies"},
-	{Name: "key", Kind: KindCustom, Required: true,
+	{Name: "key", Kind: KindCustom, Required: true, Type: "a key source, a list or a mapping",
 		Desc:   "client_ip, header:NAME or claim:NAME; a list of them (the first present counts); {all: [...]} (each present counts) or {first: [...]}",
 		Schema: keySchema()},
 }, Rules: []string{"policy names a policy defined under policies", "a key source is listed once"}}

@@ -85,7 +85,7 @@ func describeField(f *Field) string {
 		d += " (default " + f.Default + ")"
 	}
 	if f.Kind == KindDuration {
-		d += fmt.Sprintf(" (%v to %v)", f.MinDur, f.MaxDur)
+		d += " (" + duration(f.MinDur) + " to " + duration(f.MaxDur) + ")"
 	}
 	return d
 }
