@@ -302,8 +302,10 @@ type refusal struct {
 // tableRefusals derives refusals from the field table itself: in every
 // section an unknown field; for every field of a scalar kind a value of
 // the wrong type; for every bounded integer a value on each side of its
-// bounds; for every enum a value outside it. A row added to the table is
-// so tested at once.
+// bounds; for every enum a value outside it; for every mapping, list or
+// many-formed field a value of another shape. A row added to the table is
+// so tested at once, and one the decoder does not read (a field it would
+// accept and ignore) makes the decoder accept a case and the test fail.
 func tableRefusals(t *testing.T) []refusal {
 	var out []refusal
 	add := func(name string, sec *Section, change func(m map[string]any)) {
@@ -345,6 +347,14 @@ func tableRefusals(t *testing.T) []refusal {
 				add(f.Name+" a mapping", sec, func(m map[string]any) { m[f.Name] = map[string]any{"a": "b"} })
 			case KindSection:
 				add(f.Name+" a list", sec, func(m map[string]any) { m[f.Name] = []any{"a"} })
+			case KindMap:
+				add(f.Name+" a list", sec, func(m map[string]any) { m[f.Name] = []any{"a"} })
+			case KindAny:
+				add(f.Name+" a string", sec, func(m map[string]any) { m[f.Name] = "a" })
+			case KindCustom:
+				add(f.Name+" an unknown mapping", sec, func(m map[string]any) { m[f.Name] = map[string]any{"no_such_field": 1} })
+			default:
+				t.Fatalf("%s.%s: no refusal for kind %d", sec.Path, f.Name, f.Kind)
 			}
 		}
 	}
@@ -479,5 +489,53 @@ func TestFieldTableComplete(t *testing.T) {
 	}
 	if _, err := (sluice.FixedWindow{Limit: sluice.MaxLimit + 1, Window: sluice.MinWindow}).Rule(); err == nil {
 		t.Error("MaxLimit+1 accepted by the library")
+	}
+}
+
+// TestEnumValuesAccepted: every value the table lists for an enum is
+// accepted by the decoder and the schema (the decoder's switch and the
+// table agree), and so is every boolean spelling.
+func TestEnumValuesAccepted(t *testing.T) {
+	schema := compiledSchema(t)
+	n := 0
+	for _, sec := range Sections {
+		for _, f := range sec.Fields {
+			if f.Kind != KindEnum && f.Kind != KindBool || f.Name == "algorithm" {
+				continue // the algorithms: the base configuration has a policy of each kind of fields
+			}
+			values := f.Enum
+			if f.Kind == KindBool {
+				values = boolSpellings
+			}
+			for _, v := range values {
+				doc := baseDoc(t)
+				m := at(doc, sec, f.Name)
+				m[f.Name] = v
+				switch {
+				case f.Name == "period" && v != "month":
+					delete(m, "renewal_day")
+				case f.Name == "deny_cache" || f.Name == "overrides":
+					delete(m, "plans") // deny_cache: true is refused with plans; overrides turn it off
+					delete(m, "deny_cache")
+					m[f.Name] = v
+				case f.Name == "count_rejected" || f.Name == "unlimited" || f.Name == "share_threshold" || f.Name == "plan_entry":
+					continue // true needs other fields (checked at load only); false is their default
+				}
+				b, err := yaml.Marshal(doc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n++
+				if _, err := Parse("case.yaml", b); err != nil {
+					t.Errorf("%s.%s: %q: the decoder refuses it: %v", sec.Path, f.Name, v, err)
+				}
+				if err := schema.Validate(asJSON(t, b)); err != nil {
+					t.Errorf("%s.%s: %q: the schema refuses it: %v", sec.Path, f.Name, v, err)
+				}
+			}
+		}
+	}
+	if n < 100 {
+		t.Fatalf("only %d cases", n)
 	}
 }
