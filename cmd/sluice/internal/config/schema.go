@@ -40,6 +40,9 @@ func fieldSchema(f *Field) map[string]any {
 		s = map[string]any{"type": "string"}
 		if f.Pattern != "" {
 			s["pattern"] = f.Pattern
+		} else if !f.Required {
+			// "key:" with nothing is "", as envoyproxy/ratelimit reads it
+			s["type"] = []string{"string", "null"}
 		}
 	case KindBool:
 		s = boolSchema()
@@ -55,6 +58,9 @@ func fieldSchema(f *Field) map[string]any {
 		s = map[string]any{"type": "array", "items": fieldSchema(f.Item)}
 		if f.Min > 0 {
 			s["minItems"] = f.Min
+		} else if !f.Required {
+			// "key:" with nothing is an empty list, as YAML 1.1 readers take it
+			s["type"] = []string{"array", "null"}
 		}
 	case KindSection:
 		s = ref(f.Section.Def)

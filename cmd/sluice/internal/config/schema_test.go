@@ -3,9 +3,15 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -182,6 +188,55 @@ func TestRepoConfigsValidate(t *testing.T) {
 			t.Errorf("%s does not start with the yaml-language-server $schema line", f)
 		}
 	}
+}
+
+// TestDocBlocksValidate: every YAML block of README.md and docs/ that is a
+// configuration or a part of one (its top-level keys are configuration
+// sections) validates against the schema, which checks no references
+// between sections; those the decoder accepts whole are checked by both.
+func TestDocBlocksValidate(t *testing.T) {
+	schema := compiledSchema(t)
+	files, err := filepath.Glob(filepath.Join(repoRoot, "docs/*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, filepath.Join(repoRoot, "README.md"))
+	configs := 0
+	for _, f := range files {
+		doc, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest := string(doc)
+		for i := 1; ; i++ {
+			_, after, ok := strings.Cut(rest, "```yaml\n")
+			if !ok {
+				break
+			}
+			block, tail, _ := strings.Cut(after, "```")
+			rest = tail
+			name := fmt.Sprintf("%s block %d", filepath.Base(f), i)
+			var top map[string]any
+			if err := yaml.Unmarshal([]byte(block), &top); err != nil || len(top) == 0 {
+				continue
+			}
+			part := true
+			for k := range top {
+				part = part && slices.Contains(topSection.names(), k)
+			}
+			if _, err := Parse(name, []byte(block)); err != nil && !part {
+				continue
+			}
+			configs++
+			if err := schema.Validate(asJSON(t, []byte(block))); err != nil {
+				t.Errorf("%s: the decoder accepts it, the schema refuses it: %v\n%s", name, err, block)
+			}
+		}
+	}
+	if configs < 6 {
+		t.Fatalf("only %d configuration blocks found", configs)
+	}
+	t.Logf("%d configuration blocks", configs)
 }
 
 // TestConfigurationDocExample: the example of docs/configuration.md
@@ -538,4 +593,75 @@ func TestEnumValuesAccepted(t *testing.T) {
 	if n < 100 {
 		t.Fatalf("only %d cases", n)
 	}
+}
+
+// TestFixturesValidate: every configuration the tests of cmd/sluice write
+// as a string constant (the fixtures of this package, the server's, the
+// commands'), when the decoder accepts it, validates against the schema.
+func TestFixturesValidate(t *testing.T) {
+	schema := compiledSchema(t)
+	var files []string
+	for _, g := range []string{"../*/*_test.go", "../../*_test.go"} {
+		m, err := filepath.Glob(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	fset := token.NewFileSet()
+	accepted := 0
+	for _, f := range files {
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			s, ok := constString(n)
+			if !ok {
+				return true
+			}
+			if !strings.Contains(s, "\n") || !strings.Contains(s, ":") {
+				return false
+			}
+			if _, err := Parse("fixture.yaml", []byte(s)); err != nil {
+				return false
+			}
+			accepted++
+			var v any
+			if yaml.Unmarshal([]byte(s), &v) != nil {
+				return false
+			}
+			if err := schema.Validate(asJSON(t, []byte(s))); err != nil {
+				t.Errorf("%s: the decoder accepts this fixture, the schema refuses it: %v\n%s", fset.Position(n.Pos()), err, s)
+			}
+			return false
+		})
+	}
+	if accepted < 50 {
+		t.Fatalf("only %d fixtures accepted by the decoder", accepted)
+	}
+	t.Logf("%d fixtures", accepted)
+}
+
+// constString returns the value of a string literal or a concatenation of
+// them.
+func constString(n ast.Node) (string, bool) {
+	switch x := n.(type) {
+	case *ast.BasicLit:
+		if x.Kind != token.STRING {
+			return "", false
+		}
+		s, err := strconv.Unquote(x.Value)
+		return s, err == nil
+	case *ast.BinaryExpr:
+		if x.Op != token.ADD {
+			return "", false
+		}
+		a, ok1 := constString(x.X)
+		b, ok2 := constString(x.Y)
+		return a + b, ok1 && ok2
+	case *ast.ParenExpr:
+		return constString(x.X)
+	}
+	return "", false
 }
