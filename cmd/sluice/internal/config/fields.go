@@ -68,7 +68,7 @@ type Field struct {
 type Section struct {
 	// Path names it in the reference: "policies[]", "valkey.tls".
 	Path string
-	// Def names it in the schema's $defs.
+	// Def names it in the schema's definitions.
 	Def    string
 	Fields []*Field
 	// Exclusive lists pairs of fields that cannot both be set; Together

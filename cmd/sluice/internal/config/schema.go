@@ -18,7 +18,7 @@ const durationPattern = `^\s*([0-9]+d|([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs
 // ratePattern matches what ParseRate reads.
 const ratePattern = `^\s*([0-9]+(\.[0-9]*)?|\.[0-9]+)\s*/\s*(s|sec|second|m|min|minute|h|hour|d|day)\s*$`
 
-func ref(def string) map[string]any { return map[string]any{"$ref": "#/$defs/" + def} }
+func ref(def string) map[string]any { return map[string]any{"$ref": "#/definitions/" + def} }
 
 func boolSchema() map[string]any {
 	return map[string]any{"anyOf": []any{map[string]any{"type": "boolean"}, map[string]any{"enum": boolSpellings}}}
@@ -126,7 +126,7 @@ func sectionSchema(sec *Section) map[string]any {
 			dep[pair[0]] = []string{pair[1]}
 			dep[pair[1]] = []string{pair[0]}
 		}
-		all = append(all, map[string]any{"dependentRequired": dep})
+		all = append(all, map[string]any{"dependencies": dep})
 	}
 	if sec.schema != nil {
 		all = append(all, sec.schema()...)
@@ -170,7 +170,7 @@ func policyRules() []any {
 		}
 		if a == sluice.AlgorithmFixedWindow {
 			then["oneOf"] = []any{map[string]any{"required": []string{"window"}}, map[string]any{"required": []string{"period"}}}
-			then["dependentRequired"] = map[string]any{"period": []string{"zone"}, "zone": []string{"period"}, "renewal_day": []string{"period"}}
+			then["dependencies"] = map[string]any{"period": []string{"zone"}, "zone": []string{"period"}, "renewal_day": []string{"period"}}
 		}
 		out = append(out, map[string]any{
 			"if":   map[string]any{"properties": map[string]any{"algorithm": map[string]any{"const": a.String()}}, "required": []string{"algorithm"}},
@@ -194,7 +194,7 @@ func rateLimitRules() []any {
 	}}
 }
 
-// Schema returns the JSON Schema (draft 2020-12) of configuration files,
+// Schema returns the JSON Schema (draft-07, which editors read widely) of configuration files,
 // both formats: a file with a top-level domain is envoyproxy/ratelimit's.
 func Schema() []byte {
 	defs := map[string]any{}
@@ -202,13 +202,13 @@ func Schema() []byte {
 		defs[sec.Def] = sectionSchema(sec)
 	}
 	s := map[string]any{
-		"$schema":     "https://json-schema.org/draft/2020-12/schema",
+		"$schema":     "http://json-schema.org/draft-07/schema#",
 		"title":       "sluice serve configuration",
 		"description": "Generated from the field table of cmd/sluice/internal/config (docs/configuration.md). A file with a top-level domain is envoyproxy/ratelimit's format.",
 		"if":          map[string]any{"type": "object", "required": []string{"domain"}},
 		"then":        ref(domainSection.Def),
 		"else":        ref(topSection.Def),
-		"$defs":       defs,
+		"definitions": defs,
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)

@@ -53,7 +53,7 @@ func compiledSchema(t *testing.T) *jsonschema.Schema {
 		t.Fatal(err)
 	}
 	c := jsonschema.NewCompiler()
-	c.DefaultDraft(jsonschema.Draft2020)
+	c.DefaultDraft(jsonschema.Draft7)
 	if err := c.AddResource("sluice.schema.json", doc); err != nil {
 		t.Fatal(err)
 	}
