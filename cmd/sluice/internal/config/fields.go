@@ -256,7 +256,7 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 	{Name: "deny_cache", Kind: KindBool, Default: "true",
 		Desc: "answer refused keys locally until their retry-after (true is refused with count_rejected, overrides or plans, where it is off)"},
 }, Rules: []string{
-	fmt.Sprintf("sliding_log: limit at most %d (sluice.MaxSlidingLogLimit); token_bucket, gcra: refilling from empty within %v (sluice.MaxWindow)", sluice.MaxSlidingLogLimit, sluice.MaxWindow),
+	fmt.Sprintf("token_bucket, gcra: refilling from empty within %s (sluice.MaxWindow)", duration(sluice.MaxWindow)),
 	"zone is a known IANA time zone; a rate is positive; durations within their bounds",
 	"deny_cache: true is refused with count_rejected, overrides or plans",
 	"policy names are unique",

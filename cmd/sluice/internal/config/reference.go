@@ -8,6 +8,8 @@ import (
 	"text/template"
 	"time"
 	"unicode"
+
+	"github.com/sluicehq/sluice"
 )
 
 // The configuration reference, docs/configuration.md, made from the field
@@ -79,6 +81,7 @@ func writeSection(b *strings.Builder, s *Section) {
 	}
 	if s == policySection {
 		both = append(both, "a field the algorithm does not take is refused, and the algorithm's required fields must be set",
+			fmt.Sprintf("sliding_log: `limit` at most %d (sluice.MaxSlidingLogLimit), in plans too", sluice.MaxSlidingLogLimit),
 			"fixed_window: `window` or `period`, one of them; `zone` goes with `period`; `renewal_day` with `period: month`",
 			"plans: `limit` for fixed_window, sliding_log and sliding_window; `burst` (and optionally `rate`) for token_bucket and gcra")
 	}

@@ -163,6 +163,11 @@ func policyRules() []any {
 				planReq = append(planReq, f.Name)
 			}
 		}
+		if a == sluice.AlgorithmSlidingLog {
+			// one sorted-set entry per unit
+			props["limit"] = map[string]any{"maximum": sluice.MaxSlidingLogLimit}
+			planProps["limit"] = map[string]any{"maximum": sluice.MaxSlidingLogLimit}
+		}
 		props["plans"] = map[string]any{"additionalProperties": map[string]any{"properties": planProps, "required": planReq}}
 		then := map[string]any{"properties": props}
 		if len(req) > 0 {

@@ -423,6 +423,8 @@ var handRefusals = []struct{ name, yaml string }{
 	{"window on a token bucket", "policies:\n  - {name: a, algorithm: token_bucket, burst: 1, rate: 1/s, window: 1m}\n"},
 	{"count_rejected on a sliding window", "policies:\n  - {name: a, algorithm: sliding_window, limit: 1, window: 1m, count_rejected: true}\n"},
 	{"period on gcra", "policies:\n  - {name: a, algorithm: gcra, burst: 1, rate: 1/s, period: day, zone: UTC}\n"},
+	{"sliding log over MaxSlidingLogLimit", fmt.Sprintf("policies:\n  - {name: a, algorithm: sliding_log, limit: %d, window: 1m}\n", sluice.MaxSlidingLogLimit+1)},
+	{"sliding log plan over MaxSlidingLogLimit", fmt.Sprintf("policies:\n  - {name: a, algorithm: sliding_log, limit: 1, window: 1m, plans: {pro: {limit: %d}}}\n", sluice.MaxSlidingLogLimit+1)},
 	{"token bucket without rate", "policies:\n  - {name: a, algorithm: token_bucket, burst: 1}\n"},
 	{"sliding log without window", "policies:\n  - {name: a, algorithm: sliding_log, limit: 1}\n"},
 	{"fixed window without window or period", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1}\n"},
