@@ -388,7 +388,7 @@ func upper(s string) string {
 }
 
 // keySourcePattern is parseKeySource's rule, for the schema.
-const keySourcePattern = "^(client_ip|(header|claim):[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128})$"
+var keySourcePattern = fmt.Sprintf("^(client_ip|(header|claim):[!#$%%&'*+.^_`|~0-9A-Za-z-]{1,%d})$", maxHeaderName)
 
 func keySchema() map[string]any {
 	src := map[string]any{"type": "string", "pattern": keySourcePattern}

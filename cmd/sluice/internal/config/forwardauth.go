@@ -365,9 +365,12 @@ func parseKeySource(s string) (KeySource, bool) {
 	return KeySource{}, false
 }
 
+// maxHeaderName is the longest header name a key source may name.
+const maxHeaderName = 128
+
 // validHeaderName reports whether s is an HTTP token (RFC 9110, 5.6.2).
 func validHeaderName(s string) bool {
-	if s == "" || len(s) > 128 {
+	if s == "" || len(s) > maxHeaderName {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

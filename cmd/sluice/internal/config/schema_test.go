@@ -470,6 +470,7 @@ var handRefusals = []struct{ name, yaml string }{
 	{"route method in lower case", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1m}\nforward_auth:\n  trusted_proxies: [127.0.0.1/32]\n  routes: [{methods: [get], limits: [{policy: a, key: client_ip}]}]\n"},
 	{"limit without a key", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1m}\nforward_auth:\n  trusted_proxies: [127.0.0.1/32]\n  routes: [{limits: [{policy: a}]}]\n"},
 	{"limit key unknown", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1m}\nforward_auth:\n  trusted_proxies: [127.0.0.1/32]\n  routes: [{limits: [{policy: a, key: cookie:x}]}]\n"},
+	{"limit key header name too long", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1m}\nforward_auth:\n  trusted_proxies: [127.0.0.1/32]\n  routes: [{limits: [{policy: a, key: header:" + strings.Repeat("h", maxHeaderName+1) + "}]}]\n"},
 	{"limit key with first and all", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1m}\nforward_auth:\n  trusted_proxies: [127.0.0.1/32]\n  routes: [{limits: [{policy: a, key: {first: [client_ip], all: [header:x]}}]}]\n"},
 	{"limit key mapping unknown", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1m}\nforward_auth:\n  trusted_proxies: [127.0.0.1/32]\n  routes: [{limits: [{policy: a, key: {any: [client_ip]}}]}]\n"},
 }
