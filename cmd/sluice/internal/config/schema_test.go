@@ -668,3 +668,56 @@ func constString(n ast.Node) (string, bool) {
 	}
 	return "", false
 }
+
+// TestFieldTableDefaults: the defaults the table documents are the ones the
+// decoder takes when a field is absent.
+func TestFieldTableDefaults(t *testing.T) {
+	c, err := Parse("defaults.yaml", []byte("valkey: {addresses: ['127.0.0.1:6379']}\n"+
+		"policies:\n  - {name: a, algorithm: fixed_window, limit: 1, period: month, zone: UTC}\n"+
+		"  - {name: b, algorithm: sliding_log, limit: 1, window: 1m}\n"+
+		"domains:\n  - {domain: d, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]}\n"+
+		"forward_auth: {trusted_proxies: [127.0.0.1/32], routes: [{limits: [{policy: a, key: client_ip}]}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, b := c.Policy("a"), c.Policy("b")
+	failMode := map[sluice.FailMode]string{sluice.FailOpen: "allow", sluice.FailClosed: "deny"}
+	headers := "none"
+	if p.Headers == HeadersAll {
+		headers = "all"
+	}
+	domain := c.Domain("d")
+	env := c.Policy(domain.Descriptors[0].Policy)
+	for _, x := range []struct {
+		sec        *Section
+		field, got string
+	}{
+		{topSection, "prefix", c.Prefix},
+		{valkeySection, "timeout", c.Valkey.Timeout.String()},
+		{valkeySection, "connect_timeout", c.Valkey.ConnectTimeout.String()},
+		{policySection, "on_failure", failMode[p.FailMode]},
+		{policySection, "shadow", fmt.Sprint(p.Shadow)},
+		{policySection, "headers", headers},
+		{policySection, "show_keys", p.ShowKeys.String()},
+		{policySection, "overrides", fmt.Sprint(p.Overrides)},
+		{policySection, "deny_cache", fmt.Sprint(p.DenyCache)},
+		{policySection, "renewal_day", fmt.Sprint(p.Params.Calendar.RenewalDay)},
+		{policySection, "count_rejected", fmt.Sprint(b.Params.CountRejected)},
+		{domainSection, "counting", domain.Counting.String() + " (each in envoyproxy/ratelimit's format)"},
+		{rateLimitSection, "unit_multiplier", fmt.Sprint(env.EnvoyLimit.Multiplier)},
+		{forwardAuthSection, "path_case", map[bool]string{false: "insensitive", true: "sensitive"}[c.ForwardAuth.PathCaseSensitive]},
+		{forwardAuthSection, "unmatched", map[Unmatched]string{UnmatchedAllow: "allow", UnmatchedDeny: "deny"}[c.ForwardAuth.Unmatched]},
+	} {
+		if want := x.sec.Field(x.field).Default; x.got != want {
+			t.Errorf("%s.%s: the decoder's default is %q, the table says %q", x.sec.Path, x.field, x.got, want)
+		}
+	}
+	if p.Timeout != c.Valkey.Timeout || policySection.Field("timeout").Default != "valkey.timeout" {
+		t.Errorf("policy timeout default %v, valkey.timeout %v", p.Timeout, c.Valkey.Timeout)
+	}
+	for _, f := range []string{"shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "plan_entry"} {
+		if descriptorSection.Field(f).Default != "false" {
+			t.Errorf("descriptor %s: default %q", f, descriptorSection.Field(f).Default)
+		}
+	}
+}
