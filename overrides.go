@@ -239,7 +239,7 @@ func (r Rule) maxLimit() int64 {
 	if r.Algorithm == AlgorithmSlidingLog {
 		return MaxSlidingLogLimit
 	}
-	return maxLimit
+	return MaxLimit
 }
 
 // OverrideBounds are the bounds within which a store's script accepts an

@@ -57,9 +57,10 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 // MinWindow is the shortest window or period a policy may have.
 const MinWindow = time.Millisecond
 
-// maxLimit keeps every count exactly representable in the float64 numbers
-// Lua computes with.
-const maxLimit = 1 << 40
+// MaxLimit is the largest limit, capacity or burst a policy may have, and
+// the largest cost of one request: it keeps every count exactly
+// representable in the float64 numbers Lua computes with.
+const MaxLimit = 1 << 40
 
 // MaxWindow is the longest window or period a policy may have, and the
 // longest time a TokenBucket or GCRA may take to refill from empty: it is
@@ -94,8 +95,8 @@ func checkLimit(field string, n int64) error {
 	if n <= 0 {
 		return invalid("%s must be positive, got %d", field, n)
 	}
-	if n > maxLimit {
-		return invalid("%s must be at most %d, got %d", field, int64(maxLimit), n)
+	if n > MaxLimit {
+		return invalid("%s must be at most %d, got %d", field, int64(MaxLimit), n)
 	}
 	return nil
 }
