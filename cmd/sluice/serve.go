@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
-	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
 	"google.golang.org/grpc"
 )
 
@@ -75,11 +75,12 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 		return code
 	}
 	opts := f.serverOptions(cfg, env, logger)
-	closeStore, err := openStore(cfg, &opts, opts.Env, logger)
+	st, storeName, closeStore, err := store.Serve(cfg, opts.Env, logger)
 	if err != nil {
 		return 1
 	}
 	defer closeStore()
+	opts.Store, opts.StoreName = st, storeName
 	if f.configPath == "" {
 		logger.Warn("no --config given: serving the embedded example configuration (examples/sluice.yaml)")
 	}
@@ -165,38 +166,6 @@ func loadServeConfig(f *serveFlags, logger *slog.Logger, stderr io.Writer) (*con
 		return nil, nil, 2
 	}
 	return cfg, data, 0
-}
-
-// openStore sets opts.Store: Valkey when configured, else the in-process
-// store. The returned function closes it.
-func openStore(cfg *config.Config, opts *server.Options, env func(string) (string, bool), logger *slog.Logger) (func(), error) {
-	if cfg.Valkey == nil {
-		opts.Store, opts.StoreName = memstore.New(), "memory"
-		logger.Warn("no valkey configured: using the in-process store, so limits are per process " +
-			"(each replica of this service counts on its own, and counts reset on restart); " +
-			"add a valkey section or --valkey host:port to share them")
-		return func() {}, nil
-	}
-	copt, err := server.ClientOption(cfg.Valkey, env)
-	if err != nil {
-		logger.Error("valkey configuration", "err", err.Error())
-		return nil, err
-	}
-	vs, err := server.ConnectValkey(copt, logger, func(err error) error { return server.ExplainAuth(err, cfg.Valkey) })
-	if err != nil {
-		logger.Error("valkey configuration", "err", err.Error())
-		return nil, err
-	}
-	opts.Store, opts.StoreName = vs, "valkey"
-	mode := "standalone"
-	switch {
-	case cfg.Valkey.Sentinel != nil:
-		mode = "sentinel " + cfg.Valkey.Sentinel.MasterSet
-	case len(cfg.Valkey.Addresses) > 1:
-		mode = "cluster"
-	}
-	logger.Info("using valkey", "addresses", cfg.Valkey.Addresses, "mode", mode, "tls", cfg.Valkey.TLS != nil, "timeout", cfg.Valkey.Timeout.String())
-	return vs.Close, nil
 }
 
 // listeners are the HTTP and gRPC servers with their sockets; grpc is nil

@@ -1,4 +1,4 @@
-package server
+package store
 
 import (
 	"context"
@@ -17,16 +17,12 @@ import (
 	"github.com/valkey-io/valkey-go"
 )
 
-// ErrNotConnected is the store error while the first connection to Valkey
-// has not been made: decisions follow each policy's on_failure.
-var ErrNotConnected = valkeystore.ErrNotConnected
-
-// ValkeyStore is a sluice.Store on Valkey that connects in the background
+// Valkey is a sluice.Store on Valkey that connects in the background
 // (valkeystore.Lazy): the service starts, and answers by its policies'
 // on_failure, while Valkey is still unreachable, then uses it as soon as it
 // answers. Once connected it reads the server settings that cost
 // decisions (Risks).
-type ValkeyStore struct {
+type Valkey struct {
 	*valkeystore.Lazy
 	risks  atomic.Pointer[riskCheck] // the server settings read at connection
 	cancel context.CancelFunc
@@ -107,13 +103,13 @@ func ClientOption(v *config.Valkey, env func(string) (string, bool)) (valkey.Cli
 // client (valkey-go detects the mode). explain (nil: none) turns a
 // connection error into the one reported, as ExplainAuth names the
 // settings that fix an authentication refusal.
-func ConnectValkey(opt valkey.ClientOption, log *slog.Logger, explain func(error) error) (*ValkeyStore, error) {
+func ConnectValkey(opt valkey.ClientOption, log *slog.Logger, explain func(error) error) (*Valkey, error) {
 	lazy, err := valkeystore.Connect(opt, valkeystore.WithLogger(log), valkeystore.WithConnectError(explain))
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &ValkeyStore{Lazy: lazy, cancel: cancel, done: make(chan struct{})}
+	s := &Valkey{Lazy: lazy, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		if st, err := lazy.Wait(ctx); err == nil {
@@ -132,7 +128,7 @@ type riskCheck struct {
 // checkRisks reads the server settings that lose counts or refuse
 // decisions (Store.Risks), logs a warning for each, and keeps them for
 // the metrics. A server where CONFIG is disabled is said so, not failed.
-func (s *ValkeyStore) checkRisks(ctx context.Context, st *valkeystore.Store, log *slog.Logger) {
+func (s *Valkey) checkRisks(ctx context.Context, st *valkeystore.Store, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	risks, err := st.Risks(ctx)
@@ -147,7 +143,7 @@ func (s *ValkeyStore) checkRisks(ctx context.Context, st *valkeystore.Store, log
 
 // Risks returns what Store.Risks found when the store connected, and
 // whether every node could be read; nothing before the connection.
-func (s *ValkeyStore) Risks() ([]valkeystore.Risk, bool) {
+func (s *Valkey) Risks() ([]valkeystore.Risk, bool) {
 	rc := s.risks.Load()
 	if rc == nil {
 		return nil, false
@@ -156,13 +152,13 @@ func (s *ValkeyStore) Risks() ([]valkeystore.Risk, bool) {
 }
 
 // Close stops connecting and closes the client.
-func (s *ValkeyStore) Close() {
+func (s *Valkey) Close() {
 	s.cancel()
 	<-s.done
 	s.Lazy.Close()
 }
 
 var (
-	_ sluice.Store         = (*ValkeyStore)(nil)
-	_ sluice.OverrideStore = (*ValkeyStore)(nil)
+	_ sluice.Store         = (*Valkey)(nil)
+	_ sluice.OverrideStore = (*Valkey)(nil)
 )
