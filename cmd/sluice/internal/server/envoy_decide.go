@@ -186,12 +186,23 @@ func (s *Server) status(r *resolved, res sluice.Result, now time.Time, b *status
 		}
 		return ds
 	}
-	limit := r.policyLimit()
-	if r.limit != nil {
+	limit, window := r.policyLimit(), r.pol.cfg.Window()
+	switch {
+	case res.Source == sluice.SourceOverride:
+		// A key's override decided: the answer describes its rule, as
+		// /v1/check's does (envoyproxy/ratelimit has no key overrides: its
+		// answer is the limit that decided).
+		rule, ok := r.pol.limiter.PlanRule(r.plan)
+		if !ok {
+			rule = r.pol.limiter.Rule()
+		}
+		rule = rule.InForce(res)
+		limit, window = rule.Limit, rule.Period()
+		ds.CurrentLimit = currentLimit(r.pol.cfg.Name, limit, window, &b.limit)
+	case r.limit != nil:
 		ds.CurrentLimit = envoyCurrentLimit(r.limit, &b.limit)
-	} else {
-		ds.CurrentLimit = currentLimit(r.pol.cfg, &b.limit)
-		ds.CurrentLimit.RequestsPerUnit = uint32(min(limit, math.MaxUint32)) // the plan's
+	default:
+		ds.CurrentLimit = currentLimit(r.pol.cfg.Name, limit, window, &b.limit) // the plan's limit
 	}
 	// Over the limit: refused by the store, or refused but shadowed, or
 	// more hits than the limit could ever allow.
@@ -208,7 +219,7 @@ func (s *Server) status(r *resolved, res sluice.Result, now time.Time, b *status
 	if !over {
 		ds.LimitRemaining = uint32(min(max(res.Remaining, 0), math.MaxUint32))
 	}
-	ds.DurationUntilReset = setDuration(&b.reset, untilReset(r.pol.cfg.Window(), res.ResetAfter, now))
+	ds.DurationUntilReset = setDuration(&b.reset, untilReset(window, res.ResetAfter, now))
 	if !r.refund {
 		s.envoyStats.record(r.stat, r.hits, limit, res.Remaining, over, r.shadow || r.pol.cfg.Shadow)
 	}
@@ -246,12 +257,12 @@ func envoyCurrentLimit(l *config.EnvoyLimit, rl *rlsv3.RateLimitResponse_RateLim
 	return rl
 }
 
-// currentLimit describes a named sluice policy in Envoy's terms: requests
-// per unit when its window is one unit, else its limit per its window in
-// seconds; written in rl.
-func currentLimit(p *config.Policy, rl *rlsv3.RateLimitResponse_RateLimit) *rlsv3.RateLimitResponse_RateLimit {
-	rl.Name, rl.RequestsPerUnit = p.Name, uint32(min(p.Limit, math.MaxUint32))
-	switch w := p.Window(); w {
+// currentLimit describes a named sluice policy's limit per window in
+// Envoy's terms: requests per unit when the window is one unit, else the
+// limit per the window in seconds; written in rl.
+func currentLimit(name string, limit int64, w time.Duration, rl *rlsv3.RateLimitResponse_RateLimit) *rlsv3.RateLimitResponse_RateLimit {
+	rl.Name, rl.RequestsPerUnit = name, uint32(min(limit, math.MaxUint32))
+	switch w {
 	case time.Second:
 		rl.Unit = rlsv3.RateLimitResponse_RateLimit_SECOND
 	case time.Minute:
