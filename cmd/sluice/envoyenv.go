@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
 )
 
@@ -32,7 +33,7 @@ type envoyEnv struct {
 	httpAddr, grpcAddr, debug string
 	logLevel, logFormat       string
 	prefix                    string
-	envoy                     server.EnvoyOptions
+	envoy                     envoy.Options
 	// notes are variables read and deliberately not acted on, for the log.
 	notes []string
 }
@@ -320,7 +321,7 @@ func (f *serveFlags) newLogger(stderr io.Writer) (*slog.Logger, int) {
 // environment.
 func (f *serveFlags) serverOptions(cfg *config.Config, env func(string) (string, bool), logger *slog.Logger) server.Options {
 	opts := server.Options{Logger: logger, Env: env, ConfigDir: f.dirOpts,
-		Envoy: server.EnvoyOptions{MaxDescriptors: f.maxDescriptors, MaxOverrides: f.maxOverrides}}
+		Envoy: envoy.Options{MaxDescriptors: f.maxDescriptors, MaxOverrides: f.maxOverrides}}
 	if e := f.envoy; e != nil {
 		opts.Env = e.env
 		opts.Envoy.ShadowMode = e.envoy.ShadowMode

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
 	"google.golang.org/grpc"
@@ -113,7 +114,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, int)
 	fs.StringVar(&f.valkeyAddrs, "valkey", "", "Valkey `addresses`, comma-separated (several: a cluster); overrides the config's")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "time to finish requests in flight on SIGTERM")
-	fs.IntVar(&f.maxDescriptors, "max-descriptors", server.DefaultMaxDescriptors, "most descriptors in one Envoy call (more: INVALID_ARGUMENT)")
+	fs.IntVar(&f.maxDescriptors, "max-descriptors", envoy.DefaultMaxDescriptors, "most descriptors in one Envoy call (more: INVALID_ARGUMENT)")
 	fs.IntVar(&f.maxOverrides, "max-overrides", server.DefaultMaxOverrides, "most limiters cached for Envoy's per-request limit overrides (least recently used evicted)")
 	if code, ok := parseFlags(fs, serveUsage, args, stdout, stderr); !ok {
 		return nil, code

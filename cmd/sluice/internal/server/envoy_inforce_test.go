@@ -31,7 +31,7 @@ func TestEnvoyRuleInForce(t *testing.T) {
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{desc("api_key", "k")}}
 	ask := func() *rlsv3.RateLimitResponse_DescriptorStatus {
 		t.Helper()
-		resp, err := s.shouldRateLimit(t.Context(), req)
+		resp, err := s.envoy.Decide(t.Context(), req)
 		if err != nil || len(resp.Statuses) != 1 {
 			t.Fatalf("%v %v", resp, err)
 		}
