@@ -186,23 +186,11 @@ func (s *Service) status(r *resolved, res sluice.Result, now time.Time, b *statu
 		}
 		return ds
 	}
-	limit, window := r.policyLimit(), r.pol.Config().Window()
-	switch {
-	case res.Source == sluice.SourceOverride:
-		// A key's override decided: the answer describes its rule, as
-		// /v1/check's does (envoyproxy/ratelimit has no key overrides: its
-		// answer is the limit that decided).
-		rule, ok := r.pol.Limiter().PlanRule(r.plan)
-		if !ok {
-			rule = r.pol.Limiter().Rule()
-		}
-		rule = rule.InForce(res)
-		limit, window = rule.Limit, rule.Period()
-		ds.CurrentLimit = currentLimit(r.pol.Config().Name, limit, window, &b.limit)
-	case r.limit != nil:
+	limit, window := r.inForce(res)
+	if r.limit != nil && res.Source != sluice.SourceOverride {
 		ds.CurrentLimit = envoyCurrentLimit(r.limit, &b.limit)
-	default:
-		ds.CurrentLimit = currentLimit(r.pol.Config().Name, limit, window, &b.limit) // the plan's limit
+	} else {
+		ds.CurrentLimit = currentLimit(r.pol.Config().Name, limit, window, &b.limit)
 	}
 	// Over the limit: refused by the store, or refused but shadowed, or
 	// more hits than the limit could ever allow.
@@ -224,6 +212,22 @@ func (s *Service) status(r *resolved, res sluice.Result, now time.Time, b *statu
 		s.stats.record(r.stat, r.hits, limit, res.Remaining, over, r.shadow || r.pol.Config().Shadow)
 	}
 	return ds
+}
+
+// inForce is the limit and window that decided res: a key's override's
+// when one decided, as /v1/check answers it (sluice.Rule.InForce;
+// envoyproxy/ratelimit has no key overrides, and answers with the limit
+// that decided), else the plan's limit and the policy's window.
+func (r *resolved) inForce(res sluice.Result) (int64, time.Duration) {
+	if res.Source != sluice.SourceOverride {
+		return r.policyLimit(), r.pol.Config().Window()
+	}
+	rule, ok := r.pol.Limiter().PlanRule(r.plan)
+	if !ok {
+		rule = r.pol.Limiter().Rule()
+	}
+	rule = rule.InForce(res)
+	return rule.Limit, rule.Period()
 }
 
 // untilReset is the time until the window ends, in whole seconds as

@@ -115,33 +115,43 @@ func (s *Service) resolve(st State, dom *config.Domain, req *rlsv3.RateLimitRequ
 			continue
 		}
 		pathBuf = path
-		node := path[len(path)-1]
-		r.node, r.shadow, r.quota, r.limit = node, node.Shadow, node.QuotaMode || r.quota, node.Limit
-		r.stat = s.stats.configKey(dom.Name, path, entries)
-		switch {
-		case node.Unlimited:
-			r.kind = kindUnlimited
-		case node.Deny:
-			r.kind = kindDeny
-		case node.Policy != "":
-			r.pol = st.Policy(node.Policy)
-			if r.pol == nil {
-				continue
-			}
-			r.kind = kindLimit
-			r.key, r.plan = CountedKey(dom.Name, path, entries)
-			if node.PlanEntry {
-				if _, ok := r.pol.Limiter().PlanRule(r.plan); !ok {
-					return nil, &inputError{fmt.Sprintf("descriptor %d: plan %q is not a plan of policy %q (it has %v)", i, r.plan, r.pol.Config().Name, r.pol.Limiter().Plans())}
-				}
-			}
-			if !r.pol.Config().Envoy {
-				r.limit = nil // a named policy answers with its own description
-			}
+		if err := s.resolveMatch(st, dom, r, path, entries); err != nil {
+			return nil, &inputError{fmt.Sprintf("descriptor %d: %v", i, err)}
 		}
 	}
 	applyReplaces(out)
 	return out, nil
+}
+
+// resolveMatch sets r to the limit of the matched descriptor, the last of
+// path: unlimited, requests_per_unit 0, or a policy (none when the policy
+// is unknown). The only error is a plan entry naming no plan of its policy.
+func (s *Service) resolveMatch(st State, dom *config.Domain, r *resolved, path []*config.Descriptor, entries []config.Entry) error {
+	node := path[len(path)-1]
+	r.node, r.shadow, r.quota, r.limit = node, node.Shadow, node.QuotaMode || r.quota, node.Limit
+	r.stat = s.stats.configKey(dom.Name, path, entries)
+	switch {
+	case node.Unlimited:
+		r.kind = kindUnlimited
+	case node.Deny:
+		r.kind = kindDeny
+	case node.Policy != "":
+		r.pol = st.Policy(node.Policy)
+		if r.pol == nil {
+			return nil
+		}
+		r.kind = kindLimit
+		r.key, r.plan = CountedKey(dom.Name, path, entries)
+		if node.PlanEntry {
+			if _, ok := r.pol.Limiter().PlanRule(r.plan); !ok {
+				return fmt.Errorf("plan %q is not a plan of policy %q (it has %v)", r.plan, r.pol.Config().Name, r.pol.Limiter().Plans())
+			}
+		}
+		if !r.pol.Config().Envoy {
+			r.limit = nil // a named policy answers with its own description
+		}
+	}
+	return nil
 }
 
 // resolveOverride applies a per-request limit to a descriptor of a known

@@ -1,6 +1,6 @@
-// Package server is sluice serve: decisions over HTTP JSON and Envoy's
-// rate-limit gRPC protocol, for the policies of a config.Config, with
-// metrics, health checks and hot reload.
+// Package server is sluice serve: decisions over HTTP JSON (and Envoy's
+// rate-limit protocol, package envoy, which it registers), for the
+// policies of a config.Config, with metrics, health checks and hot reload.
 package server
 
 import (

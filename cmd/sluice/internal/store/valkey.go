@@ -54,40 +54,14 @@ func ClientOption(v *config.Valkey, env func(string) (string, bool)) (valkey.Cli
 		AlwaysPipelining: true,
 	}
 	if v.Sentinel != nil {
-		if len(v.Addresses) > 0 {
-			return opt, fmt.Errorf("valkey: addresses %v (from the config or --valkey) and valkey.sentinel are exclusive: with sentinel, the Sentinels name the master", v.Addresses)
-		}
-		spw, err := v.Sentinel.Password(env)
-		if err != nil {
+		if err := sentinelOption(&opt, v, env); err != nil {
 			return opt, err
-		}
-		opt.InitAddress = v.Sentinel.Addresses
-		opt.Sentinel = valkey.SentinelOption{
-			MasterSet: v.Sentinel.MasterSet,
-			Username:  v.Sentinel.Username,
-			Password:  spw,
-			Dialer:    opt.Dialer,
 		}
 	}
 	if v.TLS != nil {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: v.TLS.ServerName}
-		if v.TLS.CAFile != "" {
-			pem, err := os.ReadFile(v.TLS.CAFile)
-			if err != nil {
-				return opt, fmt.Errorf("valkey.tls.ca_file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return opt, fmt.Errorf("valkey.tls.ca_file %s: no PEM certificate found", v.TLS.CAFile)
-			}
-			tc.RootCAs = pool
-		}
-		if v.TLS.CertFile != "" {
-			cert, err := tls.LoadX509KeyPair(v.TLS.CertFile, v.TLS.KeyFile)
-			if err != nil {
-				return opt, fmt.Errorf("valkey.tls: client certificate: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
+		tc, err := tlsConfig(v.TLS)
+		if err != nil {
+			return opt, err
 		}
 		opt.TLSConfig = tc
 		if v.Sentinel != nil {
@@ -95,6 +69,51 @@ func ClientOption(v *config.Valkey, env func(string) (string, bool)) (valkey.Cli
 		}
 	}
 	return opt, nil
+}
+
+// sentinelOption sets opt to find the master through the Sentinels of
+// v.Sentinel.
+func sentinelOption(opt *valkey.ClientOption, v *config.Valkey, env func(string) (string, bool)) error {
+	if len(v.Addresses) > 0 {
+		return fmt.Errorf("valkey: addresses %v (from the config or --valkey) and valkey.sentinel are exclusive: with sentinel, the Sentinels name the master", v.Addresses)
+	}
+	spw, err := v.Sentinel.Password(env)
+	if err != nil {
+		return err
+	}
+	opt.InitAddress = v.Sentinel.Addresses
+	opt.Sentinel = valkey.SentinelOption{
+		MasterSet: v.Sentinel.MasterSet,
+		Username:  v.Sentinel.Username,
+		Password:  spw,
+		Dialer:    opt.Dialer,
+	}
+	return nil
+}
+
+// tlsConfig is the TLS of valkey.tls: TLS 1.2 at least, the CA file's
+// roots (else the system's) and the client certificate when given.
+func tlsConfig(t *config.TLS) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("valkey.tls.ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("valkey.tls.ca_file %s: no PEM certificate found", t.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("valkey.tls: client certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
 }
 
 // ConnectValkey returns a store that connects with opt in the background,
