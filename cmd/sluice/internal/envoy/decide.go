@@ -171,21 +171,31 @@ func (s *Service) status(r *resolved, res sluice.Result, now time.Time, b *statu
 	ds := &b.status
 	ds.Code = rlsv3.RateLimitResponse_OK
 	switch r.kind {
-	case kindNone:
-		return ds
 	case kindUnlimited:
 		ds.LimitRemaining = math.MaxUint32
-		return ds
 	case kindDeny:
-		ds.CurrentLimit = envoyCurrentLimit(r.limit, &b.limit)
-		ds.DurationUntilReset = setDuration(&b.reset, untilReset(r.limit.Window, 0, now))
-		over := r.hits > 0
-		s.stats.record(r.stat, r.hits, 0, 0, over, r.shadow)
-		if over && !r.shadow {
-			ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
-		return ds
+		s.denyStatus(r, now, b)
+	case kindLimit:
+		s.limitStatus(r, res, now, b)
 	}
+	return ds
+}
+
+// denyStatus answers a requests_per_unit 0 limit: over with any hit.
+func (s *Service) denyStatus(r *resolved, now time.Time, b *statusBlock) {
+	ds := &b.status
+	ds.CurrentLimit = envoyCurrentLimit(r.limit, &b.limit)
+	ds.DurationUntilReset = setDuration(&b.reset, untilReset(r.limit.Window, 0, now))
+	over := r.hits > 0
+	s.stats.record(r.stat, r.hits, 0, 0, over, r.shadow)
+	if over && !r.shadow {
+		ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+}
+
+// limitStatus answers a decided limit from the store's result res.
+func (s *Service) limitStatus(r *resolved, res sluice.Result, now time.Time, b *statusBlock) {
+	ds := &b.status
 	limit, window := r.inForce(res)
 	if r.limit != nil && res.Source != sluice.SourceOverride {
 		ds.CurrentLimit = envoyCurrentLimit(r.limit, &b.limit)
@@ -211,7 +221,6 @@ func (s *Service) status(r *resolved, res sluice.Result, now time.Time, b *statu
 	if !r.refund {
 		s.stats.record(r.stat, r.hits, limit, res.Remaining, over, r.shadow || r.pol.Config().Shadow)
 	}
-	return ds
 }
 
 // inForce is the limit and window that decided res: a key's override's
