@@ -34,8 +34,9 @@ type Options struct {
 	// NearLimitRatio is the share of a limit past which hits count as
 	// near_limit (default 0.8, NEAR_LIMIT_RATIO).
 	NearLimitRatio float64
-	// MaxOverrides bounds the limiters cached for per-request overrides
-	// (default DefaultMaxOverrides), least recently used evicted first.
+	// MaxOverrides bounds the limiters the server caches for per-request
+	// overrides (State.Override; default server.DefaultMaxOverrides), least
+	// recently used evicted first.
 	MaxOverrides int
 	// MaxMetricSeries bounds the metric label sets made from request values
 	// (default DefaultMaxMetricSeries).
