@@ -52,7 +52,7 @@ type serveFlags struct {
 	// set holds the flags given explicitly.
 	set map[string]bool
 	// envoy is envoyproxy/ratelimit's environment, nil when not in use.
-	envoy *envoyEnv
+	envoy *envoy.Env
 	// dirOpts is set when configPath is a directory.
 	dirOpts *config.DirOptions
 }
@@ -135,7 +135,7 @@ func loadServeConfig(f *serveFlags, logger *slog.Logger, stderr io.Writer) (*con
 	if f.dirOpts != nil {
 		cfg, data, err = config.LoadDir(f.configPath, *f.dirOpts)
 		if err == nil && f.envoy != nil {
-			f.envoy.adjust(cfg)
+			f.envoy.Adjust(cfg)
 		}
 	} else if f.configPath != "" {
 		data, err = os.ReadFile(f.configPath)
@@ -211,12 +211,12 @@ func listen(srv *server.Server, cfg *config.Config, f *serveFlags, logger *slog.
 		l.grpc = srv.NewGRPCServer()
 	}
 	if f.envoy != nil {
-		if l.debugL, err = net.Listen("tcp", f.envoy.debug); err != nil {
+		if l.debugL, err = net.Listen("tcp", f.envoy.DebugAddr); err != nil {
 			hl.Close()
 			if l.grpcL != nil {
 				l.grpcL.Close()
 			}
-			logger.Error("cannot listen for the debug port", "addr", f.envoy.debug, "err", err.Error())
+			logger.Error("cannot listen for the debug port", "addr", f.envoy.DebugAddr, "err", err.Error())
 			return nil, err
 		}
 		l.debug = &http.Server{Handler: srv.DebugHandler(), ReadHeaderTimeout: 5 * time.Second,
