@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
 	"github.com/sluicehq/sluice/luascript"
 	"github.com/sluicehq/sluice/valkeystore"
@@ -86,16 +87,11 @@ func openKeyEnv(ctx context.Context, of *opsFlags, env func(string) (string, boo
 	if err != nil {
 		return nil, err
 	}
-	client, err := valkeyops.Connect(ctx, cfg.Valkey, env)
+	conn, err := store.Open(ctx, cfg.Valkey, env)
 	if err != nil {
 		return nil, err
 	}
-	store, err := valkeystore.New(client)
-	if err != nil {
-		client.Close()
-		return nil, err
-	}
-	return &keyEnv{cfg: cfg, client: client, store: store}, nil
+	return &keyEnv{cfg: cfg, client: conn.Client, store: conn.Store}, nil
 }
 
 func (k *keyEnv) Close() { k.client.Close() }
