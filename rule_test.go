@@ -37,7 +37,7 @@ func TestRulePeriod(t *testing.T) {
 		{sluice.SlidingLog{Limit: 5, Window: time.Minute}, time.Minute, 60, time.Minute + time.Second},
 	} {
 		r := mustRule(t, c.p)
-		if r.Period() != c.period || r.PeriodSeconds() != c.seconds || r.TTL() != c.ttl || r.Quota() != r.Limit {
+		if r.Period() != c.period || r.PeriodSeconds() != c.seconds || r.TTL() != c.ttl {
 			t.Errorf("%v: Period %v, PeriodSeconds %d, TTL %v; want %v, %d, %v", r, r.Period(), r.PeriodSeconds(), r.TTL(), c.period, c.seconds, c.ttl)
 		}
 	}
@@ -59,10 +59,10 @@ func TestRuleStateAndName(t *testing.T) {
 			t.Errorf("%v and %v share the state %q", r, o, r.State())
 		}
 		states[r.State()] = r
-		if o, ok := names[r.DefaultName()]; ok {
-			t.Errorf("%v and %v share the name %q", r, o, r.DefaultName())
+		if o, ok := names[sluice.DefaultName(r)]; ok {
+			t.Errorf("%v and %v share the name %q", r, o, sluice.DefaultName(r))
 		}
-		names[r.DefaultName()] = r
+		names[sluice.DefaultName(r)] = r
 		if err := r.Validate(); err != nil {
 			t.Errorf("%v: %v", r, err)
 		}
@@ -74,8 +74,8 @@ func TestRuleStateAndName(t *testing.T) {
 		}
 	}
 	slc := mustRule(t, sluice.SlidingLog{Limit: 5, Window: time.Second, CountRejected: true})
-	if slc.DefaultName() == names[slc.State()].DefaultName() {
-		t.Errorf("count_rejected shares the default name %q", slc.DefaultName())
+	if sluice.DefaultName(slc) == sluice.DefaultName(names[slc.State()]) {
+		t.Errorf("count_rejected shares the default name %q", sluice.DefaultName(slc))
 	}
 }
 

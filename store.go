@@ -109,19 +109,19 @@ type Op struct {
 }
 
 // Validate reports whether a store can execute op: its Rule is valid, its
-// Now is the zero Time or one a store keeps (CheckTime), and a refund
+// Now is the zero Time or one a store keeps (MinTime to MaxTime), and a refund
 // carries the Receipt of a take.
 func (op *Op) Validate() error {
 	if err := op.Rule.Validate(); err != nil {
 		return err
 	}
 	if !op.Now.IsZero() {
-		if err := CheckTime("now", op.Now); err != nil {
+		if err := checkTime("now", op.Now); err != nil {
 			return err
 		}
 	}
 	if op.Cost < 0 && op.Receipt == 0 {
-		return fmt.Errorf("%w: a refund (cost %d) needs the Receipt of the take it gives back", ErrInvalidCost, op.Cost)
+		return &PolicyError{Err: ErrInvalidCost, Field: "Op.Receipt", Reason: fmt.Sprintf("a refund (cost %d) needs the Receipt of the take it gives back", op.Cost)}
 	}
 	return nil
 }

@@ -72,7 +72,7 @@ func WriteHeaders(h http.Header, st *Status, o HeaderOptions) {
 func writeFields(st *Status, o HeaderOptions, set func(name, value string)) {
 	if !o.OmitXRateLimit {
 		if b := st.binding(); b != nil {
-			set(HeaderXLimit, strconv.FormatInt(b.Rule.Quota(), 10))
+			set(HeaderXLimit, strconv.FormatInt(b.Rule.Limit, 10))
 			set(HeaderXRemaining, strconv.FormatInt(max(b.Result.Remaining, 0), 10))
 			set(HeaderXReset, strconv.FormatInt(b.xReset(o), 10))
 		}
@@ -213,7 +213,7 @@ func (s *Status) policyField() string {
 		}
 		b.WriteString(sfString(l.Name))
 		b.WriteString(";q=")
-		b.WriteString(strconv.FormatInt(l.Rule.Quota(), 10))
+		b.WriteString(strconv.FormatInt(l.Rule.Limit, 10))
 		b.WriteString(";w=")
 		b.WriteString(strconv.FormatInt(l.Rule.PeriodSeconds(), 10))
 	}

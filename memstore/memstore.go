@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/luascript"
 )
 
 const shardCount = 64
@@ -131,9 +132,9 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	)
 	switch r.Algorithm {
 	case sluice.AlgorithmFixedWindow:
-		if r.IsCalendar() {
+		if !r.Calendar.IsZero() {
 			var in bool
-			rep, write, del, in = calendarWindow(&st, ok, us, r.CalendarBounds(now), r.Limit, cost, r.CountRejected, receipt)
+			rep, write, del, in = calendarWindow(&st, ok, us, luascript.CalendarBounds(&r, now), r.Limit, cost, r.CountRejected, receipt)
 			if !in {
 				return sluice.Result{}, fmt.Errorf("memstore: %w", sluice.ErrClockSkew)
 			}
