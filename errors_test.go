@@ -81,7 +81,10 @@ func TestPolicyErrorFields(t *testing.T) {
 	}
 	sw := mk(sluice.SlidingWindow{Limit: 5, Window: time.Minute}, sluice.WithName("sw"), sluice.WithOverrides(true), sluice.WithClock(clock))
 	fw := mk(sluice.FixedWindow{Limit: 5, Window: time.Minute}, sluice.WithName("fw"))
-	newErr := func(p sluice.Policy, opts ...sluice.Option) error { _, err := sluice.New(store, p, opts...); return err }
+	newErr := func(p sluice.Policy, opts ...sluice.Option) error {
+		_, err := sluice.New(store, p, opts...)
+		return err
+	}
 	for _, tc := range []struct {
 		err    error
 		kind   error
