@@ -179,8 +179,8 @@ func TestCalendarRule(t *testing.T) {
 	if r.State() == (sluice.Rule{Algorithm: sluice.AlgorithmFixedWindow}).State() {
 		t.Error("calendar and duration windows share a state name")
 	}
-	if r.PeriodSeconds() != 86400 {
-		t.Errorf("PeriodSeconds = %d", r.PeriodSeconds())
+	if r.Period() != 24*time.Hour {
+		t.Errorf("Period = %v", r.Period())
 	}
 	m, _ := sluice.FixedWindow{Limit: 5, Calendar: sluice.Calendar{Unit: sluice.Month, Zone: time.UTC, RenewalDay: 31}}.Rule()
 	if got := sluice.DefaultName(m); got != "fw-5-month31-UTC" {

@@ -74,12 +74,6 @@ func (r Rule) Period() time.Duration {
 	return r.Window
 }
 
-// PeriodSeconds is Period in whole seconds, rounded up and at least 1: the
-// window a header such as RateLimit-Policy's "w" shows.
-func (r Rule) PeriodSeconds() int64 {
-	return max(1, int64((r.Period()+time.Second-1)/time.Second))
-}
-
 // keyLife is the longest time a key's state is needed after its last
 // write: a window (two for SlidingWindow, whose previous window still
 // counts), or the time to refill from empty.

@@ -37,8 +37,8 @@ func TestRulePeriod(t *testing.T) {
 		{sluice.SlidingLog{Limit: 5, Window: time.Minute}, time.Minute, 60, time.Minute + time.Second},
 	} {
 		r := mustRule(t, c.p)
-		if r.Period() != c.period || r.PeriodSeconds() != c.seconds || r.TTL() != c.ttl {
-			t.Errorf("%v: Period %v, PeriodSeconds %d, TTL %v; want %v, %d, %v", r, r.Period(), r.PeriodSeconds(), r.TTL(), c.period, c.seconds, c.ttl)
+		if r.Period() != c.period || r.TTL() != c.ttl || max(1, (r.Period()+time.Second-1)/time.Second) != time.Duration(c.seconds) {
+			t.Errorf("%v: Period %v, TTL %v; want %v (%ds rounded up), %v", r, r.Period(), r.TTL(), c.period, c.seconds, c.ttl)
 		}
 	}
 }
