@@ -29,12 +29,6 @@ var (
 	ErrStoreUnavailable = errors.New("sluice: store unavailable")
 )
 
-// ErrClockSkew is a store's error for a decision with calendar periods
-// whose time (the store's clock, or the Op's Now) is outside the periods
-// computed around the clock of the process that sent it: the two clocks
-// differ by about a period or more.
-var ErrClockSkew = errors.New("sluice: deciding clock outside the calendar periods sent (clock skew)")
-
 // PolicyError is the error of a policy, plan, option, override or cost
 // that cannot be enforced. Field names what is wrong as the Go API spells
 // it (such as "FixedWindow.Window", "Override.Limit", "WithName" or
