@@ -328,22 +328,30 @@ func (a Algorithm) Policy(p Params) (Policy, error) {
 	default:
 		return nil, invalid("unknown algorithm %v", a)
 	}
-	if p.CountRejected && a != AlgorithmSlidingLog && a != AlgorithmFixedWindow {
-		return nil, invalidField("CountRejected", "CountRejected is only for %v and %v, not %v", AlgorithmFixedWindow, AlgorithmSlidingLog, a)
-	}
-	if !p.Calendar.IsZero() && a != AlgorithmFixedWindow {
-		return nil, invalidField("Calendar", "a Calendar period is only for %v, not %v", AlgorithmFixedWindow, a)
-	}
-	if a.Rated() && p.Window != 0 {
-		return nil, invalidField("Window", "%v takes Rate and Per, not Window", a)
-	}
-	if !a.Rated() && (p.Rate != 0 || p.Per != 0) {
-		return nil, invalidField("Rate", "%v takes Window, not Rate and Per", a)
+	if err := a.takes(p); err != nil {
+		return nil, err
 	}
 	if _, err := pol.Rule(); err != nil {
 		return nil, err
 	}
 	return pol, nil
+}
+
+// takes reports whether a takes the fields p sets: the one place that
+// says which algorithm takes CountRejected, a Calendar, a Window, or Rate
+// and Per (the policy types have only the fields of their algorithm).
+func (a Algorithm) takes(p Params) error {
+	switch {
+	case p.CountRejected && a != AlgorithmSlidingLog && a != AlgorithmFixedWindow:
+		return invalidField("CountRejected", "CountRejected is only for %v and %v, not %v", AlgorithmFixedWindow, AlgorithmSlidingLog, a)
+	case !p.Calendar.IsZero() && a != AlgorithmFixedWindow:
+		return invalidField("Calendar", "a Calendar period is only for %v, not %v", AlgorithmFixedWindow, a)
+	case a.Rated() && p.Window != 0:
+		return invalidField("Window", "%v takes Rate and Per, not Window", a)
+	case !a.Rated() && (p.Rate != 0 || p.Per != 0):
+		return invalidField("Rate", "%v takes Window, not Rate and Per", a)
+	}
+	return nil
 }
 
 // GivesBackUntaken reports whether a key of a's state can be given back

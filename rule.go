@@ -30,13 +30,10 @@ func (r Rule) Validate() error {
 	if err := checkLimit("Limit", r.Limit); err != nil {
 		return err
 	}
-	if r.CountRejected && r.Algorithm != AlgorithmSlidingLog && r.Algorithm != AlgorithmFixedWindow {
-		return invalidField("CountRejected", "CountRejected is only for %v and %v, not %v", AlgorithmFixedWindow, AlgorithmSlidingLog, r.Algorithm)
+	if err := r.Algorithm.takes(Params{CountRejected: r.CountRejected, Calendar: r.Calendar}); err != nil {
+		return err
 	}
 	if !r.Calendar.IsZero() {
-		if r.Algorithm != AlgorithmFixedWindow {
-			return invalidField("Calendar", "a Calendar period is only for %v, not %v", AlgorithmFixedWindow, r.Algorithm)
-		}
 		if r.Window != 0 {
 			return invalid("a rule takes a Window or a Calendar, not both")
 		}

@@ -148,3 +148,36 @@ func TestAlgorithmPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestRuleTakesWhatPolicyTakes: a rule built by hand takes CountRejected
+// and a Calendar for the same algorithms as Algorithm.Policy, with the
+// same Field and reason.
+func TestRuleTakesWhatPolicyTakes(t *testing.T) {
+	day := sluice.Calendar{Unit: sluice.Day, Zone: time.UTC}
+	for a := sluice.AlgorithmFixedWindow; a <= sluice.AlgorithmGCRA; a++ {
+		p := sluice.Params{Limit: 3, Window: time.Second}
+		r := sluice.Rule{Algorithm: a, Limit: 3, Window: time.Second, Interval: time.Second}
+		if a.Rated() {
+			p = sluice.Params{Limit: 3, Rate: 1, Per: time.Second}
+			r.Window = 0
+		}
+		for _, tc := range []struct {
+			p sluice.Params
+			r sluice.Rule
+		}{
+			{func() sluice.Params { q := p; q.CountRejected = true; return q }(), func() sluice.Rule { s := r; s.CountRejected = true; return s }()},
+			{func() sluice.Params { q := p; q.Window, q.Calendar = 0, day; return q }(), func() sluice.Rule { s := r; s.Window, s.Calendar = 0, day; return s }()},
+		} {
+			_, perr := a.Policy(tc.p)
+			rerr := tc.r.Validate()
+			if (perr == nil) != (rerr == nil) {
+				t.Errorf("%v: Policy(%+v): %v, but Rule %v: %v", a, tc.p, perr, tc.r, rerr)
+				continue
+			}
+			var pe, re *sluice.PolicyError
+			if perr != nil && (!errors.As(perr, &pe) || !errors.As(rerr, &re) || pe.Field != re.Field || pe.Reason != re.Reason) {
+				t.Errorf("%v: Policy %v and Rule %v refuse differently", a, perr, rerr)
+			}
+		}
+	}
+}
