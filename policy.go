@@ -57,10 +57,9 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 // MinWindow is the shortest window or period a policy may have.
 const MinWindow = time.Millisecond
 
-// MaxLimit is the largest limit, capacity or burst a policy, plan or
-// override may have (a SlidingLog's is MaxSlidingLogLimit), and so the
-// largest cost of one request: it keeps every count exact in the float64
-// numbers Lua computes with.
+// MaxLimit is the largest limit, capacity or burst a policy may have, and
+// the largest cost of one request: it keeps every count exactly
+// representable in the float64 numbers Lua computes with.
 const MaxLimit = 1 << 40
 
 // MaxWindow is the longest window or period a policy may have, and the

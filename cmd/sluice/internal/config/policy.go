@@ -80,13 +80,13 @@ func (d *decoder) policy(n *yaml.Node, c *Config, defaultTimeout time.Duration) 
 	var rate float64
 	var per time.Duration
 	if x := get("limit"); x != nil {
-		limit, _ = d.integer(x, "limit", 1, sluice.MaxLimit)
+		limit, _ = d.integer(x, "limit", 1, 1<<40)
 	}
 	if x := get("burst"); x != nil {
-		limit, _ = d.integer(x, "burst", 1, sluice.MaxLimit)
+		limit, _ = d.integer(x, "burst", 1, 1<<40)
 	}
 	if x := get("window"); x != nil {
-		window = d.duration(x, "window", sluice.MinWindow, sluice.MaxWindow)
+		window = d.duration(x, "window", sluice.MinWindow, 400*24*time.Hour)
 	}
 	cal := d.calendar(f, p.Name)
 	if x := get("rate"); x != nil {
@@ -217,7 +217,7 @@ func (d *decoder) plans(n *yaml.Node, p *Policy) []Plan {
 			d.errorf(v, "policy %q: plan %q needs %s", p.Name, name, limitField)
 			continue
 		}
-		params.Limit, _ = d.integer(x.val, limitField, 1, sluice.MaxLimit)
+		params.Limit, _ = d.integer(x.val, limitField, 1, 1<<40)
 		if x, ok := f["rate"]; ok {
 			if s, ok := d.scalar(x.val, "rate"); ok {
 				rate, per, err := ParseRate(s)
