@@ -168,7 +168,7 @@ func (s *Service) resolveOverride(st State, dom *config.Domain, r *resolved, ov 
 		mult = int64(m.GetValue())
 	}
 	window := u.d * time.Duration(mult)
-	if window > 400*24*time.Hour {
+	if window > sluice.MaxWindow {
 		return fmt.Errorf("unit_multiplier %d makes a window over 400 days", mult)
 	}
 	r.limit = &config.EnvoyLimit{Unit: u.name, Multiplier: mult, RequestsPerUnit: int64(ov.GetRequestsPerUnit()), Window: window}
@@ -243,7 +243,7 @@ func identity(domain string, entries []config.Entry) string {
 func (r *resolved) cost() int64 {
 	c := int64(min(r.hits, math.MaxInt64))
 	if r.refund {
-		if r.pol.Config().Algorithm != sluice.AlgorithmFixedWindow {
+		if !r.pol.Config().Algorithm.GivesBackUntaken() {
 			return 0 // only a fixed window can give back without its take: look
 		}
 		return -min(c, r.policyLimit())
