@@ -70,8 +70,12 @@ type Conn struct {
 // Close closes the client (the Store does not own it).
 func (c *Conn) Close() { c.Client.Close() }
 
-// Option adjusts Open and Dial.
-type Option func(*openOptions)
+// An Option adjusts Open and Dial.
+type Option interface{ apply(*openOptions) }
+
+type optionFunc func(*openOptions)
+
+func (f optionFunc) apply(o *openOptions) { f(o) }
 
 type openOptions struct {
 	name    string
@@ -82,24 +86,28 @@ type openOptions struct {
 
 // WithClientName names the connections (CLIENT SETNAME; default
 // "sluice-ops").
-func WithClientName(name string) Option { return func(o *openOptions) { o.name = name } }
+func WithClientName(name string) Option {
+	return optionFunc(func(o *openOptions) { o.name = name })
+}
 
 // WithClientOption adjusts the valkey-go options built from the
 // configuration before the client is made.
 func WithClientOption(f func(*valkey.ClientOption)) Option {
-	return func(o *openOptions) { o.adjust = append(o.adjust, f) }
+	return optionFunc(func(o *openOptions) { o.adjust = append(o.adjust, f) })
 }
 
 // WithStoreOptions are the options of the Store Open makes.
 func WithStoreOptions(opts ...valkeystore.Option) Option {
-	return func(o *openOptions) { o.store = append(o.store, opts...) }
+	return optionFunc(func(o *openOptions) { o.store = append(o.store, opts...) })
 }
 
 // WithExplain turns a connection error into the one reported (default:
 // ExplainAuth with the configuration's valkey section, naming its
 // settings), such as for a command whose flags, not a configuration file,
 // hold the credentials.
-func WithExplain(f func(error) error) Option { return func(o *openOptions) { o.explain = f } }
+func WithExplain(f func(error) error) Option {
+	return optionFunc(func(o *openOptions) { o.explain = f })
+}
 
 // Dial opens a client to the Valkey of v, as sluice serve would (same
 // credentials, TLS and timeouts: ClientOption), and checks that it answers
@@ -111,7 +119,7 @@ func Dial(ctx context.Context, v *config.Valkey, env Env, opts ...Option) (valke
 	}
 	o := openOptions{name: "sluice-ops", explain: func(err error) error { return ExplainAuth(err, v) }}
 	for _, f := range opts {
-		f(&o)
+		f.apply(&o)
 	}
 	opt, err := ClientOption(v, env)
 	if err != nil {
@@ -142,7 +150,7 @@ func Open(ctx context.Context, v *config.Valkey, env Env, opts ...Option) (*Conn
 	}
 	var o openOptions
 	for _, f := range opts {
-		f(&o)
+		f.apply(&o)
 	}
 	st, err := valkeystore.New(client, o.store...)
 	if err != nil {
