@@ -19,14 +19,8 @@ import (
 //	DELETE /v1/overrides/{policy}/{key}   remove
 //	GET    /v1/overrides/{policy}         list the policy's live overrides
 //
-// The policy must say overrides: true (409 otherwise).
-
-func (s *Server) overrideRoutes(route func(pattern, name string, h http.HandlerFunc)) {
-	route("PUT /v1/overrides/{policy}/{key...}", "overrides", s.admin(s.handleOverridePut))
-	route("GET /v1/overrides/{policy}/{key...}", "overrides", s.admin(s.handleOverrideGet))
-	route("DELETE /v1/overrides/{policy}/{key...}", "overrides", s.admin(s.handleOverrideDelete))
-	route("GET /v1/overrides/{policy}", "overrides", s.admin(s.handleOverrideList))
-}
+// The policy must say overrides: true (409 otherwise). The routes are in
+// the route table (routes.go).
 
 // overrideBody is the JSON of an override, in and out.
 type overrideBody struct {
