@@ -22,6 +22,12 @@ import (
 // The policy must say overrides: true (409 otherwise). The routes are in
 // the route table (routes.go).
 
+// The longest reason and actor of an override, in bytes.
+const (
+	MaxOverrideReason = 1024
+	MaxOverrideActor  = 256
+)
+
 // overrideBody is the JSON of an override, in and out.
 type overrideBody struct {
 	Policy  string  `json:"policy,omitempty"`
@@ -90,8 +96,8 @@ func parseOverride(data []byte) (sluice.Override, error) {
 			return o, bad(http.StatusBadRequest, "rate: %v", err)
 		}
 	}
-	if len(o.Reason) > 1024 || len(o.Actor) > 256 {
-		return o, bad(http.StatusBadRequest, "reason is at most 1024 bytes and actor at most 256")
+	if len(o.Reason) > MaxOverrideReason || len(o.Actor) > MaxOverrideActor {
+		return o, bad(http.StatusBadRequest, "reason is at most %d bytes and actor at most %d", MaxOverrideReason, MaxOverrideActor)
 	}
 	return o, nil
 }

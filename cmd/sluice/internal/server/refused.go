@@ -221,7 +221,7 @@ func (s *Server) handleTopRefused(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	st := s.state.Load()
-	var out []topRefused
+	out := []topRefused{}
 	if name := q.Get("policy"); name != "" {
 		p, err := st.policy(name, "")
 		if err != nil {
