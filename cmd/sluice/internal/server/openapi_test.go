@@ -309,6 +309,26 @@ func (a *apiSchemas) checkBody(t *testing.T, where, ptr, method string, resp *ht
 	}
 }
 
+// request validates a request body against the operation's documented
+// request schema (application/json).
+func (a *apiSchemas) request(t *testing.T, method, path, body string) error {
+	t.Helper()
+	sptr := "/paths/" + pointerEscape(path) + "/" + strings.ToLower(method) + "/requestBody/content/application~1json/schema"
+	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	sch := a.cache[sptr]
+	if sch == nil {
+		at(t, a.doc, sptr)
+		if sch, err = a.c.Compile("openapi.json#" + sptr); err != nil {
+			t.Fatalf("openapi.yaml %s: %v", sptr, err)
+		}
+		a.cache[sptr] = sch
+	}
+	return sch.Validate(inst)
+}
+
 func keys(m map[string]any) []string {
 	var ks []string
 	for k := range m {
@@ -454,6 +474,15 @@ func TestOpenAPIResponses(t *testing.T) {
 			)
 		}
 	}
+	// The request bodies the document's schemas refuse, for their bounds;
+	// it accepts every body the server accepted.
+	schemaRefuses := map[string]bool{}
+	for _, i := range []int{5, 6, 7, 8, 28, 29, 33} { // malformed, key, checks, cost, limit, actor, body
+		if cases[i].code < 400 {
+			t.Fatalf("case %d is not a refusal: %+v", i, cases[i])
+		}
+		schemaRefuses[cases[i].body] = true
+	}
 	// Every operation, and also the status of each case, as documented.
 	seen := map[string]bool{}
 	for _, c := range cases {
@@ -463,6 +492,18 @@ func TestOpenAPIResponses(t *testing.T) {
 		}
 		a.check(t, c.method, c.path, resp, body)
 		seen[c.method+" "+c.path] = true
+		if c.body != "" && (resp.StatusCode < 300 || schemaRefuses[c.body]) {
+			err := a.request(t, c.method, c.path, c.body)
+			if schemaRefuses[c.body] && err == nil {
+				t.Errorf("%s %s: the document's request schema accepts what the server refused (%d):\n%.200s", c.method, c.path, c.code, c.body)
+			}
+			if !schemaRefuses[c.body] && err != nil {
+				t.Errorf("%s %s: the document's request schema refuses what the server accepted: %v\n%.200s", c.method, c.path, err, c.body)
+			}
+		}
+		if c.path == "/openapi.yaml" && !bytes.Equal(body, openAPI) {
+			t.Errorf("GET /openapi.yaml is not the embedded document")
+		}
 	}
 	for path, item := range a.doc["paths"].(map[string]any) {
 		for m := range item.(map[string]any) {
