@@ -2,6 +2,8 @@ package server
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -378,6 +380,19 @@ func TestOpenAPIResponses(t *testing.T) {
 	}
 	ets := httptest.NewServer(es.Handler())
 	t.Cleanup(ets.Close)
+	// A server whose store fails: degraded decisions, and 503 where no
+	// policy can fall back.
+	dcfg, err := config.Parse("down.yaml", []byte(testYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := New(dcfg, Options{Store: pingDownStore{&downStore{}}, StoreName: "down", Logger: quietLogger(), Env: testEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dts := httptest.NewServer(ds.Handler())
+	t.Cleanup(dts.Close)
+	d := dts.URL
 
 	auth := []string{"Authorization", "Bearer " + testToken}
 	u := ts.URL
@@ -396,6 +411,10 @@ func TestOpenAPIResponses(t *testing.T) {
 		{"POST", u + "/v1/check", "/v1/check", `{"policy":"nope","key":"a"}`, nil, 404},
 		{"POST", u + "/v1/check", "/v1/check", `{"policy":"api","key":"` + strings.Repeat("k", DefaultMaxBodyBytes) + `"}`, nil, 413},
 		{"GET", u + "/v1/policies", "/v1/policies", "", nil, 200},
+		{"POST", d + "/v1/check", "/v1/check", `{"policy":"login","key":"a"}`, nil, 200}, // degraded
+		{"DELETE", d + "/v1/keys/login/a", "/v1/keys/{policy}/{key}", "", auth, 503},
+		{"GET", d + "/readyz", "/readyz", "", nil, 503},
+		{"GET", d + "/ui/state.json", "/ui/state.json", "", nil, 200},
 
 		{"GET", u + "/v1/keys/login/locked", "/v1/keys/{policy}/{key}", "", auth, 200},
 		{"GET", u + "/v1/keys/api/a?plan=pro", "/v1/keys/{policy}/{key}", "", auth, 200},
@@ -477,7 +496,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	// The request bodies the document's schemas refuse, for their bounds;
 	// it accepts every body the server accepted.
 	schemaRefuses := map[string]bool{}
-	for _, i := range []int{5, 6, 7, 8, 28, 29, 33} { // malformed, key, checks, cost, limit, actor, body
+	for _, i := range []int{5, 6, 7, 8, 32, 33, 37} { // malformed, key, checks, cost, limit, actor, body
 		if cases[i].code < 400 {
 			t.Fatalf("case %d is not a refusal: %+v", i, cases[i])
 		}
@@ -541,6 +560,11 @@ func TestOpenAPIResponses(t *testing.T) {
 	problemOK("oversized headers", resp, body, http.StatusRequestHeaderFieldsTooLarge)
 	a.check(t, "GET", "/healthz", resp, body)
 }
+
+// pingDownStore is downStore, failing its pings too (not ready).
+type pingDownStore struct{ *downStore }
+
+func (pingDownStore) Ping(context.Context) error { return errors.New("store down") }
 
 func send(t *testing.T, method, url, body string, hdr []string) (*http.Response, []byte) {
 	t.Helper()
