@@ -221,7 +221,7 @@ func (s *Server) handleTopRefused(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	st := s.state.Load()
-	out := []topRefused{}
+	var out []topRefused
 	if name := q.Get("policy"); name != "" {
 		p, err := st.policy(name, "")
 		if err != nil {
