@@ -3,8 +3,8 @@ package server
 import (
 	"bytes"
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -270,6 +270,28 @@ func (a *apiSchemas) check(t *testing.T, method, path string, resp *http.Respons
 func (a *apiSchemas) checkBody(t *testing.T, where, ptr, method string, resp *http.Response, body []byte) {
 	t.Helper()
 	r := at(t, a.doc, ptr).(map[string]any)
+	documented, _ := r["headers"].(map[string]any)
+	for _, h := range describedHeaders {
+		if len(resp.Header.Values(h)) == 0 {
+			continue
+		}
+		hd, _ := documented[h].(map[string]any)
+		if hd == nil {
+			t.Errorf("%s: header %s is sent but not documented for this response (%s)", where, h, ptr)
+			continue
+		}
+		hptr := ptr + "/headers/" + pointerEscape(h)
+		if ref, ok := hd["$ref"].(string); ok {
+			hptr = strings.TrimPrefix(ref, "#")
+		}
+		var v any = resp.Header.Get(h)
+		if n, err := strconv.ParseInt(resp.Header.Get(h), 10, 64); err == nil {
+			v = n
+		}
+		if err := a.schema(t, hptr+"/schema").Validate(v); err != nil {
+			t.Errorf("%s: header %s: %q does not match %s: %v", where, h, resp.Header.Get(h), hptr, err)
+		}
+	}
 	content, _ := r["content"].(map[string]any)
 	if content == nil {
 		if len(body) != 0 {
@@ -299,17 +321,15 @@ func (a *apiSchemas) checkBody(t *testing.T, where, ptr, method string, resp *ht
 	} else {
 		inst = string(body)
 	}
-	sch := a.cache[sptr]
-	if sch == nil {
-		if sch, err = a.c.Compile("openapi.json#" + sptr); err != nil {
-			t.Fatalf("openapi.yaml %s: %v", sptr, err)
-		}
-		a.cache[sptr] = sch
-	}
-	if err := sch.Validate(inst); err != nil {
+	if err := a.schema(t, sptr).Validate(inst); err != nil {
 		t.Errorf("%s: the body does not match %s: %v\n%s", where, sptr, err, body)
 	}
 }
+
+// describedHeaders are the response headers the document describes where
+// they are sent.
+var describedHeaders = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+	"RateLimit-Policy", "RateLimit", "Retry-After", "WWW-Authenticate"}
 
 // request validates a request body against the operation's documented
 // request schema (application/json).
@@ -320,15 +340,22 @@ func (a *apiSchemas) request(t *testing.T, method, path, body string) error {
 	if err != nil {
 		return err
 	}
-	sch := a.cache[sptr]
-	if sch == nil {
-		at(t, a.doc, sptr)
-		if sch, err = a.c.Compile("openapi.json#" + sptr); err != nil {
-			t.Fatalf("openapi.yaml %s: %v", sptr, err)
-		}
-		a.cache[sptr] = sch
+	return a.schema(t, sptr).Validate(inst)
+}
+
+// schema compiles the schema at a pointer of the document.
+func (a *apiSchemas) schema(t *testing.T, ptr string) *jsonschema.Schema {
+	t.Helper()
+	if sch := a.cache[ptr]; sch != nil {
+		return sch
 	}
-	return sch.Validate(inst)
+	at(t, a.doc, ptr)
+	sch, err := a.c.Compile("openapi.json#" + ptr)
+	if err != nil {
+		t.Fatalf("openapi.yaml %s: %v", ptr, err)
+	}
+	a.cache[ptr] = sch
+	return sch
 }
 
 func keys(m map[string]any) []string {
