@@ -498,6 +498,8 @@ func TestOpenAPIResponses(t *testing.T) {
 		{"GET", u + "/healthz", "/healthz", "", nil, 200},
 		{"GET", u + "/readyz", "/readyz", "", nil, 200},
 		{"GET", u + "/metrics", "/metrics", "", nil, 200},
+		{"GET", u + "/metrics", "/metrics", "", []string{"Accept", "application/openmetrics-text; version=1.0.0"}, 200},
+		{"GET", u + "/ui/index.html", "/ui/{file}", "", nil, 301},
 		{"GET", u + "/openapi.yaml", "/openapi.yaml", "", nil, 200},
 	}
 	// Forward auth answers any method: allowed, refused, a path it cannot
@@ -593,6 +595,9 @@ type pingDownStore struct{ *downStore }
 
 func (pingDownStore) Ping(context.Context) error { return errors.New("store down") }
 
+// noRedirects shows each answer as sent, redirects too.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
 func send(t *testing.T, method, url, body string, hdr []string) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
@@ -602,7 +607,7 @@ func send(t *testing.T, method, url, body string, hdr []string) (*http.Response,
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := noRedirects.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
