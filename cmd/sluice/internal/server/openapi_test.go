@@ -477,6 +477,7 @@ func TestOpenAPIResponses(t *testing.T) {
 		{"GET", u + "/v1/overrides/nope", "/v1/overrides/{policy}", "", auth, 404},
 		{"GET", u + "/v1/overrides/api", "/v1/overrides/{policy}", "", auth, 409},
 		{"DELETE", u + "/v1/overrides/quota/a", "/v1/overrides/{policy}/{key}", "", auth, 200},
+		{"DELETE", u + "/v1/overrides/quota/none", "/v1/overrides/{policy}/{key}", "", auth, 200},
 		{"DELETE", u + "/v1/overrides/quota/" + long, "/v1/overrides/{policy}/{key}", "", auth, 400},
 		{"DELETE", u + "/v1/overrides/quota/a", "/v1/overrides/{policy}/{key}", "", nil, 401},
 		{"DELETE", u + "/v1/overrides/nope/a", "/v1/overrides/{policy}/{key}", "", auth, 404},
