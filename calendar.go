@@ -73,20 +73,20 @@ func (c Calendar) Equal(o Calendar) bool {
 	return c.Zone == nil || c.Zone == o.Zone || c.Zone.String() == o.Zone.String()
 }
 
-// Validate reports whether c is a calendar period a limiter can enforce.
-func (c Calendar) Validate() error {
+// validate reports whether c is a calendar period a limiter can enforce.
+func (c Calendar) validate() error {
 	if c.Unit < Day || c.Unit > Month {
-		return invalid("Calendar.Unit must be Day, Week or Month, got %v", c.Unit)
+		return invalidField("Calendar.Unit", "Calendar.Unit must be Day, Week or Month, got %v", c.Unit)
 	}
 	if c.Zone == nil {
-		return invalid("Calendar.Zone must be set (time.UTC for UTC)")
+		return invalidField("Calendar.Zone", "Calendar.Zone must be set (time.UTC for UTC)")
 	}
 	if c.Unit == Month {
 		if c.RenewalDay < 1 || c.RenewalDay > 31 {
-			return invalid("Calendar.RenewalDay must be 1 to 31 for a monthly period, got %d", c.RenewalDay)
+			return invalidField("Calendar.RenewalDay", "Calendar.RenewalDay must be 1 to 31 for a monthly period, got %d", c.RenewalDay)
 		}
 	} else if c.RenewalDay != 0 {
-		return invalid("Calendar.RenewalDay is only for monthly periods, not a %v", c.Unit)
+		return invalidField("Calendar.RenewalDay", "Calendar.RenewalDay is only for monthly periods, not a %v", c.Unit)
 	}
 	return nil
 }
@@ -220,19 +220,6 @@ func (c Calendar) Span(t time.Time) (start, end time.Time) {
 		end = c.start(n)
 	}
 	return start, end
-}
-
-// bounds returns the first instants of four consecutive periods of c, in
-// microseconds since the Unix epoch: the one before the period that holds
-// t, that period, and the two after. A store picks among them with its own
-// clock, which then may differ from t by up to a period.
-func (c Calendar) bounds(t time.Time) [4]int64 {
-	// From instants, not dates: a date a zone skipped (Apia's December
-	// 30th, 2011) is no period.
-	s1, s2 := c.Span(t)
-	s0, _ := c.Span(s1.Add(-time.Nanosecond))
-	_, s3 := c.Span(s2)
-	return [4]int64{s0.UnixMicro(), s1.UnixMicro(), s2.UnixMicro(), s3.UnixMicro()}
 }
 
 // calendarName is the default limiter name of a FixedWindow with calendar

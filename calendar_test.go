@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/luascript"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -103,7 +104,7 @@ func TestCalendarSpanProperty(t *testing.T) {
 		if life := e.Sub(s) + sluice.KeyTTLMargin; life > r.TTL() {
 			t.Fatalf("case %d: a period of %v is longer than the TTL bound %v", i, e.Sub(s), r.TTL())
 		}
-		b := r.CalendarBounds(at)
+		b := luascript.CalendarBounds(&r, at)
 		if b[1] != s.UnixMicro() || b[2] != e.UnixMicro() {
 			t.Fatalf("case %d: bounds %v do not hold the span [%d, %d)", i, b, s.UnixMicro(), e.UnixMicro())
 		}
@@ -172,17 +173,17 @@ func TestCalendarRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := r.DefaultName(); got != "fw-10000-day-America.Los_Angeles" {
+	if got := sluice.DefaultName(r); got != "fw-10000-day-America.Los_Angeles" {
 		t.Errorf("DefaultName = %q", got)
 	}
 	if r.State() == (sluice.Rule{Algorithm: sluice.AlgorithmFixedWindow}).State() {
 		t.Error("calendar and duration windows share a state name")
 	}
-	if r.PeriodSeconds() != 86400 {
-		t.Errorf("PeriodSeconds = %d", r.PeriodSeconds())
+	if r.Period() != 24*time.Hour {
+		t.Errorf("Period = %v", r.Period())
 	}
 	m, _ := sluice.FixedWindow{Limit: 5, Calendar: sluice.Calendar{Unit: sluice.Month, Zone: time.UTC, RenewalDay: 31}}.Rule()
-	if got := m.DefaultName(); got != "fw-5-month31-UTC" {
+	if got := sluice.DefaultName(m); got != "fw-5-month31-UTC" {
 		t.Errorf("DefaultName = %q", got)
 	}
 	if got := m.String(); got != "fixed_window(limit=5, period=month from day 31 in UTC)" {

@@ -45,4 +45,32 @@
 // store fails or is slow, the limiter decides without it as its owner chose
 // ([WithFailMode]): open (allow, the default) for general APIs, closed
 // (refuse) for logins and one-time codes. Such a Result has Degraded set.
+//
+// # Errors
+//
+// A policy, option, override or cost that cannot be enforced is refused
+// with a [*PolicyError]: its Field names what is wrong as this package
+// spells it (such as "TokenBucket.Rate" or "WithName"), its Reason says
+// why, and it wraps [ErrInvalidPolicy], [ErrInvalidOverride] or
+// [ErrInvalidCost] (errors.Is). Its text says the kind once: "sluice:
+// invalid policy: SlidingWindow.Window must be at least 1ms, got 0s". A
+// program that shows the reason in its own words reads [Reason].
+//
+// # For store implementers
+//
+// Everything else here is for a program that uses limiters. A [Store]
+// (packages valkeystore and memstore are two) receives batches of [Op]s,
+// each a [Rule] to execute on a key, and fills in each [Result]; its part
+// of the contract is in store.go's declarations: [Store], [Op] and
+// [Op.Validate], the Rule methods a store reads ([Rule.Validate],
+// [Rule.Param], [Rule.State], [Rule.TTL], [Rule.Overridden]),
+// [KeyTTLMargin], [ErrClockSkew], and, for a store that also keeps
+// overrides or tells other processes of resets, [OverrideStore],
+// [OverrideRecord], [CheckRecord], [OverrideKey], [OverrideIndex],
+// [DeleteNotifier] and [DeleteWatcher]. [Key] and [AppendKey] build the
+// keys a limiter sends. Package sluicetest is the conformance suite every
+// Store must pass (sluicetest.Run, given the Store and a way to read its
+// keys' times to live); package luascript holds the Lua scripts a store on Valkey or
+// Redis runs, the arguments they take (including the calendar and
+// override bounds) and the replies they give.
 package sluice

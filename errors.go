@@ -1,6 +1,9 @@
 package sluice
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrInvalidPolicy is returned by New for a policy that cannot be
@@ -26,22 +29,21 @@ var (
 	ErrStoreUnavailable = errors.New("sluice: store unavailable")
 )
 
-// ErrClockSkew is a store's error for a decision with calendar periods
-// whose time (the store's clock, or the Op's Now) is outside the periods
-// computed around the clock of the process that sent it: the two clocks
-// differ by about a period or more.
-var ErrClockSkew = errors.New("sluice: deciding clock outside the calendar periods sent (clock skew)")
-
-// PolicyError is the error of a policy, plan, option or override that
-// cannot be enforced: Reason says what is wrong, naming the field (such as
-// "Window must be at least 1ms, got 0s"), and Err is what it wraps,
-// ErrInvalidPolicy or ErrInvalidOverride. Error returns Err's text and the
-// reason, once: an override refused for a policy's reason reads "sluice:
-// invalid override: window must be at least 1ms, got 0s", and a program
-// that shows the reason in its own words reads Reason (errors.As) rather
-// than cutting the prefix off Error's text.
+// PolicyError is the error of a policy, plan, option, override or cost
+// that cannot be enforced. Field names what is wrong as the Go API spells
+// it (such as "FixedWindow.Window", "Override.Limit", "WithName" or
+// "Cost"), or is "" when no one field is (two fields that contradict each
+// other); Reason says what is wrong, naming the field (such as "Window
+// must be at least 1ms, got 0s"); Err is the kind it wraps,
+// ErrInvalidPolicy, ErrInvalidOverride or ErrInvalidCost. Error returns
+// Err's text and the reason, once: an override refused for a policy's
+// reason reads "sluice: invalid override: window must be at least 1ms, got
+// 0s", and a program that shows the reason in its own words reads Reason
+// (errors.As, or the function Reason) rather than cutting a prefix off
+// Error's text.
 type PolicyError struct {
 	Err    error
+	Field  string
 	Reason string
 }
 
@@ -49,6 +51,11 @@ func (e *PolicyError) Error() string { return e.Err.Error() + ": " + e.Reason }
 
 // Unwrap returns Err.
 func (e *PolicyError) Unwrap() error { return e.Err }
+
+// badCost returns the *PolicyError of a cost that cannot be decided.
+func badCost(format string, args ...any) error {
+	return &PolicyError{Err: ErrInvalidCost, Field: "Cost", Reason: fmt.Sprintf(format, args...)}
+}
 
 // Reason returns what is wrong, as PolicyError.Reason, when err is or
 // wraps a *PolicyError; else err's text.

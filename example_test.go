@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -124,4 +125,20 @@ func ExampleAllowAll() {
 	// request 2: allowed=true per-key remaining=98
 	// request 3: allowed=false per-key remaining=98
 	// per-key remaining after the refusal: 98
+}
+
+// A policy that cannot be enforced is refused with a *PolicyError naming
+// the field.
+func ExamplePolicyError() {
+	_, err := sluice.New(memstore.New(), sluice.SlidingWindow{Limit: 100, Window: 0})
+	var pe *sluice.PolicyError
+	if errors.As(err, &pe) {
+		fmt.Println(pe.Field, "-", pe.Reason)
+	}
+	fmt.Println(err)
+	fmt.Println(errors.Is(err, sluice.ErrInvalidPolicy))
+	// Output:
+	// SlidingWindow.Window - SlidingWindow.Window must be at least 1ms, got 0s
+	// sluice: invalid policy: SlidingWindow.Window must be at least 1ms, got 0s
+	// true
 }

@@ -116,12 +116,12 @@ const MaxNameLength = 64
 // [A-Za-z0-9_.-].
 func checkName(name string) error {
 	if name == "" || len(name) > MaxNameLength {
-		return invalid("name must be 1 to %d characters, got %d", MaxNameLength, len(name))
+		return invalidField("WithName", "name must be 1 to %d characters, got %d", MaxNameLength, len(name))
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return invalid("name %q may hold only letters, digits, '_', '.' and '-'", name)
+			return invalidField("WithName", "name %q may hold only letters, digits, '_', '.' and '-'", name)
 		}
 	}
 	return nil
@@ -129,7 +129,7 @@ func checkName(name string) error {
 
 func checkPrefix(prefix string) error {
 	if prefix == "" || strings.ContainsAny(prefix, "{}") {
-		return invalid("key prefix %q must be non-empty and hold no braces", prefix)
+		return invalidField("WithPrefix", "key prefix %q must be non-empty and hold no braces", prefix)
 	}
 	return nil
 }

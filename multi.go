@@ -138,18 +138,19 @@ func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []
 	ops := make([]Op, len(checks))
 	for i, c := range checks {
 		if c.Limiter == nil {
-			return Decision{}, nil, fmt.Errorf("%w: check %d has no limiter", ErrInvalidPolicy, i)
+			return Decision{}, nil, invalidField("Check.Limiter", "check %d has no limiter", i)
 		}
 		cost := c.Cost
 		if refunds && cost < 0 {
-			if c.Limiter.rule.Algorithm != AlgorithmFixedWindow {
-				return Decision{}, nil, fmt.Errorf("%w: check %d: a give-back without a take is only for %v", ErrInvalidCost, i, AlgorithmFixedWindow)
+			if !c.Limiter.rule.Algorithm.GivesBackUntaken() {
+				return Decision{}, nil, &PolicyError{Err: ErrInvalidCost, Field: "Check.Cost",
+					Reason: fmt.Sprintf("check %d: a give-back without a take is only for %v, not %v", i, AlgorithmFixedWindow, c.Limiter.rule.Algorithm)}
 			}
 			cost = 0 // checked as a peek: a give-back may be of any amount
 		}
 		rule, ok := c.Limiter.PlanRule(c.Plan)
 		if !ok {
-			return Decision{}, nil, fmt.Errorf("check %d: %w %q of %s", i, ErrUnknownPlan, c.Plan, c.Limiter.Name())
+			return Decision{}, nil, fmt.Errorf("%w %q of %s (check %d)", ErrUnknownPlan, c.Plan, c.Limiter.Name(), i)
 		}
 		if err := c.Limiter.check(c.Key, rule, cost); err != nil {
 			return Decision{}, nil, err
@@ -195,7 +196,7 @@ func runGrouped(ctx context.Context, checks []Check, ops []Op) error {
 		if c.Limiter.cfg.clock != nil {
 			ops[i].Now = c.Limiter.cfg.clock()
 			// Refused before any check takes: none would be given back.
-			if err := CheckTime("now", ops[i].Now); err != nil {
+			if err := checkTime("now", ops[i].Now); err != nil {
 				return fmt.Errorf("%w (the clock of limiter %s)", err, c.Limiter.cfg.name)
 			}
 		}

@@ -47,64 +47,6 @@ type KeyOverride struct {
 	Override
 }
 
-// OverrideRecord is an override as a store keeps it: what the store reads
-// when deciding (Limit, Param in microseconds, 0 keeping the rule's, and
-// Expires, a whole microsecond from MinTime to MaxTime), and Info, which
-// the store keeps for the limiter unread. Set is when the limiter set it,
-// on the limiter's clock: the store keeps the record for Expires - Set of
-// its own time, so that an override set under a clock other than the
-// store's (WithClock) lives as long as that clock says; the zero Set means
-// the store's own clock.
-type OverrideRecord struct {
-	Identity string
-	Limit    int64
-	Param    int64
-	Expires  time.Time
-	Info     string
-	Set      time.Time
-}
-
-// CheckRecord reports whether a store can keep rec: Expires is a whole
-// microsecond from MinTime to MaxTime, and after Set when Set is given. It
-// is an error wrapping ErrInvalidOverride otherwise. Stores call it from PutOverride, so that every
-// store refuses what one of them cannot keep.
-func CheckRecord(rec OverrideRecord) error {
-	if r := timeReason("expires", rec.Expires); r != "" {
-		return badOverride("%s", r)
-	}
-	if rec.Expires.Nanosecond()%1000 != 0 {
-		return badOverride("expires %v is not a whole microsecond", rec.Expires.Format(time.RFC3339Nano))
-	}
-	if !rec.Set.IsZero() {
-		if r := timeReason("set", rec.Set); r != "" {
-			return badOverride("%s", r)
-		}
-		if !rec.Expires.After(rec.Set) {
-			return badOverride("expires %v is not after set (%v)", rec.Expires.Format(time.RFC3339Nano), rec.Set.Format(time.RFC3339Nano))
-		}
-	}
-	return nil
-}
-
-// OverrideStore is implemented by stores that keep overrides (memstore,
-// valkeystore). An override record lives under its key (OverrideKey) until
-// it expires; index lists the identities that have one, for listing.
-type OverrideStore interface {
-	// PutOverride stores rec under key until rec.Expires, and lists it in
-	// index.
-	PutOverride(ctx context.Context, index, key string, rec OverrideRecord) error
-	// GetOverride returns the record under key; ok is false when there
-	// is none. The record may have lapsed (the caller checks Expires
-	// against its own clock): the store drops it by its own time.
-	GetOverride(ctx context.Context, key string) (rec OverrideRecord, ok bool, err error)
-	// DeleteOverride removes the record under key and its entry in index.
-	DeleteOverride(ctx context.Context, index, key, identity string) error
-	// ListOverrides returns the records listed in index, lapsed ones
-	// included until the store drops them, as GetOverride; keyOf gives an
-	// identity's key.
-	ListOverrides(ctx context.Context, index string, keyOf func(identity string) string) ([]OverrideRecord, error)
-}
-
 // ErrInvalidOverride is returned for an override that cannot be set: no
 // limit, an expiry that has passed, a window or rate the policy's
 // algorithm does not take. The wrapping error names the field.
@@ -118,23 +60,6 @@ func WithOverrides(on bool) Option {
 	return optionFunc(func(c *config) { c.ovOn = on })
 }
 
-// OverrideKey returns the store key of identity's override under the
-// limiter named name: <prefix>:<name>:ov:{<identity>}, with the same hash
-// tag as the identity's counters, so that on a cluster a script reads it
-// in the same slot.
-func OverrideKey(prefix, name, identity string) string {
-	b := make([]byte, 0, len(prefix)+len(name)+len(identity)+10)
-	b = append(b, prefix...)
-	b = append(b, ':')
-	b = append(b, name...)
-	b = append(b, ":ov:{"...)
-	b = appendIdentity(b, identity)
-	return string(append(b, '}'))
-}
-
-// OverrideIndex returns the store key that lists the limiter's overrides.
-func OverrideIndex(prefix, name string) string { return prefix + ":" + name + ":ovindex" }
-
 func (l *Limiter) overrideKey(key string) string { return OverrideKey(l.cfg.prefix, l.cfg.name, key) }
 
 func (l *Limiter) overridable() error {
@@ -142,49 +67,56 @@ func (l *Limiter) overridable() error {
 		return err
 	}
 	if l.ovs == nil {
-		return fmt.Errorf("%w: limiter %s reads no overrides (WithOverrides)", ErrInvalidOverride, l.cfg.name)
+		return badOverride("WithOverrides", "limiter %s reads no overrides (WithOverrides)", l.cfg.name)
 	}
 	return nil
 }
 
-// badOverride returns the *PolicyError of an override that cannot be set.
-func badOverride(format string, args ...any) error {
-	return &PolicyError{Err: ErrInvalidOverride, Reason: fmt.Sprintf(format, args...)}
+// badOverride returns the *PolicyError of an override whose field (of
+// Override, or "") cannot be set.
+func badOverride(field, format string, args ...any) error {
+	return &PolicyError{Err: ErrInvalidOverride, Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// overrideFor returns the error of an override refused for err, a
+// overrideFor returns the error of an override's field refused for err, a
 // policy's reason: its reason under ErrInvalidOverride, once.
-func overrideFor(prefix string, err error) error {
-	return badOverride("%s%s", prefix, Reason(err))
+func overrideFor(field, prefix string, err error) error {
+	return badOverride(field, "%s%s", prefix, Reason(err))
 }
 
-// WithOverride returns r with o's limit, and window or rate, and the
+// withOverride returns r with o's limit, and window or rate, and the
 // parameter a store keeps for it (0 when o keeps r's).
-func (r Rule) WithOverride(o Override) (Rule, int64, error) {
+func (r Rule) withOverride(o Override) (Rule, int64, error) {
 	if o.Limit <= 0 {
-		return Rule{}, 0, badOverride("limit must be positive, got %d", o.Limit)
+		return Rule{}, 0, badOverride("Override.Limit", "limit must be positive, got %d", o.Limit)
 	}
 	var param int64
 	switch {
-	case o.Window != 0 && (r.Algorithm.Rated() || r.IsCalendar()):
-		return Rule{}, 0, badOverride("window is not for %v", r)
+	case o.Window != 0 && (r.Algorithm.Rated() || r.isCalendar()):
+		return Rule{}, 0, badOverride("Override.Window", "window is not for %v", r)
 	case (o.Rate != 0 || o.Per != 0) && !r.Algorithm.Rated():
-		return Rule{}, 0, badOverride("rate is not for %v", r)
+		return Rule{}, 0, badOverride("Override.Rate", "rate is not for %v", r)
 	case o.Window != 0:
 		if err := checkWindow("window", o.Window); err != nil {
-			return Rule{}, 0, overrideFor("", err)
+			return Rule{}, 0, overrideFor("Override.Window", "", err)
 		}
 		param = o.Window.Microseconds()
 	case o.Rate != 0 || o.Per != 0:
 		iv, err := checkRate(o.Rate, o.Per)
 		if err != nil {
-			return Rule{}, 0, overrideFor("rate: ", err)
+			var pe *PolicyError
+			errors.As(err, &pe)
+			return Rule{}, 0, overrideFor("Override."+pe.Field, "rate: ", err)
 		}
 		param = iv.Microseconds()
 	}
 	out, err := r.Overridden(o.Limit, param)
 	if err != nil {
-		return Rule{}, 0, overrideFor("", err)
+		field := "Override.Limit"
+		if param != 0 {
+			field = ""
+		}
+		return Rule{}, 0, overrideFor(field, "", err)
 	}
 	return out, param, nil
 }
@@ -196,7 +128,7 @@ func (r Rule) Overridden(limit, param int64) (Rule, error) {
 	out := r
 	out.Limit = limit
 	if param != 0 {
-		if r.IsCalendar() {
+		if r.isCalendar() {
 			return Rule{}, invalid("a calendar period's override sets its limit only")
 		}
 		if r.Algorithm.Rated() {
@@ -239,23 +171,7 @@ func (r Rule) maxLimit() int64 {
 	if r.Algorithm == AlgorithmSlidingLog {
 		return MaxSlidingLogLimit
 	}
-	return maxLimit
-}
-
-// OverrideBounds are the bounds within which a store's script accepts an
-// override it reads for r, the same as Overridden's: the largest limit,
-// the least and largest parameter in microseconds (0 and 0 when only the
-// limit may change), and the largest limit × parameter (0 for no bound).
-func (r Rule) OverrideBounds() [4]int64 {
-	b := [4]int64{r.maxLimit(), 0, 0, 0}
-	switch {
-	case r.IsCalendar():
-	case r.Algorithm.Rated():
-		b[1], b[2], b[3] = 1, MaxWindow.Microseconds(), MaxWindow.Microseconds()
-	default:
-		b[1], b[2] = MinWindow.Microseconds(), MaxWindow.Microseconds()
-	}
-	return b
+	return MaxLimit
 }
 
 func (l *Limiter) now() time.Time {
@@ -276,25 +192,25 @@ func (l *Limiter) SetOverride(ctx context.Context, key string, o Override) error
 	if key == "" {
 		return ErrInvalidKey
 	}
-	_, param, err := l.rule.WithOverride(o)
+	_, param, err := l.rule.withOverride(o)
 	if err != nil {
 		return err
 	}
 	now := l.now()
 	if o.Expires.IsZero() {
-		return badOverride("expires is required (an override lapses by itself)")
+		return badOverride("Override.Expires", "expires is required (an override lapses by itself)")
 	}
-	if err := CheckTime("the limiter's clock", now); err != nil {
+	if err := checkTime("the limiter's clock", now); err != nil {
 		return err
 	}
 	o.Expires = o.Expires.Truncate(time.Microsecond)
 	if !o.Expires.After(now) {
-		return badOverride("expires %v is not after now (%v)", o.Expires.Format(time.RFC3339), now.Format(time.RFC3339))
+		return badOverride("Override.Expires", "expires %v is not after now (%v)", o.Expires.Format(time.RFC3339), now.Format(time.RFC3339))
 	}
 	o.Set = now
 	info, err := json.Marshal(o)
 	if err != nil {
-		return badOverride("%v", err)
+		return badOverride("", "%v", err)
 	}
 	rec := OverrideRecord{Identity: key, Limit: o.Limit, Param: param, Expires: o.Expires, Info: string(info), Set: now}
 	if err := CheckRecord(rec); err != nil {

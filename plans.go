@@ -40,7 +40,7 @@ func buildPlans(base Rule, nps []namedPolicy) (map[string]Rule, error) {
 	out := make(map[string]Rule, len(nps))
 	for _, np := range nps {
 		if err := checkName(np.name); err != nil {
-			return nil, within(fmt.Sprintf("plan %q", np.name), err)
+			return nil, within(fmt.Sprintf("plan %q", np.name), "", err)
 		}
 		if _, dup := out[np.name]; dup {
 			return nil, invalid("plan %q is given twice", np.name)
@@ -50,10 +50,10 @@ func buildPlans(base Rule, nps []namedPolicy) (map[string]Rule, error) {
 		}
 		r, err := np.policy.Rule()
 		if err != nil {
-			return nil, within(fmt.Sprintf("plan %q", np.name), err)
+			return nil, within(fmt.Sprintf("plan %q", np.name), "", err)
 		}
 		if err := base.sameState(r); err != nil {
-			return nil, within(fmt.Sprintf("plan %q", np.name), err)
+			return nil, within(fmt.Sprintf("plan %q", np.name), "", err)
 		}
 		out[np.name] = r
 	}

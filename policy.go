@@ -57,9 +57,10 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 // MinWindow is the shortest window or period a policy may have.
 const MinWindow = time.Millisecond
 
-// maxLimit keeps every count exactly representable in the float64 numbers
-// Lua computes with.
-const maxLimit = 1 << 40
+// MaxLimit is the largest limit, capacity or burst a policy may have, and
+// the largest cost of one request: it keeps every count exactly
+// representable in the float64 numbers Lua computes with.
+const MaxLimit = 1 << 40
 
 // MaxWindow is the longest window or period a policy may have, and the
 // longest time a TokenBucket or GCRA may take to refill from empty: it is
@@ -75,40 +76,52 @@ const MaxWindow = 400 * 24 * time.Hour
 // a millisecond of Valkey's time. Use SlidingWindow for larger limits.
 const MaxSlidingLogLimit = 1000
 
-// invalid returns the *PolicyError of a policy that cannot be enforced.
+// invalid returns the *PolicyError of a policy that cannot be enforced,
+// for no one field.
 func invalid(format string, args ...any) error {
-	return &PolicyError{Err: ErrInvalidPolicy, Reason: fmt.Sprintf(format, args...)}
+	return invalidField("", format, args...)
 }
 
-// within returns err with what before its reason ("plan \"pro\": ..."):
+// invalidField returns the *PolicyError of a policy whose field cannot be
+// enforced.
+func invalidField(field, format string, args ...any) error {
+	return &PolicyError{Err: ErrInvalidPolicy, Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// within returns err with what before its reason ("plan \"pro\": ...")
+// and owner before its Field ("TokenBucket." before "Rate"; "" keeps it):
 // a *PolicyError stays one, and says its prefix once.
-func within(what string, err error) error {
+func within(what, owner string, err error) error {
 	var pe *PolicyError
 	if errors.As(err, &pe) {
-		return &PolicyError{Err: pe.Err, Reason: what + ": " + pe.Reason}
+		field := pe.Field
+		if owner != "" && field != "" {
+			field = owner + "." + field
+		}
+		return &PolicyError{Err: pe.Err, Field: field, Reason: what + ": " + pe.Reason}
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
 
 func checkLimit(field string, n int64) error {
 	if n <= 0 {
-		return invalid("%s must be positive, got %d", field, n)
+		return invalidField(field, "%s must be positive, got %d", field, n)
 	}
-	if n > maxLimit {
-		return invalid("%s must be at most %d, got %d", field, int64(maxLimit), n)
+	if n > MaxLimit {
+		return invalidField(field, "%s must be at most %d, got %d", field, int64(MaxLimit), n)
 	}
 	return nil
 }
 
 func checkWindow(field string, d time.Duration) error {
 	if d < MinWindow {
-		return invalid("%s must be at least %v, got %v", field, MinWindow, d)
+		return invalidField(field, "%s must be at least %v, got %v", field, MinWindow, d)
 	}
 	if d > MaxWindow {
-		return invalid("%s must be at most MaxWindow (%v), got %v", field, MaxWindow, d)
+		return invalidField(field, "%s must be at most MaxWindow (%v), got %v", field, MaxWindow, d)
 	}
 	if d%time.Microsecond != 0 {
-		return invalid("%s must be a whole number of microseconds, got %v", field, d)
+		return invalidField(field, "%s must be a whole number of microseconds, got %v", field, d)
 	}
 	return nil
 }
@@ -117,17 +130,17 @@ func checkWindow(field string, d time.Duration) error {
 // between two events, Per/Rate rounded to the microsecond.
 func checkRate(rate float64, per time.Duration) (time.Duration, error) {
 	if math.IsNaN(rate) || math.IsInf(rate, 0) || rate <= 0 {
-		return 0, invalid("Rate must be a positive finite number, got %v", rate)
+		return 0, invalidField("Rate", "Rate must be a positive finite number, got %v", rate)
 	}
 	if err := checkWindow("Per", per); err != nil {
 		return 0, err
 	}
 	interval := float64(per.Microseconds()) / rate
 	if interval < 1 {
-		return 0, invalid("Rate %v per %v is more than one per microsecond", rate, per)
+		return 0, invalidField("Rate", "Rate %v per %v is more than one per microsecond", rate, per)
 	}
 	if interval > float64(MaxWindow.Microseconds()) {
-		return 0, invalid("Rate %v per %v is less than one per %v", rate, per, MaxWindow)
+		return 0, invalidField("Rate", "Rate %v per %v is less than one per %v", rate, per, MaxWindow)
 	}
 	return time.Duration(math.Round(interval)) * time.Microsecond, nil
 }
@@ -160,9 +173,9 @@ func (p FixedWindow) Rule() (Rule, error) {
 	}
 	if !p.Calendar.IsZero() {
 		if p.Window != 0 {
-			return Rule{}, invalid("FixedWindow takes a Window or a Calendar, not both")
+			return Rule{}, invalidField("FixedWindow.Calendar", "FixedWindow takes a Window or a Calendar, not both")
 		}
-		if err := p.Calendar.Validate(); err != nil {
+		if err := p.Calendar.validate(); err != nil {
 			return Rule{}, err
 		}
 	} else if err := checkWindow("FixedWindow.Window", p.Window); err != nil {
@@ -190,7 +203,7 @@ func (p SlidingLog) Rule() (Rule, error) {
 		return Rule{}, err
 	}
 	if p.Limit > MaxSlidingLogLimit {
-		return Rule{}, invalid("SlidingLog.Limit must be at most %d (MaxSlidingLogLimit: one entry is stored per unit; use SlidingWindow for large limits), got %d", MaxSlidingLogLimit, p.Limit)
+		return Rule{}, invalidField("SlidingLog.Limit", "SlidingLog.Limit must be at most %d (MaxSlidingLogLimit: one entry is stored per unit; use SlidingWindow for large limits), got %d", MaxSlidingLogLimit, p.Limit)
 	}
 	if err := checkWindow("SlidingLog.Window", p.Window); err != nil {
 		return Rule{}, err
@@ -240,7 +253,7 @@ func (p TokenBucket) Rule() (Rule, error) {
 	}
 	iv, err := checkRate(p.Rate, p.Per)
 	if err != nil {
-		return Rule{}, within("TokenBucket", err)
+		return Rule{}, within("TokenBucket", "TokenBucket", err)
 	}
 	if err := checkRefill("TokenBucket: Capacity", p.Capacity, iv); err != nil {
 		return Rule{}, err
@@ -265,7 +278,7 @@ func (p GCRA) Rule() (Rule, error) {
 	}
 	iv, err := checkRate(p.Rate, p.Per)
 	if err != nil {
-		return Rule{}, within("GCRA", err)
+		return Rule{}, within("GCRA", "GCRA", err)
 	}
 	if err := checkRefill("GCRA: Burst", p.Burst, iv); err != nil {
 		return Rule{}, err
@@ -314,23 +327,38 @@ func (a Algorithm) Policy(p Params) (Policy, error) {
 	default:
 		return nil, invalid("unknown algorithm %v", a)
 	}
-	if p.CountRejected && a != AlgorithmSlidingLog && a != AlgorithmFixedWindow {
-		return nil, invalid("CountRejected is only for %v and %v, not %v", AlgorithmFixedWindow, AlgorithmSlidingLog, a)
-	}
-	if !p.Calendar.IsZero() && a != AlgorithmFixedWindow {
-		return nil, invalid("a Calendar period is only for %v, not %v", AlgorithmFixedWindow, a)
-	}
-	if a.Rated() && p.Window != 0 {
-		return nil, invalid("%v takes Rate and Per, not Window", a)
-	}
-	if !a.Rated() && (p.Rate != 0 || p.Per != 0) {
-		return nil, invalid("%v takes Window, not Rate and Per", a)
+	if err := a.takes(p); err != nil {
+		return nil, err
 	}
 	if _, err := pol.Rule(); err != nil {
 		return nil, err
 	}
 	return pol, nil
 }
+
+// takes reports whether a takes the fields p sets: the one place that
+// says which algorithm takes CountRejected, a Calendar, a Window, or Rate
+// and Per (the policy types have only the fields of their algorithm).
+func (a Algorithm) takes(p Params) error {
+	switch {
+	case p.CountRejected && a != AlgorithmSlidingLog && a != AlgorithmFixedWindow:
+		return invalidField("CountRejected", "CountRejected is only for %v and %v, not %v", AlgorithmFixedWindow, AlgorithmSlidingLog, a)
+	case !p.Calendar.IsZero() && a != AlgorithmFixedWindow:
+		return invalidField("Calendar", "a Calendar period is only for %v, not %v", AlgorithmFixedWindow, a)
+	case a.Rated() && p.Window != 0:
+		return invalidField("Window", "%v takes Rate and Per, not Window", a)
+	case !a.Rated() && (p.Rate != 0 || p.Per != 0):
+		return invalidField("Rate", "%v takes Window, not Rate and Per", a)
+	}
+	return nil
+}
+
+// GivesBackUntaken reports whether a key of a's state can be given back
+// units without the Receipt of their take (a negative Cost in AllowEach,
+// or an Envoy hits_addend refund): only FixedWindow's, whose count of the
+// current window is all it keeps. Every algorithm gives back a take whose
+// Receipt the refund carries (AllowAll does).
+func (a Algorithm) GivesBackUntaken() bool { return a == AlgorithmFixedWindow }
 
 // Rated reports whether a's policies are given as a rate (Rate per Per:
 // TokenBucket, GCRA) rather than as a limit per window.

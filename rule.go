@@ -30,29 +30,26 @@ func (r Rule) Validate() error {
 	if err := checkLimit("Limit", r.Limit); err != nil {
 		return err
 	}
-	if r.CountRejected && r.Algorithm != AlgorithmSlidingLog && r.Algorithm != AlgorithmFixedWindow {
-		return invalid("CountRejected is only for %v and %v, not %v", AlgorithmFixedWindow, AlgorithmSlidingLog, r.Algorithm)
+	if err := r.Algorithm.takes(Params{CountRejected: r.CountRejected, Calendar: r.Calendar}); err != nil {
+		return err
 	}
 	if !r.Calendar.IsZero() {
-		if r.Algorithm != AlgorithmFixedWindow {
-			return invalid("a Calendar period is only for %v, not %v", AlgorithmFixedWindow, r.Algorithm)
-		}
 		if r.Window != 0 {
 			return invalid("a rule takes a Window or a Calendar, not both")
 		}
-		return r.Calendar.Validate()
+		return r.Calendar.validate()
 	}
 	switch r.Algorithm {
 	case AlgorithmFixedWindow, AlgorithmSlidingWindow:
 		return checkWindow("Window", r.Window)
 	case AlgorithmSlidingLog:
 		if r.Limit > MaxSlidingLogLimit {
-			return invalid("SlidingLog Limit must be at most %d (MaxSlidingLogLimit), got %d", MaxSlidingLogLimit, r.Limit)
+			return invalidField("Limit", "SlidingLog Limit must be at most %d (MaxSlidingLogLimit), got %d", MaxSlidingLogLimit, r.Limit)
 		}
 		return checkWindow("Window", r.Window)
 	case AlgorithmTokenBucket, AlgorithmGCRA:
 		if r.Interval < time.Microsecond || r.Interval%time.Microsecond != 0 {
-			return invalid("Interval must be a positive whole number of microseconds, got %v", r.Interval)
+			return invalidField("Interval", "Interval must be a positive whole number of microseconds, got %v", r.Interval)
 		}
 		return checkRefill("Limit", r.Limit, r.Interval)
 	}
@@ -65,7 +62,7 @@ func (r Rule) Validate() error {
 // except for calendar periods, whose length varies: it is then 24 hours, 7
 // days or 31 days, and Span gives a period's real bounds.
 func (r Rule) Period() time.Duration {
-	if r.IsCalendar() {
+	if r.isCalendar() {
 		return r.Calendar.nominal()
 	}
 	if r.Algorithm.Rated() {
@@ -74,21 +71,11 @@ func (r Rule) Period() time.Duration {
 	return r.Window
 }
 
-// PeriodSeconds is Period in whole seconds, rounded up and at least 1: the
-// window a header such as RateLimit-Policy's "w" shows.
-func (r Rule) PeriodSeconds() int64 {
-	return max(1, int64((r.Period()+time.Second-1)/time.Second))
-}
-
-// Quota is the number of units a client may take in one Period, starting
-// from a fresh key: the quota a header such as RateLimit-Policy's "q" shows.
-func (r Rule) Quota() int64 { return r.Limit }
-
 // keyLife is the longest time a key's state is needed after its last
 // write: a window (two for SlidingWindow, whose previous window still
 // counts), or the time to refill from empty.
 func (r Rule) keyLife() time.Duration {
-	if r.IsCalendar() {
+	if r.isCalendar() {
 		return r.Calendar.longest()
 	}
 	if r.Algorithm == AlgorithmSlidingWindow {
@@ -109,14 +96,14 @@ func ceilMilli(d time.Duration) time.Duration {
 	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
 }
 
-// IsCalendar reports whether r's windows are calendar periods.
-func (r Rule) IsCalendar() bool { return !r.Calendar.IsZero() }
+// isCalendar reports whether r's windows are calendar periods.
+func (r Rule) isCalendar() bool { return !r.Calendar.IsZero() }
 
 // Span returns the window of a FixedWindow rule that holds t: its first
 // instant and the first instant of the next window. Calendar periods are
 // computed in their zone; other windows are aligned on the Unix epoch.
 func (r Rule) Span(t time.Time) (start, end time.Time) {
-	if r.IsCalendar() {
+	if r.isCalendar() {
 		return r.Calendar.Span(t)
 	}
 	w := r.Window.Microseconds()
@@ -128,18 +115,9 @@ func (r Rule) Span(t time.Time) (start, end time.Time) {
 	return time.UnixMicro(idx * w), time.UnixMicro((idx + 1) * w)
 }
 
-// CalendarBounds returns, for a rule with calendar periods, the first
-// instants of four consecutive periods in microseconds since the Unix
-// epoch: the one before the period that holds now, that period, and the
-// two after. It is the parameter a store's script takes instead of Param:
-// the script picks the period with its own clock (Valkey's TIME, which a
-// zone database cannot reach), so that clock may differ from now by up to a
-// period.
-func (r Rule) CalendarBounds(now time.Time) [4]int64 { return r.Calendar.bounds(now) }
-
 // Param is the algorithm's parameter as a store's script takes it, in
 // microseconds: the window, or the interval of TokenBucket and GCRA (0 for
-// calendar periods: see CalendarBounds).
+// calendar periods: see luascript.CalendarBounds).
 func (r Rule) Param() int64 {
 	if r.Algorithm.Rated() {
 		return r.Interval.Microseconds()
@@ -158,7 +136,7 @@ func (r Rule) State() string {
 	// hash before their integers were packed into one string.
 	switch r.Algorithm {
 	case AlgorithmFixedWindow:
-		if r.IsCalendar() {
+		if r.isCalendar() {
 			return "cal2" // the window is named by its first instant
 		}
 		return "fw2"
@@ -183,7 +161,7 @@ func (r Rule) String() string {
 		return fmt.Sprintf("gcra(burst=%d, interval=%v)", r.Limit, r.Interval)
 	}
 	s := fmt.Sprintf("%v(limit=%d, window=%v", r.Algorithm, r.Limit, r.Window)
-	if r.IsCalendar() {
+	if r.isCalendar() {
 		s = fmt.Sprintf("%v(limit=%d, period=%v", r.Algorithm, r.Limit, r.Calendar)
 	}
 	if r.CountRejected {
@@ -192,17 +170,17 @@ func (r Rule) String() string {
 	return s + ")"
 }
 
-// DefaultName is the limiter name New gives r unless WithName says
+// defaultName is the limiter name New gives r unless WithName says
 // otherwise, such as "gcra-20-200000": distinct rules get distinct names, so
 // limiters that share a store do not share state unless their policies are
 // identical.
-func (r Rule) DefaultName() string {
+func (r Rule) defaultName() string {
 	short := map[Algorithm]string{AlgorithmFixedWindow: "fw", AlgorithmSlidingLog: "sl",
 		AlgorithmSlidingWindow: "sw", AlgorithmTokenBucket: "tb", AlgorithmGCRA: "gcra"}[r.Algorithm]
 	if r.CountRejected {
 		short += "c" // fwc, slc
 	}
-	if r.IsCalendar() {
+	if r.isCalendar() {
 		return calendarName(short, r.Limit, r.Calendar)
 	}
 	return short + "-" + strconv.FormatInt(r.Limit, 10) + "-" + strconv.FormatInt(r.Param(), 10)

@@ -37,8 +37,8 @@ func TestRulePeriod(t *testing.T) {
 		{sluice.SlidingLog{Limit: 5, Window: time.Minute}, time.Minute, 60, time.Minute + time.Second},
 	} {
 		r := mustRule(t, c.p)
-		if r.Period() != c.period || r.PeriodSeconds() != c.seconds || r.TTL() != c.ttl || r.Quota() != r.Limit {
-			t.Errorf("%v: Period %v, PeriodSeconds %d, TTL %v; want %v, %d, %v", r, r.Period(), r.PeriodSeconds(), r.TTL(), c.period, c.seconds, c.ttl)
+		if r.Period() != c.period || r.TTL() != c.ttl || max(1, (r.Period()+time.Second-1)/time.Second) != time.Duration(c.seconds) {
+			t.Errorf("%v: Period %v, TTL %v; want %v (%ds rounded up), %v", r, r.Period(), r.TTL(), c.period, c.seconds, c.ttl)
 		}
 	}
 }
@@ -59,10 +59,10 @@ func TestRuleStateAndName(t *testing.T) {
 			t.Errorf("%v and %v share the state %q", r, o, r.State())
 		}
 		states[r.State()] = r
-		if o, ok := names[r.DefaultName()]; ok {
-			t.Errorf("%v and %v share the name %q", r, o, r.DefaultName())
+		if o, ok := names[sluice.DefaultName(r)]; ok {
+			t.Errorf("%v and %v share the name %q", r, o, sluice.DefaultName(r))
 		}
-		names[r.DefaultName()] = r
+		names[sluice.DefaultName(r)] = r
 		if err := r.Validate(); err != nil {
 			t.Errorf("%v: %v", r, err)
 		}
@@ -74,8 +74,8 @@ func TestRuleStateAndName(t *testing.T) {
 		}
 	}
 	slc := mustRule(t, sluice.SlidingLog{Limit: 5, Window: time.Second, CountRejected: true})
-	if slc.DefaultName() == names[slc.State()].DefaultName() {
-		t.Errorf("count_rejected shares the default name %q", slc.DefaultName())
+	if sluice.DefaultName(slc) == sluice.DefaultName(names[slc.State()]) {
+		t.Errorf("count_rejected shares the default name %q", sluice.DefaultName(slc))
 	}
 }
 
@@ -145,6 +145,39 @@ func TestAlgorithmPolicy(t *testing.T) {
 	} {
 		if _, err := c.a.Policy(c.p); !errors.Is(err, sluice.ErrInvalidPolicy) {
 			t.Errorf("%v %+v: %v, want ErrInvalidPolicy", c.a, c.p, err)
+		}
+	}
+}
+
+// TestRuleTakesWhatPolicyTakes: a rule built by hand takes CountRejected
+// and a Calendar for the same algorithms as Algorithm.Policy, with the
+// same Field and reason.
+func TestRuleTakesWhatPolicyTakes(t *testing.T) {
+	day := sluice.Calendar{Unit: sluice.Day, Zone: time.UTC}
+	for a := sluice.AlgorithmFixedWindow; a <= sluice.AlgorithmGCRA; a++ {
+		p := sluice.Params{Limit: 3, Window: time.Second}
+		r := sluice.Rule{Algorithm: a, Limit: 3, Window: time.Second, Interval: time.Second}
+		if a.Rated() {
+			p = sluice.Params{Limit: 3, Rate: 1, Per: time.Second}
+			r.Window = 0
+		}
+		for _, tc := range []struct {
+			p sluice.Params
+			r sluice.Rule
+		}{
+			{func() sluice.Params { q := p; q.CountRejected = true; return q }(), func() sluice.Rule { s := r; s.CountRejected = true; return s }()},
+			{func() sluice.Params { q := p; q.Window, q.Calendar = 0, day; return q }(), func() sluice.Rule { s := r; s.Window, s.Calendar = 0, day; return s }()},
+		} {
+			_, perr := a.Policy(tc.p)
+			rerr := tc.r.Validate()
+			if (perr == nil) != (rerr == nil) {
+				t.Errorf("%v: Policy(%+v): %v, but Rule %v: %v", a, tc.p, perr, tc.r, rerr)
+				continue
+			}
+			var pe, re *sluice.PolicyError
+			if perr != nil && (!errors.As(perr, &pe) || !errors.As(rerr, &re) || pe.Field != re.Field || pe.Reason != re.Reason) {
+				t.Errorf("%v: Policy %v and Rule %v refuse differently", a, perr, rerr)
+			}
 		}
 	}
 }

@@ -180,7 +180,7 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	if policy == nil {
-		return nil, fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
+		return nil, invalidField("policy", "nil policy")
 	}
 	rule, err := policy.Rule()
 	if err != nil {
@@ -191,7 +191,7 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		o.apply(&cfg)
 	}
 	if !cfg.nameSet {
-		cfg.name = rule.DefaultName()
+		cfg.name = rule.defaultName()
 	}
 	if err := checkName(cfg.name); err != nil {
 		return nil, err
@@ -200,10 +200,10 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	if cfg.timeout <= 0 {
-		return nil, fmt.Errorf("%w: timeout must be positive, got %v", ErrInvalidPolicy, cfg.timeout)
+		return nil, invalidField("WithTimeout", "timeout must be positive, got %v", cfg.timeout)
 	}
 	if cfg.failMode != FailOpen && cfg.failMode != FailClosed {
-		return nil, fmt.Errorf("%w: unknown fail mode %d", ErrInvalidPolicy, cfg.failMode)
+		return nil, invalidField("WithFailMode", "unknown fail mode %d", cfg.failMode)
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
@@ -215,7 +215,7 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if cfg.ovOn {
 		ovs, ok := store.(OverrideStore)
 		if !ok {
-			return nil, fmt.Errorf("%w: WithOverrides: store %T keeps no overrides (it does not implement OverrideStore)", ErrInvalidPolicy, store)
+			return nil, invalidField("WithOverrides", "WithOverrides: store %T keeps no overrides (it does not implement OverrideStore)", store)
 		}
 		l.ovs = ovs
 	}
@@ -230,16 +230,16 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 // one AllowAll cannot group checks by.
 func checkStore(store Store) error {
 	if store == nil {
-		return fmt.Errorf("%w: nil store", ErrInvalidPolicy)
+		return invalidField("store", "nil store")
 	}
 	if v := reflect.ValueOf(store); nillable[v.Kind()] && v.IsNil() {
 		// Such as a nil *valkeystore.Store from a valkeystore.New that
 		// failed: it would panic on the first decision.
-		return fmt.Errorf("%w: store is a nil %T", ErrInvalidPolicy, store)
+		return invalidField("store", "store is a nil %T", store)
 	}
 	if !reflect.TypeOf(store).Comparable() {
 		// AllowAll groups checks by store with ==.
-		return fmt.Errorf("%w: store of type %T is not comparable: pass a pointer", ErrInvalidPolicy, store)
+		return invalidField("store", "store of type %T is not comparable: pass a pointer", store)
 	}
 	return nil
 }
@@ -252,11 +252,11 @@ func (l *Limiter) setDenyCache() error {
 	if cfg.deny == 1 {
 		switch {
 		case rule.CountRejected:
-			return fmt.Errorf("%w: WithDenyCache(true): a policy with CountRejected never uses the deny cache (refused requests must reach the store to be counted)", ErrInvalidPolicy)
+			return invalidField("WithDenyCache", "WithDenyCache(true): a policy with CountRejected never uses the deny cache (refused requests must reach the store to be counted)")
 		case len(l.plans) > 0:
-			return fmt.Errorf("%w: WithDenyCache(true): a limiter with plans never uses the deny cache (a refusal under one plan says nothing of another)", ErrInvalidPolicy)
+			return invalidField("WithDenyCache", "WithDenyCache(true): a limiter with plans never uses the deny cache (a refusal under one plan says nothing of another)")
 		case l.ovs != nil:
-			return fmt.Errorf("%w: WithDenyCache(true): a limiter with overrides never uses the deny cache (an override set by another process must apply at once)", ErrInvalidPolicy)
+			return invalidField("WithDenyCache", "WithDenyCache(true): a limiter with overrides never uses the deny cache (an override set by another process must apply at once)")
 		}
 	}
 	if cfg.deny == 1 || cfg.deny == 0 && l.notify != nil && !rule.CountRejected && len(l.plans) == 0 && l.ovs == nil {
@@ -433,18 +433,18 @@ func (l *Limiter) check(key string, r Rule, n int64) error {
 		return ErrInvalidKey
 	}
 	if n < 0 {
-		return fmt.Errorf("%w: cost %d is negative", ErrInvalidCost, n)
+		return badCost("cost %d is negative", n)
 	}
 	if l.ovs != nil {
 		// An override may raise the limit: only what no limit allows is
 		// refused here.
 		if max := r.maxLimit(); n > max {
-			return fmt.Errorf("%w: cost %d exceeds the largest limit %v may have (%d)", ErrInvalidCost, n, r.Algorithm, max)
+			return badCost("cost %d exceeds the largest limit %v may have (%d)", n, r.Algorithm, max)
 		}
 		return nil
 	}
 	if n > r.Limit {
-		return fmt.Errorf("%w: cost %d exceeds the limit %d of %s and could never be allowed", ErrInvalidCost, n, r.Limit, l.cfg.name)
+		return badCost("cost %d exceeds the limit %d of %s and could never be allowed", n, r.Limit, l.cfg.name)
 	}
 	return nil
 }

@@ -2,9 +2,16 @@ package sluice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
+
+// For store implementers: what a Store receives and what it must do, and
+// the helpers a store needs to do it as the limiters expect (see the
+// package documentation, "For store implementers"). Package sluicetest is
+// the conformance suite every Store must pass; package luascript holds the
+// scripts (and their arguments) of a store on Valkey or Redis.
 
 // A Store keeps the limiters' state and makes each decision atomically.
 // Packages valkeystore and memstore implement it; package sluicetest has
@@ -109,19 +116,100 @@ type Op struct {
 }
 
 // Validate reports whether a store can execute op: its Rule is valid, its
-// Now is the zero Time or one a store keeps (CheckTime), and a refund
+// Now is the zero Time or one a store keeps (MinTime to MaxTime), and a refund
 // carries the Receipt of a take.
 func (op *Op) Validate() error {
 	if err := op.Rule.Validate(); err != nil {
 		return err
 	}
 	if !op.Now.IsZero() {
-		if err := CheckTime("now", op.Now); err != nil {
+		if err := checkTime("now", op.Now); err != nil {
 			return err
 		}
 	}
 	if op.Cost < 0 && op.Receipt == 0 {
-		return fmt.Errorf("%w: a refund (cost %d) needs the Receipt of the take it gives back", ErrInvalidCost, op.Cost)
+		return &PolicyError{Err: ErrInvalidCost, Field: "Op.Receipt", Reason: fmt.Sprintf("a refund (cost %d) needs the Receipt of the take it gives back", op.Cost)}
 	}
 	return nil
 }
+
+// ErrClockSkew is a store's error for a decision with calendar periods
+// whose time (the store's clock, or the Op's Now) is outside the periods
+// computed around the clock of the process that sent it: the two clocks
+// differ by about a period or more.
+var ErrClockSkew = errors.New("sluice: deciding clock outside the calendar periods sent (clock skew)")
+
+// OverrideRecord is an override as a store keeps it: what the store reads
+// when deciding (Limit, Param in microseconds, 0 keeping the rule's, and
+// Expires, a whole microsecond from MinTime to MaxTime), and Info, which
+// the store keeps for the limiter unread. Set is when the limiter set it,
+// on the limiter's clock: the store keeps the record for Expires - Set of
+// its own time, so that an override set under a clock other than the
+// store's (WithClock) lives as long as that clock says; the zero Set means
+// the store's own clock.
+type OverrideRecord struct {
+	Identity string
+	Limit    int64
+	Param    int64
+	Expires  time.Time
+	Info     string
+	Set      time.Time
+}
+
+// CheckRecord reports whether a store can keep rec: Expires is a whole
+// microsecond from MinTime to MaxTime, and after Set when Set is given. It
+// is an error wrapping ErrInvalidOverride otherwise. Stores call it from PutOverride, so that every
+// store refuses what one of them cannot keep.
+func CheckRecord(rec OverrideRecord) error {
+	if r := timeReason("expires", rec.Expires); r != "" {
+		return badOverride("OverrideRecord.Expires", "%s", r)
+	}
+	if rec.Expires.Nanosecond()%1000 != 0 {
+		return badOverride("OverrideRecord.Expires", "expires %v is not a whole microsecond", rec.Expires.Format(time.RFC3339Nano))
+	}
+	if !rec.Set.IsZero() {
+		if r := timeReason("set", rec.Set); r != "" {
+			return badOverride("OverrideRecord.Set", "%s", r)
+		}
+		if !rec.Expires.After(rec.Set) {
+			return badOverride("OverrideRecord.Expires", "expires %v is not after set (%v)", rec.Expires.Format(time.RFC3339Nano), rec.Set.Format(time.RFC3339Nano))
+		}
+	}
+	return nil
+}
+
+// OverrideStore is implemented by stores that keep overrides (memstore,
+// valkeystore). An override record lives under its key (OverrideKey) until
+// it expires; index lists the identities that have one, for listing.
+type OverrideStore interface {
+	// PutOverride stores rec under key until rec.Expires, and lists it in
+	// index.
+	PutOverride(ctx context.Context, index, key string, rec OverrideRecord) error
+	// GetOverride returns the record under key; ok is false when there
+	// is none. The record may have lapsed (the caller checks Expires
+	// against its own clock): the store drops it by its own time.
+	GetOverride(ctx context.Context, key string) (rec OverrideRecord, ok bool, err error)
+	// DeleteOverride removes the record under key and its entry in index.
+	DeleteOverride(ctx context.Context, index, key, identity string) error
+	// ListOverrides returns the records listed in index, lapsed ones
+	// included until the store drops them, as GetOverride; keyOf gives an
+	// identity's key.
+	ListOverrides(ctx context.Context, index string, keyOf func(identity string) string) ([]OverrideRecord, error)
+}
+
+// OverrideKey returns the store key of identity's override under the
+// limiter named name: <prefix>:<name>:ov:{<identity>}, with the same hash
+// tag as the identity's counters, so that on a cluster a script reads it
+// in the same slot.
+func OverrideKey(prefix, name, identity string) string {
+	b := make([]byte, 0, len(prefix)+len(name)+len(identity)+10)
+	b = append(b, prefix...)
+	b = append(b, ':')
+	b = append(b, name...)
+	b = append(b, ":ov:{"...)
+	b = appendIdentity(b, identity)
+	return string(append(b, '}'))
+}
+
+// OverrideIndex returns the store key that lists the limiter's overrides.
+func OverrideIndex(prefix, name string) string { return prefix + ":" + name + ":ovindex" }

@@ -21,6 +21,10 @@
 // grouped by prefix (/64 by default), since one subscriber usually holds a
 // whole /64 and could otherwise take a fresh address, and a fresh budget, for
 // every request.
+//
+// A [Config] configures a Resolver: it is data (what a configuration file
+// or a flag set fills in), not the functional options (Option) with which
+// package sluice and the stores configure what their constructors build.
 package clientip
 
 import (

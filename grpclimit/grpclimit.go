@@ -16,6 +16,11 @@
 //
 // When the store cannot decide, each limiter's fail mode does (sluice's
 // Degraded results); a degraded refusal is RESOURCE_EXHAUSTED too.
+//
+// A [Config] configures an Interceptor: it is data (what a configuration file or a
+// flag set fills in, and a zero field its default), not the functional
+// options (Option) with which package sluice and the stores configure
+// what their constructors build; the Limiters in it carry those.
 package grpclimit
 
 import (

@@ -54,7 +54,7 @@ func FuzzFields(f *testing.F) {
 			if err != nil {
 				t.Fatalf("%v: %v", h, err)
 			}
-			if len(got.Policies) != 2 || got.Policies[0].Name != name || got.Policies[0].Q != limit || got.Policies[0].W != rule.PeriodSeconds() {
+			if len(got.Policies) != 2 || got.Policies[0].Name != name || got.Policies[0].Q != limit || got.Policies[0].W != periodSeconds(rule) {
 				t.Fatalf("RateLimit-Policy %q: %+v", h.Get(HeaderPolicy), got.Policies)
 			}
 			if l, ok := got.Limit(name); !ok || l.R != res.Remaining {

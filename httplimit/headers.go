@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice"
 )
 
 // The rate-limit header names, as the conventions and the draft spell them.
@@ -53,7 +55,7 @@ type HeaderOptions struct {
 //     a refusal), or with ResetEpoch the Unix time of that moment, rounded
 //     up once.
 //   - RateLimit-Policy has one item per shown limit, "name";q=Q;w=W: the
-//     quota (sluice.Rule.Quota) per window in seconds (Rule.PeriodSeconds).
+//     limit (Rule.Limit) per Rule.Period in whole seconds, rounded up.
 //   - RateLimit has one item per shown result, "name";r=R;t=T: the units
 //     left and the seconds, rounded up, until more are available
 //     (Rule.NextUnit). t is left out when that is not known: when nothing
@@ -72,7 +74,7 @@ func WriteHeaders(h http.Header, st *Status, o HeaderOptions) {
 func writeFields(st *Status, o HeaderOptions, set func(name, value string)) {
 	if !o.OmitXRateLimit {
 		if b := st.binding(); b != nil {
-			set(HeaderXLimit, strconv.FormatInt(b.Rule.Quota(), 10))
+			set(HeaderXLimit, strconv.FormatInt(b.Rule.Limit, 10))
 			set(HeaderXRemaining, strconv.FormatInt(max(b.Result.Remaining, 0), 10))
 			set(HeaderXReset, strconv.FormatInt(b.xReset(o), 10))
 		}
@@ -213,11 +215,17 @@ func (s *Status) policyField() string {
 		}
 		b.WriteString(sfString(l.Name))
 		b.WriteString(";q=")
-		b.WriteString(strconv.FormatInt(l.Rule.Quota(), 10))
+		b.WriteString(strconv.FormatInt(l.Rule.Limit, 10))
 		b.WriteString(";w=")
-		b.WriteString(strconv.FormatInt(l.Rule.PeriodSeconds(), 10))
+		b.WriteString(strconv.FormatInt(periodSeconds(l.Rule), 10))
 	}
 	return b.String()
+}
+
+// periodSeconds is r's Period in whole seconds, rounded up and at least 1:
+// RateLimit-Policy's "w".
+func periodSeconds(r sluice.Rule) int64 {
+	return max(1, int64((r.Period()+time.Second-1)/time.Second))
 }
 
 // rateLimitField returns the RateLimit value: one item per advertised

@@ -74,6 +74,11 @@
 // refuses it with Retry-After: 1. Limiters in shadow mode are never
 // advertised, neither their policy nor their results, so a dark-launched
 // limit stays invisible to clients.
+//
+// A [Config] configures a Middleware: it is data (what a configuration file or a
+// flag set fills in, and a zero field its default), not the functional
+// options (Option) with which package sluice and the stores configure
+// what their constructors build; the Limiters in it carry those.
 package httplimit
 
 import (

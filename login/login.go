@@ -37,6 +37,11 @@
 // failing on purpose. Keep that window short, and do not use CountRejected
 // on it. The per-address limit bounds how many accounts one address can
 // lock: an attempt the address limit refuses gives its username unit back.
+//
+// A [Config] configures a Guard: it is data (what a configuration file or a
+// flag set fills in, and a zero field its default), not the functional
+// options (Option) with which package sluice and the stores configure
+// what their constructors build; the Limiters in it carry those.
 package login
 
 import (

@@ -169,7 +169,7 @@ var calendar = newScript(calendarAlg)
 // ForRule returns the script that executes r: its algorithm's, or for
 // calendar periods the calendar script. nil for an unknown algorithm.
 func ForRule(r *sluice.Rule) *Script {
-	if r.IsCalendar() {
+	if !r.Calendar.IsZero() {
 		return calendar
 	}
 	return For(r.Algorithm)
@@ -191,7 +191,7 @@ const (
 // (AppendArgs), when it reads an override or not.
 func ArgsSize(op *sluice.Op, override bool) int {
 	n := recordArgs
-	if op.Rule.IsCalendar() {
+	if !op.Rule.Calendar.IsZero() {
 		n += calendarArgs
 	}
 	if override {
@@ -207,10 +207,10 @@ func ArgsSize(op *sluice.Op, override bool) int {
 // receipt of the take it refunds, else 0, then its flags. For calendar
 // periods the first instants of the four periods around the Op's time
 // follow, or around clock when the server's TIME decides
-// (sluice.Rule.CalendarBounds). A caller that sends op.Override among the
+// (CalendarBounds). A caller that sends op.Override among the
 // call's keys passes its index in KEYS (from 1) as overrideKey, and the
 // record ends with it and the bounds an override must keep to apply
-// (sluice.Rule.OverrideBounds); 0 when the decision reads no override.
+// (OverrideBounds); 0 when the decision reads no override.
 func AppendArgs(dst []byte, op *sluice.Op, overrideKey int, clock time.Time) []byte {
 	var now, receipt int64
 	if !op.Now.IsZero() {
@@ -224,20 +224,20 @@ func AppendArgs(dst []byte, op *sluice.Op, overrideKey int, clock time.Time) []b
 	dst = appendInt64(dst, op.Rule.Param())
 	dst = appendInt64(dst, op.Cost)
 	dst = appendInt64(dst, receipt)
-	cal := op.Rule.IsCalendar()
+	cal := !op.Rule.Calendar.IsZero()
 	dst = append(dst, flag(op.Rule.CountRejected), flag(cal), flag(overrideKey > 0))
 	if cal {
 		t := op.Now
 		if t.IsZero() {
 			t = clock
 		}
-		for _, v := range op.Rule.CalendarBounds(t) {
+		for _, v := range CalendarBounds(&op.Rule, t) {
 			dst = appendInt64(dst, v)
 		}
 	}
 	if overrideKey > 0 {
 		dst = appendInt64(dst, int64(overrideKey))
-		for _, v := range op.Rule.OverrideBounds() {
+		for _, v := range OverrideBounds(&op.Rule) {
 			dst = appendInt64(dst, v)
 		}
 	}

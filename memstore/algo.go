@@ -53,7 +53,7 @@ func fixedWindow(s *state, ok bool, now, limit, window, cost int64, countRejecte
 }
 
 // calendarWindow is fixedWindow over calendar periods: bounds are the first
-// instants of four consecutive periods (sluice.Rule.CalendarBounds), among
+// instants of four consecutive periods (luascript.CalendarBounds), among
 // which now falls; the window is named by its first instant. ok is false
 // when now is outside them.
 func calendarWindow(s *state, exists bool, now int64, bounds [4]int64, limit, cost int64, countRejected bool, receipt int64) (r reply, write, del, ok bool) {

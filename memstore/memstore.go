@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/luascript"
 )
 
 const shardCount = 64
@@ -47,20 +48,25 @@ type item struct {
 }
 
 // An Option configures a Store.
-type Option func(*Store)
+type Option interface{ apply(*Store) }
+
+// optionFunc is an Option made of a function, as the root package's.
+type optionFunc func(*Store)
+
+func (f optionFunc) apply(x *Store) { f(x) }
 
 // WithClock sets the store's clock (default time.Now). It is the time of
 // Ops that carry none, and the clock keys expire by, as Valkey's own clock
 // is for valkeystore.
 func WithClock(now func() time.Time) Option {
-	return func(s *Store) { s.clock = now }
+	return optionFunc(func(s *Store) { s.clock = now })
 }
 
 // New returns an empty Store.
 func New(opts ...Option) *Store {
 	s := &Store{clock: time.Now, seed: maphash.MakeSeed()}
 	for _, o := range opts {
-		o(s)
+		o.apply(s)
 	}
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]*item)
@@ -175,9 +181,9 @@ func (sh *shard) load(key string, alg sluice.Algorithm, clockNow time.Time, st *
 func runAlgorithm(st *state, exists bool, us int64, now time.Time, r *sluice.Rule, cost, receipt int64) (rep reply, write, del bool, err error) {
 	switch r.Algorithm {
 	case sluice.AlgorithmFixedWindow:
-		if r.IsCalendar() {
+		if !r.Calendar.IsZero() {
 			var in bool
-			rep, write, del, in = calendarWindow(st, exists, us, r.CalendarBounds(now), r.Limit, cost, r.CountRejected, receipt)
+			rep, write, del, in = calendarWindow(st, exists, us, luascript.CalendarBounds(r, now), r.Limit, cost, r.CountRejected, receipt)
 			if !in {
 				return rep, false, false, fmt.Errorf("memstore: %w", sluice.ErrClockSkew)
 			}

@@ -36,12 +36,17 @@ type Store struct {
 }
 
 // An Option configures a Store.
-type Option func(*Store)
+type Option interface{ apply(*Store) }
+
+// optionFunc is an Option made of a function, as the root package's.
+type optionFunc func(*Store)
+
+func (f optionFunc) apply(x *Store) { f(x) }
 
 // WithMaxKeysPerCall bounds how many decisions of one batch share one
 // script call (default 64). A script blocks the server while it runs, so
 // larger calls trade others' latency for throughput.
-func WithMaxKeysPerCall(n int) Option { return func(s *Store) { s.maxBatch = n } }
+func WithMaxKeysPerCall(n int) Option { return optionFunc(func(s *Store) { s.maxBatch = n }) }
 
 // ErrClient is returned by New for a client the Store cannot use safely.
 var ErrClient = errors.New("redisstore: unsuitable client")
@@ -83,7 +88,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: %T (want *redis.Client or *redis.ClusterClient; a Ring spreads keys by its own hashing, which the scripts' keys do not follow)", ErrClient, client)
 	}
 	for _, o := range opts {
-		o(s)
+		o.apply(s)
 	}
 	if s.maxBatch < 1 {
 		return nil, fmt.Errorf("redisstore: max keys per call must be positive, got %d", s.maxBatch)

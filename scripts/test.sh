@@ -2,7 +2,8 @@
 # test.sh is the project's test command: it installs Valkey 8 when
 # valkey-server is missing, then vets and runs every test with the race
 # detector against real valkey-server processes that the tests start
-# themselves. It never skips for lack of Valkey: it fails.
+# themselves. It never skips for lack of Valkey: it fails. It also installs
+# the other tools the tests use (proxies, Chromium, promtool, Redocly CLI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,7 @@ bash scripts/install-systemd-analyze.sh
 bash scripts/install-proxies.sh
 bash scripts/install-chromium.sh
 bash scripts/install-promtool.sh
+bash scripts/install-redocly.sh
 export PATH="$PATH:/usr/sbin:/usr/bin"
 valkey-server --version
 

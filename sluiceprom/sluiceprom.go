@@ -89,7 +89,12 @@ var (
 )
 
 // An Option configures New.
-type Option func(*config)
+type Option interface{ apply(*config) }
+
+// optionFunc is an Option made of a function, as the root package's.
+type optionFunc func(*config)
+
+func (f optionFunc) apply(x *config) { f(x) }
 
 type config struct {
 	namespace string
@@ -100,19 +105,19 @@ type config struct {
 // WithNamespace sets the metric names' prefix (default "sluice"). An empty
 // namespace drops the prefix: decisions_total.
 func WithNamespace(ns string) Option {
-	return func(c *config) { c.namespace = ns }
+	return optionFunc(func(c *config) { c.namespace = ns })
 }
 
 // WithBuckets sets the latency histogram's buckets, in seconds (default
 // DefaultBuckets).
 func WithBuckets(b []float64) Option {
-	return func(c *config) { c.buckets = append([]float64(nil), b...) }
+	return optionFunc(func(c *config) { c.buckets = append([]float64(nil), b...) })
 }
 
 // WithConstLabels adds labels with fixed values to every metric, such as
 // the name of the service.
 func WithConstLabels(l prometheus.Labels) Option {
-	return func(c *config) { c.labels = l }
+	return optionFunc(func(c *config) { c.labels = l })
 }
 
 // Metrics counts the decisions of any number of limiters. It implements
@@ -144,7 +149,7 @@ var _ prometheus.Collector = (*Metrics)(nil)
 func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	c := config{namespace: "sluice", buckets: DefaultBuckets}
 	for _, o := range opts {
-		o(&c)
+		o.apply(&c)
 	}
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -186,7 +186,7 @@ func rateOverride(t *testing.T, ctx context.Context, store sluice.Store, opts []
 		res.OverrideParam != 250_000 {
 		t.Fatalf("token bucket with a rate override: %+v %v, want 4 taken, full again after 1s (4/s: an interval of 250000µs)", res, err)
 	}
-	if in := tb.Rule().InForce(res); in.Interval != 250*time.Millisecond || in.Limit != 4 || in.PeriodSeconds() != 1 {
+	if in := tb.Rule().InForce(res); in.Interval != 250*time.Millisecond || in.Limit != 4 || in.Period() != time.Second {
 		t.Fatalf("InForce of a rate override: %+v, want 4 per 1s", in)
 	}
 }

@@ -108,14 +108,14 @@ const (
 // WithBreaker configures the circuit breakers (see Breaker; they are on by
 // default with the default Breaker).
 func WithBreaker(b Breaker) Option {
-	return func(e *engine) { e.breakerCfg = &b }
+	return optionFunc(func(e *engine) { e.breakerCfg = &b })
 }
 
 // WithoutBreaker turns the circuit breakers off: every call goes to Valkey
 // and, while a node is down or hung, waits for its timeout (the deadline
 // layer still returns every call by its deadline).
 func WithoutBreaker() Option {
-	return func(e *engine) { e.breakerCfg = nil }
+	return optionFunc(func(e *engine) { e.breakerCfg = nil })
 }
 
 // BreakerState is the state of a circuit breaker.

@@ -26,12 +26,12 @@ var ErrClosed = errors.New("valkeystore: closed")
 // warnings, and the connection. It is an option of Connect only: New
 // refuses it.
 func WithLogger(l *slog.Logger) Option {
-	return func(e *engine) {
+	return optionFunc(func(e *engine) {
 		if l == nil {
 			l = slog.Default()
 		}
 		e.connectLog = l
-	}
+	})
 }
 
 // WithConnectError gives Connect a function that turns a failed connection
@@ -39,7 +39,7 @@ func WithLogger(l *slog.Logger) Option {
 // one naming the setting that fixes a refused password. It is an option of
 // Connect only: New refuses it.
 func WithConnectError(explain func(error) error) Option {
-	return func(e *engine) { e.connectExplain = explain }
+	return optionFunc(func(e *engine) { e.connectExplain = explain })
 }
 
 // A Lazy is a sluice.Store on Valkey that connects in the background, so

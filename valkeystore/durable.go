@@ -46,7 +46,7 @@ func (errNotReplicated) Unwrap() error { return sluice.ErrStoreUnavailable }
 // calls are no longer pipelined with other callers': measure before
 // turning it on.
 func WithReplicaAck(n int) Option {
-	return func(e *engine) { e.replicaAck = n }
+	return optionFunc(func(e *engine) { e.replicaAck = n })
 }
 
 // durable sends cmd then WAIT on a dedicated connection, and returns the

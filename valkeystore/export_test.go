@@ -13,7 +13,7 @@ type Probe = probe
 
 // WithProbe injects p into the Store.
 func WithProbe(p *Probe) Option {
-	return func(e *engine) { e.probe = p }
+	return optionFunc(func(e *engine) { e.probe = p })
 }
 
 // SkewedDo decides ops on s, a Store with a probe, with calendar bounds

@@ -95,14 +95,20 @@ type probe struct {
 	crossCalls, crossSplits atomic.Int64
 }
 
-// An Option configures a Store.
-type Option func(*engine)
+// An Option configures a Store. Options are functional, as the root
+// package's: values of an interface that only this package implements.
+type Option interface{ apply(*engine) }
+
+// optionFunc is an Option made of a function, as the root package's.
+type optionFunc func(*engine)
+
+func (f optionFunc) apply(x *engine) { f(x) }
 
 // WithMaxKeysPerCall bounds how many decisions of one batch share one
 // script call (default 64). A script blocks the server while it runs, so
 // larger calls trade others' latency for throughput.
 func WithMaxKeysPerCall(n int) Option {
-	return func(e *engine) { e.maxBatch = n }
+	return optionFunc(func(e *engine) { e.maxBatch = n })
 }
 
 // WithBatching sets how many script calls the store keeps in flight at once
@@ -119,7 +125,7 @@ func WithMaxKeysPerCall(n int) Option {
 // busy primary gives the longest batches. A lone decision never waits for
 // company.
 func WithBatching(inflight int) Option {
-	return func(e *engine) { e.inflight = inflight }
+	return optionFunc(func(e *engine) { e.inflight = inflight })
 }
 
 // New returns a Store on client, which may be a standalone, Sentinel or
@@ -155,7 +161,7 @@ func New(client valkey.Client, opts ...Option) (*Store, error) {
 func configure(opts []Option) (*engine, error) {
 	e := &engine{maxBatch: 64, breakerCfg: &Breaker{}, inflight: 4}
 	for _, o := range opts {
-		o(e)
+		o.apply(e)
 	}
 	if e.breakerCfg != nil {
 		cfg := *e.breakerCfg

@@ -18,7 +18,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
 )
@@ -133,12 +134,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
 
-	client, store, code := openBenchStore(ctx, cfg, stderr)
-	if client == nil {
+	conn, code := openBenchStore(ctx, cfg, stderr)
+	if conn == nil {
 		return code
 	}
-	defer client.Close()
-	lim, err := sluice.New(store, cfg.policy,
+	defer conn.Close()
+	client := conn.Client
+	lim, err := sluice.New(conn.Store, cfg.policy,
 		sluice.WithPrefix("sluice-bench"), sluice.WithName("bench-"+cfg.algorithm), sluice.WithTimeout(cfg.timeout),
 		sluice.WithLogger(slog.New(slog.NewTextHandler(stderr, nil))))
 	if err != nil {
@@ -175,44 +177,27 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return 0
 }
 
-// openBenchStore connects to the Valkey of cfg and checks it answers; a
-// nil client and the exit code when it does not.
-func openBenchStore(ctx context.Context, cfg *benchConfig, stderr io.Writer) (valkey.Client, *valkeystore.Store, int) {
-	var password string
+// openBenchStore connects to the Valkey of cfg with the client sluice
+// serve decides with (store.ClientOption: pipelining every call, no
+// retries, serve's timeouts), so that the numbers are the service's; only
+// the credentials come from flags. A nil Conn and the exit code when it
+// cannot.
+func openBenchStore(ctx context.Context, cfg *benchConfig, stderr io.Writer) (*store.Conn, int) {
 	if cfg.passwordEnv != "" {
-		p, ok := os.LookupEnv(cfg.passwordEnv)
-		if !ok {
+		if _, ok := os.LookupEnv(cfg.passwordEnv); !ok {
 			fmt.Fprintf(stderr, "sluice bench: --password-env: environment variable %s is not set\n", cfg.passwordEnv)
-			return nil, nil, 2
+			return nil, 2
 		}
-		password = p
 	}
-	client, err := valkey.NewClient(valkey.ClientOption{
-		InitAddress:  cfg.addrs,
-		Username:     cfg.username,
-		Password:     password,
-		DisableCache: true,
-		ClientName:   "sluice-bench",
-	})
+	v := &config.Valkey{Addresses: cfg.addrs, Username: cfg.username, PasswordEnv: cfg.passwordEnv, ConnectTimeout: config.DefaultConnectTimeout}
+	conn, err := store.Open(ctx, v, os.LookupEnv, store.WithClientName("sluice-bench"),
+		store.WithStoreOptions(valkeystore.WithBatching(cfg.batching)),
+		store.WithExplain(func(err error) error { return benchAuthHint(err, cfg) }))
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice bench: connecting to %s: %v\n", strings.Join(cfg.addrs, ","), benchAuthHint(err, cfg))
-		return nil, nil, 1
-	}
-	store, err := valkeystore.New(client, valkeystore.WithBatching(cfg.batching))
-	if err != nil {
-		client.Close()
 		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
-		return nil, nil, 1
+		return nil, 1
 	}
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = store.Ping(pctx)
-	cancel()
-	if err != nil {
-		client.Close()
-		fmt.Fprintf(stderr, "sluice bench: %v\n", benchAuthHint(err, cfg))
-		return nil, nil, 1
-	}
-	return client, store, 0
+	return conn, 0
 }
 
 // printBenchReport writes the run's tally, script statistics and
@@ -447,7 +432,7 @@ func benchThousands(n float64) string {
 // benchAuthHint names the flags that fix Valkey's refusal to authenticate
 // (NOAUTH, WRONGPASS); other errors are returned as they are.
 func benchAuthHint(err error, cfg *benchConfig) error {
-	switch server.AuthRefusal(err) {
+	switch store.AuthRefusal(err) {
 	case "NOAUTH":
 		return fmt.Errorf("valkey requires a password and none was sent (NOAUTH): pass --password-env with the name of an environment variable holding it (and --username for an ACL user): %w", err)
 	case "WRONGPASS":

@@ -545,4 +545,19 @@ func TestE2EDefaultConfig(t *testing.T) {
 	if !strings.Contains(p.Logs(), "limits are per process") {
 		t.Errorf("no per-process warning:\n%s", p.Logs())
 	}
+	// The binary answers its API's document, docs/openapi.yaml.
+	resp, err := client.Get(p.HTTP + "/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	want, err := os.ReadFile("../../docs/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/yaml" || !bytes.Equal(got, want) {
+		t.Errorf("GET /openapi.yaml: %d %q, %d bytes, want docs/openapi.yaml (%d bytes)",
+			resp.StatusCode, resp.Header.Get("Content-Type"), len(got), len(want))
+	}
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
-	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/envoy"
 )
 
 const explainUsage = `usage: sluice explain [--config FILE] [--json] DOMAIN KEY=VALUE [KEY=VALUE...]
@@ -197,7 +197,7 @@ func explainApplies(ex *explanation, cfg *config.Config, dom *config.Domain, pat
 		for _, c := range config.CountedAs(path, entries) {
 			ex.CountedAs = append(ex.CountedAs, c.Key+"="+c.Value)
 		}
-		ex.Key, ex.Plan = server.CountedKey(dom.Name, path, entries)
+		ex.Key, ex.Plan = envoy.CountedKey(dom.Name, path, entries)
 		if p := cfg.Policy(node.Policy); p != nil {
 			rule, _ := p.Policy.Rule()
 			ex.Applies += ": " + rule.String()

@@ -157,4 +157,8 @@ func TestE2EFromRefusedToReset(t *testing.T) {
 	if code, _, stderr := cmd("inspect", "api", "nobody", "--plan", "pro"); code != 1 || !strings.Contains(stderr, "whole limit of 500 (plan pro)") {
 		t.Errorf("inspect of a fresh key under a plan: exit %d %q", code, stderr)
 	}
+	// A reset says the limit the key gets back: the override's.
+	if code, stdout, stderr := cmd("reset", "api", "acct-1"); code != 0 || !strings.Contains(stdout, "whole limit of 300 (the override's)") {
+		t.Errorf("reset under the override: exit %d %q %q", code, stdout, stderr)
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
 	"github.com/sluicehq/sluice/luascript"
 	"github.com/sluicehq/sluice/valkeystore"
@@ -88,16 +89,11 @@ func openKeyEnv(ctx context.Context, of *opsFlags, env func(string) (string, boo
 	if err != nil {
 		return nil, err
 	}
-	client, err := valkeyops.Connect(ctx, cfg.Valkey, env)
+	conn, err := store.Open(ctx, cfg.Valkey, env)
 	if err != nil {
 		return nil, err
 	}
-	store, err := valkeystore.New(client)
-	if err != nil {
-		client.Close()
-		return nil, err
-	}
-	return &keyEnv{cfg: cfg, client: client, store: store}, nil
+	return &keyEnv{cfg: cfg, client: conn.Client, store: conn.Store}, nil
 }
 
 func (k *keyEnv) Close() { k.client.Close() }
@@ -765,7 +761,11 @@ func runReset(ctx context.Context, args []string, env func(string) (string, bool
 		fmt.Fprintf(stderr, "sluice reset: no state for key %q of policy %s (never used, expired or reset already): nothing to reset\n", key, p.Name)
 		return 1
 	}
-	fmt.Fprintf(stdout, "reset %s %q: state deleted; the notice reached %d subscribed sluice process(es), and every process on this Valkey stops refusing the key from its deny cache within %v: from then its next request gets the whole limit of %d\n",
-		p.Name, key, notified, valkeystore.NoticeBound, l.Rule().Limit)
+	limit := fmt.Sprintf("%d (the policy's)", l.Rule().Limit)
+	if res, err := l.Peek(ctx, key); err == nil && !res.Degraded {
+		limit = fmt.Sprintf("%d (the %s's)", res.Limit, res.Source)
+	}
+	fmt.Fprintf(stdout, "reset %s %q: state deleted; the notice reached %d subscribed sluice process(es), and every process on this Valkey stops refusing the key from its deny cache within %v: from then its next request gets the whole limit of %s\n",
+		p.Name, key, notified, valkeystore.NoticeBound, limit)
 	return 0
 }

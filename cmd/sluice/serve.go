@@ -17,8 +17,9 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
-	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
 	"google.golang.org/grpc"
 )
 
@@ -51,7 +52,7 @@ type serveFlags struct {
 	// set holds the flags given explicitly.
 	set map[string]bool
 	// envoy is envoyproxy/ratelimit's environment, nil when not in use.
-	envoy *envoyEnv
+	envoy *envoy.Env
 	// dirOpts is set when configPath is a directory.
 	dirOpts *config.DirOptions
 }
@@ -75,11 +76,12 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 		return code
 	}
 	opts := f.serverOptions(cfg, env, logger)
-	closeStore, err := openStore(cfg, &opts, opts.Env, logger)
+	st, storeName, closeStore, err := store.Serve(cfg, opts.Env, logger)
 	if err != nil {
 		return 1
 	}
 	defer closeStore()
+	opts.Store, opts.StoreName = st, storeName
 	if f.configPath == "" {
 		logger.Warn("no --config given: serving the embedded example configuration (examples/sluice.yaml)")
 	}
@@ -112,7 +114,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, int)
 	fs.StringVar(&f.valkeyAddrs, "valkey", "", "Valkey `addresses`, comma-separated (several: a cluster); overrides the config's")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "time to finish requests in flight on SIGTERM")
-	fs.IntVar(&f.maxDescriptors, "max-descriptors", server.DefaultMaxDescriptors, "most descriptors in one Envoy call (more: INVALID_ARGUMENT)")
+	fs.IntVar(&f.maxDescriptors, "max-descriptors", envoy.DefaultMaxDescriptors, "most descriptors in one Envoy call (more: INVALID_ARGUMENT)")
 	fs.IntVar(&f.maxOverrides, "max-overrides", server.DefaultMaxOverrides, "most limiters cached for Envoy's per-request limit overrides (least recently used evicted)")
 	if code, ok := parseFlags(fs, serveUsage, args, stdout, stderr); !ok {
 		return nil, code
@@ -133,7 +135,7 @@ func loadServeConfig(f *serveFlags, logger *slog.Logger, stderr io.Writer) (*con
 	if f.dirOpts != nil {
 		cfg, data, err = config.LoadDir(f.configPath, *f.dirOpts)
 		if err == nil && f.envoy != nil {
-			f.envoy.adjust(cfg)
+			f.envoy.Adjust(cfg)
 		}
 	} else if f.configPath != "" {
 		data, err = os.ReadFile(f.configPath)
@@ -165,38 +167,6 @@ func loadServeConfig(f *serveFlags, logger *slog.Logger, stderr io.Writer) (*con
 		return nil, nil, 2
 	}
 	return cfg, data, 0
-}
-
-// openStore sets opts.Store: Valkey when configured, else the in-process
-// store. The returned function closes it.
-func openStore(cfg *config.Config, opts *server.Options, env func(string) (string, bool), logger *slog.Logger) (func(), error) {
-	if cfg.Valkey == nil {
-		opts.Store, opts.StoreName = memstore.New(), "memory"
-		logger.Warn("no valkey configured: using the in-process store, so limits are per process " +
-			"(each replica of this service counts on its own, and counts reset on restart); " +
-			"add a valkey section or --valkey host:port to share them")
-		return func() {}, nil
-	}
-	copt, err := server.ClientOption(cfg.Valkey, env)
-	if err != nil {
-		logger.Error("valkey configuration", "err", err.Error())
-		return nil, err
-	}
-	vs, err := server.ConnectValkey(copt, logger, func(err error) error { return server.ExplainAuth(err, cfg.Valkey) })
-	if err != nil {
-		logger.Error("valkey configuration", "err", err.Error())
-		return nil, err
-	}
-	opts.Store, opts.StoreName = vs, "valkey"
-	mode := "standalone"
-	switch {
-	case cfg.Valkey.Sentinel != nil:
-		mode = "sentinel " + cfg.Valkey.Sentinel.MasterSet
-	case len(cfg.Valkey.Addresses) > 1:
-		mode = "cluster"
-	}
-	logger.Info("using valkey", "addresses", cfg.Valkey.Addresses, "mode", mode, "tls", cfg.Valkey.TLS != nil, "timeout", cfg.Valkey.Timeout.String())
-	return vs.Close, nil
 }
 
 // listeners are the HTTP and gRPC servers with their sockets; grpc is nil
@@ -241,12 +211,12 @@ func listen(srv *server.Server, cfg *config.Config, f *serveFlags, logger *slog.
 		l.grpc = srv.NewGRPCServer()
 	}
 	if f.envoy != nil {
-		if l.debugL, err = net.Listen("tcp", f.envoy.debug); err != nil {
+		if l.debugL, err = net.Listen("tcp", f.envoy.DebugAddr); err != nil {
 			hl.Close()
 			if l.grpcL != nil {
 				l.grpcL.Close()
 			}
-			logger.Error("cannot listen for the debug port", "addr", f.envoy.debug, "err", err.Error())
+			logger.Error("cannot listen for the debug port", "addr", f.envoy.DebugAddr, "err", err.Error())
 			return nil, err
 		}
 		l.debug = &http.Server{Handler: srv.DebugHandler(), ReadHeaderTimeout: 5 * time.Second,

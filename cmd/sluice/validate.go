@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -84,7 +85,7 @@ func runValidate(_ context.Context, args []string, env func(string) (string, boo
 func startChecks(cfg *config.Config, env func(string) (string, bool)) []error {
 	var errs []error
 	if cfg.Valkey != nil {
-		if _, err := server.ClientOption(cfg.Valkey, env); err != nil {
+		if _, err := store.ClientOption(cfg.Valkey, env); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", cfg.Source, err))
 		}
 	}

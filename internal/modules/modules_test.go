@@ -21,7 +21,7 @@ var library = []string{
 
 // heavy are the service's dependencies, which a user of the library must
 // not carry in its module graph.
-var heavy = []string{"google.golang.org/grpc", "prometheus", "chromedp", "gonum", "fsnotify", "envoyproxy", "yaml"}
+var heavy = []string{"google.golang.org/grpc", "prometheus", "chromedp", "gonum", "fsnotify", "envoyproxy", "yaml", "jsonschema"}
 
 // viaValkeyGo are those of heavy that valkey-go's own go.mod requires (YAML,
 // for its tests' gomega): in the graph of any user of valkey-go, but never

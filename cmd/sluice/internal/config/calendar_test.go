@@ -112,26 +112,6 @@ policies:
 	}
 }
 
-// TestServeDocReference: the configuration reference in docs/serve.md
-// parses, its quota policy included.
-func TestServeDocReference(t *testing.T) {
-	doc, err := os.ReadFile("../../../../docs/serve.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, after, _ := strings.Cut(string(doc), "## Configuration reference")
-	_, block, _ := strings.Cut(after, "```yaml\n")
-	block, _, _ = strings.Cut(block, "```")
-	c, err := Parse("serve.md", []byte(block))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := c.Policy("messages")
-	if p == nil || !p.Overrides || len(p.Plans) != 1 || p.Params.Calendar.Unit != sluice.Day {
-		t.Fatalf("messages: %+v", p)
-	}
-}
-
 // TestReadmeQuotaYAML: the configuration README.md's "Quotas" section and
 // docs/quotas.md show parses, as a daily quota in Los Angeles with a plan
 // and overrides.

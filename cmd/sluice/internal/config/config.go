@@ -116,7 +116,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	}
 	c := &Config{Source: file, Prefix: sluice.DefaultPrefix}
 	if root.Kind == yaml.MappingNode && hasKey(root, "domain") {
-		f := d.mapping(root, "envoyproxy/ratelimit config", envoyDomainFields...)
+		f := d.fields(root, "envoyproxy/ratelimit config", domainSection)
 		c.Domains = append(c.Domains, d.domain(c, root, f, true))
 	} else {
 		d.sluice(c, root)
@@ -142,17 +142,15 @@ func hasKey(m *yaml.Node, key string) bool {
 	return false
 }
 
-var topFields = []string{"prefix", "listen", "grpc_listen", "valkey", "admin", "policies", "domains", "forward_auth"}
-
 func (d *decoder) sluice(c *Config, root *yaml.Node) {
-	f := d.mapping(root, "configuration", topFields...)
+	f := d.fields(root, "configuration", topSection)
 	if f == nil {
 		return
 	}
 	if v, ok := f["prefix"]; ok {
 		c.Prefix = d.str(v.val, "prefix")
-		if c.Prefix == "" || strings.ContainsAny(c.Prefix, "{} \t\r\n") || len(c.Prefix) > 64 {
-			d.errorf(v.val, "prefix must be 1 to 64 characters without braces or spaces, got %q", c.Prefix)
+		if c.Prefix == "" || strings.ContainsAny(c.Prefix, "{} \t\r\n") || int64(len(c.Prefix)) > topSection.Field("prefix").Max {
+			d.errorf(v.val, "prefix must be 1 to %d characters without braces or spaces, got %q", topSection.Field("prefix").Max, c.Prefix)
 		}
 	}
 	if v, ok := f["listen"]; ok {
@@ -180,7 +178,7 @@ func (d *decoder) sluice(c *Config, root *yaml.Node) {
 	}
 	if v, ok := f["domains"]; ok {
 		for _, n := range d.sequence(v.val, "domains") {
-			df := d.mapping(n, "domain", envoyDomainFields...)
+			df := d.fields(n, "domain", domainSection)
 			if df == nil {
 				continue
 			}

@@ -19,10 +19,8 @@ func (d *decoder) address(n *yaml.Node, what string) string {
 	return s
 }
 
-var valkeyFields = []string{"addresses", "address", "username", "password_env", "password_file", "tls", "timeout", "connect_timeout", "sentinel"}
-
 func (d *decoder) valkey(n *yaml.Node) *Valkey {
-	f := d.mapping(n, "valkey", valkeyFields...)
+	f := d.fields(n, "valkey", valkeySection)
 	if f == nil {
 		return nil
 	}
@@ -54,10 +52,10 @@ func (d *decoder) valkey(n *yaml.Node) *Valkey {
 		v.TLS = d.tls(x.val)
 	}
 	if x, ok := f["timeout"]; ok {
-		v.Timeout = d.duration(x.val, "valkey.timeout", time.Millisecond, time.Minute)
+		v.Timeout = d.durationField(x.val, "valkey.timeout", valkeySection.Field("timeout"))
 	}
 	if x, ok := f["connect_timeout"]; ok {
-		v.ConnectTimeout = d.duration(x.val, "valkey.connect_timeout", time.Millisecond, 5*time.Minute)
+		v.ConnectTimeout = d.durationField(x.val, "valkey.connect_timeout", valkeySection.Field("connect_timeout"))
 	}
 	if x, ok := f["sentinel"]; ok {
 		v.Sentinel = d.sentinel(x.val)
@@ -69,7 +67,7 @@ func (d *decoder) valkey(n *yaml.Node) *Valkey {
 }
 
 func (d *decoder) sentinel(n *yaml.Node) *Sentinel {
-	f := d.mapping(n, "valkey.sentinel", "master_set", "addresses", "username", "password_env", "password_file")
+	f := d.fields(n, "valkey.sentinel", sentinelSection)
 	if f == nil {
 		return nil
 	}
@@ -111,7 +109,7 @@ func (d *decoder) tls(n *yaml.Node) *TLS {
 		}
 		return nil
 	}
-	f := d.mapping(n, "valkey.tls", "ca_file", "cert_file", "key_file", "server_name")
+	f := d.fields(n, "valkey.tls", tlsSection)
 	if f == nil {
 		return nil
 	}
@@ -135,7 +133,7 @@ func (d *decoder) tls(n *yaml.Node) *TLS {
 }
 
 func (d *decoder) admin(n *yaml.Node) *Admin {
-	f := d.mapping(n, "admin", "token_env", "token_file")
+	f := d.fields(n, "admin", adminSection)
 	if f == nil {
 		return nil
 	}
@@ -150,6 +148,22 @@ func (d *decoder) admin(n *yaml.Node) *Admin {
 		d.errorf(n, "admin: set exactly one of token_env and token_file (never the token itself)")
 	}
 	return a
+}
+
+// fields returns the fields of mapping node n, which the table's section
+// sec describes (see mapping).
+func (d *decoder) fields(n *yaml.Node, what string, sec *Section) map[string]field {
+	return d.mapping(n, what, sec.names()...)
+}
+
+// durationField decodes a duration within the row f's bounds.
+func (d *decoder) durationField(n *yaml.Node, what string, f *Field) time.Duration {
+	return d.duration(n, what, f.MinDur, f.MaxDur)
+}
+
+// intField decodes a whole number within the row f's bounds.
+func (d *decoder) intField(n *yaml.Node, what string, f *Field) (int64, bool) {
+	return d.integer(n, what, f.Min, f.Max)
 }
 
 func (d *decoder) duration(n *yaml.Node, what string, lo, hi time.Duration) time.Duration {

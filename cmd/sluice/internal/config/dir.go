@@ -139,7 +139,7 @@ func (d *decoder) domainFile(c *Config, data []byte, merge bool) {
 		d.errorf(root, "not an envoyproxy/ratelimit configuration (a domain and its descriptors): every file of a configuration directory is one")
 		return
 	}
-	f := d.mapping(root, "envoyproxy/ratelimit config", envoyDomainFields...)
+	f := d.fields(root, "envoyproxy/ratelimit config", domainSection)
 	if f == nil {
 		return
 	}

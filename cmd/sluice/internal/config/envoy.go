@@ -108,11 +108,6 @@ type EnvoyLimit struct {
 	Replaces []string
 }
 
-var envoyDomainFields = []string{"domain", "descriptors", "counting"}
-
-var envoyDescriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode",
-	"detailed_metric", "value_to_metric", "share_threshold", "policy", "quota_mode", "metadata", "plan_entry"}
-
 var envoyUnits = map[string]time.Duration{
 	"second": time.Second, "minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour,
 	"week": 7 * 24 * time.Hour, "month": 30 * 24 * time.Hour, "year": 365 * 24 * time.Hour,
@@ -163,7 +158,7 @@ func (d *decoder) descriptors(c *Config, dom *Domain, n *yaml.Node, path []strin
 func (d *decoder) moreDescriptors(c *Config, dom *Domain, n *yaml.Node, path []string, existing []*Descriptor) []*Descriptor {
 	out := existing
 	for _, item := range d.sequence(n, "descriptors") {
-		f := d.mapping(item, "descriptor", envoyDescriptorFields...)
+		f := d.fields(item, "descriptor", descriptorSection)
 		if f == nil {
 			continue
 		}
@@ -249,7 +244,7 @@ func (d *decoder) rateLimit(c *Config, dom *Domain, desc *Descriptor, n *yaml.No
 	if r := d.resolve(n); r != nil && r.Kind == yaml.ScalarNode && r.ShortTag() == "!!null" {
 		return // "rate_limit:" with nothing: no limit, as envoyproxy/ratelimit reads it
 	}
-	f := d.mapping(n, "rate_limit", "unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces")
+	f := d.fields(n, "rate_limit", rateLimitSection)
 	if f == nil {
 		return
 	}
@@ -284,12 +279,12 @@ func (d *decoder) rateLimit(c *Config, dom *Domain, desc *Descriptor, n *yaml.No
 		d.errorf(n, "rate_limit: unit is missing")
 	}
 	if x, ok := f["requests_per_unit"]; ok {
-		lim.RequestsPerUnit, _ = d.integer(x.val, "requests_per_unit", 0, 1<<32-1)
+		lim.RequestsPerUnit, _ = d.intField(x.val, "requests_per_unit", rateLimitSection.Field("requests_per_unit"))
 	} else {
 		d.errorf(n, "rate_limit: requests_per_unit is missing")
 	}
 	if x, ok := f["unit_multiplier"]; ok {
-		lim.Multiplier, _ = d.integer(x.val, "unit_multiplier", 1, 1<<20)
+		lim.Multiplier, _ = d.intField(x.val, "unit_multiplier", rateLimitSection.Field("unit_multiplier"))
 	}
 	if unit == 0 || lim.Multiplier == 0 {
 		return
@@ -345,7 +340,7 @@ func EnvoyLimiter(window time.Duration) string {
 func (d *decoder) replaces(n *yaml.Node, own string) []string {
 	var out []string
 	for _, item := range d.sequence(n, "replaces") {
-		f := d.mapping(item, "replaces item", "name")
+		f := d.fields(item, "replaces item", replacesSection)
 		if f == nil {
 			continue
 		}

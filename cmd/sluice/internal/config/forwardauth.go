@@ -153,10 +153,8 @@ func hostOnly(host string) string {
 	return host
 }
 
-var forwardAuthFields = []string{"trusted_proxies", "client_ip_header", "path_case", "unmatched", "routes"}
-
 func (d *decoder) forwardAuth(n *yaml.Node, c *Config) *ForwardAuth {
-	f := d.mapping(n, "forward_auth", forwardAuthFields...)
+	f := d.fields(n, "forward_auth", forwardAuthSection)
 	if f == nil {
 		return nil
 	}
@@ -215,10 +213,8 @@ func (d *decoder) forwardAuth(n *yaml.Node, c *Config) *ForwardAuth {
 	return fa
 }
 
-var routeFields = []string{"name", "path_prefix", "methods", "host", "limits"}
-
 func (d *decoder) route(n *yaml.Node, c *Config, fa *ForwardAuth, num int) *Route {
-	f := d.mapping(n, "route", routeFields...)
+	f := d.fields(n, "route", routeSection)
 	if f == nil {
 		return nil
 	}
@@ -279,7 +275,7 @@ func (d *decoder) route(n *yaml.Node, c *Config, fa *ForwardAuth, num int) *Rout
 }
 
 func (d *decoder) routeLimit(n *yaml.Node, c *Config, what string) *RouteLimit {
-	f := d.mapping(n, what+": limit", "policy", "key")
+	f := d.fields(n, what+": limit", routeLimitSection)
 	if f == nil {
 		return nil
 	}
@@ -369,9 +365,12 @@ func parseKeySource(s string) (KeySource, bool) {
 	return KeySource{}, false
 }
 
+// maxHeaderName is the longest header name a key source may name.
+const maxHeaderName = 128
+
 // validHeaderName reports whether s is an HTTP token (RFC 9110, 5.6.2).
 func validHeaderName(s string) bool {
-	if s == "" || len(s) > 128 {
+	if s == "" || len(s) > maxHeaderName {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

@@ -11,150 +11,190 @@ import (
 
 // Decoding and validation of named policies.
 
-var policyFields = []string{"name", "algorithm", "limit", "window", "period", "zone", "renewal_day",
-	"burst", "rate", "count_rejected", "on_failure", "shadow", "headers", "timeout", "description", "show_keys",
-	"overrides", "plans", "deny_cache"}
-
-// fieldsFor lists the fields each algorithm uses.
-var fieldsFor = map[sluice.Algorithm][]string{
-	sluice.AlgorithmFixedWindow:   {"limit", "window", "period", "zone", "renewal_day"},
-	sluice.AlgorithmSlidingWindow: {"limit", "window"},
-	sluice.AlgorithmSlidingLog:    {"limit", "window", "count_rejected"},
-	sluice.AlgorithmTokenBucket:   {"burst", "rate"},
-	sluice.AlgorithmGCRA:          {"burst", "rate"},
-}
-
+// policy decodes one item of policies, in named steps: its name, its
+// algorithm, the fields the algorithm takes (from the field table), the
+// numbers that make the sluice policy, the options every policy takes, and
+// what depends on the validated policy (overrides, plans, the deny cache).
 func (d *decoder) policy(n *yaml.Node, c *Config, defaultTimeout time.Duration) *Policy {
-	f := d.mapping(n, "policy", policyFields...)
+	f := d.fields(n, "policy", policySection)
 	if f == nil {
 		return nil
 	}
 	errsBefore := len(d.errs)
 	p := &Policy{Line: n.Line, Headers: HeadersAll, Timeout: defaultTimeout}
-	if x, ok := f["name"]; ok {
-		p.Name = d.str(x.val, "policy name")
-		if err := checkName(p.Name); err != nil {
-			d.errorf(x.val, "policy name: %v", err)
-		} else if c.Policy(p.Name) != nil {
-			d.errorf(x.val, "policy name %q is already used at line %d", p.Name, c.Policy(p.Name).Line)
-		}
-	} else {
-		d.errorf(n, "policy: name is missing")
-	}
-	x, ok := f["algorithm"]
+	p.Name = d.policyName(n, f, c)
+	alg, ok := d.policyAlgorithm(n, f, p.Name)
 	if !ok {
-		d.errorf(n, "policy %q: algorithm is missing (fixed_window, sliding_log, sliding_window, token_bucket or gcra)", p.Name)
-		return nil
-	}
-	alg, err := sluice.ParseAlgorithm(d.str(x.val, "algorithm"))
-	if err != nil {
-		d.errorf(x.val, "policy %q: %s", p.Name, sluice.Reason(err))
 		return nil
 	}
 	p.Algorithm = alg
-	for _, name := range []string{"limit", "window", "period", "zone", "renewal_day", "burst", "rate", "count_rejected"} {
-		if x, ok := f[name]; ok && !contains(fieldsFor[alg], name) {
-			d.errorf(x.key, "policy %q: %s is not used by %v (it takes %s)", p.Name, name, alg, strings.Join(fieldsFor[alg], ", "))
+	d.algorithmFields(n, f, p.Name, alg)
+	params := d.policyParams(f, p.Name)
+	d.policyOptions(f, p)
+	if len(d.errs) > errsBefore || !d.buildPolicy(n, p, params) {
+		return nil
+	}
+	d.policyExtras(f, p)
+	if len(d.errs) > errsBefore {
+		return nil
+	}
+	return p
+}
+
+// policyName decodes the policy's name, which must be valid and unused.
+func (d *decoder) policyName(n *yaml.Node, f map[string]field, c *Config) string {
+	x, ok := f["name"]
+	if !ok {
+		d.errorf(n, "policy: name is missing")
+		return ""
+	}
+	name := d.str(x.val, "policy name")
+	if err := checkName(name); err != nil {
+		d.errorf(x.val, "policy name: %v", err)
+	} else if prev := c.Policy(name); prev != nil {
+		d.errorf(x.val, "policy name %q is already used at line %d", name, prev.Line)
+	}
+	return name
+}
+
+// policyAlgorithm decodes the policy's algorithm, which is required.
+func (d *decoder) policyAlgorithm(n *yaml.Node, f map[string]field, name string) (sluice.Algorithm, bool) {
+	x, ok := f["algorithm"]
+	if !ok {
+		d.errorf(n, "policy %q: algorithm is missing (fixed_window, sliding_log, sliding_window, token_bucket or gcra)", name)
+		return 0, false
+	}
+	alg, err := sluice.ParseAlgorithm(d.str(x.val, "algorithm"))
+	if err != nil {
+		d.errorf(x.val, "policy %q: %s", name, sluice.Reason(err))
+		return 0, false
+	}
+	return alg, true
+}
+
+// algorithmFields refuses the fields alg does not take and reports those
+// it needs that are missing, as the field table says.
+func (d *decoder) algorithmFields(n *yaml.Node, f map[string]field, name string, alg sluice.Algorithm) {
+	takes := fieldsFor(policySection, alg)
+	for _, row := range policySection.Fields {
+		if x, ok := f[row.Name]; ok && !row.takes(alg) {
+			d.errorf(x.key, "policy %q: %s is not used by %v (it takes %s)", name, row.Name, alg, strings.Join(takes, ", "))
 		}
 	}
-	for _, name := range fieldsFor[alg] {
-		if _, ok := f[name]; !ok && !optionalFields[name] && !(alg == sluice.AlgorithmFixedWindow && name == "window") {
-			d.errorf(n, "policy %q: %s needs %s", p.Name, alg, name)
+	for _, row := range policySection.Fields {
+		if _, ok := f[row.Name]; !ok && row.requiredBy(alg) {
+			d.errorf(n, "policy %q: %s needs %s", name, alg, row.Name)
 		}
 	}
 	if alg == sluice.AlgorithmFixedWindow {
 		_, w := f["window"]
 		_, per := f["period"]
 		if w == per {
-			d.errorf(n, "policy %q: %s needs window (a duration) or period (day, week or month), one of them", p.Name, alg)
+			d.errorf(n, "policy %q: %s needs window (a duration) or period (day, week or month), one of them", name, alg)
 		}
 	}
-	get := func(name string) *yaml.Node {
-		if x, ok := f[name]; ok {
-			return x.val
-		}
-		return nil
-	}
-	var limit int64
-	var window time.Duration
-	var rate float64
-	var per time.Duration
-	if x := get("limit"); x != nil {
-		limit, _ = d.integer(x, "limit", 1, 1<<40)
-	}
-	if x := get("burst"); x != nil {
-		limit, _ = d.integer(x, "burst", 1, 1<<40)
-	}
-	if x := get("window"); x != nil {
-		window = d.duration(x, "window", sluice.MinWindow, 400*24*time.Hour)
-	}
-	cal := d.calendar(f, p.Name)
-	if x := get("rate"); x != nil {
-		if s, ok := d.scalar(x, "rate"); ok {
-			var err error
-			rate, per, err = ParseRate(s)
-			if err != nil {
-				d.errorf(x, "%v", err)
-			}
+}
+
+// policyParams decodes the numbers of the policy: limit or burst, window
+// or calendar period, rate, count_rejected.
+func (d *decoder) policyParams(f map[string]field, name string) sluice.Params {
+	var params sluice.Params
+	for _, key := range []string{"limit", "burst"} {
+		if x, ok := f[key]; ok {
+			params.Limit, _ = d.intField(x.val, key, policySection.Field(key))
 		}
 	}
-	countRejected := false
-	if x := get("count_rejected"); x != nil {
-		countRejected = d.boolean(x, "count_rejected")
+	if x, ok := f["window"]; ok {
+		params.Window = d.durationField(x.val, "window", policySection.Field("window"))
 	}
-	if x := get("on_failure"); x != nil {
-		switch s := d.str(x, "on_failure"); s {
+	params.Calendar = d.calendar(f, name)
+	if x, ok := f["rate"]; ok {
+		params.Rate, params.Per, _ = d.rate(x.val)
+	}
+	if x, ok := f["count_rejected"]; ok {
+		params.CountRejected = d.boolean(x.val, "count_rejected")
+	}
+	return params
+}
+
+// rate decodes a rate such as 5/s (see ParseRate).
+func (d *decoder) rate(n *yaml.Node) (float64, time.Duration, bool) {
+	s, ok := d.scalar(n, "rate")
+	if !ok {
+		return 0, 0, true
+	}
+	rate, per, err := ParseRate(s)
+	if err != nil {
+		d.errorf(n, "%v", err)
+		return 0, 0, false
+	}
+	return rate, per, true
+}
+
+// policyOptions decodes the fields every algorithm takes that do not make
+// the sluice policy: on_failure, shadow, timeout, description, headers,
+// show_keys.
+func (d *decoder) policyOptions(f map[string]field, p *Policy) {
+	if x, ok := f["on_failure"]; ok {
+		switch s := d.str(x.val, "on_failure"); s {
 		case "allow":
 			p.FailMode = sluice.FailOpen
 		case "deny":
 			p.FailMode = sluice.FailClosed
 		default:
-			d.errorf(x, "on_failure must be allow or deny, got %q", s)
+			d.errorf(x.val, "on_failure must be allow or deny, got %q", s)
 		}
 	}
-	if x := get("shadow"); x != nil {
-		p.Shadow = d.boolean(x, "shadow")
+	if x, ok := f["shadow"]; ok {
+		p.Shadow = d.boolean(x.val, "shadow")
 	}
-	if x := get("timeout"); x != nil {
-		p.Timeout = d.duration(x, "timeout", time.Millisecond, time.Minute)
+	if x, ok := f["timeout"]; ok {
+		p.Timeout = d.durationField(x.val, "timeout", policySection.Field("timeout"))
 	}
-	if x := get("description"); x != nil {
-		p.Description = d.str(x, "description")
+	if x, ok := f["description"]; ok {
+		p.Description = d.str(x.val, "description")
 	}
-	if x := get("headers"); x != nil {
-		p.Headers = d.headers(x)
+	if x, ok := f["headers"]; ok {
+		p.Headers = d.headers(x.val)
 	}
-	if x := get("show_keys"); x != nil {
-		s := d.str(x, "show_keys")
+	if x, ok := f["show_keys"]; ok {
+		s := d.str(x.val, "show_keys")
 		k, ok := keyDisplays[s]
 		if !ok {
-			d.errorf(x, "show_keys must be hashed, truncated or raw, got %q", s)
+			d.errorf(x.val, "show_keys must be hashed, truncated or raw, got %q", s)
 		}
 		p.ShowKeys = k
 	}
-	if len(d.errs) > errsBefore {
-		return nil
-	}
-	p.Params = sluice.Params{Limit: limit, Window: window, Rate: rate, Per: per, Calendar: cal, CountRejected: countRejected}
-	pol, err := alg.Policy(p.Params)
+}
+
+// buildPolicy makes the sluice policy of params, reporting what the
+// library refuses.
+func (d *decoder) buildPolicy(n *yaml.Node, p *Policy, params sluice.Params) bool {
+	p.Params = params
+	pol, err := p.Algorithm.Policy(params)
 	if err != nil {
 		d.errorf(n, "policy %q: %s", p.Name, sluice.Reason(err))
-		return nil
+		return false
 	}
 	p.Policy = pol
-	p.Limit = limit
-	p.Limiter = p.Name + "." + alg.String()
-	if x := get("overrides"); x != nil {
-		p.Overrides = d.boolean(x, "overrides")
+	p.Limit = params.Limit
+	p.Limiter = p.Name + "." + p.Algorithm.String()
+	return true
+}
+
+// policyExtras decodes what needs the validated policy: overrides, plans,
+// and the deny cache, which applies only where a refusal says what the
+// store would answer next: not under count_rejected, overrides or plans.
+func (d *decoder) policyExtras(f map[string]field, p *Policy) {
+	if x, ok := f["overrides"]; ok {
+		p.Overrides = d.boolean(x.val, "overrides")
 	}
-	if x := get("plans"); x != nil {
-		p.Plans = d.plans(x, p)
+	if x, ok := f["plans"]; ok {
+		p.Plans = d.plans(x.val, p)
 	}
-	// The deny cache applies only where a refusal says what the store
-	// would answer next: not under count_rejected, overrides or plans.
 	never := ""
 	switch {
-	case countRejected:
+	case p.Params.CountRejected:
 		never = "count_rejected (refused attempts must reach Valkey to be counted)"
 	case p.Overrides:
 		never = "overrides (an override set anywhere must apply at once)"
@@ -162,17 +202,13 @@ func (d *decoder) policy(n *yaml.Node, c *Config, defaultTimeout time.Duration) 
 		never = "plans (a refusal under one plan says nothing of another)"
 	}
 	p.DenyCache = never == ""
-	if x := get("deny_cache"); x != nil {
-		if on := d.boolean(x, "deny_cache"); on && never != "" {
-			d.errorf(x, "policy %q: deny_cache: true cannot apply with %s", p.Name, never)
+	if x, ok := f["deny_cache"]; ok {
+		if on := d.boolean(x.val, "deny_cache"); on && never != "" {
+			d.errorf(x.val, "policy %q: deny_cache: true cannot apply with %s", p.Name, never)
 		} else {
 			p.DenyCache = on
 		}
 	}
-	if len(d.errs) > errsBefore {
-		return nil
-	}
-	return p
 }
 
 // plans decodes a policy's plans: a mapping of plan names to the numbers
@@ -188,11 +224,10 @@ func (d *decoder) plans(n *yaml.Node, p *Policy) []Plan {
 		return nil
 	}
 	limitField := "limit"
-	allowed := []string{"limit"}
 	if p.Algorithm.Rated() {
 		limitField = "burst"
-		allowed = []string{"burst", "rate"}
 	}
+	allowed := fieldsFor(plansSection, p.Algorithm)
 	var out []Plan
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(r.Content); i += 2 {
@@ -217,14 +252,13 @@ func (d *decoder) plans(n *yaml.Node, p *Policy) []Plan {
 			d.errorf(v, "policy %q: plan %q needs %s", p.Name, name, limitField)
 			continue
 		}
-		params.Limit, _ = d.integer(x.val, limitField, 1, 1<<40)
+		params.Limit, _ = d.intField(x.val, limitField, plansSection.Field(limitField))
 		if x, ok := f["rate"]; ok {
-			if s, ok := d.scalar(x.val, "rate"); ok {
-				rate, per, err := ParseRate(s)
-				if err != nil {
-					d.errorf(x.val, "%v", err)
-					continue
-				}
+			rate, per, ok := d.rate(x.val)
+			if !ok {
+				continue
+			}
+			if rate != 0 {
 				params.Rate, params.Per = rate, per
 			}
 		}
@@ -237,10 +271,6 @@ func (d *decoder) plans(n *yaml.Node, p *Policy) []Plan {
 	}
 	return out
 }
-
-// optionalFields are the fields an algorithm may go without (a fixed window
-// takes a window or a period).
-var optionalFields = map[string]bool{"count_rejected": true, "period": true, "zone": true, "renewal_day": true}
 
 // calendar decodes a fixed window's calendar period: period (day, week or
 // month), zone (an IANA time zone, required with a period) and
@@ -275,7 +305,7 @@ func (d *decoder) calendar(f map[string]field, policy string) sluice.Calendar {
 		if u != sluice.Month {
 			d.errorf(r.key, "policy %q: renewal_day is only for period: month", policy)
 		} else {
-			day, _ := d.integer(r.val, "renewal_day", 1, 31)
+			day, _ := d.intField(r.val, "renewal_day", policySection.Field("renewal_day"))
 			c.RenewalDay = int(day)
 		}
 	} else if u == sluice.Month {
@@ -314,15 +344,6 @@ func (d *decoder) headers(n *yaml.Node) Headers {
 		h |= one(x)
 	}
 	return h
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // checkName validates a policy name: 1 to maxPolicyName of [A-Za-z0-9_.-].

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
@@ -100,11 +101,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Samples <= 0 {
 		opts.Samples = 200
 	}
-	client, err := valkeyops.Connect(ctx, opts.Config.Valkey, opts.Env)
+	conn, err := store.Open(ctx, opts.Config.Valkey, opts.Env)
 	if err != nil {
 		return nil, err
 	}
-	defer client.Close()
+	defer conn.Close()
+	client := conn.Client
 	prims, err := valkeyops.Primaries(ctx, client)
 	if err != nil {
 		return nil, err
@@ -115,11 +117,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		risked: map[string]bool{}, isCluster: client.Mode() == valkey.ClientModeCluster}
 	rep := &Report{Valkey: valkeyops.Describe(opts.Config.Valkey), Mode: valkeyops.Mode(ctx, client)}
 	d.rep = rep
-	store, err := valkeystore.New(client)
-	if err != nil {
-		return nil, err
-	}
-	d.risks(ctx, store)
+	d.risks(ctx, conn.Store)
 	for _, addr := range valkeyops.SortedAddrs(prims) {
 		node := prims[addr]
 		d.version(ctx, addr, node)
@@ -131,7 +129,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if client.Mode() == valkey.ClientModeCluster {
 		d.cluster(ctx)
 	}
-	d.scripts(ctx, store)
+	d.scripts(ctx, conn.Store)
 	d.acl(ctx)
 	for _, f := range rep.Findings {
 		rep.Worst = max(rep.Worst, f.Severity)

@@ -32,6 +32,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/sluicehq/sluice/valkeytest"
 )
@@ -225,11 +226,11 @@ func (f *fleet) check(phase string, involved ...string) string {
 // readyz is a sluice serve HTTP handler on the cluster, for /readyz.
 func readyz(t *testing.T, cl *valkeytest.Cluster) *httptest.Server {
 	t.Helper()
-	opt, err := server.ClientOption(&config.Valkey{Addresses: cl.Addrs, ConnectTimeout: time.Second}, nil)
+	opt, err := store.ClientOption(&config.Valkey{Addresses: cl.Addrs, ConnectTimeout: time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs, err := server.ConnectValkey(opt, discardLogger, nil)
+	vs, err := store.ConnectValkey(opt, discardLogger, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

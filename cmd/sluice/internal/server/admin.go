@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
 	"github.com/sluicehq/sluice/valkeystore"
 )
 
@@ -90,7 +91,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 	// it from the cache within notice_bound_ms.
 	out := map[string]any{"policy": p.cfg.Name, "key": key, "reset": true, "notified": n,
 		"notice_bound_ms": valkeystore.NoticeBound.Milliseconds()}
-	if _, ok := s.opts.Store.(*ValkeyStore); !ok {
+	if _, ok := s.opts.Store.(*store.Valkey); !ok {
 		out["notice_bound_ms"] = 0 // in-process store: told before the answer
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -66,7 +66,7 @@ func BenchmarkCheck(b *testing.B) {
 }
 
 // BenchmarkShouldRateLimit measures one Envoy call in process (memory
-// store, no gRPC transport), one descriptor, on 10,000 distinct values
+// store, no gRPC transport nor its call metrics), one descriptor, on 10,000 distinct values
 // prepared before the timer.
 func BenchmarkShouldRateLimit(b *testing.B) {
 	s := benchServer(b, benchEnvoyYAML)
@@ -74,10 +74,9 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	for i := range reqs {
 		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonrl.RateLimitDescriptor{desc("remote_address", fmt.Sprint(i))}}
 	}
-	r := &rls{s: s}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		resp, err := r.ShouldRateLimit(b.Context(), reqs[i%len(reqs)])
+		resp, err := s.envoy.Decide(b.Context(), reqs[i%len(reqs)])
 		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 			b.Fatalf("%v %v", resp, err)
 		}

@@ -101,8 +101,8 @@ func parseCheck(data []byte, req *checkRequest) error {
 		return err
 	}
 	if req.Checks != nil {
-		if req.Policy != "" || req.Key != "" || req.Cost != nil {
-			return bad(http.StatusBadRequest, `send either one check ({"policy","key","cost"}) or {"checks":[...]}, not both`)
+		if req.Policy != "" || req.Key != "" || req.Cost != nil || req.Plan != "" {
+			return bad(http.StatusBadRequest, `send either one check ({"policy","key","cost","plan"}) or {"checks":[...]}, not both`)
 		}
 		if len(req.Checks) == 0 {
 			return bad(http.StatusBadRequest, "checks is empty")

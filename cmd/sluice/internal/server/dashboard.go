@@ -128,7 +128,7 @@ func (s *Server) handleUIState(w http.ResponseWriter, r *http.Request) {
 	}
 	byLimiter := map[string]*dashPolicy{}
 	for _, p := range st.order {
-		out.Policies = append(out.Policies, dashPolicy{Name: p.cfg.Name, Limiter: p.cfg.Limiter})
+		out.Policies = append(out.Policies, dashPolicy{Name: p.cfg.Name, Limiter: p.cfg.Limiter, Buckets: []dashBucket{}})
 	}
 	for i := range out.Policies {
 		byLimiter[out.Policies[i].Limiter] = &out.Policies[i]

@@ -53,7 +53,7 @@ func watchedDirPoll(t *testing.T, dir string, poll time.Duration) (*Server, func
 	go func() { defer close(done); s.Watch(ctx, dir) }()
 	t.Cleanup(func() { cancel(); <-done })
 	limit := func() uint32 {
-		r, err := s.shouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
+		r, err := s.envoy.Decide(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
 			Descriptors: []*commonrl.RateLimitDescriptor{desc("k", "v")}, HitsAddend: 0})
 		if err != nil {
 			t.Fatal(err)
@@ -129,7 +129,7 @@ func TestDirWatchConfigMap(t *testing.T) {
 	write(t, filepath.Join(dir, "..v3", "a.yaml"), "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: fortnight, requests_per_unit: 1}}\n")
 	swapLink(t, "..v3", filepath.Join(dir, "..data"))
 	eventually(t, "the bad version refused", logs, func() bool { return testutil.ToFloat64(failures) >= 1 })
-	if n := testutil.ToFloat64(s.envoyStats.loadError); n < 1 {
+	if n := metricValue(t, s.Registry(), "ratelimit_service_config_load_error"); n < 1 {
 		t.Errorf("ratelimit_service_config_load_error = %v after a bad version", n)
 	}
 	if got := limit(); got != 7 {

@@ -8,8 +8,10 @@ import (
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/memstore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,7 +24,7 @@ import (
 
 // startEnvoy serves yaml over real gRPC with opts and returns the server
 // and a client.
-func startEnvoy(t *testing.T, yaml string, opts EnvoyOptions) (*Server, rlsv3.RateLimitServiceClient, *grpc.ClientConn) {
+func startEnvoy(t *testing.T, yaml string, opts envoy.Options) (*Server, rlsv3.RateLimitServiceClient, *grpc.ClientConn) {
 	t.Helper()
 	cfg, err := config.Parse("envoy.yaml", []byte(yaml))
 	if err != nil {
@@ -51,7 +53,7 @@ func startEnvoy(t *testing.T, yaml string, opts EnvoyOptions) (*Server, rlsv3.Ra
 // limiter is evicted, new overrides keep being answered, and the metrics
 // say so.
 func TestOverrideCacheLRU(t *testing.T) {
-	s, c, _ := startEnvoy(t, "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 5}}\n", EnvoyOptions{MaxOverrides: 3})
+	s, c, _ := startEnvoy(t, "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 5}}\n", envoy.Options{MaxOverrides: 3})
 	ask := func(rpu uint32) *rlsv3.RateLimitResponse {
 		t.Helper()
 		d := desc("k", "v")
@@ -71,10 +73,10 @@ func TestOverrideCacheLRU(t *testing.T) {
 	if n := st.overrides.len(); n != 3 {
 		t.Errorf("%d limiters cached, want 3", n)
 	}
-	if v := testutil.ToFloat64(s.envoyStats.overrideEvictions); v != 17 {
+	if v := testutil.ToFloat64(s.metrics.overrideEvictions); v != 17 {
 		t.Errorf("evictions %v, want 17", v)
 	}
-	if v := testutil.ToFloat64(s.envoyStats.overrides); v != 3 {
+	if v := testutil.ToFloat64(s.metrics.overrides); v != 3 {
 		t.Errorf("gauge %v, want 3", v)
 	}
 	// The counts live in the store: 20 hits so far under one key and window.
@@ -95,7 +97,7 @@ var _ encoding.Codec = rawCodec{}
 // TestMalformedRequest: a request that does not decode is INVALID_ARGUMENT,
 // not INTERNAL, and counted as a service error.
 func TestMalformedRequest(t *testing.T) {
-	s, _, conn := startEnvoy(t, "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 5}}\n", EnvoyOptions{})
+	s, _, conn := startEnvoy(t, "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 5}}\n", envoy.Options{})
 	good, _ := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonrl.RateLimitDescriptor{desc("k", "v")}})
 	bad, _ := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonrl.RateLimitDescriptor{desc("k", "vX")}})
 	i := strings.LastIndex(string(bad), "vX")
@@ -107,7 +109,7 @@ func TestMalformedRequest(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if v := testutil.ToFloat64(s.envoyStats.callErrors.WithLabelValues("service_error")); v != 2 {
+	if v := metricValue(t, s.Registry(), "ratelimit_service_should_rate_limit_error", "err_type", "service_error"); v != 2 {
 		t.Errorf("service_error %v, want 2", v)
 	}
 	var out []byte
@@ -119,7 +121,7 @@ func TestMalformedRequest(t *testing.T) {
 // TestMaxDescriptors: the bound is configurable, and within it nothing
 // fails the call.
 func TestMaxDescriptors(t *testing.T) {
-	_, c, _ := startEnvoy(t, "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 500}}\n", EnvoyOptions{MaxDescriptors: 100})
+	_, c, _ := startEnvoy(t, "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 500}}\n", envoy.Options{MaxDescriptors: 100})
 	many := func(n int) []*commonrl.RateLimitDescriptor {
 		out := make([]*commonrl.RateLimitDescriptor, n)
 		for i := range out {
@@ -149,7 +151,7 @@ descriptors:
       - {key: path, value: "/a/*", rate_limit: {unit: hour, requests_per_unit: 2}}
   - {key: s, shadow_mode: true, rate_limit: {unit: hour, requests_per_unit: 1}}
   - {key: detail, detailed_metric: true, rate_limit: {unit: hour, requests_per_unit: 1}}
-`, EnvoyOptions{NearLimitRatio: 0.5, MaxMetricSeries: 2})
+`, envoy.Options{NearLimitRatio: 0.5, MaxMetricSeries: 2})
 	ask := func(ds ...*commonrl.RateLimitDescriptor) {
 		t.Helper()
 		if _, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: ds}); err != nil {
@@ -165,26 +167,26 @@ descriptors:
 	for _, v := range []string{"a", "b", "c"} {
 		ask(desc("detail", v))
 	}
-	e := s.envoyStats
-	check := func(name string, got, want float64) {
+	check := func(name string, want float64, metric string, labels ...string) {
 		t.Helper()
-		if got != want {
+		if got := metricValue(t, s.Registry(), "ratelimit_service_"+metric, labels...); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	check("total_hits k", testutil.ToFloat64(e.totalHits.WithLabelValues("d", "k", "")), 7)
-	check("within k", testutil.ToFloat64(e.withinLimit.WithLabelValues("d", "k", "")), 7)
+	key := func(k1, k2 string) []string { return []string{"domain", "d", "key1", k1, "key2", k2} }
+	check("total_hits k", 7, "rate_limit_total_hits", key("k", "")...)
+	check("within k", 7, "rate_limit_within_limit", key("k", "")...)
 	// Counts 6 and 7 of 10 are past 5 (ratio 0.5): near.
-	check("near k", testutil.ToFloat64(e.nearLimit.WithLabelValues("d", "k", "")), 2)
-	check("total k/path", testutil.ToFloat64(e.totalHits.WithLabelValues("d", "k", "path_/a/*")), 3)
-	check("over k/path", testutil.ToFloat64(e.overLimit.WithLabelValues("d", "k", "path_/a/*")), 1)
-	check("over s", testutil.ToFloat64(e.overLimit.WithLabelValues("d", "s", "")), 2)
-	check("shadow s", testutil.ToFloat64(e.shadowMode.WithLabelValues("d", "s", "")), 2)
+	check("near k", 2, "rate_limit_near_limit", key("k", "")...)
+	check("total k/path", 3, "rate_limit_total_hits", key("k", "path_/a/*")...)
+	check("over k/path", 1, "rate_limit_over_limit", key("k", "path_/a/*")...)
+	check("over s", 2, "rate_limit_over_limit", key("s", "")...)
+	check("shadow s", 2, "rate_limit_shadow_mode", key("s", "")...)
 	// detailed_metric: one series per value, capped at 2; the third goes to _other.
-	check("detail a", testutil.ToFloat64(e.totalHits.WithLabelValues("d", "detail_a", "")), 1)
-	check("detail b", testutil.ToFloat64(e.totalHits.WithLabelValues("d", "detail_b", "")), 1)
-	check("detail other", testutil.ToFloat64(e.totalHits.WithLabelValues("d", "_other", "")), 1)
-	check("config loads", testutil.ToFloat64(e.loadSuccess), 1)
+	check("detail a", 1, "rate_limit_total_hits", key("detail_a", "")...)
+	check("detail b", 1, "rate_limit_total_hits", key("detail_b", "")...)
+	check("detail other", 1, "rate_limit_total_hits", key("_other", "")...)
+	check("config loads", 1, "config_load_success")
 }
 
 // TestAllOrNothingRemaining: under counting: all_or_nothing, a refused call
@@ -197,7 +199,7 @@ counting: all_or_nothing
 descriptors:
   - {key: wide, rate_limit: {unit: hour, requests_per_unit: 5}}
   - {key: narrow, rate_limit: {unit: hour, requests_per_unit: 1}}
-`, EnvoyOptions{})
+`, envoy.Options{})
 	ask := func() *rlsv3.RateLimitResponse {
 		r, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonrl.RateLimitDescriptor{desc("wide", "w"), desc("narrow", "n")}})
 		if err != nil {
@@ -228,7 +230,7 @@ descriptors:
   - {key: zero, rate_limit: {unit: hour, requests_per_unit: 0}}
 `
 	for _, stop := range []bool{false, true} {
-		_, c, _ := startEnvoy(t, y, EnvoyOptions{StopIncrementWhenOverLimit: stop})
+		_, c, _ := startEnvoy(t, y, envoy.Options{StopIncrementWhenOverLimit: stop})
 		var last *rlsv3.RateLimitResponse
 		for range 3 {
 			r, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonrl.RateLimitDescriptor{desc("wide", "w"), desc("narrow", "n")}})
@@ -262,7 +264,7 @@ descriptors:
 
 // TestReflection: gRPC server reflection lists the rate-limit service.
 func TestReflection(t *testing.T) {
-	_, _, conn := startEnvoy(t, "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 5}}\n", EnvoyOptions{})
+	_, _, conn := startEnvoy(t, "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: hour, requests_per_unit: 5}}\n", envoy.Options{})
 	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -309,7 +311,7 @@ descriptors:
 	if err != nil {
 		f.Fatal(err)
 	}
-	s, err := New(cfg, Options{Store: memstore.New(), Logger: quietLogger(), Envoy: EnvoyOptions{MaxOverrides: 4, ResponseDynamicMetadata: true}})
+	s, err := New(cfg, Options{Store: memstore.New(), Logger: quietLogger(), Envoy: envoy.Options{MaxOverrides: 4, ResponseDynamicMetadata: true}})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -326,7 +328,7 @@ descriptors:
 		if proto.Unmarshal(data, &req) != nil {
 			return
 		}
-		resp, err := s.shouldRateLimit(t.Context(), &req)
+		resp, err := s.envoy.Decide(t.Context(), &req)
 		if err != nil {
 			if c := status.Code(err); c != codes.InvalidArgument {
 				t.Fatalf("%v: %v", c, err)
@@ -352,7 +354,7 @@ func TestEnvoyStoreDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		r, err := s.shouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonrl.RateLimitDescriptor{desc("k", "v")}})
+		r, err := s.envoy.Decide(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonrl.RateLimitDescriptor{desc("k", "v")}})
 		if err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("%v %v", r, err)
 		}
@@ -380,7 +382,7 @@ descriptors:
 `
 	call := func(s *Server, ds ...*commonrl.RateLimitDescriptor) []*rlsv3.RateLimitResponse_DescriptorStatus {
 		t.Helper()
-		resp, err := (&rls{s: s}).ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: ds})
+		resp, err := s.envoy.Decide(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: ds})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -420,4 +422,39 @@ descriptors:
 			}
 		}
 	}
+}
+
+// metricValue is the value of the series of metric name in reg whose
+// labels are the given name, value pairs (an empty value: the label is
+// empty or absent); 0 when there is none.
+func metricValue(t *testing.T, reg prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
 }

@@ -19,14 +19,6 @@ func ceilMS(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-// ceilSeconds rounds up to whole seconds, never negative.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
-
 // headers returns the rate-limit response headers the policy asks for,
 // for the caller to pass on to its client, as httplimit.WriteHeaders writes
 // them (the one writer of these headers): a shadow policy and a degraded

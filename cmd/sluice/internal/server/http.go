@@ -13,60 +13,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler returns the HTTP API:
-//
-//	POST   /v1/check                 one check, or {"checks":[...]} decided together
-//	GET    /v1/policies              the loaded policies
-//	GET    /v1/keys/{policy}/{key}   admin: peek without consuming
-//	DELETE /v1/keys/{policy}/{key}   admin: reset ("unlock this user")
-//	GET    /v1/top-refused           admin: the most refused keys per policy
-//	PUT/GET/DELETE /v1/overrides/{policy}/{key}, GET /v1/overrides/{policy}
-//	                                 admin: key overrides (keyoverrides.go)
-//	GET    /ui                       the dashboard (embedded files; /ui/state.json)
-//	GET    /metrics /healthz /readyz
-//	*      /v1/forward-auth /v1/forward-auth/nginx   reverse proxies (forwardauth.go)
+// Handler returns the HTTP API: the routes of the route table (routes.go,
+// documented by openapi.yaml, served on GET /openapi.yaml), 405 for the
+// other methods of their paths, 404 for any other path, and 431 for
+// requests whose header fields take more than MaxHeaderBytes.
 //
 // Errors are application/problem+json; bad input is a 4xx, never a 500.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	route := func(pattern, name string, h http.HandlerFunc) {
-		mux.Handle(pattern, s.instrument(name, h))
-	}
-	route("POST /v1/check", "check", s.handleCheck)
-	route("GET /v1/policies", "policies", s.handlePolicies)
-	route("GET /v1/keys/{policy}/{key...}", "keys", s.admin(s.handlePeek))
-	route("DELETE /v1/keys/{policy}/{key...}", "keys", s.admin(s.handleReset))
-	route("GET /v1/top-refused", "top_refused", s.admin(s.handleTopRefused))
-	s.overrideRoutes(route)
-	route("GET /ui/state.json", "ui", s.handleUIState)
-	ui := s.handleUI()
-	route("GET /ui", "ui", ui)
-	route("GET /ui/{file...}", "ui", ui)
-	route("GET /healthz", "healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	route("GET /readyz", "readyz", s.handleReady)
-	route("/v1/forward-auth", "forward_auth", s.handleForwardAuth(flavorForwarded))
-	route("/v1/forward-auth/nginx", "forward_auth_nginx", s.handleForwardAuth(flavorNginx))
-	metricsHandler := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
-	route("GET /metrics", "metrics", metricsHandler.ServeHTTP)
-	s.envoyRoutes(route) // /json, /healthcheck, /rlconfig
-
-	// The same paths with any other method: 405 as problem+json, where the
-	// mux alone would answer in plain text.
-	for path, allow := range map[string]string{
-		"/v1/check": "POST", "/v1/policies": "GET", "/v1/keys/{policy}/{key...}": "GET, DELETE", "/v1/top-refused": "GET", "/ui": "GET", "/ui/{file...}": "GET",
-		"/healthz": "GET", "/readyz": "GET", "/metrics": "GET",
-		"/json": "POST", "/healthcheck": "GET", "/rlconfig": "GET",
-	} {
-		route(path, "method_not_allowed", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Allow", allow)
-			problem(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s is not supported; use %s", r.Method, r.URL.Path, allow))
-		})
-	}
-	route("/", "not_found", func(w http.ResponseWriter, r *http.Request) {
+	s.register(mux, s.routes())
+	mux.Handle("/", s.instrument("not_found", func(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
-	})
+	}))
 	tooLarge := s.instrument("headers_too_large", func(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusRequestHeaderFieldsTooLarge,
 			fmt.Sprintf("the request's header fields take more than %d bytes", MaxHeaderBytes))
@@ -182,4 +140,9 @@ func (r *routeCounters) get(code int) prometheus.Counter {
 	next[code] = c
 	r.codes.Store(&next)
 	return c
+}
+
+// metricsHandler serves the server's registry in Prometheus's text format.
+func (s *Server) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
 }

@@ -19,14 +19,14 @@ import (
 //	DELETE /v1/overrides/{policy}/{key}   remove
 //	GET    /v1/overrides/{policy}         list the policy's live overrides
 //
-// The policy must say overrides: true (409 otherwise).
+// The policy must say overrides: true (409 otherwise). The routes are in
+// the route table (routes.go).
 
-func (s *Server) overrideRoutes(route func(pattern, name string, h http.HandlerFunc)) {
-	route("PUT /v1/overrides/{policy}/{key...}", "overrides", s.admin(s.handleOverridePut))
-	route("GET /v1/overrides/{policy}/{key...}", "overrides", s.admin(s.handleOverrideGet))
-	route("DELETE /v1/overrides/{policy}/{key...}", "overrides", s.admin(s.handleOverrideDelete))
-	route("GET /v1/overrides/{policy}", "overrides", s.admin(s.handleOverrideList))
-}
+// The longest reason and actor of an override, in bytes.
+const (
+	MaxOverrideReason = 1024
+	MaxOverrideActor  = 256
+)
 
 // overrideBody is the JSON of an override, in and out.
 type overrideBody struct {
@@ -96,8 +96,8 @@ func parseOverride(data []byte) (sluice.Override, error) {
 			return o, bad(http.StatusBadRequest, "rate: %v", err)
 		}
 	}
-	if len(o.Reason) > 1024 || len(o.Actor) > 256 {
-		return o, bad(http.StatusBadRequest, "reason is at most 1024 bytes and actor at most 256")
+	if len(o.Reason) > MaxOverrideReason || len(o.Actor) > MaxOverrideActor {
+		return o, bad(http.StatusBadRequest, "reason is at most %d bytes and actor at most %d", MaxOverrideReason, MaxOverrideActor)
 	}
 	return o, nil
 }

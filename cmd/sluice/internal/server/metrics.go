@@ -13,11 +13,13 @@ import (
 type metrics struct {
 	httpRequests *prometheus.CounterVec
 	httpDuration *prometheus.HistogramVec
-	grpcRequests *prometheus.CounterVec
-	reloads      *prometheus.CounterVec
-	reloadOK     prometheus.Gauge
-	loadedAt     prometheus.Gauge
-	policies     prometheus.Gauge
+	// overrides and overrideEvictions: the override cache (overrides.go).
+	overrides         prometheus.Gauge
+	overrideEvictions prometheus.Counter
+	reloads           *prometheus.CounterVec
+	reloadOK          prometheus.Gauge
+	loadedAt          prometheus.Gauge
+	policies          prometheus.Gauge
 	// timeouts is each limiter's decision timeout, so that alerts compare
 	// its latency with its own budget.
 	timeouts *prometheus.GaugeVec
@@ -51,10 +53,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time to answer HTTP requests, by route.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"route"}),
-		grpcRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_server_grpc_requests_total",
-			Help: "Envoy ShouldRateLimit calls, by overall code (OK, OVER_LIMIT) or gRPC error code.",
-		}, []string{"code"}),
+		overrides: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_server_override_limiters", Help: "Limiters cached for per-request limit overrides."}),
+		overrideEvictions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_server_override_evictions_total", Help: "Override limiters evicted from the cache (least recently used first)."}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_server_config_reloads_total",
 			Help: "Configuration reloads, by result (success, failure). A failed reload keeps the last good configuration.",
@@ -76,7 +78,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Policies in the configuration being served.",
 		}),
 	}
-	reg.MustRegister(m.httpRequests, m.httpDuration, m.grpcRequests,
+	reg.MustRegister(m.httpRequests, m.httpDuration, m.overrides, m.overrideEvictions,
 		m.reloads, m.reloadOK, m.loadedAt, m.policies, m.timeouts, buildInfoGauge(buildinfo.Read()))
 	m.reloadOK.Set(1)
 	m.reloads.WithLabelValues("success")

@@ -70,12 +70,12 @@ func (s *Server) countReload(err error) {
 	if err != nil {
 		s.metrics.reloads.WithLabelValues("failure").Inc()
 		s.metrics.reloadOK.Set(0)
-		s.envoyStats.loadError.Inc()
+		s.envoy.ConfigLoaded(false)
 		return
 	}
 	s.metrics.reloads.WithLabelValues("success").Inc()
 	s.metrics.reloadOK.Set(1)
-	s.envoyStats.loadSuccess.Inc()
+	s.envoy.ConfigLoaded(true)
 }
 
 // recordRevert is called when the file or directory on disk is the one

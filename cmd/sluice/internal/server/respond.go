@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/sluicehq/sluice"
 )
@@ -60,7 +59,7 @@ func (s *Server) decisionError(err error, p *policy) error {
 		if p != nil {
 			return bad(http.StatusBadRequest, "cost exceeds the limit %d of policy %q and could never be allowed", p.cfg.Limit, p.cfg.Name)
 		}
-		return bad(http.StatusBadRequest, "%s", strings.TrimPrefix(err.Error(), "sluice: "))
+		return bad(http.StatusBadRequest, "invalid cost: %s", sluice.Reason(err))
 	case errors.Is(err, sluice.ErrInvalidKey):
 		return bad(http.StatusBadRequest, "key is empty")
 	}

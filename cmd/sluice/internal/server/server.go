@@ -1,6 +1,6 @@
-// Package server is sluice serve: decisions over HTTP JSON and Envoy's
-// rate-limit gRPC protocol, for the policies of a config.Config, with
-// metrics, health checks and hot reload.
+// Package server is sluice serve: decisions over HTTP JSON (and Envoy's
+// rate-limit protocol, package envoy, which it registers), for the
+// policies of a config.Config, with metrics, health checks and hot reload.
 package server
 
 import (
@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/sluiceprom"
 )
 
@@ -55,7 +56,7 @@ type Options struct {
 	// valkey addresses, in every configuration applied.
 	ValkeyAddresses []string
 	// Envoy tunes Envoy's rate-limit protocol.
-	Envoy EnvoyOptions
+	Envoy envoy.Options
 	// Adjust, when set, completes every configuration applied, such as
 	// with settings from the environment (a valkey section, a prefix).
 	Adjust func(*config.Config)
@@ -75,10 +76,10 @@ type Server struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	metrics *metrics
-	// envoyStats are the metrics of Envoy's protocol.
-	envoyStats *envoyStats
-	obs        sluice.Observer
-	refused    *refusedKeys
+	// envoy answers Envoy's protocol (package envoy).
+	envoy   *envoy.Service
+	obs     sluice.Observer
+	refused *refusedKeys
 	// lastReload is the last Reload's outcome; nil before the first.
 	lastReload atomic.Pointer[reloadResult]
 	wrongToken logThrottle // admin requests with a wrong token
@@ -140,8 +141,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if vh, ok := opts.Store.(valkeyHealth); ok {
 		s.reg.MustRegister(newValkeyCollector(vh))
 	}
-	s.envoyStats = newEnvoyStats(s.reg, opts.Envoy.NearLimitRatio, opts.Envoy.MaxMetricSeries)
-	s.envoyStats.callsOK = s.metrics.grpcRequests.WithLabelValues("OK")
+	s.envoy = envoy.New(envoyView{s}, s.reg, s.log, opts.MaxBodyBytes, opts.Envoy)
 	// Decisions by limiter and outcome, store errors and decision latency:
 	// sluice_decisions_total, sluice_store_errors_total,
 	// sluice_decision_duration_seconds.
@@ -156,7 +156,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err := s.Apply(cfg); err != nil {
 		return nil, err
 	}
-	s.envoyStats.loadSuccess.Inc()
+	s.envoy.ConfigLoaded(true)
 	return s, nil
 }
 
@@ -197,7 +197,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 	for _, w := range cfg.ForwardAuth.Warnings(cfg.Source) {
 		s.log.Warn(w)
 	}
-	s.envoyStats.overrides.Set(0)
+	s.metrics.overrides.Set(0)
 	s.refused.useSecret(st.keyHashSecret)
 	s.refused.retain(st.order)
 	s.metrics.policies.Set(float64(len(st.order)))
@@ -238,9 +238,9 @@ func (s *Server) build(cfg *config.Config) (*state, error) {
 		if s.state.Load() != st {
 			return // built for a configuration no longer served
 		}
-		s.envoyStats.overrides.Set(float64(size))
+		s.metrics.overrides.Set(float64(size))
 		if evicted {
-			s.envoyStats.overrideEvictions.Inc()
+			s.metrics.overrideEvictions.Inc()
 		}
 	})
 	for _, p := range cfg.Policies {

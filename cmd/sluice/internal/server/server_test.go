@@ -161,6 +161,7 @@ func TestCheckErrors(t *testing.T) {
 		{`[]`, 400, "want a JSON object"},
 		{`{"checks":[]}`, 400, "checks is empty"},
 		{`{"checks":[{"policy":"api","key":"k"}],"policy":"api"}`, 400, "not both"},
+		{`{"checks":[{"policy":"api","key":"k"}],"plan":"pro"}`, 400, "not both"},
 		{`{"checks":[{"policy":"api","key":"k"},{"policy":"x","key":"k"}]}`, 404, `checks[1].policy \"x\"`},
 		{`{"checks":[{"policy":"api","key":"k","cost":-2}]}`, 400, "checks[0].cost must not be negative"},
 		{`{"checks":[{"policy":"api","key":"k","cost":9}]}`, 400, "checks[0].cost 9 exceeds the limit 3"},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
 	"github.com/sluicehq/sluice/valkeytest"
 )
 
@@ -49,11 +50,11 @@ func TestValkeyHealthMetrics(t *testing.T) {
 		defer mu.Unlock()
 		logs.Write(p)
 	})
-	opt, err := ClientOption(&config.Valkey{Addresses: []string{srv.Addr}, ConnectTimeout: time.Second}, testEnv)
+	opt, err := store.ClientOption(&config.Valkey{Addresses: []string{srv.Addr}, ConnectTimeout: time.Second}, testEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs, err := ConnectValkey(opt, logger, nil)
+	vs, err := store.ConnectValkey(opt, logger, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +123,11 @@ func TestValkeySentinel(t *testing.T) {
 	ss := valkeytest.StartSentinels(t, primary, 1, 1)
 	v := &config.Valkey{ConnectTimeout: time.Second,
 		Sentinel: &config.Sentinel{MasterSet: valkeytest.SentinelMaster, Addresses: ss.Addrs}}
-	opt, err := ClientOption(v, testEnv)
+	opt, err := store.ClientOption(v, testEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs, err := ConnectValkey(opt, quietLogger(), nil)
+	vs, err := store.ConnectValkey(opt, quietLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func TestValkeySentinel(t *testing.T) {
 	}
 
 	v.Addresses = []string{"127.0.0.1:1"} // as --valkey would set them
-	if _, err := ClientOption(v, testEnv); err == nil || !strings.Contains(err.Error(), "exclusive") {
+	if _, err := store.ClientOption(v, testEnv); err == nil || !strings.Contains(err.Error(), "exclusive") {
 		t.Errorf("addresses with sentinel: %v, want an error", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 )
 
@@ -26,7 +27,7 @@ const (
 	// --duration.
 	DefaultDuration = 10 * time.Second
 	// MaxDuration is the longest run (the policies' own longest window).
-	MaxDuration = 400 * 24 * time.Hour
+	MaxDuration = sluice.MaxWindow
 	// DefaultMaxDecisions bounds a run's decisions, about 40 seconds of
 	// work on one core.
 	DefaultMaxDecisions = 200_000_000

@@ -1,7 +1,7 @@
 // Package valkeyops holds what Sluice's operator commands (verify, doctor,
-// keys, inspect, reset) do to a Valkey besides deciding: connect as sluice
-// serve does, find the primaries of a cluster, and walk keys with SCAN
-// (never KEYS, which blocks the server).
+// keys, inspect, reset) do to a Valkey besides deciding: name it, find the
+// primaries of a cluster, and walk keys with SCAN (never KEYS, which blocks
+// the server). Package store connects to it.
 package valkeyops
 
 import (
@@ -11,10 +11,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
-	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -37,31 +35,6 @@ func Describe(v *config.Valkey) string {
 		return fmt.Sprintf("master %s via Sentinels %s", v.Sentinel.MasterSet, strings.Join(v.Sentinel.Addresses, ","))
 	}
 	return strings.Join(v.Addresses, ",")
-}
-
-// Connect opens a client to the Valkey of v, as sluice serve would (same
-// credentials, TLS and timeouts), and checks that it answers within
-// v.ConnectTimeout. Several addresses make a cluster client.
-func Connect(ctx context.Context, v *config.Valkey, env func(string) (string, bool)) (valkey.Client, error) {
-	if !Configured(v) {
-		return nil, ErrNoValkey
-	}
-	opt, err := server.ClientOption(v, env)
-	if err != nil {
-		return nil, err
-	}
-	opt.ClientName = "sluice-ops"
-	c, err := valkey.NewClient(opt)
-	if err != nil {
-		return nil, fmt.Errorf("cannot connect to valkey %s: %w", Describe(v), server.ExplainAuth(err, v))
-	}
-	pctx, cancel := context.WithTimeout(ctx, max(v.ConnectTimeout, time.Second))
-	defer cancel()
-	if err := c.Do(pctx, c.B().Ping().Build()).Error(); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("valkey %s does not answer PING: %w", Describe(v), server.ExplainAuth(err, v))
-	}
-	return c, nil
 }
 
 // Primaries returns the client of every primary that c knows, by address:

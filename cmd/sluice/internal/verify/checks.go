@@ -136,7 +136,7 @@ func edgeOffsets(rule sluice.Rule) (delta time.Duration, after int64, what strin
 	switch rule.Algorithm {
 	case sluice.AlgorithmFixedWindow:
 		delta = min(2*time.Millisecond, rule.Window/10).Truncate(time.Microsecond)
-		if rule.IsCalendar() {
+		if !rule.Calendar.IsZero() {
 			delta = 2 * time.Millisecond
 		}
 		return delta, rule.Limit, "a new window allows the whole limit again"
@@ -169,7 +169,7 @@ func (r *run) boundaries(ctx context.Context, p *config.Policy, chk *Check) {
 	delta, wantAfter, why := edgeOffsets(rule)
 	now := nowMicro()
 	var edge time.Time
-	if rule.IsCalendar() {
+	if !rule.Calendar.IsZero() {
 		_, edge = rule.Span(now) // the end of this calendar period
 	} else if rule.Window > 0 {
 		w := rule.Window.Microseconds()

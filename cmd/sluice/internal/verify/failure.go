@@ -9,8 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
-	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
-	"github.com/sluicehq/sluice/valkeystore"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -158,37 +157,24 @@ func (r *run) fault(ctx context.Context, p *config.Policy, fault string, want bo
 	}
 	defer px.Close()
 	v.Addresses, v.Sentinel = []string{px.Addr()}, nil
-	opt, err := server.ClientOption(&v, r.opts.Env)
-	if err != nil {
-		return 0, 0, err
-	}
 	// One server behind the proxy, whatever the topology: the check is
 	// about the client's timeout and fail mode.
-	opt.ForceSingleClient = true
-	if opt.TLSConfig != nil && opt.TLSConfig.ServerName == "" {
-		host, _, _ := net.SplitHostPort(r.primary)
-		opt.TLSConfig.ServerName = host
-	}
-	client, err := valkey.NewClient(opt)
+	conn, err := store.Open(ctx, &v, r.opts.Env, store.WithClientName("sluice"), store.WithClientOption(func(opt *valkey.ClientOption) {
+		opt.ForceSingleClient = true
+		if opt.TLSConfig != nil && opt.TLSConfig.ServerName == "" {
+			host, _, _ := net.SplitHostPort(r.primary)
+			opt.TLSConfig.ServerName = host
+		}
+	}))
 	if err != nil {
-		return 0, 0, fmt.Errorf("connecting through the proxy: %w", err)
+		return 0, 0, fmt.Errorf("connecting through the proxy, before the fault: %w", err)
 	}
 	// The proxy goes first: a client closing over a hung connection waits.
 	defer func() {
 		px.Close()
-		client.Close()
+		conn.Close()
 	}()
-	store, err := valkeystore.New(client)
-	if err != nil {
-		return 0, 0, err
-	}
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = store.Ping(pctx)
-	cancel()
-	if err != nil {
-		return 0, 0, fmt.Errorf("no answer through the proxy before the fault: %w", err)
-	}
-	l, err := sluice.New(store, p.Policy, sluice.WithName(p.Limiter), sluice.WithPrefix(r.prefix),
+	l, err := sluice.New(conn.Store, p.Policy, sluice.WithName(p.Limiter), sluice.WithPrefix(r.prefix),
 		sluice.WithTimeout(r.timeout(p)), sluice.WithFailMode(p.FailMode), sluice.WithDenyCache(false),
 		sluice.WithLogger(r.log))
 	if err != nil {

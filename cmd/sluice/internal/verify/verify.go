@@ -51,6 +51,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/doctor"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
@@ -206,19 +207,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := valkeyops.Connect(ctx, opts.Config.Valkey, opts.Env)
+	conn, err := store.Open(ctx, opts.Config.Valkey, opts.Env)
 	if err != nil {
 		return nil, err
 	}
-	defer client.Close()
+	defer conn.Close()
+	client := conn.Client
 	if err := refuseUsedPrefix(ctx, client, prefix); err != nil {
 		return nil, err
 	}
-	store, err := valkeystore.New(client)
-	if err != nil {
-		return nil, err
-	}
-	r := &run{opts: opts, cfg: opts.Config, client: client, store: store, prefix: prefix,
+	r := &run{opts: opts, cfg: opts.Config, client: client, store: conn.Store, prefix: prefix,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	defer r.stopWorkers()
 	prims, err := valkeyops.Primaries(ctx, client)
@@ -230,7 +228,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	r.primary = valkeyops.SortedAddrs(prims)[0]
 	rep := &Report{Valkey: valkeyops.Describe(opts.Config.Valkey), Mode: valkeyops.Mode(ctx, client), Prefix: prefix, Passed: true}
-	if err := rep.settings(ctx, client, store, opts.Config); err != nil {
+	if err := rep.settings(ctx, client, conn.Store, opts.Config); err != nil {
 		return nil, err
 	}
 	// Scratch keys go, even when a check failed or ctx ended.

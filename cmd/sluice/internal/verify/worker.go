@@ -16,7 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
-	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
 )
@@ -185,16 +185,11 @@ func dialWorker(ctx context.Context, j job) (*workerConn, error) {
 		}
 		return j.Password, true
 	}
-	client, err := valkeyops.Connect(ctx, &v, env)
+	conn, err := store.Open(ctx, &v, env)
 	if err != nil {
 		return nil, err
 	}
-	store, err := valkeystore.New(client)
-	if err != nil {
-		client.Close()
-		return nil, err
-	}
-	return &workerConn{client: client, store: store}, nil
+	return &workerConn{client: conn.Client, store: conn.Store}, nil
 }
 
 func (w *workerConn) work(ctx context.Context, j job, ready func() error) (tally, error) {

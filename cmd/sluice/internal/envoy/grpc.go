@@ -1,4 +1,4 @@
-package server
+package envoy
 
 import (
 	"context"
@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// EnvoyOptions tune Envoy's rate-limit protocol. The zero value is
+// Options tune Envoy's rate-limit protocol. The zero value is
 // envoyproxy/ratelimit's default behaviour.
-type EnvoyOptions struct {
+type Options struct {
 	// MaxDescriptors bounds the descriptors of one call (default
 	// DefaultMaxDescriptors); a call with more is answered
 	// INVALID_ARGUMENT. It bounds the work one call can ask of the store.
@@ -34,8 +34,9 @@ type EnvoyOptions struct {
 	// NearLimitRatio is the share of a limit past which hits count as
 	// near_limit (default 0.8, NEAR_LIMIT_RATIO).
 	NearLimitRatio float64
-	// MaxOverrides bounds the limiters cached for per-request overrides
-	// (default DefaultMaxOverrides), least recently used evicted first.
+	// MaxOverrides bounds the limiters the server caches for per-request
+	// overrides (State.Override; default server.DefaultMaxOverrides), least
+	// recently used evicted first.
 	MaxOverrides int
 	// MaxMetricSeries bounds the metric label sets made from request values
 	// (default DefaultMaxMetricSeries).
@@ -67,7 +68,7 @@ const streamWorkers = 256
 // standard health service and server reflection registered, requests
 // capped at 1 MiB, and a panic in a handler turned into an Internal error
 // instead of a crash.
-func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+func (s *Service) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(1 << 20),
 		grpc.MaxConcurrentStreams(1024),
@@ -86,14 +87,14 @@ func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 // latency (envoyStats.observe) and turns a panic in its handler into an
 // Internal error (recoverUnary). One interceptor rather than a chain of
 // two: gRPC calls it directly, without the closures a chain makes per call.
-func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+func (s *Service) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	resp, err := s.recoverUnary(ctx, req, info, h)
-	s.envoyStats.observe(info.FullMethod, start)
+	s.stats.observe(info.FullMethod, start)
 	return resp, err
 }
 
-func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+func (s *Service) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			s.log.Error("panic in gRPC handler", "method", info.FullMethod, "panic", fmt.Sprint(v))
@@ -108,7 +109,7 @@ func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServ
 // request that does not decode (such as a string that is not UTF-8) is
 // answered INVALID_ARGUMENT, where gRPC's generated handler would answer
 // INTERNAL.
-func (s *Server) RegisterGRPC(g grpc.ServiceRegistrar) {
+func (s *Service) RegisterGRPC(g grpc.ServiceRegistrar) {
 	r := &rls{s: s}
 	// One UnaryServerInfo for every call: the interceptors only read it.
 	info := &grpc.UnaryServerInfo{Server: r, FullMethod: "/" + rlsService + "/ShouldRateLimit"}
@@ -128,7 +129,7 @@ func (s *Server) RegisterGRPC(g grpc.ServiceRegistrar) {
 				}
 				in := &raw.req
 				if raw.err != nil {
-					r.s.envoyStats.callErrors.WithLabelValues("service_error").Inc()
+					r.s.stats.callErrors.WithLabelValues("service_error").Inc()
 					return nil, status.Errorf(codes.InvalidArgument, "malformed RateLimitRequest: %v", raw.err)
 				}
 				if ic == nil {
@@ -165,7 +166,7 @@ func (c lenientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 type rls struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	s *Server
+	s *Service
 }
 
 // ShouldRateLimit decides every descriptor of the request as
@@ -178,23 +179,26 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	resp, err := r.s.shouldRateLimit(ctx, req)
 	switch {
 	case err != nil:
-		r.s.metrics.grpcRequests.WithLabelValues("error_" + status.Code(err).String()).Inc()
+		r.s.stats.grpcRequests.WithLabelValues("error_" + status.Code(err).String()).Inc()
 	case resp.OverallCode == rlsv3.RateLimitResponse_OK:
-		r.s.envoyStats.callsOK.Inc()
+		r.s.stats.callsOK.Inc()
 	default:
-		r.s.metrics.grpcRequests.WithLabelValues(resp.OverallCode.String()).Inc()
+		r.s.stats.grpcRequests.WithLabelValues(resp.OverallCode.String()).Inc()
 	}
 	return resp, err
 }
 
-func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := s.checkRequest(req); err != nil {
-		s.envoyStats.callErrors.WithLabelValues("service_error").Inc()
+		s.stats.callErrors.WithLabelValues("service_error").Inc()
 		return nil, err
 	}
-	st := s.state.Load()
+	st := s.srv.Current()
+	if st == nil {
+		return nil, status.Error(codes.Unavailable, "no configuration loaded")
+	}
 	resp, blocks := newAnswer(len(req.GetDescriptors()))
-	dom := st.cfg.Domain(req.GetDomain())
+	dom := st.Config().Domain(req.GetDomain())
 	if dom == nil {
 		// An unknown domain limits nothing, as in envoyproxy/ratelimit.
 		for i := range resp.Statuses {
@@ -208,18 +212,18 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	var rsBuf [smallCall]resolved
 	rs, err := s.resolve(st, dom, req, rsBuf[:0])
 	if err != nil {
-		s.envoyStats.callErrors.WithLabelValues("service_error").Inc()
+		s.stats.callErrors.WithLabelValues("service_error").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if err := s.decide(ctx, dom, rs, resp, blocks); err != nil {
 		if ctx.Err() != nil {
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
-		s.envoyStats.callErrors.WithLabelValues("redis_error").Inc()
+		s.stats.callErrors.WithLabelValues("redis_error").Inc()
 		return nil, status.Errorf(codes.Unavailable, "deciding: %v", err)
 	}
 	resp.OverallCode = s.overallCode(rs, resp.Statuses)
-	if s.opts.Envoy.ResponseDynamicMetadata {
+	if s.opts.ResponseDynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, rs, resp.Statuses)
 	}
 	return resp, nil
@@ -227,7 +231,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 
 // checkRequest refuses what cannot be decided: no domain, no descriptors,
 // more descriptors than the bound.
-func (s *Server) checkRequest(req *rlsv3.RateLimitRequest) error {
+func (s *Service) checkRequest(req *rlsv3.RateLimitRequest) error {
 	if req.GetDomain() == "" {
 		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	}
@@ -241,16 +245,22 @@ func (s *Server) checkRequest(req *rlsv3.RateLimitRequest) error {
 	return nil
 }
 
-func (s *Server) maxDescriptors() int {
-	if s.opts.Envoy.MaxDescriptors > 0 {
-		return s.opts.Envoy.MaxDescriptors
+func (s *Service) maxDescriptors() int {
+	if s.opts.MaxDescriptors > 0 {
+		return s.opts.MaxDescriptors
 	}
 	return DefaultMaxDescriptors
 }
 
-func (s *Server) now() time.Time {
-	if s.opts.Envoy.Now != nil {
-		return s.opts.Envoy.Now()
+func (s *Service) now() time.Time {
+	if s.opts.Now != nil {
+		return s.opts.Now()
 	}
 	return time.Now()
+}
+
+// Decide answers req as ShouldRateLimit does (POST /json's path), without
+// counting the call in the gRPC metrics.
+func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return s.shouldRateLimit(ctx, req)
 }

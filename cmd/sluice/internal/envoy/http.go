@@ -1,4 +1,4 @@
-package server
+package envoy
 
 import (
 	"fmt"
@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"google.golang.org/grpc/status"
 )
@@ -17,28 +16,19 @@ import (
 // protobuf's JSON form), GET /healthcheck, and its debug port's GET
 // /rlconfig (the loaded limits as text).
 
-// envoyRoutes registers the endpoints with route.
-func (s *Server) envoyRoutes(route func(pattern, name string, h http.HandlerFunc)) {
+// Routes registers the endpoints with route (the server's route table,
+// which instruments them).
+func (s *Service) Routes(route func(pattern, name string, h http.HandlerFunc)) {
 	route("POST /json", "json", s.handleJSON)
 	route("GET /healthcheck", "healthcheck", s.handleHealthcheck)
 	route("GET /rlconfig", "rlconfig", s.handleRLConfig)
 }
 
-// DebugHandler is envoyproxy/ratelimit's debug port: /rlconfig,
-// /healthcheck and /metrics.
-func (s *Server) DebugHandler() http.Handler {
-	mux := http.NewServeMux()
-	route := func(pattern, name string, h http.HandlerFunc) { mux.Handle(pattern, s.instrument(name, h)) }
-	s.envoyRoutes(route)
-	route("GET /metrics", "metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP)
-	return mux
-}
-
 // handleJSON answers a RateLimitRequest in protobuf's JSON form: 200 with
 // the response when OK, 429 when OVER_LIMIT, 400 for a request that does
 // not decode or is refused, as envoyproxy/ratelimit answers.
-func (s *Server) handleJSON(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+func (s *Service) handleJSON(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 	if err != nil {
 		problem(w, http.StatusBadRequest, "reading the body: "+err.Error())
 		return
@@ -48,7 +38,7 @@ func (s *Server) handleJSON(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "not a RateLimitRequest in JSON: "+err.Error())
 		return
 	}
-	resp, err := s.shouldRateLimit(r.Context(), &req)
+	resp, err := s.Decide(r.Context(), &req)
 	if err != nil {
 		problem(w, http.StatusBadRequest, status.Convert(err).Message())
 		return
@@ -66,8 +56,8 @@ func (s *Server) handleJSON(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleHealthcheck answers "OK" while a configuration is loaded.
-func (s *Server) handleHealthcheck(w http.ResponseWriter, r *http.Request) {
-	if s.state.Load() == nil {
+func (s *Service) handleHealthcheck(w http.ResponseWriter, r *http.Request) {
+	if s.srv.Current() == nil {
 		http.Error(w, "no configuration loaded", http.StatusInternalServerError)
 		return
 	}
@@ -77,9 +67,14 @@ func (s *Server) handleHealthcheck(w http.ResponseWriter, r *http.Request) {
 
 // handleRLConfig lists the loaded limits, one line each:
 // "domain.key_value.key: unit=MINUTE requests_per_unit=10, shadow_mode: false, quota_mode: false".
-func (s *Server) handleRLConfig(w http.ResponseWriter, r *http.Request) {
+func (s *Service) handleRLConfig(w http.ResponseWriter, r *http.Request) {
 	var lines []string
-	cfg := s.state.Load().cfg
+	st := s.srv.Current()
+	if st == nil {
+		http.Error(w, "no configuration loaded", http.StatusInternalServerError)
+		return
+	}
+	cfg := st.Config()
 	var walk func(prefix string, ds []*config.Descriptor)
 	walk = func(prefix string, ds []*config.Descriptor) {
 		for _, d := range ds {

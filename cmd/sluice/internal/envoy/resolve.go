@@ -1,4 +1,4 @@
-package server
+package envoy
 
 import (
 	"fmt"
@@ -31,7 +31,7 @@ const (
 type resolved struct {
 	kind limitKind
 	// pol is the policy of kindLimit.
-	pol *policy
+	pol Policy
 	// key is what the descriptor is counted under (its domain and entries).
 	key string
 	// plan is the policy's plan a plan_entry named ("" for none).
@@ -81,7 +81,7 @@ func (e *inputError) Error() string { return e.msg }
 // resolve finds the limit of every descriptor of a request for a known
 // domain dom, appended to buf (used when it has the room: the caller's
 // buffer on its stack). The only error is an inputError.
-func (s *Server) resolve(st *state, dom *config.Domain, req *rlsv3.RateLimitRequest, buf []resolved) ([]resolved, error) {
+func (s *Service) resolve(st State, dom *config.Domain, req *rlsv3.RateLimitRequest, buf []resolved) ([]resolved, error) {
 	descs := req.GetDescriptors()
 	out := slices.Grow(buf[:0], len(descs))[:len(descs)]
 	clear(out)
@@ -97,7 +97,7 @@ func (s *Server) resolve(st *state, dom *config.Domain, req *rlsv3.RateLimitRequ
 	for i, d := range descs {
 		r := &out[i]
 		r.hits = hitsOf(req, d)
-		r.quota = s.opts.Envoy.QuotaMode
+		r.quota = s.opts.QuotaMode
 		r.refund = d.GetIsNegativeHits()
 		start := len(all)
 		for _, e := range d.GetEntries() {
@@ -115,40 +115,50 @@ func (s *Server) resolve(st *state, dom *config.Domain, req *rlsv3.RateLimitRequ
 			continue
 		}
 		pathBuf = path
-		node := path[len(path)-1]
-		r.node, r.shadow, r.quota, r.limit = node, node.Shadow, node.QuotaMode || r.quota, node.Limit
-		r.stat = s.envoyStats.configKey(dom.Name, path, entries)
-		switch {
-		case node.Unlimited:
-			r.kind = kindUnlimited
-		case node.Deny:
-			r.kind = kindDeny
-		case node.Policy != "":
-			r.pol = st.policies[node.Policy]
-			if r.pol == nil {
-				continue
-			}
-			r.kind = kindLimit
-			r.key, r.plan = CountedKey(dom.Name, path, entries)
-			if node.PlanEntry {
-				if _, ok := r.pol.limiter.PlanRule(r.plan); !ok {
-					return nil, &inputError{fmt.Sprintf("descriptor %d: plan %q is not a plan of policy %q (it has %v)", i, r.plan, r.pol.cfg.Name, r.pol.limiter.Plans())}
-				}
-			}
-			if !r.pol.cfg.Envoy {
-				r.limit = nil // a named policy answers with its own description
-			}
+		if err := s.resolveMatch(st, dom, r, path, entries); err != nil {
+			return nil, &inputError{fmt.Sprintf("descriptor %d: %v", i, err)}
 		}
 	}
 	applyReplaces(out)
 	return out, nil
 }
 
+// resolveMatch sets r to the limit of the matched descriptor, the last of
+// path: unlimited, requests_per_unit 0, or a policy (none when the policy
+// is unknown). The only error is a plan entry naming no plan of its policy.
+func (s *Service) resolveMatch(st State, dom *config.Domain, r *resolved, path []*config.Descriptor, entries []config.Entry) error {
+	node := path[len(path)-1]
+	r.node, r.shadow, r.quota, r.limit = node, node.Shadow, node.QuotaMode || r.quota, node.Limit
+	r.stat = s.stats.configKey(dom.Name, path, entries)
+	switch {
+	case node.Unlimited:
+		r.kind = kindUnlimited
+	case node.Deny:
+		r.kind = kindDeny
+	case node.Policy != "":
+		r.pol = st.Policy(node.Policy)
+		if r.pol == nil {
+			return nil
+		}
+		r.kind = kindLimit
+		r.key, r.plan = CountedKey(dom.Name, path, entries)
+		if node.PlanEntry {
+			if _, ok := r.pol.Limiter().PlanRule(r.plan); !ok {
+				return fmt.Errorf("plan %q is not a plan of policy %q (it has %v)", r.plan, r.pol.Config().Name, r.pol.Limiter().Plans())
+			}
+		}
+		if !r.pol.Config().Envoy {
+			r.limit = nil // a named policy answers with its own description
+		}
+	}
+	return nil
+}
+
 // resolveOverride applies a per-request limit to a descriptor of a known
 // domain, matched or not, as envoyproxy/ratelimit does: the override
 // replaces whatever the tree says (unlimited included), is never in shadow
 // mode, and counts under the descriptor's own entries.
-func (s *Server) resolveOverride(st *state, dom *config.Domain, r *resolved, ov *commonrl.RateLimitDescriptor_RateLimitOverride, entries []config.Entry) error {
+func (s *Service) resolveOverride(st State, dom *config.Domain, r *resolved, ov *commonrl.RateLimitDescriptor_RateLimitOverride, entries []config.Entry) error {
 	u, ok := overrideUnits[ov.GetUnit()]
 	if !ok {
 		return fmt.Errorf("unknown unit %v", ov.GetUnit())
@@ -158,16 +168,16 @@ func (s *Server) resolveOverride(st *state, dom *config.Domain, r *resolved, ov 
 		mult = int64(m.GetValue())
 	}
 	window := u.d * time.Duration(mult)
-	if window > 400*24*time.Hour {
+	if window > sluice.MaxWindow {
 		return fmt.Errorf("unit_multiplier %d makes a window over 400 days", mult)
 	}
 	r.limit = &config.EnvoyLimit{Unit: u.name, Multiplier: mult, RequestsPerUnit: int64(ov.GetRequestsPerUnit()), Window: window}
-	r.stat = s.envoyStats.overrideKey(dom.Name, entries)
+	r.stat = s.stats.overrideKey(dom.Name, entries)
 	if ov.GetRequestsPerUnit() == 0 {
 		r.kind = kindDeny
 		return nil
 	}
-	p, err := st.overrides.get(overrideKey{limit: int64(ov.GetRequestsPerUnit()), window: window, counting: dom.Counting})
+	p, err := st.Override(int64(ov.GetRequestsPerUnit()), window, dom.Counting)
 	if err != nil {
 		return err
 	}
@@ -233,7 +243,7 @@ func identity(domain string, entries []config.Entry) string {
 func (r *resolved) cost() int64 {
 	c := int64(min(r.hits, math.MaxInt64))
 	if r.refund {
-		if r.pol.cfg.Algorithm != sluice.AlgorithmFixedWindow {
+		if !r.pol.Config().Algorithm.GivesBackUntaken() {
 			return 0 // only a fixed window can give back without its take: look
 		}
 		return -min(c, r.policyLimit())
@@ -243,8 +253,8 @@ func (r *resolved) cost() int64 {
 
 // policyLimit is the limit of the descriptor's policy under its plan.
 func (r *resolved) policyLimit() int64 {
-	if rule, ok := r.pol.limiter.PlanRule(r.plan); ok {
+	if rule, ok := r.pol.Limiter().PlanRule(r.plan); ok {
 		return rule.Limit
 	}
-	return r.pol.cfg.Limit
+	return r.pol.Config().Limit
 }

@@ -1,4 +1,4 @@
-package server
+package store
 
 import (
 	"context"
@@ -17,16 +17,12 @@ import (
 	"github.com/valkey-io/valkey-go"
 )
 
-// ErrNotConnected is the store error while the first connection to Valkey
-// has not been made: decisions follow each policy's on_failure.
-var ErrNotConnected = valkeystore.ErrNotConnected
-
-// ValkeyStore is a sluice.Store on Valkey that connects in the background
+// Valkey is a sluice.Store on Valkey that connects in the background
 // (valkeystore.Lazy): the service starts, and answers by its policies'
 // on_failure, while Valkey is still unreachable, then uses it as soon as it
 // answers. Once connected it reads the server settings that cost
 // decisions (Risks).
-type ValkeyStore struct {
+type Valkey struct {
 	*valkeystore.Lazy
 	risks  atomic.Pointer[riskCheck] // the server settings read at connection
 	cancel context.CancelFunc
@@ -58,40 +54,14 @@ func ClientOption(v *config.Valkey, env func(string) (string, bool)) (valkey.Cli
 		AlwaysPipelining: true,
 	}
 	if v.Sentinel != nil {
-		if len(v.Addresses) > 0 {
-			return opt, fmt.Errorf("valkey: addresses %v (from the config or --valkey) and valkey.sentinel are exclusive: with sentinel, the Sentinels name the master", v.Addresses)
-		}
-		spw, err := v.Sentinel.Password(env)
-		if err != nil {
+		if err := sentinelOption(&opt, v, env); err != nil {
 			return opt, err
-		}
-		opt.InitAddress = v.Sentinel.Addresses
-		opt.Sentinel = valkey.SentinelOption{
-			MasterSet: v.Sentinel.MasterSet,
-			Username:  v.Sentinel.Username,
-			Password:  spw,
-			Dialer:    opt.Dialer,
 		}
 	}
 	if v.TLS != nil {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: v.TLS.ServerName}
-		if v.TLS.CAFile != "" {
-			pem, err := os.ReadFile(v.TLS.CAFile)
-			if err != nil {
-				return opt, fmt.Errorf("valkey.tls.ca_file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return opt, fmt.Errorf("valkey.tls.ca_file %s: no PEM certificate found", v.TLS.CAFile)
-			}
-			tc.RootCAs = pool
-		}
-		if v.TLS.CertFile != "" {
-			cert, err := tls.LoadX509KeyPair(v.TLS.CertFile, v.TLS.KeyFile)
-			if err != nil {
-				return opt, fmt.Errorf("valkey.tls: client certificate: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
+		tc, err := tlsConfig(v.TLS)
+		if err != nil {
+			return opt, err
 		}
 		opt.TLSConfig = tc
 		if v.Sentinel != nil {
@@ -101,19 +71,64 @@ func ClientOption(v *config.Valkey, env func(string) (string, bool)) (valkey.Cli
 	return opt, nil
 }
 
+// sentinelOption sets opt to find the master through the Sentinels of
+// v.Sentinel.
+func sentinelOption(opt *valkey.ClientOption, v *config.Valkey, env func(string) (string, bool)) error {
+	if len(v.Addresses) > 0 {
+		return fmt.Errorf("valkey: addresses %v (from the config or --valkey) and valkey.sentinel are exclusive: with sentinel, the Sentinels name the master", v.Addresses)
+	}
+	spw, err := v.Sentinel.Password(env)
+	if err != nil {
+		return err
+	}
+	opt.InitAddress = v.Sentinel.Addresses
+	opt.Sentinel = valkey.SentinelOption{
+		MasterSet: v.Sentinel.MasterSet,
+		Username:  v.Sentinel.Username,
+		Password:  spw,
+		Dialer:    opt.Dialer,
+	}
+	return nil
+}
+
+// tlsConfig is the TLS of valkey.tls: TLS 1.2 at least, the CA file's
+// roots (else the system's) and the client certificate when given.
+func tlsConfig(t *config.TLS) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("valkey.tls.ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("valkey.tls.ca_file %s: no PEM certificate found", t.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("valkey.tls: client certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
 // ConnectValkey returns a store that connects with opt in the background,
 // retrying with backoff (up to 5s between attempts) until it succeeds or
 // Close is called (valkeystore.Connect). Several addresses make a cluster
 // client (valkey-go detects the mode). explain (nil: none) turns a
 // connection error into the one reported, as ExplainAuth names the
 // settings that fix an authentication refusal.
-func ConnectValkey(opt valkey.ClientOption, log *slog.Logger, explain func(error) error) (*ValkeyStore, error) {
+func ConnectValkey(opt valkey.ClientOption, log *slog.Logger, explain func(error) error) (*Valkey, error) {
 	lazy, err := valkeystore.Connect(opt, valkeystore.WithLogger(log), valkeystore.WithConnectError(explain))
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &ValkeyStore{Lazy: lazy, cancel: cancel, done: make(chan struct{})}
+	s := &Valkey{Lazy: lazy, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		if st, err := lazy.Wait(ctx); err == nil {
@@ -132,7 +147,7 @@ type riskCheck struct {
 // checkRisks reads the server settings that lose counts or refuse
 // decisions (Store.Risks), logs a warning for each, and keeps them for
 // the metrics. A server where CONFIG is disabled is said so, not failed.
-func (s *ValkeyStore) checkRisks(ctx context.Context, st *valkeystore.Store, log *slog.Logger) {
+func (s *Valkey) checkRisks(ctx context.Context, st *valkeystore.Store, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	risks, err := st.Risks(ctx)
@@ -147,7 +162,7 @@ func (s *ValkeyStore) checkRisks(ctx context.Context, st *valkeystore.Store, log
 
 // Risks returns what Store.Risks found when the store connected, and
 // whether every node could be read; nothing before the connection.
-func (s *ValkeyStore) Risks() ([]valkeystore.Risk, bool) {
+func (s *Valkey) Risks() ([]valkeystore.Risk, bool) {
 	rc := s.risks.Load()
 	if rc == nil {
 		return nil, false
@@ -156,13 +171,13 @@ func (s *ValkeyStore) Risks() ([]valkeystore.Risk, bool) {
 }
 
 // Close stops connecting and closes the client.
-func (s *ValkeyStore) Close() {
+func (s *Valkey) Close() {
 	s.cancel()
 	<-s.done
 	s.Lazy.Close()
 }
 
 var (
-	_ sluice.Store         = (*ValkeyStore)(nil)
-	_ sluice.OverrideStore = (*ValkeyStore)(nil)
+	_ sluice.Store         = (*Valkey)(nil)
+	_ sluice.OverrideStore = (*Valkey)(nil)
 )

@@ -1,4 +1,4 @@
-package server
+package envoy
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // each answer written in its block of blocks (newAnswer). Under CountEach,
 // each descriptor counts its own hits, refused ones included; under
 // CountAllOrNothing a refused request takes nothing.
-func (s *Server) decide(ctx context.Context, dom *config.Domain, rs []resolved, resp *rlsv3.RateLimitResponse, blocks []statusBlock) error {
+func (s *Service) decide(ctx context.Context, dom *config.Domain, rs []resolved, resp *rlsv3.RateLimitResponse, blocks []statusBlock) error {
 	// Calls of up to smallCall descriptors decide without allocating
 	// these.
 	var checkBuf [smallCall]sluice.Check
@@ -28,9 +28,9 @@ func (s *Server) decide(ctx context.Context, dom *config.Domain, rs []resolved, 
 	checks, idx := checkBuf[:0], idxBuf[:0]
 	for i := range rs {
 		if rs[i].kind == kindLimit {
-			lim := rs[i].pol.limiter
+			lim := rs[i].pol.Limiter()
 			if rs[i].shadow {
-				lim = rs[i].pol.shadow
+				lim = rs[i].pol.Shadow()
 			}
 			checks = append(checks, sluice.Check{Limiter: lim, Key: rs[i].key, Cost: rs[i].cost(), Plan: rs[i].plan})
 			idx = append(idx, i)
@@ -53,7 +53,7 @@ func (s *Server) decide(ctx context.Context, dom *config.Domain, rs []resolved, 
 		}
 		for k, res := range dec.Results {
 			results[idx[k]] = res
-			s.refused.note(rs[idx[k]].pol.cfg, rs[idx[k]].key, res)
+			s.srv.NoteRefused(rs[idx[k]].pol.Config(), rs[idx[k]].key, res)
 		}
 	}
 	now := s.now()
@@ -107,8 +107,8 @@ func setDuration(dst *durationpb.Duration, d time.Duration) *durationpb.Duration
 // (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), the
 // counts are read first, and when any descriptor would go over its limit,
 // only those that would count their hits.
-func (s *Server) decideEach(ctx context.Context, rs []resolved, checks []sluice.Check, idx []int) (sluice.Decision, error) {
-	if s.opts.Envoy.StopIncrementWhenOverLimit {
+func (s *Service) decideEach(ctx context.Context, rs []resolved, checks []sluice.Check, idx []int) (sluice.Decision, error) {
+	if s.opts.StopIncrementWhenOverLimit {
 		peeks := make([]sluice.Check, len(checks))
 		for k, c := range checks {
 			peeks[k] = c
@@ -145,14 +145,14 @@ func (s *Server) decideEach(ctx context.Context, rs []resolved, checks []sluice.
 // the others give back what they took. A descriptor refused without asking
 // the store (requests_per_unit 0, hits above its limit) makes the others
 // only look.
-func (s *Server) decideAllOrNothing(ctx context.Context, rs []resolved, checks []sluice.Check, idx []int) (sluice.Decision, error) {
+func (s *Service) decideAllOrNothing(ctx context.Context, rs []resolved, checks []sluice.Check, idx []int) (sluice.Decision, error) {
 	refused := false
 	for i := range rs {
 		r := &rs[i]
 		if r.shadow || r.hits == 0 {
 			continue
 		}
-		if r.kind == kindDeny || r.kind == kindLimit && r.hits > uint64(r.policyLimit()) && !r.pol.cfg.Shadow {
+		if r.kind == kindDeny || r.kind == kindLimit && r.hits > uint64(r.policyLimit()) && !r.pol.Config().Shadow {
 			refused = true
 		}
 	}
@@ -167,36 +167,45 @@ func (s *Server) decideAllOrNothing(ctx context.Context, rs []resolved, checks [
 }
 
 // status is the answer for one descriptor, written in b.
-func (s *Server) status(r *resolved, res sluice.Result, now time.Time, b *statusBlock) *rlsv3.RateLimitResponse_DescriptorStatus {
+func (s *Service) status(r *resolved, res sluice.Result, now time.Time, b *statusBlock) *rlsv3.RateLimitResponse_DescriptorStatus {
 	ds := &b.status
 	ds.Code = rlsv3.RateLimitResponse_OK
 	switch r.kind {
-	case kindNone:
-		return ds
 	case kindUnlimited:
 		ds.LimitRemaining = math.MaxUint32
-		return ds
 	case kindDeny:
-		ds.CurrentLimit = envoyCurrentLimit(r.limit, &b.limit)
-		ds.DurationUntilReset = setDuration(&b.reset, untilReset(r.limit.Window, 0, now))
-		over := r.hits > 0
-		s.envoyStats.record(r.stat, r.hits, 0, 0, over, r.shadow)
-		if over && !r.shadow {
-			ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
-		return ds
+		s.denyStatus(r, now, b)
+	case kindLimit:
+		s.limitStatus(r, res, now, b)
 	}
-	limit := r.policyLimit()
-	if r.limit != nil {
+	return ds
+}
+
+// denyStatus answers a requests_per_unit 0 limit: over with any hit.
+func (s *Service) denyStatus(r *resolved, now time.Time, b *statusBlock) {
+	ds := &b.status
+	ds.CurrentLimit = envoyCurrentLimit(r.limit, &b.limit)
+	ds.DurationUntilReset = setDuration(&b.reset, untilReset(r.limit.Window, 0, now))
+	over := r.hits > 0
+	s.stats.record(r.stat, r.hits, 0, 0, over, r.shadow)
+	if over && !r.shadow {
+		ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+}
+
+// limitStatus answers a decided limit from the store's result res.
+func (s *Service) limitStatus(r *resolved, res sluice.Result, now time.Time, b *statusBlock) {
+	ds := &b.status
+	limit, window := r.inForce(res)
+	if r.limit != nil && res.Source != sluice.SourceOverride {
 		ds.CurrentLimit = envoyCurrentLimit(r.limit, &b.limit)
 	} else {
-		ds.CurrentLimit = currentLimit(r.pol.cfg, &b.limit)
-		ds.CurrentLimit.RequestsPerUnit = uint32(min(limit, math.MaxUint32)) // the plan's
+		ds.CurrentLimit = currentLimit(r.pol.Config().Name, limit, window, &b.limit)
 	}
 	// Over the limit: refused by the store, or refused but shadowed, or
 	// more hits than the limit could ever allow.
 	over := !res.Allowed || res.Shadowed || r.hits > uint64(limit) && !r.refund
-	refuse := over && !r.shadow && !r.pol.cfg.Shadow
+	refuse := over && !r.shadow && !r.pol.Config().Shadow
 	if res.Degraded {
 		// The store did not answer: the policy's on_failure decided.
 		over = !res.Allowed
@@ -208,11 +217,26 @@ func (s *Server) status(r *resolved, res sluice.Result, now time.Time, b *status
 	if !over {
 		ds.LimitRemaining = uint32(min(max(res.Remaining, 0), math.MaxUint32))
 	}
-	ds.DurationUntilReset = setDuration(&b.reset, untilReset(r.pol.cfg.Window(), res.ResetAfter, now))
+	ds.DurationUntilReset = setDuration(&b.reset, untilReset(window, res.ResetAfter, now))
 	if !r.refund {
-		s.envoyStats.record(r.stat, r.hits, limit, res.Remaining, over, r.shadow || r.pol.cfg.Shadow)
+		s.stats.record(r.stat, r.hits, limit, res.Remaining, over, r.shadow || r.pol.Config().Shadow)
 	}
-	return ds
+}
+
+// inForce is the limit and window that decided res: a key's override's
+// when one decided, as /v1/check answers it (sluice.Rule.InForce;
+// envoyproxy/ratelimit has no key overrides, and answers with the limit
+// that decided), else the plan's limit and the policy's window.
+func (r *resolved) inForce(res sluice.Result) (int64, time.Duration) {
+	if res.Source != sluice.SourceOverride {
+		return r.policyLimit(), r.pol.Config().Window()
+	}
+	rule, ok := r.pol.Limiter().PlanRule(r.plan)
+	if !ok {
+		rule = r.pol.Limiter().Rule()
+	}
+	rule = rule.InForce(res)
+	return rule.Limit, rule.Period()
 }
 
 // untilReset is the time until the window ends, in whole seconds as
@@ -227,6 +251,14 @@ func untilReset(window, resetAfter time.Duration, now time.Time) time.Duration {
 		return 0
 	}
 	return time.Duration(w-now.Unix()%w) * time.Second
+}
+
+// ceilSeconds rounds up to whole seconds, never negative.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
 }
 
 var envoyUnitEnum = map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
@@ -246,12 +278,12 @@ func envoyCurrentLimit(l *config.EnvoyLimit, rl *rlsv3.RateLimitResponse_RateLim
 	return rl
 }
 
-// currentLimit describes a named sluice policy in Envoy's terms: requests
-// per unit when its window is one unit, else its limit per its window in
-// seconds; written in rl.
-func currentLimit(p *config.Policy, rl *rlsv3.RateLimitResponse_RateLimit) *rlsv3.RateLimitResponse_RateLimit {
-	rl.Name, rl.RequestsPerUnit = p.Name, uint32(min(p.Limit, math.MaxUint32))
-	switch w := p.Window(); w {
+// currentLimit describes a named sluice policy's limit per window in
+// Envoy's terms: requests per unit when the window is one unit, else the
+// limit per the window in seconds; written in rl.
+func currentLimit(name string, limit int64, w time.Duration, rl *rlsv3.RateLimitResponse_RateLimit) *rlsv3.RateLimitResponse_RateLimit {
+	rl.Name, rl.RequestsPerUnit = name, uint32(min(limit, math.MaxUint32))
+	switch w {
 	case time.Second:
 		rl.Unit = rlsv3.RateLimitResponse_RateLimit_SECOND
 	case time.Minute:
@@ -276,7 +308,7 @@ func currentLimit(p *config.Policy, rl *rlsv3.RateLimitResponse_RateLimit) *rlsv
 // overallCode is OVER_LIMIT when any descriptor outside quota mode is, or
 // when every quota-mode descriptor is (envoyproxy/ratelimit's quota_mode);
 // OK under the global shadow mode.
-func (s *Server) overallCode(rs []resolved, statuses []*rlsv3.RateLimitResponse_DescriptorStatus) rlsv3.RateLimitResponse_Code {
+func (s *Service) overallCode(rs []resolved, statuses []*rlsv3.RateLimitResponse_DescriptorStatus) rlsv3.RateLimitResponse_Code {
 	failed, quota, quotaFailed := 0, 0, 0
 	for i, ds := range statuses {
 		over := ds.Code == rlsv3.RateLimitResponse_OVER_LIMIT
@@ -292,8 +324,8 @@ func (s *Server) overallCode(rs []resolved, statuses []*rlsv3.RateLimitResponse_
 	if failed == 0 && (quota == 0 || quotaFailed < quota) {
 		return rlsv3.RateLimitResponse_OK
 	}
-	if s.opts.Envoy.ShadowMode {
-		s.envoyStats.globalShadow.Inc()
+	if s.opts.ShadowMode {
+		s.stats.globalShadow.Inc()
 		return rlsv3.RateLimitResponse_OK
 	}
 	return rlsv3.RateLimitResponse_OVER_LIMIT

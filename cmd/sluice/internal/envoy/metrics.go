@@ -1,4 +1,4 @@
-package server
+package envoy
 
 import (
 	"math"
@@ -39,11 +39,11 @@ type envoyStats struct {
 	responseTime                                             *prometheus.HistogramVec
 	totalRequests                                            *prometheus.CounterVec
 	shouldRequests                                           prometheus.Counter
-	// callsOK is sluice_server_grpc_requests_total{code="OK"}, looked up once.
-	callsOK           prometheus.Counter
-	shouldTime        prometheus.Observer
-	overrides         prometheus.Gauge
-	overrideEvictions prometheus.Counter
+	// grpcRequests is sluice_server_grpc_requests_total, by overall code;
+	// callsOK its OK series, looked up once.
+	grpcRequests *prometheus.CounterVec
+	callsOK      prometheus.Counter
+	shouldTime   prometheus.Observer
 
 	nearRatio float64
 	maxSeries int
@@ -107,16 +107,17 @@ func newEnvoyStats(reg prometheus.Registerer, nearRatio float64, maxSeries int) 
 		}, []string{"grpc_method"}),
 		totalRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_service_total_requests", Help: "gRPC calls, by method."}, []string{"grpc_method"}),
-		overrides: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_server_override_limiters", Help: "Limiters cached for per-request limit overrides."}),
-		overrideEvictions: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_server_override_evictions_total", Help: "Override limiters evicted from the cache (least recently used first)."}),
+		grpcRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_server_grpc_requests_total",
+			Help: "Envoy ShouldRateLimit calls, by overall code (OK, OVER_LIMIT) or gRPC error code.",
+		}, []string{"code"}),
 		nearRatio: nearRatio,
 		maxSeries: maxSeries,
 		series:    map[statKey]bool{},
 	}
 	reg.MustRegister(e.totalHits, e.overLimit, e.nearLimit, e.withinLimit, e.shadowMode, e.callErrors,
-		e.loadSuccess, e.loadError, e.globalShadow, e.responseTime, e.totalRequests, e.overrides, e.overrideEvictions)
+		e.loadSuccess, e.loadError, e.globalShadow, e.responseTime, e.totalRequests, e.grpcRequests)
+	e.callsOK = e.grpcRequests.WithLabelValues("OK")
 	e.shouldRequests = e.totalRequests.WithLabelValues("ShouldRateLimit")
 	e.shouldTime = e.responseTime.WithLabelValues("ShouldRateLimit")
 	e.callErrors.WithLabelValues("redis_error")

@@ -1,0 +1,226 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/sluicehq/sluice"
+)
+
+// The JSON Schema of the configuration, made from the field table: what
+// docs/sluice.schema.json holds (go generate ./internal/config writes it).
+
+// durationPattern matches what ParseDuration reads: a Go duration or whole
+// days. Its bounds are the decoder's alone.
+const durationPattern = `^\s*([0-9]+d|([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))*)\s*$`
+
+// ratePattern matches what ParseRate reads.
+const ratePattern = `^\s*([0-9]+(\.[0-9]*)?|\.[0-9]+)\s*/\s*(s|sec|second|m|min|minute|h|hour|d|day)\s*$`
+
+func ref(def string) map[string]any { return map[string]any{"$ref": "#/definitions/" + def} }
+
+func boolSchema() map[string]any {
+	return map[string]any{"anyOf": []any{map[string]any{"type": "boolean"}, map[string]any{"enum": boolSpellings}}}
+}
+
+// truthy matches the spellings of true, for if/then rules.
+func truthy() map[string]any {
+	vals := []any{true}
+	for _, s := range boolSpellings[:11] {
+		vals = append(vals, s)
+	}
+	return map[string]any{"enum": vals}
+}
+
+func fieldSchema(f *Field) map[string]any {
+	var s map[string]any
+	switch f.Kind {
+	case KindString:
+		s = map[string]any{"type": "string"}
+		if f.Pattern != "" {
+			s["pattern"] = f.Pattern
+		} else if !f.Required {
+			// "key:" with nothing is "", as envoyproxy/ratelimit reads it
+			s["type"] = []string{"string", "null"}
+		}
+	case KindBool:
+		s = boolSchema()
+	case KindInt:
+		s = map[string]any{"type": "integer", "minimum": f.Min, "maximum": f.Max}
+	case KindDuration:
+		s = map[string]any{"type": "string", "pattern": durationPattern}
+	case KindRate:
+		s = map[string]any{"type": "string", "pattern": ratePattern}
+	case KindEnum:
+		s = map[string]any{"enum": f.Enum}
+	case KindList:
+		s = map[string]any{"type": "array", "items": fieldSchema(f.Item)}
+		if f.Min > 0 {
+			s["minItems"] = f.Min
+		} else if !f.Required {
+			// "key:" with nothing is an empty list, as YAML 1.1 readers take it
+			s["type"] = []string{"array", "null"}
+		}
+	case KindSection:
+		s = ref(f.Section.Def)
+	case KindMap:
+		s = map[string]any{"type": "object", "propertyNames": map[string]any{"pattern": policyNamePattern},
+			"additionalProperties": ref(f.Section.Def)}
+	case KindAny:
+		s = map[string]any{"type": "object"}
+	case KindCustom:
+		s = map[string]any{}
+		for k, v := range f.Schema {
+			s[k] = v
+		}
+	default:
+		panic(fmt.Sprintf("config: field %s has no kind", f.Name))
+	}
+	if f.Desc != "" {
+		s["description"] = describeField(f)
+	}
+	return s
+}
+
+// describeField is the field's description with its default and bounds,
+// as editors show it.
+func describeField(f *Field) string {
+	d := f.Desc
+	if f.Default != "" {
+		d += " (default " + f.Default + ")"
+	}
+	if f.Kind == KindDuration {
+		d += " (" + duration(f.MinDur) + " to " + duration(f.MaxDur) + ")"
+	}
+	return d
+}
+
+func sectionSchema(sec *Section) map[string]any {
+	props := map[string]any{}
+	var required []string
+	for _, f := range sec.Fields {
+		props[f.Name] = fieldSchema(f)
+		if f.Required {
+			required = append(required, f.Name)
+		}
+	}
+	s := map[string]any{"type": "object", "additionalProperties": false, "properties": props}
+	if len(required) > 0 {
+		s["required"] = required
+	}
+	var all []any
+	for _, pair := range sec.Exclusive {
+		all = append(all, map[string]any{"not": map[string]any{"required": pair}})
+	}
+	if len(sec.ExactlyOne) > 0 {
+		var one []any
+		for _, name := range sec.ExactlyOne {
+			one = append(one, map[string]any{"required": []string{name}})
+		}
+		all = append(all, map[string]any{"oneOf": one})
+	}
+	if len(sec.Together) > 0 {
+		dep := map[string]any{}
+		for _, pair := range sec.Together {
+			dep[pair[0]] = []string{pair[1]}
+			dep[pair[1]] = []string{pair[0]}
+		}
+		all = append(all, map[string]any{"dependencies": dep})
+	}
+	if sec.schema != nil {
+		all = append(all, sec.schema()...)
+	}
+	if len(all) > 0 {
+		s["allOf"] = all
+	}
+	return s
+}
+
+// policyRules are the per-algorithm rules of policies: the fields each
+// algorithm takes and needs, its plans' fields, and the fixed window's
+// window or period.
+func policyRules() []any {
+	var out []any
+	for _, a := range algorithms {
+		props := map[string]any{}
+		var req []string
+		for _, f := range policySection.Fields {
+			if !f.takes(a) {
+				props[f.Name] = false
+			}
+			if f.requiredBy(a) {
+				req = append(req, f.Name)
+			}
+		}
+		planProps := map[string]any{}
+		var planReq []string
+		for _, f := range plansSection.Fields {
+			if !f.takes(a) {
+				planProps[f.Name] = false
+			}
+			if f.requiredBy(a) {
+				planReq = append(planReq, f.Name)
+			}
+		}
+		if a == sluice.AlgorithmSlidingLog {
+			// one sorted-set entry per unit
+			props["limit"] = map[string]any{"maximum": sluice.MaxSlidingLogLimit}
+			planProps["limit"] = map[string]any{"maximum": sluice.MaxSlidingLogLimit}
+		}
+		props["plans"] = map[string]any{"additionalProperties": map[string]any{"properties": planProps, "required": planReq}}
+		then := map[string]any{"properties": props}
+		if len(req) > 0 {
+			then["required"] = req
+		}
+		if a == sluice.AlgorithmFixedWindow {
+			then["oneOf"] = []any{map[string]any{"required": []string{"window"}}, map[string]any{"required": []string{"period"}}}
+			then["dependencies"] = map[string]any{"period": []string{"zone"}, "zone": []string{"period"}, "renewal_day": []string{"period"}}
+		}
+		out = append(out, map[string]any{
+			"if":   map[string]any{"properties": map[string]any{"algorithm": map[string]any{"const": a.String()}}, "required": []string{"algorithm"}},
+			"then": then,
+		})
+	}
+	out = append(out, map[string]any{
+		"if":   map[string]any{"required": []string{"renewal_day"}},
+		"then": map[string]any{"properties": map[string]any{"period": map[string]any{"const": "month"}}},
+	})
+	return out
+}
+
+// rateLimitRules: unlimited takes no unit; otherwise unit and
+// requests_per_unit are required.
+func rateLimitRules() []any {
+	return []any{map[string]any{
+		"if":   map[string]any{"properties": map[string]any{"unlimited": truthy()}, "required": []string{"unlimited"}},
+		"then": map[string]any{"properties": map[string]any{"unit": false, "unit_multiplier": false}},
+		"else": map[string]any{"required": []string{"unit", "requests_per_unit"}},
+	}}
+}
+
+// Schema returns the JSON Schema (draft-07, which editors read widely) of configuration files,
+// both formats: a file with a top-level domain is envoyproxy/ratelimit's.
+func Schema() []byte {
+	defs := map[string]any{}
+	for _, sec := range Sections {
+		defs[sec.Def] = sectionSchema(sec)
+	}
+	s := map[string]any{
+		"$schema":     "http://json-schema.org/draft-07/schema#",
+		"title":       "sluice serve configuration",
+		"description": "Generated from the field table of cmd/sluice/internal/config (docs/configuration.md). A file with a top-level domain is envoyproxy/ratelimit's format.",
+		"if":          map[string]any{"type": "object", "required": []string{"domain"}},
+		"then":        ref(domainSection.Def),
+		"else":        ref(topSection.Def),
+		"definitions": defs,
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(s); err != nil {
+		panic(err)
+	}
+	return b.Bytes()
+}
