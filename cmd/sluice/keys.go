@@ -707,6 +707,29 @@ func readRawState(ctx context.Context, c valkey.Client, l *sluice.Limiter, st *k
 	return nil
 }
 
+// openAuditLog returns where reset's audit lines go: stderr, and the
+// file at path (appended to) when path is set.
+func openAuditLog(path string, stderr io.Writer) (io.Writer, func(), error) {
+	if path == "" {
+		return stderr, func() {}, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, nil, err
+	}
+	return io.MultiWriter(stderr, f), func() { f.Close() }, nil
+}
+
+// operator names who runs the command, and on which host, for audit.
+func operator() (who, host string) {
+	who = "unknown"
+	if u, err := user.Current(); err == nil {
+		who = u.Username
+	}
+	host, _ = os.Hostname()
+	return who, host
+}
+
 func runReset(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
 	fs := newFlags("reset")
 	of := addOpsFlags(fs)
@@ -717,16 +740,12 @@ func runReset(ctx context.Context, args []string, env func(string) (string, bool
 	if fs.NArg() != 2 || fs.Arg(1) == "" {
 		return usageError(fs, stderr, "want POLICY and a non-empty KEY, got %q", fs.Args())
 	}
-	var audit io.Writer = stderr
-	if *auditPath != "" {
-		f, err := os.OpenFile(*auditPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice reset: --audit-log: %v\n", err)
-			return 1
-		}
-		defer f.Close()
-		audit = io.MultiWriter(stderr, f)
+	audit, closeAudit, err := openAuditLog(*auditPath, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice reset: --audit-log: %v\n", err)
+		return 1
 	}
+	defer closeAudit()
 	k, p, l, code := keyArgs(ctx, "reset", of, fs.Args(), env, stderr)
 	if k == nil {
 		return code
@@ -739,11 +758,7 @@ func runReset(ctx context.Context, args []string, env func(string) (string, bool
 	if err == nil {
 		notified, err = l.ResetNotify(ctx, key)
 	}
-	who := "unknown"
-	if u, err := user.Current(); err == nil {
-		who = u.Username
-	}
-	host, _ := os.Hostname()
+	who, host := operator()
 	result := "reset"
 	switch {
 	case err != nil:
