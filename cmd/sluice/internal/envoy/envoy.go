@@ -11,7 +11,6 @@
 package envoy
 
 import (
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	problemjson "github.com/sluicehq/sluice/cmd/sluice/internal/problem"
 )
 
 // Server is what Envoy's protocol needs of the service.
@@ -78,17 +78,6 @@ func (s *Service) ConfigLoaded(ok bool) {
 	}
 }
 
-// problem writes an RFC 9457 problem+json answer, as the server's other
-// routes do.
-func problem(w http.ResponseWriter, status int, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	b, _ := json.Marshal(struct {
-		Type   string `json:"type"`
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-		Detail string `json:"detail,omitempty"`
-	}{"about:blank", http.StatusText(status), status, detail})
-	w.Write(append(b, '\n'))
-}
+// problem writes an RFC 9457 problem+json answer (package problem: the
+// one writer of the service's problem bodies).
+func problem(w http.ResponseWriter, status int, detail string) { problemjson.Write(w, status, detail) }

@@ -8,23 +8,14 @@ import (
 	"net/http"
 
 	"github.com/sluicehq/sluice"
+	problemjson "github.com/sluicehq/sluice/cmd/sluice/internal/problem"
 )
 
 // Writing responses: JSON, problem+json, and the mapping of errors to statuses.
 
-// problem writes an RFC 9457 problem+json response.
-func problem(w http.ResponseWriter, status int, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	b, _ := json.Marshal(struct {
-		Type   string `json:"type"`
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-		Detail string `json:"detail,omitempty"`
-	}{"about:blank", http.StatusText(status), status, detail})
-	w.Write(append(b, '\n'))
-}
+// problem writes an RFC 9457 problem+json answer (package problem: the
+// one writer of the service's problem bodies).
+func problem(w http.ResponseWriter, status int, detail string) { problemjson.Write(w, status, detail) }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
