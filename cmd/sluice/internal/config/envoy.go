@@ -470,21 +470,28 @@ func envoyName(c *Config, domain string, path []string, label string) string {
 		b.WriteByte('.')
 		b.WriteString(strings.TrimSuffix(p, "="))
 	}
-	clean := func(s string) string {
-		return strings.Map(func(r rune) rune {
-			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-' {
-				return r
-			}
-			return '_'
-		}, s)
-	}
-	name := clean(b.String())
-	if label != "" && checkName(label) == nil && c.Policy(label) == nil {
+	name := cleanName(b.String())
+	if label != "" && freeName(c, label) {
 		name = label
 	}
-	if checkName(name) == nil && c.Policy(name) == nil {
+	if freeName(c, name) {
 		return name
 	}
 	sum := sha256.Sum256([]byte(domain + "\x00" + strings.Join(path, "\x00")))
 	return "envoy-" + hex.EncodeToString(sum[:10])
+}
+
+// cleanName replaces each character a policy name cannot hold with '_'.
+func cleanName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if nameChar(r) {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// freeName reports whether name is a valid policy name no policy of c has.
+func freeName(c *Config, name string) bool {
+	return checkName(name) == nil && c.Policy(name) == nil
 }

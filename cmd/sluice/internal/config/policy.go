@@ -352,10 +352,15 @@ func checkName(name string) error {
 		return fmt.Errorf("must be 1 to %d characters, got %d", maxPolicyName, len(name))
 	}
 	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+		if !nameChar(rune(name[i])) {
 			return fmt.Errorf("%q may hold only letters, digits, '_', '.' and '-'", name)
 		}
 	}
 	return nil
+}
+
+// nameChar reports whether a policy name may hold r: an ASCII letter or
+// digit, '_', '.' or '-'.
+func nameChar(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-'
 }
