@@ -158,14 +158,28 @@ func redisAddresses(v *config.Valkey, get func(k, def string) string, bad func(s
 		}
 		urls = urls[1:]
 	}
+	v.Addresses = append(v.Addresses, hostPorts(urls, bad)...)
+	redisType(v, typ, bad)
+}
+
+// hostPorts returns the addresses of REDIS_URL, without spaces or empty
+// ones, reporting those that are not host:port.
+func hostPorts(urls []string, bad func(string, ...any)) []string {
+	var out []string
 	for _, u := range urls {
 		if u = strings.TrimSpace(u); u != "" {
 			if _, _, err := net.SplitHostPort(u); err != nil {
 				bad("REDIS_URL: %q is not host:port", u)
 			}
-			v.Addresses = append(v.Addresses, u)
+			out = append(out, u)
 		}
 	}
+	return out
+}
+
+// redisType checks that v's addresses fit REDIS_TYPE typ and, for
+// sentinel, makes them its Sentinels'.
+func redisType(v *config.Valkey, typ string, bad func(string, ...any)) {
 	switch t := typ; t {
 	case "single":
 		if len(v.Addresses) != 1 {
