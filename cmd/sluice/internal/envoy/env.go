@@ -61,7 +61,29 @@ func ReadEnv(env func(string) (string, bool)) (*Env, error) {
 	}
 	var errs []string
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
-	boolean := func(k string, def bool) bool {
+	boolean := envBoolean(env, bad)
+	e := &Env{LookupEnv: env}
+	root := get("RUNTIME_ROOT", "/srv/runtime_data/current")
+	e.Dir = filepath.Join(root, get("RUNTIME_SUBDIRECTORY", ""), get("RUNTIME_APPDIRECTORY", "config"))
+	e.DirOptions = config.DirOptions{Merge: boolean("MERGE_DOMAIN_CONFIG", false), IgnoreDotfiles: boolean("RUNTIME_IGNOREDOTFILES", false)}
+	if !boolean("RUNTIME_WATCH_ROOT", true) {
+		e.Notes = append(e.Notes, "RUNTIME_WATCH_ROOT=false: the directory and every directory above it are watched either way, so both ways of updating it are seen")
+	}
+	e.readServing(get, bad)
+	e.Prefix = get("CACHE_KEY_PREFIX", "")
+	e.readOptions(env, boolean, bad)
+	e.readRedis(get, boolean, bad)
+	e.refuseUnsupported(get, boolean, bad)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("envoyproxy/ratelimit environment: %s", strings.Join(errs, "; "))
+	}
+	return e, nil
+}
+
+// envBoolean returns the reader of boolean variables: a variable unset or
+// empty is def; one that is not true or false is reported to bad.
+func envBoolean(env func(string) (string, bool), bad func(string, ...any)) func(k string, def bool) bool {
+	return func(k string, def bool) bool {
 		v, ok := env(k)
 		if !ok || v == "" {
 			return def
@@ -72,13 +94,11 @@ func ReadEnv(env func(string) (string, bool)) (*Env, error) {
 		}
 		return b
 	}
-	e := &Env{LookupEnv: env}
-	root := get("RUNTIME_ROOT", "/srv/runtime_data/current")
-	e.Dir = filepath.Join(root, get("RUNTIME_SUBDIRECTORY", ""), get("RUNTIME_APPDIRECTORY", "config"))
-	e.DirOptions = config.DirOptions{Merge: boolean("MERGE_DOMAIN_CONFIG", false), IgnoreDotfiles: boolean("RUNTIME_IGNOREDOTFILES", false)}
-	if !boolean("RUNTIME_WATCH_ROOT", true) {
-		e.Notes = append(e.Notes, "RUNTIME_WATCH_ROOT=false: the directory and every directory above it are watched either way, so both ways of updating it are seen")
-	}
+}
+
+// readServing reads the addresses to serve on and the log's level and
+// format.
+func (e *Env) readServing(get func(k, def string) string, bad func(string, ...any)) {
 	e.HTTPAddr = net.JoinHostPort(get("HOST", "0.0.0.0"), get("PORT", "8080"))
 	e.GRPCAddr = net.JoinHostPort(get("GRPC_HOST", "0.0.0.0"), get("GRPC_PORT", "8081"))
 	e.DebugAddr = net.JoinHostPort(get("DEBUG_HOST", "0.0.0.0"), get("DEBUG_PORT", "6070"))
@@ -87,7 +107,11 @@ func ReadEnv(env func(string) (string, bool)) (*Env, error) {
 	if e.LogFormat != "text" && e.LogFormat != "json" {
 		bad("LOG_FORMAT=%q: want text or json", e.LogFormat)
 	}
-	e.Prefix = get("CACHE_KEY_PREFIX", "")
+}
+
+// readOptions reads the variables that change how requests are decided
+// and answered.
+func (e *Env) readOptions(env func(string) (string, bool), boolean func(string, bool) bool, bad func(string, ...any)) {
 	e.Options.ShadowMode = boolean("SHADOW_MODE", false)
 	e.Options.StopIncrementWhenOverLimit = boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)
 	e.Options.ResponseDynamicMetadata = boolean("RESPONSE_DYNAMIC_METADATA", false)
@@ -98,12 +122,6 @@ func ReadEnv(env func(string) (string, bool)) (*Env, error) {
 		}
 		e.Options.NearLimitRatio = r
 	}
-	e.readRedis(get, boolean, bad)
-	e.refuseUnsupported(get, boolean, bad)
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("envoyproxy/ratelimit environment: %s", strings.Join(errs, "; "))
-	}
-	return e, nil
 }
 
 // readRedis maps REDIS_* to a valkey section.
