@@ -132,17 +132,7 @@ func (e *Env) readRedis(get func(k, def string) string, boolean func(string, boo
 	v := &config.Valkey{Timeout: sluice.DefaultTimeout, ConnectTimeout: config.DefaultConnectTimeout}
 	redisAddresses(v, get, bad)
 	if auth := get("REDIS_AUTH", ""); auth != "" {
-		v.PasswordEnv = "REDIS_AUTH"
-		if user, pass, ok := strings.Cut(auth, ":"); ok {
-			v.Username, v.PasswordEnv = user, redisAuthPassword
-			env := e.LookupEnv
-			e.LookupEnv = func(k string) (string, bool) {
-				if k == redisAuthPassword {
-					return pass, true
-				}
-				return env(k)
-			}
-		}
+		e.redisAuth(v, auth)
 	}
 	if boolean("REDIS_TLS", false) {
 		v.TLS = &config.TLS{CAFile: get("REDIS_TLS_CACERT", ""), CertFile: get("REDIS_TLS_CLIENT_CERT", ""), KeyFile: get("REDIS_TLS_CLIENT_KEY", "")}
@@ -161,6 +151,23 @@ func (e *Env) readRedis(get func(k, def string) string, boolean func(string, boo
 		e.Notes = append(e.Notes, "REDIS_POOL_SIZE is not used: the Valkey client pipelines over one connection per node")
 	}
 	e.Valkey = v
+}
+
+// redisAuth sets the credentials of v from REDIS_AUTH, auth: a password,
+// or user:password, whose password e.LookupEnv then serves as
+// redisAuthPassword.
+func (e *Env) redisAuth(v *config.Valkey, auth string) {
+	v.PasswordEnv = "REDIS_AUTH"
+	if user, pass, ok := strings.Cut(auth, ":"); ok {
+		v.Username, v.PasswordEnv = user, redisAuthPassword
+		env := e.LookupEnv
+		e.LookupEnv = func(k string) (string, bool) {
+			if k == redisAuthPassword {
+				return pass, true
+			}
+			return env(k)
+		}
+	}
 }
 
 // redisAddresses sets the addresses of v, or its Sentinels, from
