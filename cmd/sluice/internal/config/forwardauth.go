@@ -111,25 +111,40 @@ func (k KeySource) String() string {
 // Matches reports whether the route's conditions hold for a request with
 // this method, normalised path and host (port allowed).
 func (r *Route) Matches(method, cleanPath, host string) bool {
-	if len(r.Methods) > 0 {
-		ok := false
-		for _, m := range r.Methods {
-			ok = ok || m == method
-		}
-		if !ok {
-			return false
+	return r.matchesMethod(method) && r.matchesHost(host) && r.matchesPath(cleanPath)
+}
+
+// matchesMethod reports whether the route takes method: any, without
+// methods.
+func (r *Route) matchesMethod(method string) bool {
+	if len(r.Methods) == 0 {
+		return true
+	}
+	for _, m := range r.Methods {
+		if m == method {
+			return true
 		}
 	}
-	if r.Host != "" {
-		h := strings.ToLower(hostOnly(host))
-		if suffix, wild := strings.CutPrefix(r.Host, "*"); wild {
-			if !strings.HasSuffix(h, suffix) || len(h) == len(suffix) {
-				return false
-			}
-		} else if h != r.Host {
-			return false
-		}
+	return false
+}
+
+// matchesHost reports whether the route takes host (port allowed): any,
+// without a host; "*.domain" takes every name under domain, not domain.
+func (r *Route) matchesHost(host string) bool {
+	if r.Host == "" {
+		return true
 	}
+	h := strings.ToLower(hostOnly(host))
+	if suffix, wild := strings.CutPrefix(r.Host, "*"); wild {
+		return strings.HasSuffix(h, suffix) && len(h) != len(suffix)
+	}
+	return h == r.Host
+}
+
+// matchesPath reports whether the normalised cleanPath is under the
+// route's path prefix, segment by segment (/api takes /api and /api/x,
+// not /apix).
+func (r *Route) matchesPath(cleanPath string) bool {
 	if r.PathPrefix == "" || r.PathPrefix == "/" {
 		return true
 	}
