@@ -142,16 +142,16 @@ func hasKey(m *yaml.Node, key string) bool {
 	return false
 }
 
+// sluice decodes a configuration file of sluice's own format into c: its
+// top-level sections, in the order a later one may refer to an earlier one
+// (policies take valkey's timeout, domains and routes name policies).
 func (d *decoder) sluice(c *Config, root *yaml.Node) {
 	f := d.fields(root, "configuration", topSection)
 	if f == nil {
 		return
 	}
 	if v, ok := f["prefix"]; ok {
-		c.Prefix = d.str(v.val, "prefix")
-		if c.Prefix == "" || strings.ContainsAny(c.Prefix, "{} \t\r\n") || int64(len(c.Prefix)) > topSection.Field("prefix").Max {
-			d.errorf(v.val, "prefix must be 1 to %d characters without braces or spaces, got %q", topSection.Field("prefix").Max, c.Prefix)
-		}
+		c.Prefix = d.prefix(v.val)
 	}
 	if v, ok := f["listen"]; ok {
 		c.Listen = d.address(v.val, "listen")
@@ -170,24 +170,47 @@ func (d *decoder) sluice(c *Config, root *yaml.Node) {
 		c.Admin = d.admin(v.val)
 	}
 	if v, ok := f["policies"]; ok {
-		for _, n := range d.sequence(v.val, "policies") {
-			if p := d.policy(n, c, defaultTimeout); p != nil {
-				c.Policies = append(c.Policies, p)
-			}
-		}
+		d.policies(c, v.val, defaultTimeout)
 	}
 	if v, ok := f["domains"]; ok {
-		for _, n := range d.sequence(v.val, "domains") {
-			df := d.fields(n, "domain", domainSection)
-			if df == nil {
-				continue
-			}
-			if dom := d.domain(c, n, df, false); dom != nil {
-				c.Domains = append(c.Domains, dom)
-			}
-		}
+		d.domains(c, v.val)
 	}
 	if v, ok := f["forward_auth"]; ok {
 		c.ForwardAuth = d.forwardAuth(v.val, c)
+	}
+}
+
+// prefix decodes the key prefix: 1 to its row's Max characters, without
+// braces or spaces.
+func (d *decoder) prefix(n *yaml.Node) string {
+	prefix := d.str(n, "prefix")
+	max := topSection.Field("prefix").Max
+	if prefix == "" || strings.ContainsAny(prefix, "{} \t\r\n") || int64(len(prefix)) > max {
+		d.errorf(n, "prefix must be 1 to %d characters without braces or spaces, got %q", max, prefix)
+	}
+	return prefix
+}
+
+// policies decodes the policies section into c, each policy's timeout
+// defaulting to defaultTimeout.
+func (d *decoder) policies(c *Config, n *yaml.Node, defaultTimeout time.Duration) {
+	for _, pn := range d.sequence(n, "policies") {
+		if p := d.policy(pn, c, defaultTimeout); p != nil {
+			c.Policies = append(c.Policies, p)
+		}
+	}
+}
+
+// domains decodes the domains section (Envoy domains written in sluice's
+// format) into c.
+func (d *decoder) domains(c *Config, n *yaml.Node) {
+	for _, dn := range d.sequence(n, "domains") {
+		df := d.fields(dn, "domain", domainSection)
+		if df == nil {
+			continue
+		}
+		if dom := d.domain(c, dn, df, false); dom != nil {
+			c.Domains = append(c.Domains, dom)
+		}
 	}
 }

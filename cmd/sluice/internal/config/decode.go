@@ -25,29 +25,8 @@ func (d *decoder) valkey(n *yaml.Node) *Valkey {
 		return nil
 	}
 	v := &Valkey{Timeout: sluice.DefaultTimeout, ConnectTimeout: DefaultConnectTimeout}
-	if a, ok := f["address"]; ok {
-		v.Addresses = append(v.Addresses, d.address(a.val, "valkey.address"))
-	}
-	if a, ok := f["addresses"]; ok {
-		if _, both := f["address"]; both {
-			d.errorf(a.key, "valkey: set address or addresses, not both")
-		}
-		for _, x := range d.sequence(a.val, "valkey.addresses") {
-			v.Addresses = append(v.Addresses, d.address(x, "valkey.addresses item"))
-		}
-	}
-	if x, ok := f["username"]; ok {
-		v.Username = d.str(x.val, "valkey.username")
-	}
-	if x, ok := f["password_env"]; ok {
-		v.PasswordEnv = d.str(x.val, "valkey.password_env")
-	}
-	if x, ok := f["password_file"]; ok {
-		v.PasswordFile = d.str(x.val, "valkey.password_file")
-		if v.PasswordEnv != "" {
-			d.errorf(x.key, "valkey: set password_env or password_file, not both")
-		}
-	}
+	v.Addresses = d.valkeyAddresses(f)
+	v.Username, v.PasswordEnv, v.PasswordFile = d.credentials(f, "valkey")
 	if x, ok := f["tls"]; ok {
 		v.TLS = d.tls(x.val)
 	}
@@ -86,19 +65,40 @@ func (d *decoder) sentinel(n *yaml.Node) *Sentinel {
 	if len(s.Addresses) == 0 {
 		d.errorf(n, "valkey.sentinel: addresses must list at least one Sentinel (host:port)")
 	}
-	if x, ok := f["username"]; ok {
-		s.Username = d.str(x.val, "valkey.sentinel.username")
+	s.Username, s.PasswordEnv, s.PasswordFile = d.credentials(f, "valkey.sentinel")
+	return s
+}
+
+// valkeyAddresses decodes valkey.address or valkey.addresses, not both.
+func (d *decoder) valkeyAddresses(f map[string]field) []string {
+	var out []string
+	if a, ok := f["address"]; ok {
+		out = append(out, d.address(a.val, "valkey.address"))
 	}
-	if x, ok := f["password_env"]; ok {
-		s.PasswordEnv = d.str(x.val, "valkey.sentinel.password_env")
-	}
-	if x, ok := f["password_file"]; ok {
-		s.PasswordFile = d.str(x.val, "valkey.sentinel.password_file")
-		if s.PasswordEnv != "" {
-			d.errorf(x.key, "valkey.sentinel: set password_env or password_file, not both")
+	if a, ok := f["addresses"]; ok {
+		if _, both := f["address"]; both {
+			d.errorf(a.key, "valkey: set address or addresses, not both")
+		}
+		for _, x := range d.sequence(a.val, "valkey.addresses") {
+			out = append(out, d.address(x, "valkey.addresses item"))
 		}
 	}
-	return s
+	return out
+}
+
+// credentials decodes the username, password_env and password_file of the
+// section at path (valkey or valkey.sentinel); a password comes from the
+// environment or a file, not both.
+func (d *decoder) credentials(f map[string]field, path string) (username, passwordEnv, passwordFile string) {
+	username = d.optString(f, "username", path+".username")
+	passwordEnv = d.optString(f, "password_env", path+".password_env")
+	if x, ok := f["password_file"]; ok {
+		passwordFile = d.str(x.val, path+".password_file")
+		if passwordEnv != "" {
+			d.errorf(x.key, "%s: set password_env or password_file, not both", path)
+		}
+	}
+	return username, passwordEnv, passwordFile
 }
 
 func (d *decoder) tls(n *yaml.Node) *TLS {
@@ -114,21 +114,13 @@ func (d *decoder) tls(n *yaml.Node) *TLS {
 		return nil
 	}
 	t := &TLS{}
-	if x, ok := f["ca_file"]; ok {
-		t.CAFile = d.str(x.val, "valkey.tls.ca_file")
-	}
-	if x, ok := f["cert_file"]; ok {
-		t.CertFile = d.str(x.val, "valkey.tls.cert_file")
-	}
-	if x, ok := f["key_file"]; ok {
-		t.KeyFile = d.str(x.val, "valkey.tls.key_file")
-	}
+	t.CAFile = d.optString(f, "ca_file", "valkey.tls.ca_file")
+	t.CertFile = d.optString(f, "cert_file", "valkey.tls.cert_file")
+	t.KeyFile = d.optString(f, "key_file", "valkey.tls.key_file")
 	if (t.CertFile == "") != (t.KeyFile == "") {
 		d.errorf(n, "valkey.tls: cert_file and key_file go together")
 	}
-	if x, ok := f["server_name"]; ok {
-		t.ServerName = d.str(x.val, "valkey.tls.server_name")
-	}
+	t.ServerName = d.optString(f, "server_name", "valkey.tls.server_name")
 	return t
 }
 

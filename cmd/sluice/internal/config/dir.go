@@ -128,25 +128,15 @@ func readLimited(path string) ([]byte, error) {
 // domainFile decodes one file of a configuration directory into c: a new
 // domain, or with merge, more descriptors of one already read.
 func (d *decoder) domainFile(c *Config, data []byte, merge bool) {
-	root := d.parseDocument(data)
+	root := d.domainRoot(data)
 	if root == nil {
-		return
-	}
-	if root = d.resolve(root); root == nil {
-		return
-	}
-	if root.Kind != yaml.MappingNode || !hasKey(root, "domain") {
-		d.errorf(root, "not an envoyproxy/ratelimit configuration (a domain and its descriptors): every file of a configuration directory is one")
 		return
 	}
 	f := d.fields(root, "envoyproxy/ratelimit config", domainSection)
 	if f == nil {
 		return
 	}
-	name := ""
-	if x, ok := f["domain"]; ok {
-		name = d.str(x.val, "domain")
-	}
+	name := d.optString(f, "domain", "domain")
 	prev := c.Domain(name)
 	if prev == nil || name == "" {
 		if dom := d.domain(c, root, f, true); dom != nil {
@@ -158,9 +148,32 @@ func (d *decoder) domainFile(c *Config, data []byte, merge bool) {
 		d.errorf(f["domain"].val, "domain %q is already defined at %s:%d (MERGE_DOMAIN_CONFIG=true merges them)", name, prev.File, prev.Line)
 		return
 	}
+	d.mergeDomain(c, prev, f)
+}
+
+// domainRoot parses a file of a configuration directory: the mapping of its
+// domain, or nil (reported) when it holds none.
+func (d *decoder) domainRoot(data []byte) *yaml.Node {
+	root := d.parseDocument(data)
+	if root == nil {
+		return nil
+	}
+	if root = d.resolve(root); root == nil {
+		return nil
+	}
+	if root.Kind != yaml.MappingNode || !hasKey(root, "domain") {
+		d.errorf(root, "not an envoyproxy/ratelimit configuration (a domain and its descriptors): every file of a configuration directory is one")
+		return nil
+	}
+	return root
+}
+
+// mergeDomain adds the descriptors of a file's fields f to the domain prev
+// of the same name, read before; its counting must be prev's.
+func (d *decoder) mergeDomain(c *Config, prev *Domain, f map[string]field) {
 	if x, ok := f["counting"]; ok {
 		if s := d.str(x.val, "counting"); s != prev.Counting.String() {
-			d.errorf(x.val, "counting %q differs from %q where domain %q is first defined (%s)", s, prev.Counting, name, prev.File)
+			d.errorf(x.val, "counting %q differs from %q where domain %q is first defined (%s)", s, prev.Counting, prev.Name, prev.File)
 		}
 	}
 	if x, ok := f["descriptors"]; ok {

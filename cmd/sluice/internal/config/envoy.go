@@ -158,88 +158,117 @@ func (d *decoder) descriptors(c *Config, dom *Domain, n *yaml.Node, path []strin
 func (d *decoder) moreDescriptors(c *Config, dom *Domain, n *yaml.Node, path []string, existing []*Descriptor) []*Descriptor {
 	out := existing
 	for _, item := range d.sequence(n, "descriptors") {
-		f := d.fields(item, "descriptor", descriptorSection)
-		if f == nil {
-			continue
+		if desc := d.descriptor(c, dom, item, path, out); desc != nil {
+			out = append(out, desc)
 		}
-		desc := &Descriptor{Line: item.Line}
-		if x, ok := f["key"]; ok {
-			desc.Key = d.str(x.val, "descriptor key")
-			if desc.Key == "" {
-				d.errorf(x.val, "descriptor key must not be empty")
-			} else if strings.Contains(desc.Key, "*") {
-				d.errorf(x.val, "descriptor key %q: a '*' in a key is not supported (wildcards go in the value)", desc.Key)
-			}
-		} else {
-			d.errorf(item, "descriptor: key is missing")
-		}
-		if x, ok := f["value"]; ok {
-			desc.Value = d.str(x.val, "descriptor value")
-			if strings.Contains(desc.Value, "*") {
-				desc.wildcard = strings.Split(desc.Value, "*")
-			}
-		}
-		for _, prev := range out {
-			if prev.Key == desc.Key && prev.Value == desc.Value {
-				d.errorf(item, "descriptor %s=%q is already defined at line %d", desc.Key, desc.Value, prev.Line)
-				break
-			}
-		}
-		if x, ok := f["shadow_mode"]; ok {
-			desc.Shadow = d.boolean(x.val, "shadow_mode")
-		}
-		if x, ok := f["share_threshold"]; ok {
-			desc.ShareThreshold = d.boolean(x.val, "share_threshold")
-			if desc.ShareThreshold && desc.wildcard == nil {
-				d.errorf(x.key, "share_threshold applies only to a wildcard value (one with '*')")
-			}
-		}
-		if x, ok := f["quota_mode"]; ok {
-			desc.QuotaMode = d.boolean(x.val, "quota_mode")
-		}
-		if x, ok := f["metadata"]; ok {
-			desc.Metadata = d.metadata(x.val)
-		}
-		if x, ok := f["detailed_metric"]; ok {
-			desc.DetailedMetric = d.boolean(x.val, "detailed_metric")
-		}
-		if x, ok := f["value_to_metric"]; ok {
-			desc.ValueToMetric = d.boolean(x.val, "value_to_metric")
-		}
-		here := append(append([]string(nil), path...), desc.Key+"="+desc.Value)
-		rl, hasRL := f["rate_limit"]
-		if x, ok := f["policy"]; ok {
-			desc.Policy = d.str(x.val, "policy")
-			if hasRL {
-				d.errorf(x.key, "descriptor: set policy or rate_limit, not both")
-			} else if p := c.Policy(desc.Policy); p == nil || p.Envoy {
-				d.errorf(x.val, "descriptor: unknown policy %q (define it under policies, before domains)", desc.Policy)
-			}
-		}
-		if hasRL {
-			d.rateLimit(c, dom, desc, rl.val, here)
-		}
-		if x, ok := f["plan_entry"]; ok {
-			desc.PlanEntry = d.boolean(x.val, "plan_entry")
-			p := c.Policy(desc.Policy)
-			switch {
-			case !desc.PlanEntry:
-			case desc.Policy == "":
-				d.errorf(x.key, "plan_entry needs policy on the same descriptor (the policy whose plan the value names)")
-			case desc.Value != "":
-				d.errorf(x.key, "plan_entry: the request's value names the plan, so the descriptor has no value (got %q)", desc.Value)
-			case p != nil && len(p.Plans) == 0:
-				d.errorf(x.key, "plan_entry: policy %q has no plans", desc.Policy)
-			}
-		}
-		if x, ok := f["descriptors"]; ok {
-			desc.Children = d.descriptors(c, dom, x.val, here)
-		}
-		out = append(out, desc)
 	}
 	return out
 }
 
+// descriptor decodes one descriptor found under path (the entries of its
+// ancestors), beside siblings; nil when item is not a mapping.
+func (d *decoder) descriptor(c *Config, dom *Domain, item *yaml.Node, path []string, siblings []*Descriptor) *Descriptor {
+	f := d.fields(item, "descriptor", descriptorSection)
+	if f == nil {
+		return nil
+	}
+	desc := &Descriptor{Line: item.Line}
+	d.descriptorEntry(item, f, desc)
+	d.refuseDuplicate(item, desc, siblings)
+	d.descriptorOptions(f, desc)
+	here := append(append([]string(nil), path...), desc.Key+"="+desc.Value)
+	d.descriptorLimit(c, dom, f, desc, here)
+	d.planEntry(c, f, desc)
+	if x, ok := f["descriptors"]; ok {
+		desc.Children = d.descriptors(c, dom, x.val, here)
+	}
+	return desc
+}
+
+// descriptorEntry decodes the entry a descriptor matches: its key (required,
+// without '*') and its value (a '*' in it makes it a wildcard).
+func (d *decoder) descriptorEntry(item *yaml.Node, f map[string]field, desc *Descriptor) {
+	if x, ok := f["key"]; ok {
+		desc.Key = d.str(x.val, "descriptor key")
+		if desc.Key == "" {
+			d.errorf(x.val, "descriptor key must not be empty")
+		} else if strings.Contains(desc.Key, "*") {
+			d.errorf(x.val, "descriptor key %q: a '*' in a key is not supported (wildcards go in the value)", desc.Key)
+		}
+	} else {
+		d.errorf(item, "descriptor: key is missing")
+	}
+	desc.Value = d.optString(f, "value", "descriptor value")
+	if strings.Contains(desc.Value, "*") {
+		desc.wildcard = strings.Split(desc.Value, "*")
+	}
+}
+
+// refuseDuplicate reports a descriptor whose key and value one of its
+// siblings already has.
+func (d *decoder) refuseDuplicate(item *yaml.Node, desc *Descriptor, siblings []*Descriptor) {
+	for _, prev := range siblings {
+		if prev.Key == desc.Key && prev.Value == desc.Value {
+			d.errorf(item, "descriptor %s=%q is already defined at line %d", desc.Key, desc.Value, prev.Line)
+			return
+		}
+	}
+}
+
+// descriptorOptions decodes the options that say how a descriptor's limit
+// counts and is reported: shadow_mode, share_threshold (only on a wildcard
+// value), quota_mode, metadata, detailed_metric and value_to_metric.
+func (d *decoder) descriptorOptions(f map[string]field, desc *Descriptor) {
+	d.flag(f, "shadow_mode", &desc.Shadow)
+	if x, ok := d.flag(f, "share_threshold", &desc.ShareThreshold); ok && desc.ShareThreshold && desc.wildcard == nil {
+		d.errorf(x.key, "share_threshold applies only to a wildcard value (one with '*')")
+	}
+	d.flag(f, "quota_mode", &desc.QuotaMode)
+	if x, ok := f["metadata"]; ok {
+		desc.Metadata = d.metadata(x.val)
+	}
+	d.flag(f, "detailed_metric", &desc.DetailedMetric)
+	d.flag(f, "value_to_metric", &desc.ValueToMetric)
+}
+
+// descriptorLimit decodes what limits a descriptor: a named policy (one of
+// sluice's format, defined before) or a rate_limit, not both.
+func (d *decoder) descriptorLimit(c *Config, dom *Domain, f map[string]field, desc *Descriptor, here []string) {
+	rl, hasRL := f["rate_limit"]
+	if x, ok := f["policy"]; ok {
+		desc.Policy = d.str(x.val, "policy")
+		if hasRL {
+			d.errorf(x.key, "descriptor: set policy or rate_limit, not both")
+		} else if p := c.Policy(desc.Policy); p == nil || p.Envoy {
+			d.errorf(x.val, "descriptor: unknown policy %q (define it under policies, before domains)", desc.Policy)
+		}
+	}
+	if hasRL {
+		d.rateLimit(c, dom, desc, rl.val, here)
+	}
+}
+
+// planEntry decodes plan_entry, which needs the descriptor's policy to have
+// plans and the descriptor to have no value (the request's value names the
+// plan).
+func (d *decoder) planEntry(c *Config, f map[string]field, desc *Descriptor) {
+	x, ok := d.flag(f, "plan_entry", &desc.PlanEntry)
+	if !ok || !desc.PlanEntry {
+		return
+	}
+	switch p := c.Policy(desc.Policy); {
+	case desc.Policy == "":
+		d.errorf(x.key, "plan_entry needs policy on the same descriptor (the policy whose plan the value names)")
+	case desc.Value != "":
+		d.errorf(x.key, "plan_entry: the request's value names the plan, so the descriptor has no value (got %q)", desc.Value)
+	case p != nil && len(p.Plans) == 0:
+		d.errorf(x.key, "plan_entry: policy %q has no plans", desc.Policy)
+	}
+}
+
+// rateLimit decodes a descriptor's rate_limit into its Limit and, unless it
+// is unlimited or denies everything, a generated fixed-window policy named
+// after path.
 func (d *decoder) rateLimit(c *Config, dom *Domain, desc *Descriptor, n *yaml.Node, path []string) {
 	if r := d.resolve(n); r != nil && r.Kind == yaml.ScalarNode && r.ShortTag() == "!!null" {
 		return // "rate_limit:" with nothing: no limit, as envoyproxy/ratelimit reads it
@@ -249,24 +278,48 @@ func (d *decoder) rateLimit(c *Config, dom *Domain, desc *Descriptor, n *yaml.No
 		return
 	}
 	lim := &EnvoyLimit{Multiplier: 1}
-	if x, ok := f["name"]; ok {
-		lim.Name = d.str(x.val, "rate_limit name")
-	}
+	lim.Name = d.optString(f, "name", "rate_limit name")
 	if x, ok := f["replaces"]; ok {
 		lim.Replaces = d.replaces(x.val, lim.Name)
 	}
-	if x, ok := f["unlimited"]; ok && d.boolean(x.val, "unlimited") {
-		desc.Unlimited = true
-		// requests_per_unit is ignored with unlimited, as upstream does; a
-		// unit is refused, as upstream does.
-		for _, other := range []string{"unit", "unit_multiplier"} {
-			if y, ok := f[other]; ok {
-				d.errorf(y.key, "rate_limit: %s makes no sense with unlimited: true", other)
-			}
-		}
-		desc.Limit = lim
+	if d.unlimited(f, desc, lim) {
 		return
 	}
+	unit := d.limitRate(n, f, lim)
+	if unit == 0 || lim.Multiplier == 0 {
+		return
+	}
+	lim.Window = unit * time.Duration(lim.Multiplier)
+	desc.Limit = lim
+	if lim.RequestsPerUnit == 0 {
+		desc.Deny = true
+		return
+	}
+	d.envoyPolicy(c, dom, desc, n, path, lim)
+}
+
+// unlimited reports a rate_limit with unlimited: true, which makes desc
+// Unlimited and refuses a unit beside it.
+func (d *decoder) unlimited(f map[string]field, desc *Descriptor, lim *EnvoyLimit) bool {
+	if x, ok := f["unlimited"]; !ok || !d.boolean(x.val, "unlimited") {
+		return false
+	}
+	desc.Unlimited = true
+	// requests_per_unit is ignored with unlimited, as upstream does; a
+	// unit is refused, as upstream does.
+	for _, other := range []string{"unit", "unit_multiplier"} {
+		if y, ok := f[other]; ok {
+			d.errorf(y.key, "rate_limit: %s makes no sense with unlimited: true", other)
+		}
+	}
+	desc.Limit = lim
+	return true
+}
+
+// limitRate decodes a rate_limit's unit (required), requests_per_unit
+// (required) and unit_multiplier into lim; it returns the unit's length, 0
+// when it is missing or unknown.
+func (d *decoder) limitRate(n *yaml.Node, f map[string]field, lim *EnvoyLimit) time.Duration {
 	var unit time.Duration
 	if x, ok := f["unit"]; ok {
 		s := d.str(x.val, "unit")
@@ -286,15 +339,12 @@ func (d *decoder) rateLimit(c *Config, dom *Domain, desc *Descriptor, n *yaml.No
 	if x, ok := f["unit_multiplier"]; ok {
 		lim.Multiplier, _ = d.intField(x.val, "unit_multiplier", rateLimitSection.Field("unit_multiplier"))
 	}
-	if unit == 0 || lim.Multiplier == 0 {
-		return
-	}
-	lim.Window = unit * time.Duration(lim.Multiplier)
-	desc.Limit = lim
-	if lim.RequestsPerUnit == 0 {
-		desc.Deny = true
-		return
-	}
+	return unit
+}
+
+// envoyPolicy generates the fixed-window policy of the limit lim of desc,
+// found under path in dom, and makes it desc's policy.
+func (d *decoder) envoyPolicy(c *Config, dom *Domain, desc *Descriptor, n *yaml.Node, path []string, lim *EnvoyLimit) {
 	p := &Policy{
 		Algorithm:  sluice.AlgorithmFixedWindow,
 		Policy:     EnvoyWindow(lim.RequestsPerUnit, lim.Window, dom.Counting),
@@ -420,21 +470,28 @@ func envoyName(c *Config, domain string, path []string, label string) string {
 		b.WriteByte('.')
 		b.WriteString(strings.TrimSuffix(p, "="))
 	}
-	clean := func(s string) string {
-		return strings.Map(func(r rune) rune {
-			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-' {
-				return r
-			}
-			return '_'
-		}, s)
-	}
-	name := clean(b.String())
-	if label != "" && checkName(label) == nil && c.Policy(label) == nil {
+	name := cleanName(b.String())
+	if label != "" && freeName(c, label) {
 		name = label
 	}
-	if checkName(name) == nil && c.Policy(name) == nil {
+	if freeName(c, name) {
 		return name
 	}
 	sum := sha256.Sum256([]byte(domain + "\x00" + strings.Join(path, "\x00")))
 	return "envoy-" + hex.EncodeToString(sum[:10])
+}
+
+// cleanName replaces each character a policy name cannot hold with '_'.
+func cleanName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if nameChar(r) {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// freeName reports whether name is a valid policy name no policy of c has.
+func freeName(c *Config, name string) bool {
+	return checkName(name) == nil && c.Policy(name) == nil
 }

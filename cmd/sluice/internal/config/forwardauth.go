@@ -111,25 +111,40 @@ func (k KeySource) String() string {
 // Matches reports whether the route's conditions hold for a request with
 // this method, normalised path and host (port allowed).
 func (r *Route) Matches(method, cleanPath, host string) bool {
-	if len(r.Methods) > 0 {
-		ok := false
-		for _, m := range r.Methods {
-			ok = ok || m == method
-		}
-		if !ok {
-			return false
+	return r.matchesMethod(method) && r.matchesHost(host) && r.matchesPath(cleanPath)
+}
+
+// matchesMethod reports whether the route takes method: any, without
+// methods.
+func (r *Route) matchesMethod(method string) bool {
+	if len(r.Methods) == 0 {
+		return true
+	}
+	for _, m := range r.Methods {
+		if m == method {
+			return true
 		}
 	}
-	if r.Host != "" {
-		h := strings.ToLower(hostOnly(host))
-		if suffix, wild := strings.CutPrefix(r.Host, "*"); wild {
-			if !strings.HasSuffix(h, suffix) || len(h) == len(suffix) {
-				return false
-			}
-		} else if h != r.Host {
-			return false
-		}
+	return false
+}
+
+// matchesHost reports whether the route takes host (port allowed): any,
+// without a host; "*.domain" takes every name under domain, not domain.
+func (r *Route) matchesHost(host string) bool {
+	if r.Host == "" {
+		return true
 	}
+	h := strings.ToLower(hostOnly(host))
+	if suffix, wild := strings.CutPrefix(r.Host, "*"); wild {
+		return strings.HasSuffix(h, suffix) && len(h) != len(suffix)
+	}
+	return h == r.Host
+}
+
+// matchesPath reports whether the normalised cleanPath is under the
+// route's path prefix, segment by segment (/api takes /api and /api/x,
+// not /apix).
+func (r *Route) matchesPath(cleanPath string) bool {
 	if r.PathPrefix == "" || r.PathPrefix == "/" {
 		return true
 	}
@@ -153,28 +168,15 @@ func hostOnly(host string) string {
 	return host
 }
 
+// forwardAuth decodes the forward_auth section: who may call it, how the
+// original request is read and the routes that limit it.
 func (d *decoder) forwardAuth(n *yaml.Node, c *Config) *ForwardAuth {
 	f := d.fields(n, "forward_auth", forwardAuthSection)
 	if f == nil {
 		return nil
 	}
 	fa := &ForwardAuth{}
-	items := 0
-	if x, ok := f["trusted_proxies"]; ok {
-		for _, item := range d.sequence(x.val, "forward_auth.trusted_proxies") {
-			items++
-			s := d.str(item, "forward_auth.trusted_proxies item")
-			ps, err := clientip.ParsePrefixes(s)
-			if err != nil {
-				d.errorf(item, "forward_auth.trusted_proxies: %v", err)
-				continue
-			}
-			fa.TrustedProxies = append(fa.TrustedProxies, ps...)
-		}
-	}
-	if items == 0 {
-		d.errorf(n, "forward_auth.trusted_proxies is missing or empty: list the addresses of the proxies that call sluice (such as 127.0.0.1/32); without them the original request cannot be read")
-	}
+	fa.TrustedProxies = d.trustedProxies(n, f)
 	if x, ok := f["client_ip_header"]; ok {
 		fa.ClientIPHeader = http.CanonicalHeaderKey(d.str(x.val, "forward_auth.client_ip_header"))
 	}
@@ -182,23 +184,10 @@ func (d *decoder) forwardAuth(n *yaml.Node, c *Config) *ForwardAuth {
 		d.errorf(n, "forward_auth: %v", err)
 	}
 	if x, ok := f["path_case"]; ok {
-		switch s := d.str(x.val, "forward_auth.path_case"); s {
-		case "insensitive":
-		case "sensitive":
-			fa.PathCaseSensitive = true
-		default:
-			d.errorf(x.val, "forward_auth.path_case must be insensitive (the default: /LOGIN is matched as /login) or sensitive, got %q", s)
-		}
+		fa.PathCaseSensitive = d.pathCase(x.val)
 	}
 	if x, ok := f["unmatched"]; ok {
-		switch s := d.str(x.val, "forward_auth.unmatched"); s {
-		case "allow":
-			fa.Unmatched = UnmatchedAllow
-		case "deny":
-			fa.Unmatched = UnmatchedDeny
-		default:
-			d.errorf(x.val, "forward_auth.unmatched must be allow (no limit) or deny, got %q", s)
-		}
+		fa.Unmatched = d.unmatched(x.val)
 	}
 	x, ok := f["routes"]
 	if !ok {
@@ -213,47 +202,77 @@ func (d *decoder) forwardAuth(n *yaml.Node, c *Config) *ForwardAuth {
 	return fa
 }
 
+// trustedProxies decodes forward_auth.trusted_proxies, which must list at
+// least one address or network.
+func (d *decoder) trustedProxies(n *yaml.Node, f map[string]field) []netip.Prefix {
+	var out []netip.Prefix
+	items := 0
+	if x, ok := f["trusted_proxies"]; ok {
+		for _, item := range d.sequence(x.val, "forward_auth.trusted_proxies") {
+			items++
+			s := d.str(item, "forward_auth.trusted_proxies item")
+			ps, err := clientip.ParsePrefixes(s)
+			if err != nil {
+				d.errorf(item, "forward_auth.trusted_proxies: %v", err)
+				continue
+			}
+			out = append(out, ps...)
+		}
+	}
+	if items == 0 {
+		d.errorf(n, "forward_auth.trusted_proxies is missing or empty: list the addresses of the proxies that call sluice (such as 127.0.0.1/32); without them the original request cannot be read")
+	}
+	return out
+}
+
+// pathCase decodes forward_auth.path_case: whether paths are compared
+// case-sensitively.
+func (d *decoder) pathCase(n *yaml.Node) bool {
+	switch s := d.str(n, "forward_auth.path_case"); s {
+	case "insensitive":
+	case "sensitive":
+		return true
+	default:
+		d.errorf(n, "forward_auth.path_case must be insensitive (the default: /LOGIN is matched as /login) or sensitive, got %q", s)
+	}
+	return false
+}
+
+// unmatched decodes forward_auth.unmatched: what happens to a request no
+// route matches.
+func (d *decoder) unmatched(n *yaml.Node) Unmatched {
+	switch s := d.str(n, "forward_auth.unmatched"); s {
+	case "allow":
+	case "deny":
+		return UnmatchedDeny
+	default:
+		d.errorf(n, "forward_auth.unmatched must be allow (no limit) or deny, got %q", s)
+	}
+	return UnmatchedAllow
+}
+
+// route decodes the num-th route of forward_auth: what it matches (path
+// prefix, methods, host) and the limits that apply to it.
 func (d *decoder) route(n *yaml.Node, c *Config, fa *ForwardAuth, num int) *Route {
 	f := d.fields(n, "route", routeSection)
 	if f == nil {
 		return nil
 	}
 	r := &Route{Line: n.Line}
+	r.Name = "route " + strconv.Itoa(num)
 	if x, ok := f["name"]; ok {
 		r.Name = d.str(x.val, "route name")
-	} else {
-		r.Name = "route " + strconv.Itoa(num)
 	}
 	what := "forward_auth route " + r.Name
 	if x, ok := f["path_prefix"]; ok {
-		r.PathPrefix = d.str(x.val, what+": path_prefix")
-		clean, err := CleanPath(r.PathPrefix)
-		switch {
-		case !strings.HasPrefix(r.PathPrefix, "/"):
-			d.errorf(x.val, "%s: path_prefix must start with /, got %q", what, r.PathPrefix)
-		case err != nil || strings.ContainsAny(r.PathPrefix, "?#"):
-			d.errorf(x.val, "%s: path_prefix %q can never match: requests are matched by their path without query, fragment or control characters", what, r.PathPrefix)
-		case clean != strings.TrimSuffix(r.PathPrefix, "/") && clean != r.PathPrefix:
-			d.errorf(x.val, "%s: path_prefix %q is not a normalised path (requests are matched after decoding percent-escapes, dropping ;parameters, resolving . and .. and merging slashes; write %q)", what, r.PathPrefix, clean)
-		case !fa.PathCaseSensitive:
-			r.PathPrefix = strings.ToLower(clean)
-		default:
-			r.PathPrefix = clean
-		}
+		r.PathPrefix = d.pathPrefix(x.val, what, fa.PathCaseSensitive)
 	}
 	if x, ok := f["methods"]; ok {
-		for _, m := range d.sequence(x.val, what+": methods") {
-			s := d.str(m, what+": method")
-			if s == "" || s != strings.ToUpper(s) || strings.ContainsAny(s, " \t/:") {
-				d.errorf(m, "%s: method must be an upper-case HTTP method such as GET or POST, got %q", what, s)
-				continue
-			}
-			r.Methods = append(r.Methods, s)
-		}
+		r.Methods = d.methods(x.val, what)
 	}
 	if x, ok := f["host"]; ok {
 		r.Host = strings.ToLower(d.str(x.val, what+": host"))
-		if r.Host == "" || strings.ContainsAny(r.Host, "/: ") || strings.Contains(r.Host[1:], "*") || (strings.HasPrefix(r.Host, "*") && !strings.HasPrefix(r.Host, "*.")) {
+		if !validRouteHost(r.Host) {
 			d.errorf(x.val, "%s: host must be a host name without port, or *.domain, got %q", what, r.Host)
 		}
 	}
@@ -262,11 +281,7 @@ func (d *decoder) route(n *yaml.Node, c *Config, fa *ForwardAuth, num int) *Rout
 		d.errorf(n, "%s: limits is missing (a list of {policy, key})", what)
 		return nil
 	}
-	for _, ln := range d.sequence(x.val, what+": limits") {
-		if l := d.routeLimit(ln, c, what); l != nil {
-			r.Limits = append(r.Limits, l)
-		}
-	}
+	r.Limits = d.routeLimits(x.val, c, what)
 	if len(r.Limits) == 0 {
 		d.errorf(x.val, "%s: limits is empty", what)
 		return nil
@@ -274,6 +289,66 @@ func (d *decoder) route(n *yaml.Node, c *Config, fa *ForwardAuth, num int) *Rout
 	return r
 }
 
+// pathPrefix decodes a route's path_prefix, which must be a normalised path
+// a request can have; it returns it as requests are matched (lower-case
+// unless caseSensitive).
+func (d *decoder) pathPrefix(n *yaml.Node, what string, caseSensitive bool) string {
+	prefix := d.str(n, what+": path_prefix")
+	clean, err := CleanPath(prefix)
+	switch {
+	case !strings.HasPrefix(prefix, "/"):
+		d.errorf(n, "%s: path_prefix must start with /, got %q", what, prefix)
+	case err != nil || strings.ContainsAny(prefix, "?#"):
+		d.errorf(n, "%s: path_prefix %q can never match: requests are matched by their path without query, fragment or control characters", what, prefix)
+	case clean != strings.TrimSuffix(prefix, "/") && clean != prefix:
+		d.errorf(n, "%s: path_prefix %q is not a normalised path (requests are matched after decoding percent-escapes, dropping ;parameters, resolving . and .. and merging slashes; write %q)", what, prefix, clean)
+	case !caseSensitive:
+		return strings.ToLower(clean)
+	default:
+		return clean
+	}
+	return prefix
+}
+
+// methods decodes a route's methods: upper-case HTTP method names.
+func (d *decoder) methods(n *yaml.Node, what string) []string {
+	var out []string
+	for _, m := range d.sequence(n, what+": methods") {
+		s := d.str(m, what+": method")
+		if s == "" || s != strings.ToUpper(s) || strings.ContainsAny(s, " \t/:") {
+			d.errorf(m, "%s: method must be an upper-case HTTP method such as GET or POST, got %q", what, s)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// validRouteHost reports whether host (lower-cased) is a host name without
+// port, or "*." and a domain.
+func validRouteHost(host string) bool {
+	if host == "" || strings.ContainsAny(host, "/: ") || strings.Contains(host[1:], "*") {
+		return false
+	}
+	return !strings.HasPrefix(host, "*") || strings.HasPrefix(host, "*.")
+}
+
+// routeLimits decodes a route's limits, leaving out those in error.
+func (d *decoder) routeLimits(n *yaml.Node, c *Config, what string) []*RouteLimit {
+	var out []*RouteLimit
+	for _, ln := range d.sequence(n, what+": limits") {
+		if l := d.routeLimit(ln, c, what); l != nil {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// keyForms lists the forms of a route limit's key, for messages.
+const keyForms = "client_ip, header:NAME or claim:NAME, a list of them (the first present counts) or {all: [...]} (each present counts)"
+
+// routeLimit decodes one limit of a route: a policy of sluice's format and
+// the key it counts under.
 func (d *decoder) routeLimit(n *yaml.Node, c *Config, what string) *RouteLimit {
 	f := d.fields(n, what+": limit", routeLimitSection)
 	if f == nil {
@@ -295,37 +370,63 @@ func (d *decoder) routeLimit(n *yaml.Node, c *Config, what string) *RouteLimit {
 		return nil
 	}
 	l.Line = n.Line
-	const keyForms = "client_ip, header:NAME or claim:NAME, a list of them (the first present counts) or {all: [...]} (each present counts)"
-	var items []*yaml.Node
-	kn := d.resolve(k.val)
+	items, all, ok := d.keyItems(k.val, what)
+	if !ok {
+		return nil
+	}
+	l.All = all
+	l.Keys = d.keySources(items, what)
+	if len(l.Keys) == 0 {
+		d.errorf(k.val, "%s: key is empty: want %s", what, keyForms)
+		return nil
+	}
+	return l
+}
+
+// keyItems returns the sources a route limit's key n lists, in any of its
+// forms (one source, a list, {first: [...]} or {all: [...]}), and whether
+// each present counts (all); ok is false when n has none of these forms.
+func (d *decoder) keyItems(n *yaml.Node, what string) (items []*yaml.Node, all, ok bool) {
+	kn := d.resolve(n)
 	switch {
 	case kn == nil:
-		return nil
+		return nil, false, false
 	case kn.Kind == yaml.SequenceNode:
-		items = d.sequence(kn, what+": key")
+		return d.sequence(kn, what+": key"), false, true
 	case kn.Kind == yaml.MappingNode:
-		m := d.mapping(kn, what+": key", "first", "all")
-		if m == nil {
-			return nil
-		}
-		first, hasFirst := m["first"]
-		all, hasAll := m["all"]
-		switch {
-		case hasFirst && hasAll:
-			d.errorf(kn, "%s: key has both first and all: write one", what)
-			return nil
-		case hasAll:
-			l.All = true
-			items = d.sequence(all.val, what+": key.all")
-		case hasFirst:
-			items = d.sequence(first.val, what+": key.first")
-		default:
-			d.errorf(kn, "%s: key must be %s", what, keyForms)
-			return nil
-		}
+		return d.keyMapping(kn, what)
 	default:
-		items = []*yaml.Node{kn}
+		return []*yaml.Node{kn}, false, true
 	}
+}
+
+// keyMapping returns the sources of a key written as a mapping: {first:
+// [...]} or {all: [...]}, exactly one of them.
+func (d *decoder) keyMapping(kn *yaml.Node, what string) (items []*yaml.Node, all, ok bool) {
+	m := d.mapping(kn, what+": key", "first", "all")
+	if m == nil {
+		return nil, false, false
+	}
+	first, hasFirst := m["first"]
+	allField, hasAll := m["all"]
+	switch {
+	case hasFirst && hasAll:
+		d.errorf(kn, "%s: key has both first and all: write one", what)
+		return nil, false, false
+	case hasAll:
+		return d.sequence(allField.val, what+": key.all"), true, true
+	case hasFirst:
+		return d.sequence(first.val, what+": key.first"), false, true
+	default:
+		d.errorf(kn, "%s: key must be %s", what, keyForms)
+		return nil, false, false
+	}
+}
+
+// keySources parses the sources of a key, refusing unknown and repeated
+// ones.
+func (d *decoder) keySources(items []*yaml.Node, what string) []KeySource {
+	var out []KeySource
 	seen := map[KeySource]bool{}
 	for _, item := range items {
 		s := d.str(item, what+": key")
@@ -339,13 +440,9 @@ func (d *decoder) routeLimit(n *yaml.Node, c *Config, what string) *RouteLimit {
 			continue
 		}
 		seen[src] = true
-		l.Keys = append(l.Keys, src)
+		out = append(out, src)
 	}
-	if len(l.Keys) == 0 {
-		d.errorf(k.val, "%s: key is empty: want %s", what, keyForms)
-		return nil
-	}
-	return l
+	return out
 }
 
 func parseKeySource(s string) (KeySource, bool) {

@@ -232,44 +232,63 @@ func (d *decoder) plans(n *yaml.Node, p *Policy) []Plan {
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(r.Content); i += 2 {
 		k, v := r.Content[i], r.Content[i+1]
-		name := d.str(k, "plan name")
-		if err := checkName(name); err != nil {
-			d.errorf(k, "policy %q: plan name: %v", p.Name, err)
-			continue
-		}
-		if seen[name] {
-			d.errorf(k, "policy %q: plan %q is given twice", p.Name, name)
-			continue
-		}
-		seen[name] = true
-		f := d.mapping(v, "plan "+name, allowed...)
-		if f == nil {
-			continue
-		}
-		params := p.Params
-		x, ok := f[limitField]
+		name, ok := d.planName(k, p, seen)
 		if !ok {
-			d.errorf(v, "policy %q: plan %q needs %s", p.Name, name, limitField)
 			continue
 		}
-		params.Limit, _ = d.intField(x.val, limitField, plansSection.Field(limitField))
-		if x, ok := f["rate"]; ok {
-			rate, per, ok := d.rate(x.val)
-			if !ok {
-				continue
-			}
-			if rate != 0 {
-				params.Rate, params.Per = rate, per
-			}
+		if plan, ok := d.plan(v, p, name, limitField, allowed); ok {
+			out = append(out, plan)
 		}
-		pol, err := p.Algorithm.Policy(params)
-		if err != nil {
-			d.errorf(v, "policy %q: plan %q: %s", p.Name, name, sluice.Reason(err))
-			continue
-		}
-		out = append(out, Plan{Name: name, Policy: pol, Limit: params.Limit})
 	}
 	return out
+}
+
+// planName decodes the name k of a plan of p, which must be a valid name
+// not in seen; it adds it to seen.
+func (d *decoder) planName(k *yaml.Node, p *Policy, seen map[string]bool) (string, bool) {
+	name := d.str(k, "plan name")
+	if err := checkName(name); err != nil {
+		d.errorf(k, "policy %q: plan name: %v", p.Name, err)
+		return "", false
+	}
+	if seen[name] {
+		d.errorf(k, "policy %q: plan %q is given twice", p.Name, name)
+		return "", false
+	}
+	seen[name] = true
+	return name, true
+}
+
+// plan decodes the plan name of p from v, which holds the fields allowed
+// for p's algorithm: limitField (required) and, for rated algorithms,
+// rate; the rest of the plan's parameters are p's.
+func (d *decoder) plan(v *yaml.Node, p *Policy, name, limitField string, allowed []string) (Plan, bool) {
+	f := d.mapping(v, "plan "+name, allowed...)
+	if f == nil {
+		return Plan{}, false
+	}
+	params := p.Params
+	x, ok := f[limitField]
+	if !ok {
+		d.errorf(v, "policy %q: plan %q needs %s", p.Name, name, limitField)
+		return Plan{}, false
+	}
+	params.Limit, _ = d.intField(x.val, limitField, plansSection.Field(limitField))
+	if x, ok := f["rate"]; ok {
+		rate, per, ok := d.rate(x.val)
+		if !ok {
+			return Plan{}, false
+		}
+		if rate != 0 {
+			params.Rate, params.Per = rate, per
+		}
+	}
+	pol, err := p.Algorithm.Policy(params)
+	if err != nil {
+		d.errorf(v, "policy %q: plan %q: %s", p.Name, name, sluice.Reason(err))
+		return Plan{}, false
+	}
+	return Plan{Name: name, Policy: pol, Limit: params.Limit}, true
 }
 
 // calendar decodes a fixed window's calendar period: period (day, week or
@@ -292,12 +311,7 @@ func (d *decoder) calendar(f map[string]field, policy string) sluice.Calendar {
 	}
 	c.Unit = u
 	if z, ok := f["zone"]; ok {
-		name := d.str(z.val, "zone")
-		loc, err := time.LoadLocation(name)
-		if err != nil || name == "" || name == "Local" {
-			d.errorf(z.val, "policy %q: zone: unknown time zone %q (want an IANA name such as Europe/Paris, or UTC)", policy, name)
-		}
-		c.Zone = loc
+		c.Zone = d.zone(z.val, policy)
 	} else {
 		d.errorf(x.key, "policy %q: a period needs zone (an IANA time zone such as America/Los_Angeles, or UTC)", policy)
 	}
@@ -312,6 +326,17 @@ func (d *decoder) calendar(f map[string]field, policy string) sluice.Calendar {
 		c.RenewalDay = 1
 	}
 	return c
+}
+
+// zone decodes a calendar period's zone: an IANA time zone name (not
+// Local, which depends on the machine).
+func (d *decoder) zone(n *yaml.Node, policy string) *time.Location {
+	name := d.str(n, "zone")
+	loc, err := time.LoadLocation(name)
+	if err != nil || name == "" || name == "Local" {
+		d.errorf(n, "policy %q: zone: unknown time zone %q (want an IANA name such as Europe/Paris, or UTC)", policy, name)
+	}
+	return loc
 }
 
 func (d *decoder) headers(n *yaml.Node) Headers {
@@ -352,10 +377,15 @@ func checkName(name string) error {
 		return fmt.Errorf("must be 1 to %d characters, got %d", maxPolicyName, len(name))
 	}
 	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+		if !nameChar(rune(name[i])) {
 			return fmt.Errorf("%q may hold only letters, digits, '_', '.' and '-'", name)
 		}
 	}
 	return nil
+}
+
+// nameChar reports whether a policy name may hold r: an ASCII letter or
+// digit, '_', '.' or '-'.
+func nameChar(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-'
 }

@@ -37,6 +37,8 @@ func Reference() []byte {
 	return b.Bytes()
 }
 
+// writeSection writes the reference of section s: a table of its fields,
+// then the checks on several of them and those only the decoder makes.
 func writeSection(b *strings.Builder, s *Section) {
 	fmt.Fprintf(b, "### `%s`\n\n", s.Path)
 	algs := s == policySection || s == plansSection
@@ -46,29 +48,52 @@ func writeSection(b *strings.Builder, s *Section) {
 		b.WriteString("| field | type | default | bounds | description |\n| --- | --- | --- | --- | --- |\n")
 	}
 	for _, f := range s.Fields {
-		name := "`" + f.Name + "`"
-		if f.Required {
-			name += " (required)"
-		}
-		cells := []string{name, typeOf(f), cell(f.Default), bounds(f)}
-		if algs {
-			a := "all"
-			if f.Algorithms != nil {
-				var names []string
-				for _, x := range f.Algorithms {
-					n := x.String()
-					if hasAlgorithm(f.RequiredBy, x) {
-						n += " (required)"
-					}
-					names = append(names, n)
-				}
-				a = strings.Join(names, ", ")
-			}
-			cells = append(cells, a)
-		}
-		cells = append(cells, escape(f.Desc))
-		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+		b.WriteString(fieldRow(f, algs))
 	}
+	if both := jointChecks(s); len(both) > 0 {
+		b.WriteString("\nChecked together, at load and by the schema: " + strings.Join(both, "; ") + ".\n")
+	}
+	if len(s.Rules) > 0 {
+		b.WriteString("\nChecked at load only (the schema cannot express it): " + strings.Join(s.Rules, "; ") + ".\n")
+	}
+}
+
+// fieldRow is the table row of field f; algs: with the algorithms that
+// take it.
+func fieldRow(f *Field, algs bool) string {
+	name := "`" + f.Name + "`"
+	if f.Required {
+		name += " (required)"
+	}
+	cells := []string{name, typeOf(f), cell(f.Default), bounds(f)}
+	if algs {
+		cells = append(cells, algorithmsCell(f))
+	}
+	cells = append(cells, escape(f.Desc))
+	return "| " + strings.Join(cells, " | ") + " |\n"
+}
+
+// algorithmsCell lists the algorithms that take f, marking those that need
+// it; "all" when every algorithm takes it.
+func algorithmsCell(f *Field) string {
+	if f.Algorithms == nil {
+		return "all"
+	}
+	var names []string
+	for _, x := range f.Algorithms {
+		n := x.String()
+		if hasAlgorithm(f.RequiredBy, x) {
+			n += " (required)"
+		}
+		names = append(names, n)
+	}
+	return strings.Join(names, ", ")
+}
+
+// jointChecks describes the checks of section s on several fields
+// together: its Exclusive, Together and ExactlyOne, and the per-algorithm
+// rules of policies and rate limits.
+func jointChecks(s *Section) []string {
 	var both []string
 	for _, p := range s.Exclusive {
 		both = append(both, fmt.Sprintf("`%s` or `%s`, not both", p[0], p[1]))
@@ -88,26 +113,20 @@ func writeSection(b *strings.Builder, s *Section) {
 	if s == rateLimitSection {
 		both = append(both, "`unlimited: true` takes no `unit` or `unit_multiplier`; otherwise `unit` and `requests_per_unit` are required")
 	}
-	if len(both) > 0 {
-		b.WriteString("\nChecked together, at load and by the schema: " + strings.Join(both, "; ") + ".\n")
-	}
-	if len(s.Rules) > 0 {
-		b.WriteString("\nChecked at load only (the schema cannot express it): " + strings.Join(s.Rules, "; ") + ".\n")
-	}
+	return both
 }
 
+// kindTypes names the type of each kind whose type names no other.
+var kindTypes = map[Kind]string{
+	KindString: "string", KindBool: "boolean", KindInt: "integer", KindDuration: "duration", KindRate: "rate", KindAny: "mapping",
+}
+
+// typeOf is the type of field f as the reference shows it.
 func typeOf(f *Field) string {
+	if t, ok := kindTypes[f.Kind]; ok {
+		return t
+	}
 	switch f.Kind {
-	case KindString:
-		return "string"
-	case KindBool:
-		return "boolean"
-	case KindInt:
-		return "integer"
-	case KindDuration:
-		return "duration"
-	case KindRate:
-		return "rate"
 	case KindEnum:
 		if len(f.Enum) > 6 {
 			return "one of " + strings.Join(quoted(f.Enum[:len(f.Enum):len(f.Enum)], 3), ", ")
@@ -119,8 +138,6 @@ func typeOf(f *Field) string {
 		return sectionLink(f.Section)
 	case KindMap:
 		return "mapping of names to " + sectionLink(f.Section)
-	case KindAny:
-		return "mapping"
 	}
 	return f.Type
 }

@@ -33,52 +33,72 @@ func truthy() map[string]any {
 	return map[string]any{"enum": vals}
 }
 
-func fieldSchema(f *Field) map[string]any {
-	var s map[string]any
-	switch f.Kind {
-	case KindString:
-		s = map[string]any{"type": "string"}
-		if f.Pattern != "" {
-			s["pattern"] = f.Pattern
-		} else if !f.Required {
-			// "key:" with nothing is "", as envoyproxy/ratelimit reads it
-			s["type"] = []string{"string", "null"}
-		}
-	case KindBool:
-		s = boolSchema()
-	case KindInt:
-		s = map[string]any{"type": "integer", "minimum": f.Min, "maximum": f.Max}
-	case KindDuration:
-		s = map[string]any{"type": "string", "pattern": durationPattern}
-	case KindRate:
-		s = map[string]any{"type": "string", "pattern": ratePattern}
-	case KindEnum:
-		s = map[string]any{"enum": f.Enum}
-	case KindList:
-		s = map[string]any{"type": "array", "items": fieldSchema(f.Item)}
-		if f.Min > 0 {
-			s["minItems"] = f.Min
-		} else if !f.Required {
-			// "key:" with nothing is an empty list, as YAML 1.1 readers take it
-			s["type"] = []string{"array", "null"}
-		}
-	case KindSection:
-		s = ref(f.Section.Def)
-	case KindMap:
-		s = map[string]any{"type": "object", "propertyNames": map[string]any{"pattern": policyNamePattern},
+// kindSchemas makes the schema of a field of each kind but KindList (whose
+// schema holds its item's, so fieldSchema makes it: a table that fieldSchema
+// reads cannot refer back to it).
+var kindSchemas = map[Kind]func(f *Field) map[string]any{
+	KindString: stringSchema,
+	KindBool:   func(*Field) map[string]any { return boolSchema() },
+	KindInt: func(f *Field) map[string]any {
+		return map[string]any{"type": "integer", "minimum": f.Min, "maximum": f.Max}
+	},
+	KindDuration: func(*Field) map[string]any { return map[string]any{"type": "string", "pattern": durationPattern} },
+	KindRate:     func(*Field) map[string]any { return map[string]any{"type": "string", "pattern": ratePattern} },
+	KindEnum:     func(f *Field) map[string]any { return map[string]any{"enum": f.Enum} },
+	KindSection:  func(f *Field) map[string]any { return ref(f.Section.Def) },
+	KindMap: func(f *Field) map[string]any {
+		return map[string]any{"type": "object", "propertyNames": map[string]any{"pattern": policyNamePattern},
 			"additionalProperties": ref(f.Section.Def)}
-	case KindAny:
-		s = map[string]any{"type": "object"}
-	case KindCustom:
-		s = map[string]any{}
+	},
+	KindAny: func(*Field) map[string]any { return map[string]any{"type": "object"} },
+	KindCustom: func(f *Field) map[string]any {
+		s := map[string]any{}
 		for k, v := range f.Schema {
 			s[k] = v
 		}
-	default:
+		return s
+	},
+}
+
+// fieldSchema is the JSON Schema of the field f's value, with its
+// description.
+func fieldSchema(f *Field) map[string]any {
+	var s map[string]any
+	if f.Kind == KindList {
+		s = listSchema(f)
+	} else if build, ok := kindSchemas[f.Kind]; ok {
+		s = build(f)
+	} else {
 		panic(fmt.Sprintf("config: field %s has no kind", f.Name))
 	}
 	if f.Desc != "" {
 		s["description"] = describeField(f)
+	}
+	return s
+}
+
+// stringSchema is a KindString's schema: its pattern, or else a string or
+// null unless the field is required.
+func stringSchema(f *Field) map[string]any {
+	s := map[string]any{"type": "string"}
+	if f.Pattern != "" {
+		s["pattern"] = f.Pattern
+	} else if !f.Required {
+		// "key:" with nothing is "", as envoyproxy/ratelimit reads it
+		s["type"] = []string{"string", "null"}
+	}
+	return s
+}
+
+// listSchema is a KindList's schema: an array of its item's, with its
+// minimum length, or else an array or null unless the field is required.
+func listSchema(f *Field) map[string]any {
+	s := map[string]any{"type": "array", "items": fieldSchema(f.Item)}
+	if f.Min > 0 {
+		s["minItems"] = f.Min
+	} else if !f.Required {
+		// "key:" with nothing is an empty list, as YAML 1.1 readers take it
+		s["type"] = []string{"array", "null"}
 	}
 	return s
 }

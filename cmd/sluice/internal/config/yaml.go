@@ -339,3 +339,21 @@ func (d *decoder) integer(n *yaml.Node, what string, lo, hi int64) (int64, bool)
 	}
 	return v, true
 }
+
+// flag decodes the boolean field name of f, when it is set, into *dst; it
+// returns the field and whether it is set.
+func (d *decoder) flag(f map[string]field, name string, dst *bool) (field, bool) {
+	x, ok := f[name]
+	if ok {
+		*dst = d.boolean(x.val, name)
+	}
+	return x, ok
+}
+
+// optString decodes the string field name of f, "" when it is not set.
+func (d *decoder) optString(f map[string]field, name, what string) string {
+	if x, ok := f[name]; ok {
+		return d.str(x.val, what)
+	}
+	return ""
+}

@@ -109,26 +109,9 @@ func setDuration(dst *durationpb.Duration, d time.Duration) *durationpb.Duration
 // only those that would count their hits.
 func (s *Service) decideEach(ctx context.Context, rs []resolved, checks []sluice.Check, idx []int) (sluice.Decision, error) {
 	if s.opts.StopIncrementWhenOverLimit {
-		peeks := make([]sluice.Check, len(checks))
-		for k, c := range checks {
-			peeks[k] = c
-			peeks[k].Cost = 0
-		}
-		seen, err := sluice.AllowEach(ctx, peeks)
+		over, anyOver, err := wouldGoOver(ctx, rs, checks, idx)
 		if err != nil {
-			return seen, err
-		}
-		over := make([]bool, len(checks))
-		anyOver := false
-		for i := range rs {
-			if rs[i].kind == kindDeny && rs[i].hits > 0 {
-				anyOver = true // a requests_per_unit 0 limit is over with any hit
-			}
-		}
-		for k, res := range seen.Results {
-			if checks[k].Cost > 0 && checks[k].Cost > res.Remaining || rs[idx[k]].hits > uint64(rs[idx[k]].policyLimit()) {
-				over[k], anyOver = true, true
-			}
+			return sluice.Decision{}, err
 		}
 		if anyOver {
 			for k := range checks {
@@ -139,6 +122,33 @@ func (s *Service) decideEach(ctx context.Context, rs []resolved, checks []sluice
 		}
 	}
 	return sluice.AllowEach(ctx, checks)
+}
+
+// wouldGoOver reads the counts of checks (at cost 0) and says which would
+// go over their limit with their hits; anyOver also when a requests_per_unit
+// 0 limit has a hit.
+func wouldGoOver(ctx context.Context, rs []resolved, checks []sluice.Check, idx []int) (over []bool, anyOver bool, err error) {
+	peeks := make([]sluice.Check, len(checks))
+	for k, c := range checks {
+		peeks[k] = c
+		peeks[k].Cost = 0
+	}
+	seen, err := sluice.AllowEach(ctx, peeks)
+	if err != nil {
+		return nil, false, err
+	}
+	over = make([]bool, len(checks))
+	for i := range rs {
+		if rs[i].kind == kindDeny && rs[i].hits > 0 {
+			anyOver = true // a requests_per_unit 0 limit is over with any hit
+		}
+	}
+	for k, res := range seen.Results {
+		if checks[k].Cost > 0 && checks[k].Cost > res.Remaining || rs[idx[k]].hits > uint64(rs[idx[k]].policyLimit()) {
+			over[k], anyOver = true, true
+		}
+	}
+	return over, anyOver, nil
 }
 
 // decideAllOrNothing decides the descriptors together: when one refuses,

@@ -61,7 +61,29 @@ func ReadEnv(env func(string) (string, bool)) (*Env, error) {
 	}
 	var errs []string
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
-	boolean := func(k string, def bool) bool {
+	boolean := envBoolean(env, bad)
+	e := &Env{LookupEnv: env}
+	root := get("RUNTIME_ROOT", "/srv/runtime_data/current")
+	e.Dir = filepath.Join(root, get("RUNTIME_SUBDIRECTORY", ""), get("RUNTIME_APPDIRECTORY", "config"))
+	e.DirOptions = config.DirOptions{Merge: boolean("MERGE_DOMAIN_CONFIG", false), IgnoreDotfiles: boolean("RUNTIME_IGNOREDOTFILES", false)}
+	if !boolean("RUNTIME_WATCH_ROOT", true) {
+		e.Notes = append(e.Notes, "RUNTIME_WATCH_ROOT=false: the directory and every directory above it are watched either way, so both ways of updating it are seen")
+	}
+	e.readServing(get, bad)
+	e.Prefix = get("CACHE_KEY_PREFIX", "")
+	e.readOptions(env, boolean, bad)
+	e.readRedis(get, boolean, bad)
+	e.refuseUnsupported(get, boolean, bad)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("envoyproxy/ratelimit environment: %s", strings.Join(errs, "; "))
+	}
+	return e, nil
+}
+
+// envBoolean returns the reader of boolean variables: a variable unset or
+// empty is def; one that is not true or false is reported to bad.
+func envBoolean(env func(string) (string, bool), bad func(string, ...any)) func(k string, def bool) bool {
+	return func(k string, def bool) bool {
 		v, ok := env(k)
 		if !ok || v == "" {
 			return def
@@ -72,13 +94,11 @@ func ReadEnv(env func(string) (string, bool)) (*Env, error) {
 		}
 		return b
 	}
-	e := &Env{LookupEnv: env}
-	root := get("RUNTIME_ROOT", "/srv/runtime_data/current")
-	e.Dir = filepath.Join(root, get("RUNTIME_SUBDIRECTORY", ""), get("RUNTIME_APPDIRECTORY", "config"))
-	e.DirOptions = config.DirOptions{Merge: boolean("MERGE_DOMAIN_CONFIG", false), IgnoreDotfiles: boolean("RUNTIME_IGNOREDOTFILES", false)}
-	if !boolean("RUNTIME_WATCH_ROOT", true) {
-		e.Notes = append(e.Notes, "RUNTIME_WATCH_ROOT=false: the directory and every directory above it are watched either way, so both ways of updating it are seen")
-	}
+}
+
+// readServing reads the addresses to serve on and the log's level and
+// format.
+func (e *Env) readServing(get func(k, def string) string, bad func(string, ...any)) {
 	e.HTTPAddr = net.JoinHostPort(get("HOST", "0.0.0.0"), get("PORT", "8080"))
 	e.GRPCAddr = net.JoinHostPort(get("GRPC_HOST", "0.0.0.0"), get("GRPC_PORT", "8081"))
 	e.DebugAddr = net.JoinHostPort(get("DEBUG_HOST", "0.0.0.0"), get("DEBUG_PORT", "6070"))
@@ -87,7 +107,11 @@ func ReadEnv(env func(string) (string, bool)) (*Env, error) {
 	if e.LogFormat != "text" && e.LogFormat != "json" {
 		bad("LOG_FORMAT=%q: want text or json", e.LogFormat)
 	}
-	e.Prefix = get("CACHE_KEY_PREFIX", "")
+}
+
+// readOptions reads the variables that change how requests are decided
+// and answered.
+func (e *Env) readOptions(env func(string) (string, bool), boolean func(string, bool) bool, bad func(string, ...any)) {
 	e.Options.ShadowMode = boolean("SHADOW_MODE", false)
 	e.Options.StopIncrementWhenOverLimit = boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)
 	e.Options.ResponseDynamicMetadata = boolean("RESPONSE_DYNAMIC_METADATA", false)
@@ -98,12 +122,6 @@ func ReadEnv(env func(string) (string, bool)) (*Env, error) {
 		}
 		e.Options.NearLimitRatio = r
 	}
-	e.readRedis(get, boolean, bad)
-	e.refuseUnsupported(get, boolean, bad)
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("envoyproxy/ratelimit environment: %s", strings.Join(errs, "; "))
-	}
-	return e, nil
 }
 
 // readRedis maps REDIS_* to a valkey section.
@@ -114,17 +132,7 @@ func (e *Env) readRedis(get func(k, def string) string, boolean func(string, boo
 	v := &config.Valkey{Timeout: sluice.DefaultTimeout, ConnectTimeout: config.DefaultConnectTimeout}
 	redisAddresses(v, get, bad)
 	if auth := get("REDIS_AUTH", ""); auth != "" {
-		v.PasswordEnv = "REDIS_AUTH"
-		if user, pass, ok := strings.Cut(auth, ":"); ok {
-			v.Username, v.PasswordEnv = user, redisAuthPassword
-			env := e.LookupEnv
-			e.LookupEnv = func(k string) (string, bool) {
-				if k == redisAuthPassword {
-					return pass, true
-				}
-				return env(k)
-			}
-		}
+		e.redisAuth(v, auth)
 	}
 	if boolean("REDIS_TLS", false) {
 		v.TLS = &config.TLS{CAFile: get("REDIS_TLS_CACERT", ""), CertFile: get("REDIS_TLS_CLIENT_CERT", ""), KeyFile: get("REDIS_TLS_CLIENT_KEY", "")}
@@ -145,6 +153,23 @@ func (e *Env) readRedis(get func(k, def string) string, boolean func(string, boo
 	e.Valkey = v
 }
 
+// redisAuth sets the credentials of v from REDIS_AUTH, auth: a password,
+// or user:password, whose password e.LookupEnv then serves as
+// redisAuthPassword.
+func (e *Env) redisAuth(v *config.Valkey, auth string) {
+	v.PasswordEnv = "REDIS_AUTH"
+	if user, pass, ok := strings.Cut(auth, ":"); ok {
+		v.Username, v.PasswordEnv = user, redisAuthPassword
+		env := e.LookupEnv
+		e.LookupEnv = func(k string) (string, bool) {
+			if k == redisAuthPassword {
+				return pass, true
+			}
+			return env(k)
+		}
+	}
+}
+
 // redisAddresses sets the addresses of v, or its Sentinels, from
 // REDIS_TYPE and REDIS_URL.
 func redisAddresses(v *config.Valkey, get func(k, def string) string, bad func(string, ...any)) {
@@ -158,14 +183,28 @@ func redisAddresses(v *config.Valkey, get func(k, def string) string, bad func(s
 		}
 		urls = urls[1:]
 	}
+	v.Addresses = append(v.Addresses, hostPorts(urls, bad)...)
+	redisType(v, typ, bad)
+}
+
+// hostPorts returns the addresses of REDIS_URL, without spaces or empty
+// ones, reporting those that are not host:port.
+func hostPorts(urls []string, bad func(string, ...any)) []string {
+	var out []string
 	for _, u := range urls {
 		if u = strings.TrimSpace(u); u != "" {
 			if _, _, err := net.SplitHostPort(u); err != nil {
 				bad("REDIS_URL: %q is not host:port", u)
 			}
-			v.Addresses = append(v.Addresses, u)
+			out = append(out, u)
 		}
 	}
+	return out
+}
+
+// redisType checks that v's addresses fit REDIS_TYPE typ and, for
+// sentinel, makes them its Sentinels'.
+func redisType(v *config.Valkey, typ string, bad func(string, ...any)) {
 	switch t := typ; t {
 	case "single":
 		if len(v.Addresses) != 1 {

@@ -32,83 +32,107 @@ func appendResponse(b []byte, resp *rlsv3.RateLimitResponse) ([]byte, bool) {
 	b = append(b, '{')
 	sep := false
 	if resp.OverallCode != 0 {
-		name, ok := rlsv3.RateLimitResponse_Code_name[int32(resp.OverallCode)]
-		if !ok {
+		var ok bool
+		if b, ok = appendEnumField(b, &sep, "overallCode", rlsv3.RateLimitResponse_Code_name, int32(resp.OverallCode)); !ok {
 			return b, false
 		}
-		b = appendStringField(b, &sep, "overallCode", name)
 	}
 	if len(resp.Statuses) > 0 {
-		b = appendKey(b, &sep, "statuses")
-		b = append(b, '[')
-		for i, ds := range resp.Statuses {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			var ok bool
-			if b, ok = appendStatus(b, ds); !ok {
-				return b, false
-			}
+		var ok bool
+		if b, ok = appendStatuses(appendKey(b, &sep, "statuses"), resp.Statuses); !ok {
+			return b, false
 		}
-		b = append(b, ']')
 	}
 	return append(b, '}'), true
 }
 
+// appendStatuses appends the list of descriptor statuses to b; false when
+// one holds what appendStatus does not write.
+func appendStatuses(b []byte, statuses []*rlsv3.RateLimitResponse_DescriptorStatus) ([]byte, bool) {
+	b = append(b, '[')
+	for i, ds := range statuses {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var ok bool
+		if b, ok = appendStatus(b, ds); !ok {
+			return b, false
+		}
+	}
+	return append(b, ']'), true
+}
+
+// appendStatus appends a descriptor status's JSON to b; false when it holds
+// what it does not write.
 func appendStatus(b []byte, ds *rlsv3.RateLimitResponse_DescriptorStatus) ([]byte, bool) {
 	if ds == nil || ds.Quota != nil || len(ds.ProtoReflect().GetUnknown()) > 0 {
 		return b, false
 	}
 	b = append(b, '{')
 	sep := false
+	ok := true
 	if ds.Code != 0 {
-		name, ok := rlsv3.RateLimitResponse_Code_name[int32(ds.Code)]
-		if !ok {
+		if b, ok = appendEnumField(b, &sep, "code", rlsv3.RateLimitResponse_Code_name, int32(ds.Code)); !ok {
 			return b, false
 		}
-		b = appendStringField(b, &sep, "code", name)
 	}
 	if l := ds.CurrentLimit; l != nil {
-		if !plainString(l.Name) || len(l.ProtoReflect().GetUnknown()) > 0 {
+		if b, ok = appendCurrentLimit(appendKey(b, &sep, "currentLimit"), l); !ok {
 			return b, false
 		}
-		b = appendKey(b, &sep, "currentLimit")
-		b = append(b, '{')
-		lsep := false
-		if l.Name != "" {
-			b = appendStringField(b, &lsep, "name", l.Name)
-		}
-		if l.RequestsPerUnit != 0 {
-			b = appendKey(b, &lsep, "requestsPerUnit")
-			b = strconv.AppendUint(b, uint64(l.RequestsPerUnit), 10)
-		}
-		if l.Unit != 0 {
-			name, ok := rlsv3.RateLimitResponse_RateLimit_Unit_name[int32(l.Unit)]
-			if !ok {
-				return b, false
-			}
-			b = appendStringField(b, &lsep, "unit", name)
-		}
-		if m := l.UnitMultiplier; m != nil {
-			if len(m.ProtoReflect().GetUnknown()) > 0 {
-				return b, false
-			}
-			b = appendKey(b, &lsep, "unitMultiplier")
-			b = strconv.AppendUint(b, uint64(m.Value), 10)
-		}
-		b = append(b, '}')
 	}
 	if ds.LimitRemaining != 0 {
 		b = appendKey(b, &sep, "limitRemaining")
 		b = strconv.AppendUint(b, uint64(ds.LimitRemaining), 10)
 	}
 	if d := ds.DurationUntilReset; d != nil {
-		var ok bool
 		if b, ok = appendDuration(appendKey(b, &sep, "durationUntilReset"), d); !ok {
 			return b, false
 		}
 	}
 	return append(b, '}'), true
+}
+
+// appendCurrentLimit appends a status's current limit to b; false when it
+// holds what it does not write (a name that is not a plain string, an
+// unknown unit, unknown fields).
+func appendCurrentLimit(b []byte, l *rlsv3.RateLimitResponse_RateLimit) ([]byte, bool) {
+	if !plainString(l.Name) || len(l.ProtoReflect().GetUnknown()) > 0 {
+		return b, false
+	}
+	b = append(b, '{')
+	sep := false
+	if l.Name != "" {
+		b = appendStringField(b, &sep, "name", l.Name)
+	}
+	if l.RequestsPerUnit != 0 {
+		b = appendKey(b, &sep, "requestsPerUnit")
+		b = strconv.AppendUint(b, uint64(l.RequestsPerUnit), 10)
+	}
+	if l.Unit != 0 {
+		var ok bool
+		if b, ok = appendEnumField(b, &sep, "unit", rlsv3.RateLimitResponse_RateLimit_Unit_name, int32(l.Unit)); !ok {
+			return b, false
+		}
+	}
+	if m := l.UnitMultiplier; m != nil {
+		if len(m.ProtoReflect().GetUnknown()) > 0 {
+			return b, false
+		}
+		b = appendKey(b, &sep, "unitMultiplier")
+		b = strconv.AppendUint(b, uint64(m.Value), 10)
+	}
+	return append(b, '}'), true
+}
+
+// appendEnumField writes key and the name of enum value v, as protojson
+// does; false when names has none for v.
+func appendEnumField(b []byte, sep *bool, key string, names map[int32]string, v int32) ([]byte, bool) {
+	name, ok := names[v]
+	if !ok {
+		return b, false
+	}
+	return appendStringField(b, sep, key, name), true
 }
 
 // appendDuration writes whole seconds ("5s"); false for what it leaves to

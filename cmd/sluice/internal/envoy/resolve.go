@@ -188,6 +188,22 @@ func (s *Service) resolveOverride(st State, dom *config.Domain, r *resolved, ov 
 // applyReplaces drops the limits named in another applying limit's
 // replaces list (rate_limit.replaces).
 func applyReplaces(rs []resolved) {
+	replaced := replacedNames(rs)
+	if replaced == nil {
+		return
+	}
+	for i := range rs {
+		r := &rs[i]
+		if (r.kind == kindLimit || r.kind == kindDeny) && r.limit != nil && r.limit.Name != "" && replaced[r.limit.Name] {
+			*r = resolved{hits: r.hits}
+		}
+	}
+}
+
+// replacedNames is the set of the limits that the applying limits of rs
+// replace; nil when none replaces any (the common case, without an
+// allocation).
+func replacedNames(rs []resolved) map[string]bool {
 	var replaced map[string]bool
 	for _, r := range rs {
 		if r.limit != nil && len(r.limit.Replaces) > 0 && r.kind != kindNone {
@@ -199,15 +215,7 @@ func applyReplaces(rs []resolved) {
 			}
 		}
 	}
-	if replaced == nil {
-		return
-	}
-	for i := range rs {
-		r := &rs[i]
-		if (r.kind == kindLimit || r.kind == kindDeny) && r.limit != nil && r.limit.Name != "" && replaced[r.limit.Name] {
-			*r = resolved{hits: r.hits}
-		}
-	}
+	return replaced
 }
 
 // CountedKey returns the key a descriptor of domain that matched path
