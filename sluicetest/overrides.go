@@ -95,6 +95,23 @@ func overrideLifecycle(t *testing.T, ctx context.Context, l *sluice.Limiter, clo
 	step("override", "", 3, sluice.Result{Allowed: true, Limit: 6, Remaining: 2, ResetAfter: hour, Source: sluice.SourceOverride, OverrideParam: hour.Microseconds()})
 	// It takes precedence over the plan.
 	step("override over plan", "pro", 1, sluice.Result{Allowed: true, Limit: 6, Remaining: 1, ResetAfter: hour, Source: sluice.SourceOverride, OverrideParam: hour.Microseconds()})
+	overrideReadAndListed(t, ctx, l, clock, expires)
+	// The last microsecond of the override, then its lapse: the policy's
+	// limit applies to the same count (5 taken).
+	clock.Set(10*time.Minute - time.Microsecond)
+	step("override's last microsecond", "", 0, sluice.Result{Allowed: true, Limit: 6, Remaining: 1, ResetAfter: hour - 10*time.Minute + time.Microsecond, Source: sluice.SourceOverride, OverrideParam: hour.Microseconds()})
+	clock.Set(10 * time.Minute)
+	step("lapsed", "", 1, sluice.Result{Limit: 2, RetryAfter: 50 * time.Minute, ResetAfter: 50 * time.Minute})
+	step("lapsed, plan", "pro", 1, sluice.Result{Limit: 4, RetryAfter: 50 * time.Minute, ResetAfter: 50 * time.Minute, Source: sluice.SourcePlan})
+	// Delete: the plan applies again at once.
+	overrideDeleted(t, ctx, l, "other")
+}
+
+// overrideReadAndListed checks that GetOverride reads back the override
+// overrideLifecycle set on "k" (limit 6 until expires, with its reason,
+// actor and setting time), then sets a second one on "other" and checks
+// that Overrides lists both in key order.
+func overrideReadAndListed(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *Clock, expires time.Time) {
 	o, ok, err := l.GetOverride(ctx, "k")
 	if err != nil || !ok || o.Limit != 6 || !o.Expires.Equal(expires) || o.Reason != "migration" || o.Actor != "ops" || !o.Set.Equal(clock.Now()) {
 		t.Fatalf("GetOverride: %+v %v %v", o, ok, err)
@@ -106,18 +123,14 @@ func overrideLifecycle(t *testing.T, ctx context.Context, l *sluice.Limiter, clo
 	if err != nil || len(list) != 2 || list[0].Key != "k" || list[1].Key != "other" || list[1].Limit != 9 {
 		t.Fatalf("Overrides: %+v %v", list, err)
 	}
-	// The last microsecond of the override, then its lapse: the policy's
-	// limit applies to the same count (5 taken).
-	clock.Set(10*time.Minute - time.Microsecond)
-	step("override's last microsecond", "", 0, sluice.Result{Allowed: true, Limit: 6, Remaining: 1, ResetAfter: hour - 10*time.Minute + time.Microsecond, Source: sluice.SourceOverride, OverrideParam: hour.Microseconds()})
-	clock.Set(10 * time.Minute)
-	step("lapsed", "", 1, sluice.Result{Limit: 2, RetryAfter: 50 * time.Minute, ResetAfter: 50 * time.Minute})
-	step("lapsed, plan", "pro", 1, sluice.Result{Limit: 4, RetryAfter: 50 * time.Minute, ResetAfter: 50 * time.Minute, Source: sluice.SourcePlan})
-	// Delete: the plan applies again at once.
-	if err := l.DeleteOverride(ctx, "other"); err != nil {
+}
+
+// overrideDeleted deletes the override on key and checks it is gone.
+func overrideDeleted(t *testing.T, ctx context.Context, l *sluice.Limiter, key string) {
+	if err := l.DeleteOverride(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := l.GetOverride(ctx, "other"); ok || err != nil {
+	if _, ok, err := l.GetOverride(ctx, key); ok || err != nil {
 		t.Fatalf("deleted override still there: %v %v", ok, err)
 	}
 }
