@@ -53,33 +53,45 @@ func loneSurrogate(data []byte) (offset int, ok bool) {
 			in = c == '"'
 		case c == '"':
 			in = false
+		case c == '\\' && (i+1 >= len(data) || data[i+1] != 'u'):
+			i++ // the escaped byte
 		case c == '\\':
-			if i+1 < len(data) && data[i+1] == 'u' {
-				r, good := hex4(data, i+2)
-				if !good {
-					return 0, true
-				}
-				switch {
-				case r >= 0xD800 && r < 0xDC00:
-					lo, good := rune(0), false
-					if i+7 < len(data) && data[i+6] == '\\' && data[i+7] == 'u' {
-						lo, good = hex4(data, i+8)
-					}
-					if !good || lo < 0xDC00 || lo >= 0xE000 {
-						return i, false
-					}
-					i += 11
-				case r >= 0xDC00 && r < 0xE000:
-					return i, false
-				default:
-					i += 5
-				}
-			} else {
-				i++ // the escaped byte
+			last, lone, malformed := unicodeEscape(data, i)
+			if malformed {
+				return 0, true
 			}
+			if lone {
+				return i, false
+			}
+			i = last
 		}
 	}
 	return 0, true
+}
+
+// unicodeEscape reads the \u escape at data[i:]: last is the offset of its
+// last byte, or of the second escape's when it is the first half of a
+// surrogate pair; lone says it is a surrogate without its other half;
+// malformed says its four hex digits are not there.
+func unicodeEscape(data []byte, i int) (last int, lone, malformed bool) {
+	r, good := hex4(data, i+2)
+	if !good {
+		return 0, false, true
+	}
+	switch {
+	case r >= 0xD800 && r < 0xDC00:
+		lo, good := rune(0), false
+		if i+7 < len(data) && data[i+6] == '\\' && data[i+7] == 'u' {
+			lo, good = hex4(data, i+8)
+		}
+		if !good || lo < 0xDC00 || lo >= 0xE000 {
+			return 0, true, false
+		}
+		return i + 11, false, false
+	case r >= 0xDC00 && r < 0xE000:
+		return 0, true, false
+	}
+	return i + 5, false, false
 }
 
 // hex4 reads four hex digits at data[i:].
