@@ -217,16 +217,35 @@ func (w *worker) run(ctx context.Context) error {
 	cur := bucketCursor{width: p.Bucket.Microseconds(), runEnd: p.Duration.Microseconds()}
 	cur.end = cur.width
 	keys := w.newKeyWindows()
+	if err := w.decideAll(ctx, srcs, &cur, keys); err != nil {
+		return err
+	}
+	if err := traceError(srcs); err != nil {
+		return err
+	}
+	for cur.b < len(w.res.Buckets) {
+		if err := w.closeBucket(&cur); err != nil {
+			return err
+		}
+	}
+	w.finish(keys)
+	return nil
+}
+
+// decideAll decides the events of srcs in time order until they run out
+// or reach the run's end, closing each bucket the next event is past.
+// It checks ctx every 65536 events.
+func (w *worker) decideAll(ctx context.Context, srcs []source, cur *bucketCursor, keys *keyWindows) error {
 	for n := 0; ; n++ {
 		if n&0xffff == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
 		best, bt := nextSource(srcs)
 		if best < 0 || bt >= cur.runEnd {
-			break
+			return nil
 		}
 		for bt >= cur.end {
-			if err := w.closeBucket(&cur); err != nil {
+			if err := w.closeBucket(cur); err != nil {
 				return err
 			}
 		}
@@ -236,17 +255,16 @@ func (w *worker) run(ctx context.Context) error {
 		}
 		srcs[best].observe(r)
 	}
+}
+
+// traceError returns the first read error a trace source met, which
+// ended its events early.
+func traceError(srcs []source) error {
 	for _, s := range srcs {
 		if ts, ok := s.(*traceSource); ok && ts.err != nil {
 			return ts.err
 		}
 	}
-	for cur.b < len(w.res.Buckets) {
-		if err := w.closeBucket(&cur); err != nil {
-			return err
-		}
-	}
-	w.finish(keys)
 	return nil
 }
 

@@ -129,6 +129,8 @@ type jsonRecord struct {
 	Allowed *bool   `json:"allowed"`
 }
 
+// nextJSON returns the record on the next JSON line, skipping blank lines
+// and # comments.
 func (r *Reader) nextJSON() (Record, error) {
 	for r.sc.Scan() {
 		r.line++
@@ -136,46 +138,63 @@ func (r *Reader) nextJSON() (Record, error) {
 		if len(b) == 0 || b[0] == '#' {
 			continue
 		}
-		var j jsonRecord
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&j); err != nil {
-			return Record{}, r.errorf(r.line, "not a JSON object with time, key, cost, policy, allowed: %v", err)
+		rec, tm, err := r.jsonLine(b)
+		if err != nil {
+			return Record{}, err
 		}
-		if dec.More() {
-			return Record{}, r.errorf(r.line, "more than one JSON value on the line")
-		}
-		if j.Time == nil {
-			return Record{}, r.errorf(r.line, "time is missing")
-		}
-		if j.Key == nil {
-			return Record{}, r.errorf(r.line, "key is missing")
-		}
-		rec := Record{Line: r.line, Key: *j.Key, Cost: 1}
-		if j.Cost != nil {
-			rec.Cost = *j.Cost
-		}
-		if j.Policy != nil {
-			if *j.Policy == "" {
-				return Record{}, r.errorf(r.line, "policy must not be empty (leave it out to apply the line to every policy)")
-			}
-			rec.Policy = *j.Policy
-		}
-		if j.Allowed != nil {
-			rec.Allowed, rec.HasAllowed = *j.Allowed, true
-		}
-		return r.finish(rec, *j.Time)
+		return r.finish(rec, tm)
 	}
+	return Record{}, r.scanEnd()
+}
+
+// jsonLine reads the JSON object on line r.line (b, trimmed); tm is its
+// time's text, for finish. Cost defaults to 1; a policy, when given, must
+// not be empty.
+func (r *Reader) jsonLine(b []byte) (rec Record, tm string, err error) {
+	var j jsonRecord
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return Record{}, "", r.errorf(r.line, "not a JSON object with time, key, cost, policy, allowed: %v", err)
+	}
+	if dec.More() {
+		return Record{}, "", r.errorf(r.line, "more than one JSON value on the line")
+	}
+	if j.Time == nil {
+		return Record{}, "", r.errorf(r.line, "time is missing")
+	}
+	if j.Key == nil {
+		return Record{}, "", r.errorf(r.line, "key is missing")
+	}
+	rec = Record{Line: r.line, Key: *j.Key, Cost: 1}
+	if j.Cost != nil {
+		rec.Cost = *j.Cost
+	}
+	if j.Policy != nil {
+		if *j.Policy == "" {
+			return Record{}, "", r.errorf(r.line, "policy must not be empty (leave it out to apply the line to every policy)")
+		}
+		rec.Policy = *j.Policy
+	}
+	if j.Allowed != nil {
+		rec.Allowed, rec.HasAllowed = *j.Allowed, true
+	}
+	return rec, *j.Time, nil
+}
+
+// scanEnd says why the JSON lines ended: a read error, a line too long,
+// a file with no records, or io.EOF after the last record.
+func (r *Reader) scanEnd() error {
 	if err := r.sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return Record{}, r.errorf(r.line+1, "line longer than %d bytes", MaxLineBytes)
+			return r.errorf(r.line+1, "line longer than %d bytes", MaxLineBytes)
 		}
-		return Record{}, fmt.Errorf("%s: %w", r.file, err)
+		return fmt.Errorf("%s: %w", r.file, err)
 	}
 	if r.line == 0 {
-		return Record{}, fmt.Errorf("%s: empty: no records", r.file)
+		return fmt.Errorf("%s: empty: no records", r.file)
 	}
-	return Record{}, io.EOF
+	return io.EOF
 }
 
 var csvColumns = []string{"time", "key", "cost", "policy", "allowed"}
