@@ -124,16 +124,9 @@ func ServeWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 		}
 	}()
 	for {
-		line, err := rd.ReadBytes('\n')
-		if err == io.EOF && len(line) == 0 {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("verify worker: reading a job: %w", err)
-		}
-		var j job
-		if err := json.Unmarshal(line, &j); err != nil {
-			return fmt.Errorf("verify worker: bad job: %w", err)
+		j, more, err := readJob(rd)
+		if !more {
+			return err
 		}
 		if conn == nil {
 			if conn, err = dialWorker(ctx, j); err != nil {
@@ -157,6 +150,23 @@ func ServeWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 			return err
 		}
 	}
+}
+
+// readJob reads the next job line from rd; more is false, with a nil
+// error, when rd ended before another job began, and false with the
+// error when reading or decoding the line failed.
+func readJob(rd *bufio.Reader) (j job, more bool, err error) {
+	line, err := rd.ReadBytes('\n')
+	if err == io.EOF && len(line) == 0 {
+		return job{}, false, nil
+	}
+	if err != nil {
+		return job{}, false, fmt.Errorf("verify worker: reading a job: %w", err)
+	}
+	if err := json.Unmarshal(line, &j); err != nil {
+		return job{}, false, fmt.Errorf("verify worker: bad job: %w", err)
+	}
+	return j, true, nil
 }
 
 // workerConn is a worker's connection to Valkey, kept across jobs.
