@@ -138,28 +138,48 @@ func (d *doc) replication(ctx context.Context, addr string, node valkey.Client) 
 // min-replicas-to-write (mrwErr when it could not be read).
 func (d *doc) replicationOf(addr string, m map[string]string, mrw string, mrwErr error) {
 	n, _ := strconv.Atoi(m["connected_slaves"])
+	d.replicasOf(addr, m, n)
+	d.minReplicasToWrite(addr, n, mrw, mrwErr)
+}
+
+// replicasOf judges the n replicas INFO replication (m) lists: none is
+// worth a note outside a cluster (the cluster check says it per primary),
+// and a replica more than a second behind is a warning.
+func (d *doc) replicasOf(addr string, m map[string]string, n int) {
 	if n == 0 {
 		if !d.isCluster { // the cluster check says it per primary
 			d.add("replication", Info, addr, "a replica (replicaof) and a failover mechanism (Sentinel or Cluster), if the limiter must survive this server",
 				"no replica: if this server is lost, so are all counts, and decisions follow on_failure until it is back")
 		}
+		return
+	}
+	worst := worstLag(m, n)
+	if worst > 1 {
+		d.add("replication lag", Warning, addr, "find why the replica falls behind (network, load, repl-backlog-size)",
+			"a replica lags %ds behind: a failover now would lose that much of the counts", worst)
 	} else {
-		worst := 0
-		for i := range n {
-			for _, kv := range strings.Split(m["slave"+strconv.Itoa(i)], ",") {
-				if k, v, ok := strings.Cut(kv, "="); ok && k == "lag" {
-					lag, _ := strconv.Atoi(v)
-					worst = max(worst, lag)
-				}
+		d.add("replication lag", OK, addr, "", "%d replicas, lag at most %ds", n, worst)
+	}
+}
+
+// worstLag returns the largest lag (seconds) of the n replicas in INFO
+// replication's slaveN fields.
+func worstLag(m map[string]string, n int) int {
+	worst := 0
+	for i := range n {
+		for _, kv := range strings.Split(m["slave"+strconv.Itoa(i)], ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok && k == "lag" {
+				lag, _ := strconv.Atoi(v)
+				worst = max(worst, lag)
 			}
 		}
-		if worst > 1 {
-			d.add("replication lag", Warning, addr, "find why the replica falls behind (network, load, repl-backlog-size)",
-				"a replica lags %ds behind: a failover now would lose that much of the counts", worst)
-		} else {
-			d.add("replication lag", OK, addr, "", "%d replicas, lag at most %ds", n, worst)
-		}
 	}
+	return worst
+}
+
+// minReplicasToWrite judges the setting min-replicas-to-write (mrwErr when
+// it could not be read) against the n replicas connected.
+func (d *doc) minReplicasToWrite(addr string, n int, mrw string, mrwErr error) {
 	if mrwErr != nil {
 		d.couldNot("min-replicas-to-write", addr, "min-replicas-to-write", mrwErr)
 		return
