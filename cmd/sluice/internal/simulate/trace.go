@@ -199,21 +199,13 @@ func (r *Reader) scanEnd() error {
 
 var csvColumns = []string{"time", "key", "cost", "policy", "allowed"}
 
+// nextCSV returns the record on the next CSV line, reading a header line
+// first when the file starts with one.
 func (r *Reader) nextCSV() (Record, error) {
 	for {
 		fields, err := r.cr.Read()
-		if err == io.EOF {
-			if r.line == 0 {
-				return Record{}, fmt.Errorf("%s: empty: no records", r.file)
-			}
-			return Record{}, io.EOF
-		}
 		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				return Record{}, r.errorf(pe.StartLine, "%v", pe.Err)
-			}
-			return Record{}, fmt.Errorf("%s: %w", r.file, err)
+			return Record{}, r.csvReadError(err)
 		}
 		line, _ := r.cr.FieldPos(0)
 		first := r.line == 0
@@ -224,14 +216,8 @@ func (r *Reader) nextCSV() (Record, error) {
 			}
 			continue
 		}
-		if r.cols == nil {
-			r.cols = []string{"time", "key", "cost"}
-			if len(fields) > 3 {
-				return Record{}, r.errorf(line, "%d columns: want time,key[,cost], or a header line naming the columns (%s)", len(fields), strings.Join(csvColumns, ", "))
-			}
-		}
-		if len(fields) > len(r.cols) || len(fields) < 2 {
-			return Record{}, r.errorf(line, "%d columns, want %s", len(fields), strings.Join(r.cols, ","))
+		if err := r.csvColumnsOf(fields, line); err != nil {
+			return Record{}, err
 		}
 		rec, tm, err := r.csvRecord(fields, line)
 		if err != nil {
@@ -239,6 +225,38 @@ func (r *Reader) nextCSV() (Record, error) {
 		}
 		return r.finish(rec, tm)
 	}
+}
+
+// csvReadError says why the CSV reader stopped: io.EOF after the last
+// record, a file with no records, a parse error at its line, or a read
+// error.
+func (r *Reader) csvReadError(err error) error {
+	if err == io.EOF {
+		if r.line == 0 {
+			return fmt.Errorf("%s: empty: no records", r.file)
+		}
+		return io.EOF
+	}
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return r.errorf(pe.StartLine, "%v", pe.Err)
+	}
+	return fmt.Errorf("%s: %w", r.file, err)
+}
+
+// csvColumnsOf checks the number of fields on line against the columns,
+// which without a header line are time,key[,cost].
+func (r *Reader) csvColumnsOf(fields []string, line int) error {
+	if r.cols == nil {
+		r.cols = []string{"time", "key", "cost"}
+		if len(fields) > 3 {
+			return r.errorf(line, "%d columns: want time,key[,cost], or a header line naming the columns (%s)", len(fields), strings.Join(csvColumns, ", "))
+		}
+	}
+	if len(fields) > len(r.cols) || len(fields) < 2 {
+		return r.errorf(line, "%d columns, want %s", len(fields), strings.Join(r.cols, ","))
+	}
+	return nil
 }
 
 // csvRecord reads the fields of one CSV line by their columns; tm is the
