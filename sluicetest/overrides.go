@@ -237,37 +237,50 @@ func RunDifferentialOverrides(t *testing.T, h Harness) {
 			id := fmt.Sprint(rng.IntN(2))
 			key := sluice.Key(prefix, name, base, id)
 			ovKey := sluice.OverrideKey(prefix, name, id)
-			switch rng.IntN(12) {
-			case 0: // set an override on both stores, lapsing within a few windows
-				rec := sluice.OverrideRecord{Identity: id, Limit: int64(1 + rng.IntN(12)),
-					Expires: now.Add(time.Duration(rng.Int64N(int64(2*w)/1000+1)) * time.Microsecond)}
-				if rng.IntN(3) == 0 {
-					rec.Param = int64(rng.IntN(3_000_000)) // maybe out of bounds: then ignored
-				}
-				for _, s := range []sluice.OverrideStore{d.mem, ovs} {
-					if err := s.PutOverride(ctx, sluice.OverrideIndex(prefix, name), ovKey, rec); err != nil {
-						t.Fatal(err)
-					}
-				}
-			case 1:
-				for _, s := range []sluice.OverrideStore{d.mem, ovs} {
-					if err := s.DeleteOverride(ctx, sluice.OverrideIndex(prefix, name), ovKey, id); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			switch rng.IntN(4) {
-			case 0:
-				now = now.Add(time.Microsecond)
-			default:
-				now = now.Add(time.Duration(rng.Int64N(int64(w)*3/2/1000+1)) * time.Microsecond)
-			}
+			stores := []sluice.OverrideStore{d.mem, ovs}
+			randomOverrideChange(t, ctx, rng, stores, sluice.OverrideIndex(prefix, name), ovKey, id, now, w)
+			now = randomAdvance(rng, now, w)
 			rule := plans[rng.IntN(len(plans))]
 			cost := int64(rng.IntN(int(rule.Limit) + 1))
 			d.Step(fmt.Sprintf("seed %d op %d (%v, cost %d, at +%v)", seed, i, rule, cost, now.Sub(Epoch)),
 				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now, Override: ovKey})
 		}
 	}
+}
+
+// randomOverrideChange, one time in twelve, sets an override of identity
+// id (at ovKey under index) on every store, lapsing within two windows w
+// of now and sometimes with a parameter that may be out of bounds; one
+// time in twelve it deletes it; otherwise it leaves the overrides alone.
+func randomOverrideChange(t *testing.T, ctx context.Context, rng *rand.Rand, stores []sluice.OverrideStore, index, ovKey, id string, now time.Time, w time.Duration) {
+	switch rng.IntN(12) {
+	case 0: // set an override on both stores, lapsing within a few windows
+		rec := sluice.OverrideRecord{Identity: id, Limit: int64(1 + rng.IntN(12)),
+			Expires: now.Add(time.Duration(rng.Int64N(int64(2*w)/1000+1)) * time.Microsecond)}
+		if rng.IntN(3) == 0 {
+			rec.Param = int64(rng.IntN(3_000_000)) // maybe out of bounds: then ignored
+		}
+		for _, s := range stores {
+			if err := s.PutOverride(ctx, index, ovKey, rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+	case 1:
+		for _, s := range stores {
+			if err := s.DeleteOverride(ctx, index, ovKey, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// randomAdvance moves now on by a microsecond one time in four, and
+// otherwise by up to one and a half windows w.
+func randomAdvance(rng *rand.Rand, now time.Time, w time.Duration) time.Time {
+	if rng.IntN(4) == 0 {
+		return now.Add(time.Microsecond)
+	}
+	return now.Add(time.Duration(rng.Int64N(int64(w)*3/2/1000+1)) * time.Microsecond)
 }
 
 // randomPlans returns base and up to two plans of it: the same state,

@@ -547,23 +547,7 @@ func RunRealTime(t *testing.T, h Harness) {
 		t.Run(fmt.Sprintf("%T", p), func(t *testing.T) {
 			t.Parallel()
 			l := h.NewLimiter(t, p)
-			var res sluice.Result
-			for i := 0; i < 100; i++ {
-				var err error
-				if res, err = l.Allow(ctx, "k"); err != nil {
-					t.Fatal(err)
-				}
-				if !res.Allowed {
-					break
-				}
-			}
-			if res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > time.Second {
-				t.Fatalf("refusal %+v", res)
-			}
-			time.Sleep(res.RetryAfter)
-			if res, err := l.Allow(ctx, "k"); err != nil || !res.Allowed {
-				t.Fatalf("after sleeping RetryAfter: %+v, %v", res, err)
-			}
+			sleepRetryAfter(t, ctx, l)
 			// Wait blocks until allowed.
 			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
@@ -573,5 +557,28 @@ func RunRealTime(t *testing.T, h Harness) {
 				}
 			}
 		})
+	}
+}
+
+// sleepRetryAfter exhausts "k" (within 100 requests), checks that the
+// refusal's RetryAfter is within a second, sleeps it, and expects the
+// next request to be allowed.
+func sleepRetryAfter(t *testing.T, ctx context.Context, l *sluice.Limiter) {
+	var res sluice.Result
+	for i := 0; i < 100; i++ {
+		var err error
+		if res, err = l.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if !res.Allowed {
+			break
+		}
+	}
+	if res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > time.Second {
+		t.Fatalf("refusal %+v", res)
+	}
+	time.Sleep(res.RetryAfter)
+	if res, err := l.Allow(ctx, "k"); err != nil || !res.Allowed {
+		t.Fatalf("after sleeping RetryAfter: %+v, %v", res, err)
 	}
 }
