@@ -77,24 +77,9 @@ type Reader struct {
 // log does.
 func NewReader(r io.Reader, file string, decisions bool) (*Reader, error) {
 	rd := &Reader{file: file, br: bufio.NewReaderSize(r, 64<<10), decisions: decisions}
-	// Sniff the format from the first character that is not white space.
-	for n := 1; ; n++ {
-		b, err := rd.br.Peek(n)
-		if len(b) < n {
-			if err == nil || err == io.EOF || errors.Is(err, bufio.ErrBufferFull) {
-				break // empty or white space only; CSV reports the empty file
-			}
-			return nil, fmt.Errorf("%s: %w", file, err)
-		}
-		c := b[n-1]
-		if c == ' ' || c == '\t' || c == '\r' || c == '\n' {
-			if n >= 4096 {
-				break
-			}
-			continue
-		}
-		rd.json = c == '{'
-		break
+	var err error
+	if rd.json, err = sniffJSON(rd.br); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	if rd.json {
 		rd.sc = bufio.NewScanner(rd.br)
@@ -107,6 +92,26 @@ func NewReader(r io.Reader, file string, decisions bool) (*Reader, error) {
 		rd.cr.TrimLeadingSpace = true
 	}
 	return rd, nil
+}
+
+// sniffJSON tells the format from the first character of br that is not
+// white space: '{' is JSON lines, anything else CSV. An input that is
+// empty or only white space (within the first 4096 bytes) is CSV, which
+// reports the empty file.
+func sniffJSON(br *bufio.Reader) (bool, error) {
+	for n := 1; n <= 4096; n++ {
+		b, err := br.Peek(n)
+		if len(b) < n {
+			if err == nil || err == io.EOF || errors.Is(err, bufio.ErrBufferFull) {
+				return false, nil // empty or white space only
+			}
+			return false, err
+		}
+		if c := b[n-1]; c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return c == '{', nil
+		}
+	}
+	return false, nil
 }
 
 func (r *Reader) errorf(line int, format string, args ...any) error {
