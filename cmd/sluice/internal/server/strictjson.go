@@ -119,12 +119,7 @@ func hex4(data []byte, i int) (rune, bool) {
 // field twice, names compared as encoding/json matches them (without
 // regard to case). data has decoded once already.
 func duplicateField(data []byte) error {
-	type frame struct {
-		object bool
-		key    bool // the next token of an object is a field name
-		names  map[string]bool
-	}
-	var stack []frame
+	var stack jsonFrames
 	dec := json.NewDecoder(bytes.NewReader(data))
 	for {
 		tok, err := dec.Token()
@@ -134,32 +129,65 @@ func duplicateField(data []byte) error {
 			}
 			return err
 		}
-		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].key {
-			top := &stack[n-1]
-			if tok == json.Delim('}') {
-				stack = stack[:n-1]
-				continue
+		if stack.expectsName() {
+			if err := stack.name(tok); err != nil {
+				return err
 			}
-			name, _ := tok.(string)
-			f := fold(name)
-			if top.names[f] {
-				return fmt.Errorf("field %q is given twice", name)
-			}
-			top.names[f], top.key = true, false
 			continue
 		}
-		// A value: the object holding it expects a name next.
-		if n := len(stack); n > 0 && stack[n-1].object {
-			stack[n-1].key = true
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, frame{object: true, key: true, names: map[string]bool{}})
-		case json.Delim('['):
-			stack = append(stack, frame{})
-		case json.Delim(']'):
-			stack = stack[:len(stack)-1]
-		}
+		stack.value(tok)
+	}
+}
+
+// jsonFrame is an object or array duplicateField is inside.
+type jsonFrame struct {
+	object bool
+	key    bool // the next token of an object is a field name
+	names  map[string]bool
+}
+
+// jsonFrames is duplicateField's stack of the objects and arrays it is
+// inside, the innermost last.
+type jsonFrames []jsonFrame
+
+// expectsName reports whether the innermost frame is an object whose next
+// token is a field name (or its end).
+func (st jsonFrames) expectsName() bool {
+	n := len(st)
+	return n > 0 && st[n-1].object && st[n-1].key
+}
+
+// name takes the token where an object expects a field name: the
+// object's end, or a name, refused when the object gave it already.
+func (st *jsonFrames) name(tok json.Token) error {
+	n := len(*st)
+	if tok == json.Delim('}') {
+		*st = (*st)[:n-1]
+		return nil
+	}
+	top := &(*st)[n-1]
+	name, _ := tok.(string)
+	f := fold(name)
+	if top.names[f] {
+		return fmt.Errorf("field %q is given twice", name)
+	}
+	top.names[f], top.key = true, false
+	return nil
+}
+
+// value takes a value token: the object holding it expects a name next;
+// '{' and '[' open a frame, ']' closes one.
+func (st *jsonFrames) value(tok json.Token) {
+	if n := len(*st); n > 0 && (*st)[n-1].object {
+		(*st)[n-1].key = true
+	}
+	switch tok {
+	case json.Delim('{'):
+		*st = append(*st, jsonFrame{object: true, key: true, names: map[string]bool{}})
+	case json.Delim('['):
+		*st = append(*st, jsonFrame{})
+	case json.Delim(']'):
+		*st = (*st)[:len(*st)-1]
 	}
 }
 
