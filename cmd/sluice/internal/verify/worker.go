@@ -202,6 +202,10 @@ func dialWorker(ctx context.Context, j job) (*workerConn, error) {
 	return &workerConn{client: conn.Client, store: conn.Store}, nil
 }
 
+// work runs job j: it makes j.Attempts decisions on j's key from
+// j.Goroutines goroutines, all at the job's instant, once ready (which
+// reports the worker ready and waits for the word to go) returns, and
+// tallies them.
 func (w *workerConn) work(ctx context.Context, j job, ready func() error) (tally, error) {
 	var t tally
 	pol, err := j.Policy.policy()
@@ -228,34 +232,44 @@ func (w *workerConn) work(ctx context.Context, j job, ready func() error) (tally
 			defer wg.Done()
 			var mine tally
 			for left.Add(-1) >= 0 {
-				res, err := l.Allow(ctx, j.Identity)
-				switch {
-				case err != nil:
-					mine.Errors++
-					if mine.FirstError == "" {
-						mine.FirstError = err.Error()
-					}
-				case res.Degraded:
-					mine.Degraded++
-				case res.Allowed:
-					mine.Allowed++
-				default:
-					mine.Refused++
-				}
+				mine.count(l.Allow(ctx, j.Identity))
 			}
 			mu.Lock()
-			t.Allowed += mine.Allowed
-			t.Refused += mine.Refused
-			t.Degraded += mine.Degraded
-			t.Errors += mine.Errors
-			if t.FirstError == "" {
-				t.FirstError = mine.FirstError
-			}
+			t.merge(mine)
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
 	return t, nil
+}
+
+// count tallies one decision: an error (the first one's text kept),
+// degraded, allowed or refused.
+func (t *tally) count(res sluice.Result, err error) {
+	switch {
+	case err != nil:
+		t.Errors++
+		if t.FirstError == "" {
+			t.FirstError = err.Error()
+		}
+	case res.Degraded:
+		t.Degraded++
+	case res.Allowed:
+		t.Allowed++
+	default:
+		t.Refused++
+	}
+}
+
+// merge adds the counts of o, keeping t's first error if it has one.
+func (t *tally) merge(o tally) {
+	t.Allowed += o.Allowed
+	t.Refused += o.Refused
+	t.Degraded += o.Degraded
+	t.Errors += o.Errors
+	if t.FirstError == "" {
+		t.FirstError = o.FirstError
+	}
 }
 
 // workerProc is one running worker process.
