@@ -112,16 +112,23 @@ func overrideLifecycle(t *testing.T, ctx context.Context, l *sluice.Limiter, clo
 // actor and setting time), then sets a second one on "other" and checks
 // that Overrides lists both in key order.
 func overrideReadAndListed(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *Clock, expires time.Time) {
-	o, ok, err := l.GetOverride(ctx, "k")
-	if err != nil || !ok || o.Limit != 6 || !o.Expires.Equal(expires) || o.Reason != "migration" || o.Actor != "ops" || !o.Set.Equal(clock.Now()) {
-		t.Fatalf("GetOverride: %+v %v %v", o, ok, err)
-	}
+	overrideReadBack(t, ctx, l, clock, expires)
 	if err := l.SetOverride(ctx, "other", sluice.Override{Limit: 9, Expires: expires.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	list, err := l.Overrides(ctx)
 	if err != nil || len(list) != 2 || list[0].Key != "k" || list[1].Key != "other" || list[1].Limit != 9 {
 		t.Fatalf("Overrides: %+v %v", list, err)
+	}
+}
+
+// overrideReadBack checks that GetOverride returns every field of the
+// override set on "k": limit 6 until expires, its reason and actor, and
+// the limiter's time when it was set.
+func overrideReadBack(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *Clock, expires time.Time) {
+	o, ok, err := l.GetOverride(ctx, "k")
+	if err != nil || !ok || o.Limit != 6 || !o.Expires.Equal(expires) || o.Reason != "migration" || o.Actor != "ops" || !o.Set.Equal(clock.Now()) {
+		t.Fatalf("GetOverride: %+v %v %v", o, ok, err)
 	}
 }
 

@@ -435,12 +435,7 @@ func RunPeekResetRefund(t *testing.T, h Harness) {
 func peekAndReset(t *testing.T, l *sluice.Limiter) {
 	ctx := context.Background()
 	limit := l.Rule().Limit
-	for range 3 {
-		res, err := l.Peek(ctx, "p")
-		if err != nil || !res.Allowed || res.Remaining != limit {
-			t.Fatalf("peek on a fresh key: %+v, %v; want allowed with %d remaining", res, err, limit)
-		}
-	}
+	peeksTakeNothing(t, ctx, l)
 	res, err := l.AllowN(ctx, "p", limit)
 	if err != nil || !res.Allowed || res.Remaining != 0 {
 		t.Fatalf("taking the whole limit: %+v, %v", res, err)
@@ -453,6 +448,18 @@ func peekAndReset(t *testing.T, l *sluice.Limiter) {
 	}
 	if res, _ := l.Peek(ctx, "p"); !res.Allowed || res.Remaining != limit {
 		t.Fatalf("peek after Reset: %+v", res)
+	}
+}
+
+// peeksTakeNothing peeks three times at the fresh key "p": each sees the
+// whole limit left.
+func peeksTakeNothing(t *testing.T, ctx context.Context, l *sluice.Limiter) {
+	limit := l.Rule().Limit
+	for range 3 {
+		res, err := l.Peek(ctx, "p")
+		if err != nil || !res.Allowed || res.Remaining != limit {
+			t.Fatalf("peek on a fresh key: %+v, %v; want allowed with %d remaining", res, err, limit)
+		}
 	}
 }
 
