@@ -79,6 +79,24 @@ func (c CalendarCase) Times(t testing.TB) (at, start, end time.Time) {
 	return ts[0], ts[1], ts[2]
 }
 
+// checkPeriodTTL checks, when the harness can read TTLs, that key
+// expires at its period's end (left from now, rounded up to the
+// millisecond) plus the margin.
+func checkPeriodTTL(t *testing.T, h Harness, key string, left time.Duration) {
+	ttl, ok := h.keyTTL(t, key)
+	if !ok {
+		return
+	}
+	want := left.Truncate(time.Millisecond) + sluice.KeyTTLMargin
+	if left%time.Millisecond != 0 {
+		want += time.Millisecond
+	}
+	// Valkey's PTTL counts down in real time meanwhile.
+	if ttl > want || ttl < want-5*time.Second {
+		t.Errorf("key TTL %v, want the period's end plus the margin, %v", ttl, want)
+	}
+}
+
 // RunCalendar runs a timeline per CalendarCase under a fake clock: the
 // last instant of the previous period, requests within the period (refused
 // once the limit is taken, RetryAfter and ResetAfter the real period end),
@@ -116,16 +134,7 @@ func RunCalendar(t *testing.T, h Harness) {
 			// Refund one of this period's takes.
 			refund(t, h, l, clock.Now(), at.UnixMicro(), sluice.Result{Allowed: true, Remaining: 1, ResetAfter: left})
 			step("after the refund", 1, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: left})
-			if ttl, ok := h.keyTTL(t, l.Key("k")); ok {
-				want := left.Truncate(time.Millisecond) + sluice.KeyTTLMargin
-				if left%time.Millisecond != 0 {
-					want += time.Millisecond
-				}
-				// Valkey's PTTL counts down in real time meanwhile.
-				if ttl > want || ttl < want-5*time.Second {
-					t.Errorf("key TTL %v, want the period's end plus the margin, %v", ttl, want)
-				}
-			}
+			checkPeriodTTL(t, h, l.Key("k"), left)
 			clock.Set(end.Add(-time.Microsecond).Sub(Epoch))
 			step("last microsecond", 1, sluice.Result{RetryAfter: time.Microsecond, ResetAfter: time.Microsecond})
 			clock.Set(end.Sub(Epoch))

@@ -112,6 +112,15 @@ func overrideOnLimiterClock(t *testing.T, h Harness, start time.Time) {
 		t.Fatalf("clock at %v: SetOverride: %v", start, err)
 	}
 	expires := start.Add(10 * time.Minute)
+	overrideHeldOnClock(t, l, start, expires)
+	overrideLapsedOnClock(t, l, clock, start, expires)
+}
+
+// overrideHeldOnClock checks, on the limiter's clock at start, that the
+// override just set on "k" (limit 6 until expires) is read, listed and
+// decided under.
+func overrideHeldOnClock(t *testing.T, l *sluice.Limiter, start, expires time.Time) {
+	ctx := context.Background()
 	o, ok, err := l.GetOverride(ctx, "k")
 	if err != nil || !ok || !o.Expires.Equal(expires) || o.Limit != 6 {
 		t.Fatalf("clock at %v: GetOverride just after setting it: %+v %v %v, want limit 6 until %v", start, o, ok, err, expires)
@@ -123,6 +132,13 @@ func overrideOnLimiterClock(t *testing.T, h Harness, start time.Time) {
 	if err != nil || res != (sluice.Result{Allowed: true, Limit: 6, Remaining: 3, ResetAfter: time.Hour, Source: sluice.SourceOverride, OverrideParam: time.Hour.Microseconds()}) {
 		t.Fatalf("clock at %v: a decision under the override: %+v %v", start, res, err)
 	}
+}
+
+// overrideLapsedOnClock moves the limiter's clock to the override's last
+// microsecond (still held) and then to expires, where the override is
+// gone from reads and lists and the policy decides again.
+func overrideLapsedOnClock(t *testing.T, l *sluice.Limiter, clock *Clock, start, expires time.Time) {
+	ctx := context.Background()
 	clock.Set(expires.Add(-time.Microsecond).Sub(Epoch))
 	if _, ok, err := l.GetOverride(ctx, "k"); !ok || err != nil {
 		t.Fatalf("clock at %v: GetOverride at the override's last microsecond: %v %v", start, ok, err)
@@ -134,7 +150,7 @@ func overrideOnLimiterClock(t *testing.T, h Harness, start time.Time) {
 	if list, err := l.Overrides(ctx); err != nil || len(list) != 0 {
 		t.Fatalf("clock at %v: Overrides after the expiry: %+v %v, want none", start, list, err)
 	}
-	res, err = l.Allow(ctx, "k")
+	res, err := l.Allow(ctx, "k")
 	if err != nil || res.Source != sluice.SourcePolicy || res.Allowed {
 		t.Fatalf("clock at %v: after the override's expiry: %+v %v, want the policy's refusal", start, res, err)
 	}

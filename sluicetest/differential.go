@@ -139,17 +139,7 @@ func RunDifferentialBatches(t *testing.T, h Harness) {
 	ctx := context.Background()
 	rules := map[string]sluice.Rule{}
 	receipts := map[string][]int64{} // of the takes on each key
-	defer func() {
-		if h.TTLs == nil {
-			return
-		}
-		for k, ttl := range h.TTLs(t, prefix+":") {
-			name := strings.SplitN(strings.TrimPrefix(k, prefix+":"), ":", 2)[0]
-			if bound := TTLBound(rules[name]); ttl != -2 && (ttl <= 0 || ttl > bound) {
-				t.Errorf("key %s has TTL %v, want in (0, %v]", k, ttl, bound)
-			}
-		}
-	}()
+	defer checkBatchTTLs(t, h, prefix, rules)
 	for seed := range uint64(30) {
 		rng := rand.New(rand.NewPCG(seed, 11))
 		rule := RandomRule(rng, int(seed%5))
@@ -157,15 +147,7 @@ func RunDifferentialBatches(t *testing.T, h Harness) {
 		now := Epoch
 		for round := range 20 {
 			now = now.Add(time.Duration(rng.Int64N(int64(rule.Period())/1000+1)) * time.Microsecond)
-			batch := make([]sluice.Op, 1+rng.IntN(12))
-			for i := range batch {
-				cost := int64(rng.IntN(int(rule.Limit) + 1))
-				key := sluice.Key(prefix, fmt.Sprintf("s%d", seed), rule, fmt.Sprint(rng.IntN(2)))
-				batch[i] = sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now}
-				if rs := receipts[key]; rng.IntN(8) == 0 && len(rs) > 0 {
-					batch[i].Cost, batch[i].Receipt = -1, rs[rng.IntN(len(rs))]
-				}
-			}
+			batch := randomBatch(rng, prefix, fmt.Sprintf("s%d", seed), rule, now, receipts)
 			a := append([]sluice.Op(nil), batch...)
 			b := append([]sluice.Op(nil), batch...)
 			if err := mem.Do(ctx, a); err != nil {
@@ -185,4 +167,36 @@ func RunDifferentialBatches(t *testing.T, h Harness) {
 			}
 		}
 	}
+}
+
+// checkBatchTTLs checks, when the harness can read TTLs, that every key
+// written under prefix expires within the bound of its rule (rules is
+// keyed by the limiter name in the key). A TTL of -2, PTTL's "no such
+// key", is a key that vanished since the scan.
+func checkBatchTTLs(t *testing.T, h Harness, prefix string, rules map[string]sluice.Rule) {
+	if h.TTLs == nil {
+		return
+	}
+	for k, ttl := range h.TTLs(t, prefix+":") {
+		name := strings.SplitN(strings.TrimPrefix(k, prefix+":"), ":", 2)[0]
+		if bound := TTLBound(rules[name]); ttl != -2 && (ttl <= 0 || ttl > bound) {
+			t.Errorf("key %s has TTL %v, want in (0, %v]", k, ttl, bound)
+		}
+	}
+}
+
+// randomBatch draws a batch of 1 to 12 Ops at now on limiter name's two
+// keys (so keys repeat): random costs up to the rule's limit, and about
+// one in eight a refund of a receipt taken earlier on that key.
+func randomBatch(rng *rand.Rand, prefix, name string, rule sluice.Rule, now time.Time, receipts map[string][]int64) []sluice.Op {
+	batch := make([]sluice.Op, 1+rng.IntN(12))
+	for i := range batch {
+		cost := int64(rng.IntN(int(rule.Limit) + 1))
+		key := sluice.Key(prefix, name, rule, fmt.Sprint(rng.IntN(2)))
+		batch[i] = sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now}
+		if rs := receipts[key]; rng.IntN(8) == 0 && len(rs) > 0 {
+			batch[i].Cost, batch[i].Receipt = -1, rs[rng.IntN(len(rs))]
+		}
+	}
+	return batch
 }

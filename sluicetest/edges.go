@@ -31,41 +31,55 @@ func RunTokenBucketExact(t *testing.T, h Harness) {
 		t.Run(fmt.Sprintf("%T", p), func(t *testing.T) {
 			clock := NewClock()
 			l := h.NewLimiter(t, p, sluice.WithClock(clock.Now))
-			for i := range 10 {
-				clock.Set(time.Duration(i) * 100 * ms)
-				if res, err := l.Allow(ctx, "k"); err != nil || !res.Allowed {
-					t.Fatalf("request %d: %+v %v", i, res, err)
-				}
-			}
-			// Taken: 10 tokens by 0.9s; earned by 3s: 3 (one per second).
-			clock.Set(3 * time.Second)
-			if res, _ := l.Peek(ctx, "k"); res.Remaining != 3 || res.ResetAfter != 7*time.Second {
-				t.Fatalf("Peek at 3s: %+v, want 3 remaining, full in 7s", res)
-			}
-			if res, _ := l.AllowN(ctx, "k", 4); res.Allowed || res.RetryAfter != time.Second {
-				t.Fatalf("AllowN(4) at 3s: %+v, want refused for exactly 1s", res)
-			}
-			if res, _ := l.AllowN(ctx, "k", 3); !res.Allowed || res.Remaining != 0 {
-				t.Fatalf("AllowN(3) at 3s: %+v, want allowed", res)
-			}
-			clock.Set(20 * time.Second) // full again
-			res, _ := l.AllowN(ctx, "k", 10)
-			if !res.Allowed {
-				t.Fatalf("full bucket at 20s: %+v", res)
-			}
-			res, _ = l.Allow(ctx, "k")
-			if res.Allowed || res.RetryAfter != time.Second {
-				t.Fatalf("empty bucket: %+v, want refused for exactly 1s", res)
-			}
-			clock.Advance(res.RetryAfter - time.Microsecond)
-			if res, _ := l.Allow(ctx, "k"); res.Allowed || res.RetryAfter != time.Microsecond {
-				t.Fatalf("1µs before RetryAfter: %+v, want refused for 1µs", res)
-			}
-			clock.Advance(time.Microsecond)
-			if res, _ := l.Allow(ctx, "k"); !res.Allowed {
-				t.Fatalf("at RetryAfter: %+v, want allowed", res)
-			}
+			bucketEarnsExactly(t, ctx, l, clock)
+			bucketRefillsAtRetryAfter(t, ctx, l, clock)
 		})
+	}
+}
+
+// bucketEarnsExactly takes one token every 100ms from 0 to 900ms from a
+// bucket of 10 earning 1 per second, and checks that at 3s exactly 3
+// tokens are there: Peek says so, 4 are refused for 1s, 3 are allowed.
+func bucketEarnsExactly(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *Clock) {
+	for i := range 10 {
+		clock.Set(time.Duration(i) * 100 * ms)
+		if res, err := l.Allow(ctx, "k"); err != nil || !res.Allowed {
+			t.Fatalf("request %d: %+v %v", i, res, err)
+		}
+	}
+	// Taken: 10 tokens by 0.9s; earned by 3s: 3 (one per second).
+	clock.Set(3 * time.Second)
+	if res, _ := l.Peek(ctx, "k"); res.Remaining != 3 || res.ResetAfter != 7*time.Second {
+		t.Fatalf("Peek at 3s: %+v, want 3 remaining, full in 7s", res)
+	}
+	if res, _ := l.AllowN(ctx, "k", 4); res.Allowed || res.RetryAfter != time.Second {
+		t.Fatalf("AllowN(4) at 3s: %+v, want refused for exactly 1s", res)
+	}
+	if res, _ := l.AllowN(ctx, "k", 3); !res.Allowed || res.Remaining != 0 {
+		t.Fatalf("AllowN(3) at 3s: %+v, want allowed", res)
+	}
+}
+
+// bucketRefillsAtRetryAfter empties the full bucket at 20s and checks
+// that the next request is refused for exactly 1s, still refused (for
+// 1µs) a microsecond before, and allowed at exactly RetryAfter.
+func bucketRefillsAtRetryAfter(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *Clock) {
+	clock.Set(20 * time.Second) // full again
+	res, _ := l.AllowN(ctx, "k", 10)
+	if !res.Allowed {
+		t.Fatalf("full bucket at 20s: %+v", res)
+	}
+	res, _ = l.Allow(ctx, "k")
+	if res.Allowed || res.RetryAfter != time.Second {
+		t.Fatalf("empty bucket: %+v, want refused for exactly 1s", res)
+	}
+	clock.Advance(res.RetryAfter - time.Microsecond)
+	if res, _ := l.Allow(ctx, "k"); res.Allowed || res.RetryAfter != time.Microsecond {
+		t.Fatalf("1µs before RetryAfter: %+v, want refused for 1µs", res)
+	}
+	clock.Advance(time.Microsecond)
+	if res, _ := l.Allow(ctx, "k"); !res.Allowed {
+		t.Fatalf("at RetryAfter: %+v, want allowed", res)
 	}
 }
 

@@ -95,17 +95,7 @@ func overrideLifecycle(t *testing.T, ctx context.Context, l *sluice.Limiter, clo
 	step("override", "", 3, sluice.Result{Allowed: true, Limit: 6, Remaining: 2, ResetAfter: hour, Source: sluice.SourceOverride, OverrideParam: hour.Microseconds()})
 	// It takes precedence over the plan.
 	step("override over plan", "pro", 1, sluice.Result{Allowed: true, Limit: 6, Remaining: 1, ResetAfter: hour, Source: sluice.SourceOverride, OverrideParam: hour.Microseconds()})
-	o, ok, err := l.GetOverride(ctx, "k")
-	if err != nil || !ok || o.Limit != 6 || !o.Expires.Equal(expires) || o.Reason != "migration" || o.Actor != "ops" || !o.Set.Equal(clock.Now()) {
-		t.Fatalf("GetOverride: %+v %v %v", o, ok, err)
-	}
-	if err := l.SetOverride(ctx, "other", sluice.Override{Limit: 9, Expires: expires.Add(time.Hour)}); err != nil {
-		t.Fatal(err)
-	}
-	list, err := l.Overrides(ctx)
-	if err != nil || len(list) != 2 || list[0].Key != "k" || list[1].Key != "other" || list[1].Limit != 9 {
-		t.Fatalf("Overrides: %+v %v", list, err)
-	}
+	overrideReadAndListed(t, ctx, l, clock, expires)
 	// The last microsecond of the override, then its lapse: the policy's
 	// limit applies to the same count (5 taken).
 	clock.Set(10*time.Minute - time.Microsecond)
@@ -114,10 +104,40 @@ func overrideLifecycle(t *testing.T, ctx context.Context, l *sluice.Limiter, clo
 	step("lapsed", "", 1, sluice.Result{Limit: 2, RetryAfter: 50 * time.Minute, ResetAfter: 50 * time.Minute})
 	step("lapsed, plan", "pro", 1, sluice.Result{Limit: 4, RetryAfter: 50 * time.Minute, ResetAfter: 50 * time.Minute, Source: sluice.SourcePlan})
 	// Delete: the plan applies again at once.
-	if err := l.DeleteOverride(ctx, "other"); err != nil {
+	overrideDeleted(t, ctx, l, "other")
+}
+
+// overrideReadAndListed checks that GetOverride reads back the override
+// overrideLifecycle set on "k" (limit 6 until expires, with its reason,
+// actor and setting time), then sets a second one on "other" and checks
+// that Overrides lists both in key order.
+func overrideReadAndListed(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *Clock, expires time.Time) {
+	overrideReadBack(t, ctx, l, clock, expires)
+	if err := l.SetOverride(ctx, "other", sluice.Override{Limit: 9, Expires: expires.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := l.GetOverride(ctx, "other"); ok || err != nil {
+	list, err := l.Overrides(ctx)
+	if err != nil || len(list) != 2 || list[0].Key != "k" || list[1].Key != "other" || list[1].Limit != 9 {
+		t.Fatalf("Overrides: %+v %v", list, err)
+	}
+}
+
+// overrideReadBack checks that GetOverride returns every field of the
+// override set on "k": limit 6 until expires, its reason and actor, and
+// the limiter's time when it was set.
+func overrideReadBack(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *Clock, expires time.Time) {
+	o, ok, err := l.GetOverride(ctx, "k")
+	if err != nil || !ok || o.Limit != 6 || !o.Expires.Equal(expires) || o.Reason != "migration" || o.Actor != "ops" || !o.Set.Equal(clock.Now()) {
+		t.Fatalf("GetOverride: %+v %v %v", o, ok, err)
+	}
+}
+
+// overrideDeleted deletes the override on key and checks it is gone.
+func overrideDeleted(t *testing.T, ctx context.Context, l *sluice.Limiter, key string) {
+	if err := l.DeleteOverride(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := l.GetOverride(ctx, key); ok || err != nil {
 		t.Fatalf("deleted override still there: %v %v", ok, err)
 	}
 }
@@ -224,37 +244,50 @@ func RunDifferentialOverrides(t *testing.T, h Harness) {
 			id := fmt.Sprint(rng.IntN(2))
 			key := sluice.Key(prefix, name, base, id)
 			ovKey := sluice.OverrideKey(prefix, name, id)
-			switch rng.IntN(12) {
-			case 0: // set an override on both stores, lapsing within a few windows
-				rec := sluice.OverrideRecord{Identity: id, Limit: int64(1 + rng.IntN(12)),
-					Expires: now.Add(time.Duration(rng.Int64N(int64(2*w)/1000+1)) * time.Microsecond)}
-				if rng.IntN(3) == 0 {
-					rec.Param = int64(rng.IntN(3_000_000)) // maybe out of bounds: then ignored
-				}
-				for _, s := range []sluice.OverrideStore{d.mem, ovs} {
-					if err := s.PutOverride(ctx, sluice.OverrideIndex(prefix, name), ovKey, rec); err != nil {
-						t.Fatal(err)
-					}
-				}
-			case 1:
-				for _, s := range []sluice.OverrideStore{d.mem, ovs} {
-					if err := s.DeleteOverride(ctx, sluice.OverrideIndex(prefix, name), ovKey, id); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			switch rng.IntN(4) {
-			case 0:
-				now = now.Add(time.Microsecond)
-			default:
-				now = now.Add(time.Duration(rng.Int64N(int64(w)*3/2/1000+1)) * time.Microsecond)
-			}
+			stores := []sluice.OverrideStore{d.mem, ovs}
+			randomOverrideChange(t, ctx, rng, stores, sluice.OverrideIndex(prefix, name), ovKey, id, now, w)
+			now = randomAdvance(rng, now, w)
 			rule := plans[rng.IntN(len(plans))]
 			cost := int64(rng.IntN(int(rule.Limit) + 1))
 			d.Step(fmt.Sprintf("seed %d op %d (%v, cost %d, at +%v)", seed, i, rule, cost, now.Sub(Epoch)),
 				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now, Override: ovKey})
 		}
 	}
+}
+
+// randomOverrideChange, one time in twelve, sets an override of identity
+// id (at ovKey under index) on every store, lapsing within two windows w
+// of now and sometimes with a parameter that may be out of bounds; one
+// time in twelve it deletes it; otherwise it leaves the overrides alone.
+func randomOverrideChange(t *testing.T, ctx context.Context, rng *rand.Rand, stores []sluice.OverrideStore, index, ovKey, id string, now time.Time, w time.Duration) {
+	switch rng.IntN(12) {
+	case 0: // set an override on both stores, lapsing within a few windows
+		rec := sluice.OverrideRecord{Identity: id, Limit: int64(1 + rng.IntN(12)),
+			Expires: now.Add(time.Duration(rng.Int64N(int64(2*w)/1000+1)) * time.Microsecond)}
+		if rng.IntN(3) == 0 {
+			rec.Param = int64(rng.IntN(3_000_000)) // maybe out of bounds: then ignored
+		}
+		for _, s := range stores {
+			if err := s.PutOverride(ctx, index, ovKey, rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+	case 1:
+		for _, s := range stores {
+			if err := s.DeleteOverride(ctx, index, ovKey, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// randomAdvance moves now on by a microsecond one time in four, and
+// otherwise by up to one and a half windows w.
+func randomAdvance(rng *rand.Rand, now time.Time, w time.Duration) time.Time {
+	if rng.IntN(4) == 0 {
+		return now.Add(time.Microsecond)
+	}
+	return now.Add(time.Duration(rng.Int64N(int64(w)*3/2/1000+1)) * time.Microsecond)
 }
 
 // randomPlans returns base and up to two plans of it: the same state,

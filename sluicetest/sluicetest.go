@@ -243,64 +243,80 @@ var timelines = []struct {
 // just before the advertised RetryAfter and allowed exactly at it, for
 // costs of one and more, three times over.
 func RunRecovery(t *testing.T, h Harness) {
-	ctx := context.Background()
 	for _, p := range Policies() {
 		for _, cost := range []int64{1, 2, 5} {
-			t.Run(fmt.Sprintf("%v/cost%d", ruleOf(t, p), cost), func(t *testing.T) {
-				clock := NewClock()
-				l := h.NewLimiter(t, p, sluice.WithClock(clock.Now))
-				clock.Set(123_457 * time.Microsecond) // off any boundary
-				var res sluice.Result
-				for i := 0; ; i++ {
-					var err error
-					if res, err = l.AllowN(ctx, "k", cost); err != nil {
-						t.Fatal(err)
-					}
-					if !res.Allowed {
-						break
-					}
-					if i > 100 {
-						t.Fatal("never refused")
-					}
-					clock.Advance(7 * time.Microsecond)
-				}
-				for round := 0; round < 3; round++ {
-					if res.RetryAfter <= 0 || res.Remaining < 0 {
-						t.Fatalf("round %d: refusal %+v: want RetryAfter > 0 and Remaining >= 0", round, res)
-					}
-					wait := res.RetryAfter
-					clock.Advance(wait - time.Microsecond)
-					early, err := l.AllowN(ctx, "k", cost)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if early.Allowed {
-						t.Fatalf("round %d: allowed 1µs before RetryAfter %v", round, wait)
-					}
-					if l.Rule().CountRejected {
-						// The early attempt was logged: it moved the lockout.
-						res = early
-						continue
-					}
-					clock.Advance(time.Microsecond)
-					got, err := l.AllowN(ctx, "k", cost)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !got.Allowed {
-						t.Fatalf("round %d: refused after waiting RetryAfter %v: %+v", round, wait, got)
-					}
-					// Exhaust again for the next round.
-					for got.Allowed {
-						if got, err = l.AllowN(ctx, "k", cost); err != nil {
-							t.Fatal(err)
-						}
-					}
-					res = got
-				}
-			})
+			t.Run(fmt.Sprintf("%v/cost%d", ruleOf(t, p), cost), func(t *testing.T) { recoverAtRetryAfter(t, h, p, cost) })
 		}
 	}
+}
+
+// recoverAtRetryAfter is RunRecovery for one policy and cost: exhaust the
+// key off any window boundary, then three rounds of recoveryRound.
+func recoverAtRetryAfter(t *testing.T, h Harness, p sluice.Policy, cost int64) {
+	ctx := context.Background()
+	clock := NewClock()
+	l := h.NewLimiter(t, p, sluice.WithClock(clock.Now))
+	clock.Set(123_457 * time.Microsecond) // off any boundary
+	res := exhaustAdvancing(t, ctx, l, clock, cost)
+	for round := 0; round < 3; round++ {
+		res = recoveryRound(t, ctx, l, clock, cost, round, res)
+	}
+}
+
+// exhaustAdvancing takes cost from "k", 7µs apart, until it is refused
+// (failing after a hundred allowed), and returns the refusal.
+func exhaustAdvancing(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *Clock, cost int64) sluice.Result {
+	for i := 0; ; i++ {
+		res, err := l.AllowN(ctx, "k", cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Allowed {
+			return res
+		}
+		if i > 100 {
+			t.Fatal("never refused")
+		}
+		clock.Advance(7 * time.Microsecond)
+	}
+}
+
+// recoveryRound checks that refusal res holds until 1µs before its
+// RetryAfter and (unless the rule counts rejected requests, when that
+// early attempt moves the lockout) lifts exactly at it, then exhausts
+// the key again. It returns the refusal the next round starts from.
+func recoveryRound(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *Clock, cost int64, round int, res sluice.Result) sluice.Result {
+	if res.RetryAfter <= 0 || res.Remaining < 0 {
+		t.Fatalf("round %d: refusal %+v: want RetryAfter > 0 and Remaining >= 0", round, res)
+	}
+	wait := res.RetryAfter
+	clock.Advance(wait - time.Microsecond)
+	early, err := l.AllowN(ctx, "k", cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if early.Allowed {
+		t.Fatalf("round %d: allowed 1µs before RetryAfter %v", round, wait)
+	}
+	if l.Rule().CountRejected {
+		// The early attempt was logged: it moved the lockout.
+		return early
+	}
+	clock.Advance(time.Microsecond)
+	got, err := l.AllowN(ctx, "k", cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Allowed {
+		t.Fatalf("round %d: refused after waiting RetryAfter %v: %+v", round, wait, got)
+	}
+	// Exhaust again for the next round.
+	for got.Allowed {
+		if got, err = l.AllowN(ctx, "k", cost); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return got
 }
 
 func ruleOf(t testing.TB, p sluice.Policy) sluice.Rule {
@@ -419,12 +435,7 @@ func RunPeekResetRefund(t *testing.T, h Harness) {
 func peekAndReset(t *testing.T, l *sluice.Limiter) {
 	ctx := context.Background()
 	limit := l.Rule().Limit
-	for range 3 {
-		res, err := l.Peek(ctx, "p")
-		if err != nil || !res.Allowed || res.Remaining != limit {
-			t.Fatalf("peek on a fresh key: %+v, %v; want allowed with %d remaining", res, err, limit)
-		}
-	}
+	peeksTakeNothing(t, ctx, l)
 	res, err := l.AllowN(ctx, "p", limit)
 	if err != nil || !res.Allowed || res.Remaining != 0 {
 		t.Fatalf("taking the whole limit: %+v, %v", res, err)
@@ -437,6 +448,18 @@ func peekAndReset(t *testing.T, l *sluice.Limiter) {
 	}
 	if res, _ := l.Peek(ctx, "p"); !res.Allowed || res.Remaining != limit {
 		t.Fatalf("peek after Reset: %+v", res)
+	}
+}
+
+// peeksTakeNothing peeks three times at the fresh key "p": each sees the
+// whole limit left.
+func peeksTakeNothing(t *testing.T, ctx context.Context, l *sluice.Limiter) {
+	limit := l.Rule().Limit
+	for range 3 {
+		res, err := l.Peek(ctx, "p")
+		if err != nil || !res.Allowed || res.Remaining != limit {
+			t.Fatalf("peek on a fresh key: %+v, %v; want allowed with %d remaining", res, err, limit)
+		}
 	}
 }
 
@@ -531,23 +554,7 @@ func RunRealTime(t *testing.T, h Harness) {
 		t.Run(fmt.Sprintf("%T", p), func(t *testing.T) {
 			t.Parallel()
 			l := h.NewLimiter(t, p)
-			var res sluice.Result
-			for i := 0; i < 100; i++ {
-				var err error
-				if res, err = l.Allow(ctx, "k"); err != nil {
-					t.Fatal(err)
-				}
-				if !res.Allowed {
-					break
-				}
-			}
-			if res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > time.Second {
-				t.Fatalf("refusal %+v", res)
-			}
-			time.Sleep(res.RetryAfter)
-			if res, err := l.Allow(ctx, "k"); err != nil || !res.Allowed {
-				t.Fatalf("after sleeping RetryAfter: %+v, %v", res, err)
-			}
+			sleepRetryAfter(t, ctx, l)
 			// Wait blocks until allowed.
 			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
@@ -557,5 +564,28 @@ func RunRealTime(t *testing.T, h Harness) {
 				}
 			}
 		})
+	}
+}
+
+// sleepRetryAfter exhausts "k" (within 100 requests), checks that the
+// refusal's RetryAfter is within a second, sleeps it, and expects the
+// next request to be allowed.
+func sleepRetryAfter(t *testing.T, ctx context.Context, l *sluice.Limiter) {
+	var res sluice.Result
+	for i := 0; i < 100; i++ {
+		var err error
+		if res, err = l.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if !res.Allowed {
+			break
+		}
+	}
+	if res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > time.Second {
+		t.Fatalf("refusal %+v", res)
+	}
+	time.Sleep(res.RetryAfter)
+	if res, err := l.Allow(ctx, "k"); err != nil || !res.Allowed {
+		t.Fatalf("after sleeping RetryAfter: %+v, %v", res, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
@@ -138,28 +139,48 @@ func (d *doc) replication(ctx context.Context, addr string, node valkey.Client) 
 // min-replicas-to-write (mrwErr when it could not be read).
 func (d *doc) replicationOf(addr string, m map[string]string, mrw string, mrwErr error) {
 	n, _ := strconv.Atoi(m["connected_slaves"])
+	d.replicasOf(addr, m, n)
+	d.minReplicasToWrite(addr, n, mrw, mrwErr)
+}
+
+// replicasOf judges the n replicas INFO replication (m) lists: none is
+// worth a note outside a cluster (the cluster check says it per primary),
+// and a replica more than a second behind is a warning.
+func (d *doc) replicasOf(addr string, m map[string]string, n int) {
 	if n == 0 {
 		if !d.isCluster { // the cluster check says it per primary
 			d.add("replication", Info, addr, "a replica (replicaof) and a failover mechanism (Sentinel or Cluster), if the limiter must survive this server",
 				"no replica: if this server is lost, so are all counts, and decisions follow on_failure until it is back")
 		}
+		return
+	}
+	worst := worstLag(m, n)
+	if worst > 1 {
+		d.add("replication lag", Warning, addr, "find why the replica falls behind (network, load, repl-backlog-size)",
+			"a replica lags %ds behind: a failover now would lose that much of the counts", worst)
 	} else {
-		worst := 0
-		for i := range n {
-			for _, kv := range strings.Split(m["slave"+strconv.Itoa(i)], ",") {
-				if k, v, ok := strings.Cut(kv, "="); ok && k == "lag" {
-					lag, _ := strconv.Atoi(v)
-					worst = max(worst, lag)
-				}
+		d.add("replication lag", OK, addr, "", "%d replicas, lag at most %ds", n, worst)
+	}
+}
+
+// worstLag returns the largest lag (seconds) of the n replicas in INFO
+// replication's slaveN fields.
+func worstLag(m map[string]string, n int) int {
+	worst := 0
+	for i := range n {
+		for _, kv := range strings.Split(m["slave"+strconv.Itoa(i)], ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok && k == "lag" {
+				lag, _ := strconv.Atoi(v)
+				worst = max(worst, lag)
 			}
 		}
-		if worst > 1 {
-			d.add("replication lag", Warning, addr, "find why the replica falls behind (network, load, repl-backlog-size)",
-				"a replica lags %ds behind: a failover now would lose that much of the counts", worst)
-		} else {
-			d.add("replication lag", OK, addr, "", "%d replicas, lag at most %ds", n, worst)
-		}
 	}
+	return worst
+}
+
+// minReplicasToWrite judges the setting min-replicas-to-write (mrwErr when
+// it could not be read) against the n replicas connected.
+func (d *doc) minReplicasToWrite(addr string, n int, mrw string, mrwErr error) {
 	if mrwErr != nil {
 		d.couldNot("min-replicas-to-write", addr, "min-replicas-to-write", mrwErr)
 		return
@@ -326,31 +347,14 @@ func (d *doc) scripts(ctx context.Context, store *valkeystore.Store) {
 // degrades decisions under ordinary load.
 func (d *doc) latency(ctx context.Context, l *sluice.Limiter) {
 	n := d.opts.Samples
-	took := make([]time.Duration, 0, n)
-	for range n {
-		t0 := time.Now()
-		if _, err := l.Peek(ctx, strconv.FormatUint(rand.Uint64(), 36)); err != nil {
-			d.add("latency", Unknown, "", "", "timing decisions: %v", err)
-			return
-		}
-		took = append(took, time.Since(t0))
+	took, err := timeDecisions(ctx, l, n)
+	if err != nil {
+		d.add("latency", Unknown, "", "", "timing decisions: %v", err)
+		return
 	}
-	slices.Sort(took)
 	p50, p99 := took[n/2], took[min(n-1, n*99/100)]
 	// Policies with one timeout share one finding.
-	byTimeout := map[time.Duration][]string{}
-	var timeouts []time.Duration
-	for _, p := range d.cfg.Policies {
-		t := p.Timeout
-		if t == 0 {
-			t = sluice.DefaultTimeout
-		}
-		if byTimeout[t] == nil {
-			timeouts = append(timeouts, t)
-		}
-		byTimeout[t] = append(byTimeout[t], p.Name)
-	}
-	slices.Sort(timeouts)
+	timeouts, byTimeout := policiesByTimeout(d.cfg.Policies)
 	flagged := false
 	suggest := max(3*p99, 10*time.Millisecond).Round(time.Millisecond)
 	for _, t := range timeouts {
@@ -373,6 +377,40 @@ func (d *doc) latency(ctx context.Context, l *sluice.Limiter) {
 		d.add("latency", OK, "", "", "decision round trip p50 %v, p99 %v over %d decisions; every policy's timeout is above twice the p99",
 			p50.Round(time.Microsecond), p99.Round(time.Microsecond), n)
 	}
+}
+
+// timeDecisions times n peeks on random keys (spread over the slots) and
+// returns their durations, shortest first.
+func timeDecisions(ctx context.Context, l *sluice.Limiter, n int) ([]time.Duration, error) {
+	took := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		if _, err := l.Peek(ctx, strconv.FormatUint(rand.Uint64(), 36)); err != nil {
+			return nil, err
+		}
+		took = append(took, time.Since(t0))
+	}
+	slices.Sort(took)
+	return took, nil
+}
+
+// policiesByTimeout groups the policies' names by their timeout (the
+// default for none), and returns the timeouts in order.
+func policiesByTimeout(policies []*config.Policy) ([]time.Duration, map[time.Duration][]string) {
+	byTimeout := map[time.Duration][]string{}
+	var timeouts []time.Duration
+	for _, p := range policies {
+		t := p.Timeout
+		if t == 0 {
+			t = sluice.DefaultTimeout
+		}
+		if byTimeout[t] == nil {
+			timeouts = append(timeouts, t)
+		}
+		byTimeout[t] = append(byTimeout[t], p.Name)
+	}
+	slices.Sort(timeouts)
+	return timeouts, byTimeout
 }
 
 // acl asks the server whether the connected user may run what Sluice

@@ -101,23 +101,29 @@ func parseCheck(data []byte, req *checkRequest) error {
 		return err
 	}
 	if req.Checks != nil {
-		if req.Policy != "" || req.Key != "" || req.Cost != nil || req.Plan != "" {
-			return bad(http.StatusBadRequest, `send either one check ({"policy","key","cost","plan"}) or {"checks":[...]}, not both`)
-		}
-		if len(req.Checks) == 0 {
-			return bad(http.StatusBadRequest, "checks is empty")
-		}
-		if len(req.Checks) > MaxChecks {
-			return bad(http.StatusBadRequest, "at most %d checks per request, got %d", MaxChecks, len(req.Checks))
-		}
-		for i := range req.Checks {
-			if err := validItem(&req.Checks[i], fmt.Sprintf("checks[%d].", i)); err != nil {
-				return err
-			}
-		}
-		return nil
+		return validChecks(req)
 	}
 	return validItem(&req.checkItem, "")
+}
+
+// validChecks validates the multi form, {"checks":[...]}: no single-check
+// field beside it, 1 to MaxChecks checks, each valid.
+func validChecks(req *checkRequest) error {
+	if req.Policy != "" || req.Key != "" || req.Cost != nil || req.Plan != "" {
+		return bad(http.StatusBadRequest, `send either one check ({"policy","key","cost","plan"}) or {"checks":[...]}, not both`)
+	}
+	if len(req.Checks) == 0 {
+		return bad(http.StatusBadRequest, "checks is empty")
+	}
+	if len(req.Checks) > MaxChecks {
+		return bad(http.StatusBadRequest, "at most %d checks per request, got %d", MaxChecks, len(req.Checks))
+	}
+	for i := range req.Checks {
+		if err := validItem(&req.Checks[i], fmt.Sprintf("checks[%d].", i)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func jsonError(err error) string {
@@ -168,6 +174,8 @@ func validItem(c *checkItem, where string) error {
 	return nil
 }
 
+// handleCheck is POST /v1/check: one decision, or several taken all or
+// none ({"checks":[...]}).
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	req, err := s.decodeCheck(w, r)
 	if err != nil {
@@ -176,42 +184,44 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	st := s.state.Load()
 	if req.Checks == nil {
-		p, err := st.policy(req.Policy, "")
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		if err := p.checkPlan(req.Plan, "", *req.Cost); err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		res, err := p.limiter.AllowPlan(r.Context(), req.Key, req.Plan, *req.Cost)
-		if err != nil {
-			s.fail(w, r, s.decisionError(err, p))
-			return
-		}
-		s.refused.note(p.cfg, req.Key, res)
-		out := toResult(p, "", req.Plan, *req.Cost, res)
-		for k, v := range out.Headers {
-			w.Header()[k] = []string{v} // as spelled in the drafts, not canonicalized
-		}
-		writeJSON(w, http.StatusOK, out)
+		s.checkOne(w, r, st, req)
 		return
 	}
-	checks := make([]sluice.Check, len(req.Checks))
-	pols := make([]*policy, len(req.Checks))
-	for i, c := range req.Checks {
-		p, err := st.policy(c.Policy, fmt.Sprintf("checks[%d].", i))
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		if err := p.checkPlan(c.Plan, fmt.Sprintf("checks[%d].", i), *c.Cost); err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		pols[i] = p
-		checks[i] = sluice.Check{Limiter: p.limiter, Key: c.Key, Cost: *c.Cost, Plan: c.Plan}
+	s.checkAll(w, r, st, req)
+}
+
+// checkOne decides a single check and answers with its Result, the
+// policy's rate-limit headers set on the response too.
+func (s *Server) checkOne(w http.ResponseWriter, r *http.Request, st *state, req checkRequest) {
+	p, err := st.policy(req.Policy, "")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := p.checkPlan(req.Plan, "", *req.Cost); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	res, err := p.limiter.AllowPlan(r.Context(), req.Key, req.Plan, *req.Cost)
+	if err != nil {
+		s.fail(w, r, s.decisionError(err, p))
+		return
+	}
+	s.refused.note(p.cfg, req.Key, res)
+	out := toResult(p, "", req.Plan, *req.Cost, res)
+	for k, v := range out.Headers {
+		w.Header()[k] = []string{v} // as spelled in the drafts, not canonicalized
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// checkAll decides the checks of the multi form together (sluice.AllowAll)
+// and answers with a MultiResult.
+func (s *Server) checkAll(w http.ResponseWriter, r *http.Request, st *state, req checkRequest) {
+	checks, pols, err := st.multiChecks(req.Checks)
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	d, err := sluice.AllowAll(r.Context(), checks)
 	if err != nil {
@@ -224,6 +234,25 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		out.Results[i] = toResult(pols[i], req.Checks[i].Key, req.Checks[i].Plan, *req.Checks[i].Cost, res)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// multiChecks resolves each item's policy and plan into the checks to
+// decide, with the policy of each.
+func (st *state) multiChecks(items []checkItem) ([]sluice.Check, []*policy, error) {
+	checks := make([]sluice.Check, len(items))
+	pols := make([]*policy, len(items))
+	for i, c := range items {
+		p, err := st.policy(c.Policy, fmt.Sprintf("checks[%d].", i))
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := p.checkPlan(c.Plan, fmt.Sprintf("checks[%d].", i), *c.Cost); err != nil {
+			return nil, nil, err
+		}
+		pols[i] = p
+		checks[i] = sluice.Check{Limiter: p.limiter, Key: c.Key, Cost: *c.Cost, Plan: c.Plan}
+	}
+	return checks, pols, nil
 }
 
 // checkPlan refuses a plan the policy does not have, and a cost over the

@@ -112,6 +112,9 @@ type dashRisk struct {
 	Value   string `json:"value"`
 }
 
+// handleUIState serves the dashboard's JSON snapshot: readiness, the
+// loaded configuration and the metrics the page draws, gathered from the
+// server's own Prometheus registry.
 func (s *Server) handleUIState(w http.ResponseWriter, r *http.Request) {
 	uiHeaders(w)
 	st := s.state.Load()
@@ -121,18 +124,8 @@ func (s *Server) handleUIState(w http.ResponseWriter, r *http.Request) {
 	} else {
 		out.Ready = true
 	}
-	out.Config = dashConfig{Source: st.cfg.Source, LoadedAt: st.loadedAt.UTC(), Policies: len(st.order), Domains: len(st.cfg.Domains)}
-	last := s.lastReload.Load()
-	if last != nil {
-		out.Config.Reload.At, out.Config.Reload.Error = last.at, last.err
-	}
-	byLimiter := map[string]*dashPolicy{}
-	for _, p := range st.order {
-		out.Policies = append(out.Policies, dashPolicy{Name: p.cfg.Name, Limiter: p.cfg.Limiter, Buckets: []dashBucket{}})
-	}
-	for i := range out.Policies {
-		byLimiter[out.Policies[i].Limiter] = &out.Policies[i]
-	}
+	out.Config = s.dashConfigOf(st)
+	byLimiter := out.addPolicies(st)
 	families, err := s.reg.Gather()
 	if err != nil {
 		s.fail(w, r, err)
@@ -140,53 +133,96 @@ func (s *Server) handleUIState(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, mf := range families {
 		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			switch mf.GetName() {
-			case "sluice_decisions_total":
-				p := byLimiter[labels["limiter"]]
-				if p == nil {
-					continue
-				}
-				n := int64(m.GetCounter().GetValue())
-				switch labels["outcome"] {
-				case "allowed":
-					p.Allowed += n
-				case "denied":
-					p.Refused += n
-				case "shadow_denied":
-					p.Shadow += n
-				case "degraded_allowed", "degraded_denied", "degraded_shadow_denied":
-					p.Degraded += n
-				}
-			case "sluice_decision_duration_seconds":
-				if p := byLimiter[labels["limiter"]]; p != nil {
-					p.Buckets = histogramBuckets(m.GetHistogram())
-				}
-			case "sluice_server_config_last_reload_successful":
-				out.Config.Reload.OK = m.GetGauge().GetValue() == 1
-			case "sluice_server_config_reloads_total":
-				n := int64(m.GetCounter().GetValue())
-				if labels["result"] == "success" {
-					out.Config.Reload.Successes = n
-				} else if labels["result"] == "failure" {
-					out.Config.Reload.Failures = n
-				}
-			case "sluice_build_info":
-				out.Version = labels["version"]
-			case "sluice_valkey_breaker_state":
-				if m.GetGauge().GetValue() == 1 {
-					out.Nodes = append(out.Nodes, dashNode{Address: labels["node"], Breaker: labels["state"]})
-				}
-			case "sluice_valkey_config_risk":
-				out.Risks = append(out.Risks, dashRisk{Node: labels["node"], Setting: labels["setting"], Value: labels["value"]})
-			}
+			out.addMetric(mf.GetName(), m, metricLabels(m), byLimiter)
 		}
 	}
 	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Address < out.Nodes[j].Address })
 	writeJSON(w, http.StatusOK, out)
+}
+
+// dashConfigOf describes the loaded configuration and the last reload
+// attempt; the reload counters come from the metrics (addMetric).
+func (s *Server) dashConfigOf(st *state) dashConfig {
+	c := dashConfig{Source: st.cfg.Source, LoadedAt: st.loadedAt.UTC(), Policies: len(st.order), Domains: len(st.cfg.Domains)}
+	if last := s.lastReload.Load(); last != nil {
+		c.Reload.At, c.Reload.Error = last.at, last.err
+	}
+	return c
+}
+
+// addPolicies lists the configured policies in order, with empty counters,
+// and returns them indexed by limiter name for addMetric to fill.
+func (out *dashState) addPolicies(st *state) map[string]*dashPolicy {
+	for _, p := range st.order {
+		out.Policies = append(out.Policies, dashPolicy{Name: p.cfg.Name, Limiter: p.cfg.Limiter, Buckets: []dashBucket{}})
+	}
+	byLimiter := make(map[string]*dashPolicy, len(out.Policies))
+	for i := range out.Policies {
+		byLimiter[out.Policies[i].Limiter] = &out.Policies[i]
+	}
+	return byLimiter
+}
+
+// metricLabels returns a metric's labels as a name-to-value map.
+func metricLabels(m *dto.Metric) map[string]string {
+	labels := map[string]string{}
+	for _, l := range m.GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	return labels
+}
+
+// addMetric folds one sample of the metric family name into the
+// snapshot; families the dashboard does not draw are ignored.
+func (out *dashState) addMetric(name string, m *dto.Metric, labels map[string]string, byLimiter map[string]*dashPolicy) {
+	switch name {
+	case "sluice_decisions_total":
+		if p := byLimiter[labels["limiter"]]; p != nil {
+			p.addDecisions(labels["outcome"], int64(m.GetCounter().GetValue()))
+		}
+	case "sluice_decision_duration_seconds":
+		if p := byLimiter[labels["limiter"]]; p != nil {
+			p.Buckets = histogramBuckets(m.GetHistogram())
+		}
+	case "sluice_server_config_last_reload_successful":
+		out.Config.Reload.OK = m.GetGauge().GetValue() == 1
+	case "sluice_server_config_reloads_total":
+		out.Config.Reload.addReloads(labels["result"], int64(m.GetCounter().GetValue()))
+	case "sluice_build_info":
+		out.Version = labels["version"]
+	case "sluice_valkey_breaker_state":
+		if m.GetGauge().GetValue() == 1 {
+			out.Nodes = append(out.Nodes, dashNode{Address: labels["node"], Breaker: labels["state"]})
+		}
+	case "sluice_valkey_config_risk":
+		out.Risks = append(out.Risks, dashRisk{Node: labels["node"], Setting: labels["setting"], Value: labels["value"]})
+	}
+}
+
+// addDecisions adds n decisions of one sluice_decisions_total outcome to
+// the policy's counters; every degraded outcome counts as Degraded.
+func (p *dashPolicy) addDecisions(outcome string, n int64) {
+	switch outcome {
+	case "allowed":
+		p.Allowed += n
+	case "denied":
+		p.Refused += n
+	case "shadow_denied":
+		p.Shadow += n
+	case "degraded_allowed", "degraded_denied", "degraded_shadow_denied":
+		p.Degraded += n
+	}
+}
+
+// addReloads records the sluice_server_config_reloads_total count of one
+// result (success or failure).
+func (r *dashReload) addReloads(result string, n int64) {
+	switch result {
+	case "success":
+		r.Successes = n
+	case "failure":
+		r.Failures = n
+	}
 }
 
 func histogramBuckets(h *dto.Histogram) []dashBucket {

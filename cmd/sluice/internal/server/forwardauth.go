@@ -200,6 +200,9 @@ func (s *Server) warnUntrusted(fa *forwardAuth, r *http.Request) {
 	}
 }
 
+// handleForwardAuth answers a reverse proxy's subrequest (flavor fl says
+// how the proxy passes the original request): 200 lets the original
+// through, fl.refused refuses it.
 func (s *Server) handleForwardAuth(fl flavor) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		fa := s.state.Load().forward
@@ -212,22 +215,12 @@ func (s *Server) handleForwardAuth(fl flavor) http.HandlerFunc {
 			s.warnUntrusted(fa, r)
 		}
 		if o.bad != nil {
-			// auth_request passes on only 401 and 403 (a 400 would become
-			// a 500, which the shipped nginx file lets through).
-			code := http.StatusBadRequest
-			if fl.refused == http.StatusForbidden {
-				code = http.StatusForbidden
-			}
-			problem(w, code, "forward auth: "+o.bad.Error()+"; refused rather than matched against the routes")
+			refuseBadOriginal(w, fl, o.bad)
 			return
 		}
 		rt, checks, pols := fa.resolve(r, o)
 		if rt == nil {
-			if fa.cfg.Unmatched == config.UnmatchedDeny {
-				problem(w, fl.refused, fmt.Sprintf("no forward_auth route applies to %s %s (forward_auth.unmatched: deny)", o.method, o.path))
-				return
-			}
-			w.WriteHeader(http.StatusOK)
+			fa.answerUnmatched(w, fl, o)
 			return
 		}
 		d, err := sluice.AllowAll(r.Context(), checks)
@@ -235,33 +228,70 @@ func (s *Server) handleForwardAuth(fl flavor) http.HandlerFunc {
 			s.fail(w, r, s.decisionError(err, nil))
 			return
 		}
-		// The binding limit speaks for the decision: the refusing one that
-		// is refused longest, or the allowing one with the least left.
-		b := 0
 		for i, res := range d.Results {
 			s.refused.note(pols[i].cfg, checks[i].Key, res)
-			cur := d.Results[b]
-			switch {
-			case d.Allowed && res.Remaining < cur.Remaining,
-				!d.Allowed && !res.Allowed && (cur.Allowed || res.RetryAfter > cur.RetryAfter):
-				b = i
-			}
 		}
-		res := d.Results[b]
-		if !res.Degraded {
-			for k, v := range headers(pols[b], "", checks[b].Cost, res) {
-				w.Header()[k] = []string{v}
-			}
-		}
-		if d.Allowed {
-			w.WriteHeader(http.StatusOK)
-			return
-		}
-		// Refused: Retry-After always, whatever the policy's headers say;
-		// the proxy hands it to the client.
-		w.Header()["Retry-After"] = []string{strconv.FormatInt(httplimit.RetryAfterSeconds(d.RetryAfter()), 10)}
-		problem(w, fl.refused, fmt.Sprintf("rate limited by policy %q (forward_auth route %s)", pols[b].cfg.Name, rt.cfg.Name))
+		writeForwardDecision(w, fl, rt, d, checks, pols)
 	}
+}
+
+// refuseBadOriginal answers a subrequest whose original request could not
+// be read. auth_request passes on only 401 and 403 (a 400 would become a
+// 500, which the shipped nginx file lets through), so a flavor that
+// refuses with 403 gets 403 here too.
+func refuseBadOriginal(w http.ResponseWriter, fl flavor, bad error) {
+	code := http.StatusBadRequest
+	if fl.refused == http.StatusForbidden {
+		code = http.StatusForbidden
+	}
+	problem(w, code, "forward auth: "+bad.Error()+"; refused rather than matched against the routes")
+}
+
+// answerUnmatched answers a request no route applies to, as
+// forward_auth.unmatched says: refused, or let through.
+func (fa *forwardAuth) answerUnmatched(w http.ResponseWriter, fl flavor, o original) {
+	if fa.cfg.Unmatched == config.UnmatchedDeny {
+		problem(w, fl.refused, fmt.Sprintf("no forward_auth route applies to %s %s (forward_auth.unmatched: deny)", o.method, o.path))
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// bindingResult returns the index of the limit that speaks for decision d:
+// the refusing one that is refused longest, or the allowing one with the
+// least left.
+func bindingResult(d sluice.Decision) int {
+	b := 0
+	for i, res := range d.Results {
+		cur := d.Results[b]
+		switch {
+		case d.Allowed && res.Remaining < cur.Remaining,
+			!d.Allowed && !res.Allowed && (cur.Allowed || res.RetryAfter > cur.RetryAfter):
+			b = i
+		}
+	}
+	return b
+}
+
+// writeForwardDecision answers with decision d on route rt: the binding
+// limit's rate-limit headers (none when it was decided degraded), then
+// 200, or fl.refused with Retry-After.
+func writeForwardDecision(w http.ResponseWriter, fl flavor, rt *fwdRoute, d sluice.Decision, checks []sluice.Check, pols []*policy) {
+	b := bindingResult(d)
+	res := d.Results[b]
+	if !res.Degraded {
+		for k, v := range headers(pols[b], "", checks[b].Cost, res) {
+			w.Header()[k] = []string{v}
+		}
+	}
+	if d.Allowed {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	// Refused: Retry-After always, whatever the policy's headers say;
+	// the proxy hands it to the client.
+	w.Header()["Retry-After"] = []string{strconv.FormatInt(httplimit.RetryAfterSeconds(d.RetryAfter()), 10)}
+	problem(w, fl.refused, fmt.Sprintf("rate limited by policy %q (forward_auth route %s)", pols[b].cfg.Name, rt.cfg.Name))
 }
 
 // ForwardAuthKey returns the key forward_auth counts a request under when

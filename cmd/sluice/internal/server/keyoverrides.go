@@ -86,20 +86,30 @@ func parseOverride(data []byte) (sluice.Override, error) {
 		return o, bad(http.StatusBadRequest, "expires: %q is not an RFC 3339 time (such as 2030-01-31T00:00:00Z)", b.Expires)
 	}
 	o.Expires = exp
-	if b.Window != "" {
-		if o.Window, err = config.ParseDuration(b.Window); err != nil {
-			return o, bad(http.StatusBadRequest, "window: %v", err)
-		}
-	}
-	if b.Rate != "" {
-		if o.Rate, o.Per, err = config.ParseRate(b.Rate); err != nil {
-			return o, bad(http.StatusBadRequest, "rate: %v", err)
-		}
+	if err := parseOverrideShape(&o, b); err != nil {
+		return o, err
 	}
 	if len(o.Reason) > MaxOverrideReason || len(o.Actor) > MaxOverrideActor {
 		return o, bad(http.StatusBadRequest, "reason is at most %d bytes and actor at most %d", MaxOverrideReason, MaxOverrideActor)
 	}
 	return o, nil
+}
+
+// parseOverrideShape sets the override's own window and rate from the
+// body, when it gives them.
+func parseOverrideShape(o *sluice.Override, b overrideBody) error {
+	var err error
+	if b.Window != "" {
+		if o.Window, err = config.ParseDuration(b.Window); err != nil {
+			return bad(http.StatusBadRequest, "window: %v", err)
+		}
+	}
+	if b.Rate != "" {
+		if o.Rate, o.Per, err = config.ParseRate(b.Rate); err != nil {
+			return bad(http.StatusBadRequest, "rate: %v", err)
+		}
+	}
+	return nil
 }
 
 func toOverrideBody(policy, key string, o sluice.Override) overrideBody {

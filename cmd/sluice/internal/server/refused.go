@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -195,45 +196,67 @@ var resolveHint = map[config.KeyDisplay]string{
 // upper bound of its refusals (count) and how much that may overstate
 // (error). Without policy, every policy.
 func (s *Server) handleTopRefused(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	for name := range q {
-		if name != "policy" && name != "span" && name != "n" {
-			s.fail(w, r, bad(http.StatusBadRequest, "unknown parameter %q (want policy, span, n)", name))
-			return
-		}
-	}
-	spanName := q.Get("span")
-	if spanName == "" {
-		spanName = "5m"
-	}
-	span, ok := refusedSpans[spanName]
-	if !ok {
-		s.fail(w, r, bad(http.StatusBadRequest, "span must be 1m or 5m, got %q", spanName))
+	q, err := parseTopRefused(r.URL.Query())
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
-	n := 10
-	if v := q.Get("n"); v != "" {
-		var err error
-		n, err = strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxTopRefused {
-			s.fail(w, r, bad(http.StatusBadRequest, "n must be 1 to %d, got %q", maxTopRefused, v))
-			return
-		}
-	}
-	st := s.state.Load()
-	var out []topRefused
-	if name := q.Get("policy"); name != "" {
-		p, err := st.policy(name, "")
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		out = append(out, s.refused.top(p.cfg, span, spanName, n))
-	} else {
-		for _, p := range st.order {
-			out = append(out, s.refused.top(p.cfg, span, spanName, n))
-		}
+	out, err := s.topRefusedOf(s.state.Load(), q)
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"policies": out,
 		"note": fmt.Sprintf("approximate: each key's true count is between count-error and count; a key refused more than 1/%d of a %v slot's refusals is never missed", RefusedCounters, RefusedSlot)})
+}
+
+// topRefusedQuery is a /v1/top-refused request's parameters.
+type topRefusedQuery struct {
+	policy   string // "" for every policy
+	spanName string // 1m or 5m
+	span     time.Duration
+	n        int
+}
+
+// parseTopRefused reads /v1/top-refused's parameters, refusing unknown
+// ones; span defaults to 5m and n to 10.
+func parseTopRefused(q url.Values) (topRefusedQuery, error) {
+	for name := range q {
+		if name != "policy" && name != "span" && name != "n" {
+			return topRefusedQuery{}, bad(http.StatusBadRequest, "unknown parameter %q (want policy, span, n)", name)
+		}
+	}
+	t := topRefusedQuery{policy: q.Get("policy"), spanName: q.Get("span"), n: 10}
+	if t.spanName == "" {
+		t.spanName = "5m"
+	}
+	var ok bool
+	if t.span, ok = refusedSpans[t.spanName]; !ok {
+		return topRefusedQuery{}, bad(http.StatusBadRequest, "span must be 1m or 5m, got %q", t.spanName)
+	}
+	if v := q.Get("n"); v != "" {
+		var err error
+		t.n, err = strconv.Atoi(v)
+		if err != nil || t.n < 1 || t.n > maxTopRefused {
+			return topRefusedQuery{}, bad(http.StatusBadRequest, "n must be 1 to %d, got %q", maxTopRefused, v)
+		}
+	}
+	return t, nil
+}
+
+// topRefusedOf returns the most refused keys of the policy q names, or of
+// every policy in order.
+func (s *Server) topRefusedOf(st *state, q topRefusedQuery) ([]topRefused, error) {
+	if q.policy != "" {
+		p, err := st.policy(q.policy, "")
+		if err != nil {
+			return nil, err
+		}
+		return []topRefused{s.refused.top(p.cfg, q.span, q.spanName, q.n)}, nil
+	}
+	var out []topRefused
+	for _, p := range st.order {
+		out = append(out, s.refused.top(p.cfg, q.span, q.spanName, q.n))
+	}
+	return out, nil
 }

@@ -150,17 +150,10 @@ func (s *Server) Watch(ctx context.Context, path string) error {
 			if !ok {
 				return nil
 			}
-			name := filepath.Base(ev.Name)
-			// Our file, or a Kubernetes-style "..data" symlink swap, or the
-			// target the file links to.
-			if name != base && name != "..data" && ev.Name != real {
+			if !concernsFile(ev, base, real) {
 				continue
 			}
-			if timer == nil {
-				timer = time.NewTimer(200 * time.Millisecond)
-			} else {
-				timer.Reset(200 * time.Millisecond)
-			}
+			timer = restartDebounce(timer)
 			fire = timer.C
 		case err, ok := <-w.Errors:
 			if !ok {
@@ -169,13 +162,40 @@ func (s *Server) Watch(ctx context.Context, path string) error {
 			s.log.Warn("watching the configuration file", "file", path, "err", err)
 		case <-fire:
 			fire = nil
-			if _, err := os.Stat(path); err != nil {
-				// Removed, or mid-replace: the next event brings it back.
-				s.log.Debug("configuration file missing, waiting", "file", path)
-				continue
+			if s.reloadIfPresent(path) {
+				real, _ = filepath.EvalSymlinks(path)
 			}
-			s.Reload(path, "file changed")
-			real, _ = filepath.EvalSymlinks(path)
 		}
 	}
+}
+
+// concernsFile reports whether watch event ev (in the file's directory)
+// may have changed the file named base: an event on the file itself, a
+// Kubernetes-style "..data" symlink swap, or one on real, the target the
+// file links to.
+func concernsFile(ev fsnotify.Event, base, real string) bool {
+	name := filepath.Base(ev.Name)
+	return name == base || name == "..data" || ev.Name == real
+}
+
+// restartDebounce (re)starts Watch's 200ms debounce timer, creating it on
+// the first event.
+func restartDebounce(timer *time.Timer) *time.Timer {
+	if timer == nil {
+		return time.NewTimer(200 * time.Millisecond)
+	}
+	timer.Reset(200 * time.Millisecond)
+	return timer
+}
+
+// reloadIfPresent reloads the file at path after a change and reports
+// whether it did; a missing file (removed, or mid-replace) is waited
+// for, as the next event brings it back.
+func (s *Server) reloadIfPresent(path string) bool {
+	if _, err := os.Stat(path); err != nil {
+		s.log.Debug("configuration file missing, waiting", "file", path)
+		return false
+	}
+	s.Reload(path, "file changed")
+	return true
 }

@@ -53,33 +53,45 @@ func loneSurrogate(data []byte) (offset int, ok bool) {
 			in = c == '"'
 		case c == '"':
 			in = false
+		case c == '\\' && (i+1 >= len(data) || data[i+1] != 'u'):
+			i++ // the escaped byte
 		case c == '\\':
-			if i+1 < len(data) && data[i+1] == 'u' {
-				r, good := hex4(data, i+2)
-				if !good {
-					return 0, true
-				}
-				switch {
-				case r >= 0xD800 && r < 0xDC00:
-					lo, good := rune(0), false
-					if i+7 < len(data) && data[i+6] == '\\' && data[i+7] == 'u' {
-						lo, good = hex4(data, i+8)
-					}
-					if !good || lo < 0xDC00 || lo >= 0xE000 {
-						return i, false
-					}
-					i += 11
-				case r >= 0xDC00 && r < 0xE000:
-					return i, false
-				default:
-					i += 5
-				}
-			} else {
-				i++ // the escaped byte
+			last, lone, malformed := unicodeEscape(data, i)
+			if malformed {
+				return 0, true
 			}
+			if lone {
+				return i, false
+			}
+			i = last
 		}
 	}
 	return 0, true
+}
+
+// unicodeEscape reads the \u escape at data[i:]: last is the offset of its
+// last byte, or of the second escape's when it is the first half of a
+// surrogate pair; lone says it is a surrogate without its other half;
+// malformed says its four hex digits are not there.
+func unicodeEscape(data []byte, i int) (last int, lone, malformed bool) {
+	r, good := hex4(data, i+2)
+	if !good {
+		return 0, false, true
+	}
+	switch {
+	case r >= 0xD800 && r < 0xDC00:
+		lo, good := rune(0), false
+		if i+7 < len(data) && data[i+6] == '\\' && data[i+7] == 'u' {
+			lo, good = hex4(data, i+8)
+		}
+		if !good || lo < 0xDC00 || lo >= 0xE000 {
+			return 0, true, false
+		}
+		return i + 11, false, false
+	case r >= 0xDC00 && r < 0xE000:
+		return 0, true, false
+	}
+	return i + 5, false, false
 }
 
 // hex4 reads four hex digits at data[i:].
@@ -107,12 +119,7 @@ func hex4(data []byte, i int) (rune, bool) {
 // field twice, names compared as encoding/json matches them (without
 // regard to case). data has decoded once already.
 func duplicateField(data []byte) error {
-	type frame struct {
-		object bool
-		key    bool // the next token of an object is a field name
-		names  map[string]bool
-	}
-	var stack []frame
+	var stack jsonFrames
 	dec := json.NewDecoder(bytes.NewReader(data))
 	for {
 		tok, err := dec.Token()
@@ -122,32 +129,65 @@ func duplicateField(data []byte) error {
 			}
 			return err
 		}
-		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].key {
-			top := &stack[n-1]
-			if tok == json.Delim('}') {
-				stack = stack[:n-1]
-				continue
+		if stack.expectsName() {
+			if err := stack.name(tok); err != nil {
+				return err
 			}
-			name, _ := tok.(string)
-			f := fold(name)
-			if top.names[f] {
-				return fmt.Errorf("field %q is given twice", name)
-			}
-			top.names[f], top.key = true, false
 			continue
 		}
-		// A value: the object holding it expects a name next.
-		if n := len(stack); n > 0 && stack[n-1].object {
-			stack[n-1].key = true
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, frame{object: true, key: true, names: map[string]bool{}})
-		case json.Delim('['):
-			stack = append(stack, frame{})
-		case json.Delim(']'):
-			stack = stack[:len(stack)-1]
-		}
+		stack.value(tok)
+	}
+}
+
+// jsonFrame is an object or array duplicateField is inside.
+type jsonFrame struct {
+	object bool
+	key    bool // the next token of an object is a field name
+	names  map[string]bool
+}
+
+// jsonFrames is duplicateField's stack of the objects and arrays it is
+// inside, the innermost last.
+type jsonFrames []jsonFrame
+
+// expectsName reports whether the innermost frame is an object whose next
+// token is a field name (or its end).
+func (st jsonFrames) expectsName() bool {
+	n := len(st)
+	return n > 0 && st[n-1].object && st[n-1].key
+}
+
+// name takes the token where an object expects a field name: the
+// object's end, or a name, refused when the object gave it already.
+func (st *jsonFrames) name(tok json.Token) error {
+	n := len(*st)
+	if tok == json.Delim('}') {
+		*st = (*st)[:n-1]
+		return nil
+	}
+	top := &(*st)[n-1]
+	name, _ := tok.(string)
+	f := fold(name)
+	if top.names[f] {
+		return fmt.Errorf("field %q is given twice", name)
+	}
+	top.names[f], top.key = true, false
+	return nil
+}
+
+// value takes a value token: the object holding it expects a name next;
+// '{' and '[' open a frame, ']' closes one.
+func (st *jsonFrames) value(tok json.Token) {
+	if n := len(*st); n > 0 && (*st)[n-1].object {
+		(*st)[n-1].key = true
+	}
+	switch tok {
+	case json.Delim('{'):
+		*st = append(*st, jsonFrame{object: true, key: true, names: map[string]bool{}})
+	case json.Delim('['):
+		*st = append(*st, jsonFrame{})
+	case json.Delim(']'):
+		*st = (*st)[:len(*st)-1]
 	}
 }
 

@@ -142,11 +142,7 @@ func NewPlan(opts Options) (*Plan, error) {
 	} else if opts.Watch != "" && !p.hasKey(opts.Watch) {
 		return nil, fmt.Errorf("--watch %q: no request uses this key (the sources' keys are %v)", opts.Watch, p.keyList(5))
 	}
-	if opts.Watch != "" {
-		p.Watch = opts.Watch
-	} else if len(p.keys) > 0 {
-		p.Watch = p.keys[0]
-	}
+	p.Watch = p.watchKey(opts.Watch)
 	if err := p.size(opts, traceEnd); err != nil {
 		return nil, err
 	}
@@ -155,6 +151,19 @@ func NewPlan(opts Options) (*Plan, error) {
 		return nil, &TooLongError{Decisions: p.Decisions, Max: opts.MaxDecisions, Policies: len(opts.Policies), Duration: p.Duration}
 	}
 	return p, nil
+}
+
+// watchKey returns the key the run watches: the one asked for, or else
+// the first key of the synthetic sources, or else the one the trace chose
+// (useTrace: its first record's), if any.
+func (p *Plan) watchKey(asked string) string {
+	if asked != "" {
+		return asked
+	}
+	if len(p.keys) > 0 {
+		return p.keys[0]
+	}
+	return p.Watch
 }
 
 // checkOptions refuses options that cannot run (no policies or traffic,
@@ -378,6 +387,29 @@ func newTraceScanner(name string, policies []*config.Policy) *traceScanner {
 
 // add learns one record, for every policy or the one it names.
 func (sc *traceScanner) add(rec Record) error {
+	at := sc.observe(rec)
+	if at > MaxDuration {
+		return sc.lineError(rec, fmt.Errorf("%v after the trace's start, more than the longest run, %v", at, MaxDuration))
+	}
+	if rec.Policy == "" {
+		for i := range sc.policies {
+			if err := sc.apply(i, rec, at); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	i, ok := sc.byName[rec.Policy]
+	if !ok {
+		return sc.lineError(rec, fmt.Errorf("policy %q is not among the policies simulated", rec.Policy))
+	}
+	return sc.apply(i, rec, at)
+}
+
+// observe learns the trace-wide facts of rec (the first record's key and
+// time, the keys seen, the latest time) and returns its time after the
+// trace's start.
+func (sc *traceScanner) observe(rec Record) time.Duration {
 	s := sc.s
 	if s.firstKey == "" {
 		s.firstKey = rec.Key
@@ -399,22 +431,7 @@ func (sc *traceScanner) add(rec Record) error {
 	} else if at > s.lastOffset {
 		s.lastOffset = at
 	}
-	if at > MaxDuration {
-		return sc.lineError(rec, fmt.Errorf("%v after the trace's start, more than the longest run, %v", at, MaxDuration))
-	}
-	if rec.Policy == "" {
-		for i := range sc.policies {
-			if err := sc.apply(i, rec, at); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	i, ok := sc.byName[rec.Policy]
-	if !ok {
-		return sc.lineError(rec, fmt.Errorf("policy %q is not among the policies simulated", rec.Policy))
-	}
-	return sc.apply(i, rec, at)
+	return at
 }
 
 // apply counts rec, at at after the start, for policy i, refusing time

@@ -21,33 +21,15 @@ func ParsePolicies(specs []string) ([]*config.Policy, error) {
 	seq := &yaml.Node{Kind: yaml.SequenceNode}
 	names := map[string]int{}
 	for _, spec := range specs {
-		m := &yaml.Node{Kind: yaml.MappingNode}
-		fields := map[string]string{}
-		var order []string
-		for _, kv := range strings.Split(spec, ",") {
-			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-			if !ok || k == "" {
-				return nil, fmt.Errorf("--policy %q: %q must be field=value (fields as in a configuration file: name, algorithm, limit, window, burst, rate, count_rejected)", spec, kv)
-			}
-			if _, dup := fields[k]; dup {
-				return nil, fmt.Errorf("--policy %q: %s given twice", spec, k)
-			}
-			fields[k] = v
-			order = append(order, k)
+		fields, order, err := policyFields(spec)
+		if err != nil {
+			return nil, err
 		}
 		if _, ok := fields["name"]; !ok {
-			alg := fields["algorithm"]
-			if alg == "" {
-				alg = "policy"
-			}
-			name := alg
-			if n := names[alg]; n > 0 {
-				name = fmt.Sprintf("%s-%d", alg, n+1)
-			}
-			names[alg]++
-			fields["name"] = name
+			fields["name"] = defaultPolicyName(fields["algorithm"], names)
 			order = append([]string{"name"}, order...)
 		}
+		m := &yaml.Node{Kind: yaml.MappingNode}
 		for _, k := range order {
 			m.Content = append(m.Content,
 				&yaml.Node{Kind: yaml.ScalarNode, Value: k},
@@ -67,6 +49,39 @@ func ParsePolicies(specs []string) ([]*config.Policy, error) {
 		return nil, fmt.Errorf("%w\n(the --policy values, as the configuration file they stand for:)\n%s", err, data)
 	}
 	return cfg.Policies, nil
+}
+
+// policyFields splits one --policy value into its field=value pairs, with
+// the fields in the order given; a field given twice is refused.
+func policyFields(spec string) (fields map[string]string, order []string, err error) {
+	fields = map[string]string{}
+	for _, kv := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || k == "" {
+			return nil, nil, fmt.Errorf("--policy %q: %q must be field=value (fields as in a configuration file: name, algorithm, limit, window, burst, rate, count_rejected)", spec, kv)
+		}
+		if _, dup := fields[k]; dup {
+			return nil, nil, fmt.Errorf("--policy %q: %s given twice", spec, k)
+		}
+		fields[k] = v
+		order = append(order, k)
+	}
+	return fields, order, nil
+}
+
+// defaultPolicyName names a policy given without a name after its
+// algorithm ("policy" when none is given), numbered from the second of an
+// algorithm on; names counts the names given per algorithm so far.
+func defaultPolicyName(alg string, names map[string]int) string {
+	if alg == "" {
+		alg = "policy"
+	}
+	name := alg
+	if n := names[alg]; n > 0 {
+		name = fmt.Sprintf("%s-%d", alg, n+1)
+	}
+	names[alg]++
+	return name
 }
 
 // NominalRate returns the rate a policy admits in the long run, in units

@@ -69,13 +69,7 @@ type Bucket struct {
 // decision log is written, so that each policy's decisions are in time
 // order in it).
 func (p *Plan) Run(ctx context.Context) (*Result, error) {
-	res := &Result{Start: p.Start, Duration: p.Duration, Bucket: p.Bucket, Watch: p.Watch}
-	for _, t := range p.opts.Traffic {
-		res.Traffic = append(res.Traffic, t.Spec)
-	}
-	if p.opts.Trace != "" {
-		res.Traffic = append(res.Traffic, "trace "+p.opts.Trace)
-	}
+	res := &Result{Start: p.Start, Duration: p.Duration, Bucket: p.Bucket, Watch: p.Watch, Traffic: p.trafficSpecs()}
 	workers := make([]*worker, len(p.opts.Policies))
 	for i, pol := range p.opts.Policies {
 		w, err := p.newWorker(pol)
@@ -91,6 +85,34 @@ func (p *Plan) Run(ctx context.Context) (*Result, error) {
 		parallel = 1
 		log = &decisionLog{w: p.opts.Decisions}
 	}
+	if err := runWorkers(ctx, workers, parallel, log); err != nil {
+		return nil, err
+	}
+	if log != nil {
+		if err := log.flush(); err != nil {
+			return nil, fmt.Errorf("decision log: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// trafficSpecs describes the plan's traffic for the result: each
+// generator's spec, then the trace file's name.
+func (p *Plan) trafficSpecs() []string {
+	var specs []string
+	for _, t := range p.opts.Traffic {
+		specs = append(specs, t.Spec)
+	}
+	if p.opts.Trace != "" {
+		specs = append(specs, "trace "+p.opts.Trace)
+	}
+	return specs
+}
+
+// runWorkers runs the workers, at most parallel at a time, each writing
+// its decisions to log (nil for none). The first to fail stops the rest;
+// the errors of all are returned joined.
+func runWorkers(ctx context.Context, workers []*worker, parallel int, log *decisionLog) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sem := make(chan struct{}, parallel)
@@ -114,15 +136,7 @@ func (p *Plan) Run(ctx context.Context) (*Result, error) {
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	if log != nil {
-		if err := log.flush(); err != nil {
-			return nil, fmt.Errorf("decision log: %w", err)
-		}
-	}
-	return res, nil
+	return errors.Join(errs...)
 }
 
 // worker simulates one policy.
@@ -217,16 +231,35 @@ func (w *worker) run(ctx context.Context) error {
 	cur := bucketCursor{width: p.Bucket.Microseconds(), runEnd: p.Duration.Microseconds()}
 	cur.end = cur.width
 	keys := w.newKeyWindows()
+	if err := w.decideAll(ctx, srcs, &cur, keys); err != nil {
+		return err
+	}
+	if err := traceError(srcs); err != nil {
+		return err
+	}
+	for cur.b < len(w.res.Buckets) {
+		if err := w.closeBucket(&cur); err != nil {
+			return err
+		}
+	}
+	w.finish(keys)
+	return nil
+}
+
+// decideAll decides the events of srcs in time order until they run out
+// or reach the run's end, closing each bucket the next event is past.
+// It checks ctx every 65536 events.
+func (w *worker) decideAll(ctx context.Context, srcs []source, cur *bucketCursor, keys *keyWindows) error {
 	for n := 0; ; n++ {
 		if n&0xffff == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
 		best, bt := nextSource(srcs)
 		if best < 0 || bt >= cur.runEnd {
-			break
+			return nil
 		}
 		for bt >= cur.end {
-			if err := w.closeBucket(&cur); err != nil {
+			if err := w.closeBucket(cur); err != nil {
 				return err
 			}
 		}
@@ -236,17 +269,16 @@ func (w *worker) run(ctx context.Context) error {
 		}
 		srcs[best].observe(r)
 	}
+}
+
+// traceError returns the first read error a trace source met, which
+// ended its events early.
+func traceError(srcs []source) error {
 	for _, s := range srcs {
 		if ts, ok := s.(*traceSource); ok && ts.err != nil {
 			return ts.err
 		}
 	}
-	for cur.b < len(w.res.Buckets) {
-		if err := w.closeBucket(&cur); err != nil {
-			return err
-		}
-	}
-	w.finish(keys)
 	return nil
 }
 

@@ -77,24 +77,9 @@ type Reader struct {
 // log does.
 func NewReader(r io.Reader, file string, decisions bool) (*Reader, error) {
 	rd := &Reader{file: file, br: bufio.NewReaderSize(r, 64<<10), decisions: decisions}
-	// Sniff the format from the first character that is not white space.
-	for n := 1; ; n++ {
-		b, err := rd.br.Peek(n)
-		if len(b) < n {
-			if err == nil || err == io.EOF || errors.Is(err, bufio.ErrBufferFull) {
-				break // empty or white space only; CSV reports the empty file
-			}
-			return nil, fmt.Errorf("%s: %w", file, err)
-		}
-		c := b[n-1]
-		if c == ' ' || c == '\t' || c == '\r' || c == '\n' {
-			if n >= 4096 {
-				break
-			}
-			continue
-		}
-		rd.json = c == '{'
-		break
+	var err error
+	if rd.json, err = sniffJSON(rd.br); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	if rd.json {
 		rd.sc = bufio.NewScanner(rd.br)
@@ -107,6 +92,26 @@ func NewReader(r io.Reader, file string, decisions bool) (*Reader, error) {
 		rd.cr.TrimLeadingSpace = true
 	}
 	return rd, nil
+}
+
+// sniffJSON tells the format from the first character of br that is not
+// white space: '{' is JSON lines, anything else CSV. An input that is
+// empty or only white space (within the first 4096 bytes) is CSV, which
+// reports the empty file.
+func sniffJSON(br *bufio.Reader) (bool, error) {
+	for n := 1; n <= 4096; n++ {
+		b, err := br.Peek(n)
+		if len(b) < n {
+			if err == nil || err == io.EOF || errors.Is(err, bufio.ErrBufferFull) {
+				return false, nil // empty or white space only
+			}
+			return false, err
+		}
+		if c := b[n-1]; c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return c == '{', nil
+		}
+	}
+	return false, nil
 }
 
 func (r *Reader) errorf(line int, format string, args ...any) error {
@@ -129,6 +134,8 @@ type jsonRecord struct {
 	Allowed *bool   `json:"allowed"`
 }
 
+// nextJSON returns the record on the next JSON line, skipping blank lines
+// and # comments.
 func (r *Reader) nextJSON() (Record, error) {
 	for r.sc.Scan() {
 		r.line++
@@ -136,65 +143,74 @@ func (r *Reader) nextJSON() (Record, error) {
 		if len(b) == 0 || b[0] == '#' {
 			continue
 		}
-		var j jsonRecord
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&j); err != nil {
-			return Record{}, r.errorf(r.line, "not a JSON object with time, key, cost, policy, allowed: %v", err)
+		rec, tm, err := r.jsonLine(b)
+		if err != nil {
+			return Record{}, err
 		}
-		if dec.More() {
-			return Record{}, r.errorf(r.line, "more than one JSON value on the line")
-		}
-		if j.Time == nil {
-			return Record{}, r.errorf(r.line, "time is missing")
-		}
-		if j.Key == nil {
-			return Record{}, r.errorf(r.line, "key is missing")
-		}
-		rec := Record{Line: r.line, Key: *j.Key, Cost: 1}
-		if j.Cost != nil {
-			rec.Cost = *j.Cost
-		}
-		if j.Policy != nil {
-			if *j.Policy == "" {
-				return Record{}, r.errorf(r.line, "policy must not be empty (leave it out to apply the line to every policy)")
-			}
-			rec.Policy = *j.Policy
-		}
-		if j.Allowed != nil {
-			rec.Allowed, rec.HasAllowed = *j.Allowed, true
-		}
-		return r.finish(rec, *j.Time)
+		return r.finish(rec, tm)
 	}
+	return Record{}, r.scanEnd()
+}
+
+// jsonLine reads the JSON object on line r.line (b, trimmed); tm is its
+// time's text, for finish. Cost defaults to 1; a policy, when given, must
+// not be empty.
+func (r *Reader) jsonLine(b []byte) (rec Record, tm string, err error) {
+	var j jsonRecord
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return Record{}, "", r.errorf(r.line, "not a JSON object with time, key, cost, policy, allowed: %v", err)
+	}
+	if dec.More() {
+		return Record{}, "", r.errorf(r.line, "more than one JSON value on the line")
+	}
+	if j.Time == nil {
+		return Record{}, "", r.errorf(r.line, "time is missing")
+	}
+	if j.Key == nil {
+		return Record{}, "", r.errorf(r.line, "key is missing")
+	}
+	rec = Record{Line: r.line, Key: *j.Key, Cost: 1}
+	if j.Cost != nil {
+		rec.Cost = *j.Cost
+	}
+	if j.Policy != nil {
+		if *j.Policy == "" {
+			return Record{}, "", r.errorf(r.line, "policy must not be empty (leave it out to apply the line to every policy)")
+		}
+		rec.Policy = *j.Policy
+	}
+	if j.Allowed != nil {
+		rec.Allowed, rec.HasAllowed = *j.Allowed, true
+	}
+	return rec, *j.Time, nil
+}
+
+// scanEnd says why the JSON lines ended: a read error, a line too long,
+// a file with no records, or io.EOF after the last record.
+func (r *Reader) scanEnd() error {
 	if err := r.sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return Record{}, r.errorf(r.line+1, "line longer than %d bytes", MaxLineBytes)
+			return r.errorf(r.line+1, "line longer than %d bytes", MaxLineBytes)
 		}
-		return Record{}, fmt.Errorf("%s: %w", r.file, err)
+		return fmt.Errorf("%s: %w", r.file, err)
 	}
 	if r.line == 0 {
-		return Record{}, fmt.Errorf("%s: empty: no records", r.file)
+		return fmt.Errorf("%s: empty: no records", r.file)
 	}
-	return Record{}, io.EOF
+	return io.EOF
 }
 
 var csvColumns = []string{"time", "key", "cost", "policy", "allowed"}
 
+// nextCSV returns the record on the next CSV line, reading a header line
+// first when the file starts with one.
 func (r *Reader) nextCSV() (Record, error) {
 	for {
 		fields, err := r.cr.Read()
-		if err == io.EOF {
-			if r.line == 0 {
-				return Record{}, fmt.Errorf("%s: empty: no records", r.file)
-			}
-			return Record{}, io.EOF
-		}
 		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				return Record{}, r.errorf(pe.StartLine, "%v", pe.Err)
-			}
-			return Record{}, fmt.Errorf("%s: %w", r.file, err)
+			return Record{}, r.csvReadError(err)
 		}
 		line, _ := r.cr.FieldPos(0)
 		first := r.line == 0
@@ -205,14 +221,8 @@ func (r *Reader) nextCSV() (Record, error) {
 			}
 			continue
 		}
-		if r.cols == nil {
-			r.cols = []string{"time", "key", "cost"}
-			if len(fields) > 3 {
-				return Record{}, r.errorf(line, "%d columns: want time,key[,cost], or a header line naming the columns (%s)", len(fields), strings.Join(csvColumns, ", "))
-			}
-		}
-		if len(fields) > len(r.cols) || len(fields) < 2 {
-			return Record{}, r.errorf(line, "%d columns, want %s", len(fields), strings.Join(r.cols, ","))
+		if err := r.csvColumnsOf(fields, line); err != nil {
+			return Record{}, err
 		}
 		rec, tm, err := r.csvRecord(fields, line)
 		if err != nil {
@@ -220,6 +230,38 @@ func (r *Reader) nextCSV() (Record, error) {
 		}
 		return r.finish(rec, tm)
 	}
+}
+
+// csvReadError says why the CSV reader stopped: io.EOF after the last
+// record, a file with no records, a parse error at its line, or a read
+// error.
+func (r *Reader) csvReadError(err error) error {
+	if err == io.EOF {
+		if r.line == 0 {
+			return fmt.Errorf("%s: empty: no records", r.file)
+		}
+		return io.EOF
+	}
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return r.errorf(pe.StartLine, "%v", pe.Err)
+	}
+	return fmt.Errorf("%s: %w", r.file, err)
+}
+
+// csvColumnsOf checks the number of fields on line against the columns,
+// which without a header line are time,key[,cost].
+func (r *Reader) csvColumnsOf(fields []string, line int) error {
+	if r.cols == nil {
+		r.cols = []string{"time", "key", "cost"}
+		if len(fields) > 3 {
+			return r.errorf(line, "%d columns: want time,key[,cost], or a header line naming the columns (%s)", len(fields), strings.Join(csvColumns, ", "))
+		}
+	}
+	if len(fields) > len(r.cols) || len(fields) < 2 {
+		return r.errorf(line, "%d columns, want %s", len(fields), strings.Join(r.cols, ","))
+	}
+	return nil
 }
 
 // csvRecord reads the fields of one CSV line by their columns; tm is the

@@ -39,24 +39,37 @@ const maxSingles = 10_000
 // want is n): the count is then want, or not.
 func (r *run) burst(ctx context.Context, l *sluice.Limiter, at time.Time, key string, n, want int64) (int64, error) {
 	if n <= maxSingles {
-		ops := make([]sluice.Op, n)
-		for i := range ops {
-			ops[i] = sluice.Op{Key: l.Key(key), Rule: l.Rule(), Cost: 1, Now: at, Deadline: time.Now().Add(checkTimeout)}
-		}
-		if err := r.store.Do(ctx, ops); err != nil {
-			return 0, err
-		}
-		var allowed int64
-		for _, op := range ops {
-			if op.Err != nil {
-				return 0, op.Err
-			}
-			if op.Result.Allowed {
-				allowed++
-			}
-		}
-		return allowed, nil
+		return r.singles(ctx, l, at, key, n)
 	}
+	return wantThenOne(ctx, l, key, n, want)
+}
+
+// singles sends n requests of cost 1 on key at at together, in one batch
+// on the store, and returns how many were allowed.
+func (r *run) singles(ctx context.Context, l *sluice.Limiter, at time.Time, key string, n int64) (int64, error) {
+	ops := make([]sluice.Op, n)
+	for i := range ops {
+		ops[i] = sluice.Op{Key: l.Key(key), Rule: l.Rule(), Cost: 1, Now: at, Deadline: time.Now().Add(checkTimeout)}
+	}
+	if err := r.store.Do(ctx, ops); err != nil {
+		return 0, err
+	}
+	var allowed int64
+	for _, op := range ops {
+		if op.Err != nil {
+			return 0, op.Err
+		}
+		if op.Result.Allowed {
+			allowed++
+		}
+	}
+	return allowed, nil
+}
+
+// wantThenOne stands in for a burst of n above maxSingles: one request
+// for want units (none counted when it is refused), then, unless want is
+// n, one more unit, which is counted when allowed.
+func wantThenOne(ctx context.Context, l *sluice.Limiter, key string, n, want int64) (int64, error) {
 	var got int64
 	if want > 0 {
 		res, err := l.AllowN(ctx, key, want)

@@ -219,14 +219,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	r := &run{opts: opts, cfg: opts.Config, client: client, store: conn.Store, prefix: prefix,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	defer r.stopWorkers()
-	prims, err := valkeyops.Primaries(ctx, client)
-	if err != nil {
+	if r.primary, err = firstPrimary(ctx, client); err != nil {
 		return nil, err
 	}
-	if len(prims) == 0 {
-		return nil, errors.New("the client knows no primary")
-	}
-	r.primary = valkeyops.SortedAddrs(prims)[0]
 	rep := &Report{Valkey: valkeyops.Describe(opts.Config.Valkey), Mode: valkeyops.Mode(ctx, client), Prefix: prefix, Passed: true}
 	if err := rep.settings(ctx, client, conn.Store, opts.Config); err != nil {
 		return nil, err
@@ -242,6 +237,19 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.Elapsed = time.Since(start)
 	rep.ElapsedMS = ms(rep.Elapsed)
 	return rep, nil
+}
+
+// firstPrimary returns the address of the first primary the client knows,
+// in address order.
+func firstPrimary(ctx context.Context, client valkey.Client) (string, error) {
+	prims, err := valkeyops.Primaries(ctx, client)
+	if err != nil {
+		return "", err
+	}
+	if len(prims) == 0 {
+		return "", errors.New("the client knows no primary")
+	}
+	return valkeyops.SortedAddrs(prims)[0], nil
 }
 
 // setDefaults fills in the options left zero.

@@ -124,16 +124,9 @@ func ServeWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 		}
 	}()
 	for {
-		line, err := rd.ReadBytes('\n')
-		if err == io.EOF && len(line) == 0 {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("verify worker: reading a job: %w", err)
-		}
-		var j job
-		if err := json.Unmarshal(line, &j); err != nil {
-			return fmt.Errorf("verify worker: bad job: %w", err)
+		j, more, err := readJob(rd)
+		if !more {
+			return err
 		}
 		if conn == nil {
 			if conn, err = dialWorker(ctx, j); err != nil {
@@ -157,6 +150,23 @@ func ServeWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 			return err
 		}
 	}
+}
+
+// readJob reads the next job line from rd; more is false, with a nil
+// error, when rd ended before another job began, and false with the
+// error when reading or decoding the line failed.
+func readJob(rd *bufio.Reader) (j job, more bool, err error) {
+	line, err := rd.ReadBytes('\n')
+	if err == io.EOF && len(line) == 0 {
+		return job{}, false, nil
+	}
+	if err != nil {
+		return job{}, false, fmt.Errorf("verify worker: reading a job: %w", err)
+	}
+	if err := json.Unmarshal(line, &j); err != nil {
+		return job{}, false, fmt.Errorf("verify worker: bad job: %w", err)
+	}
+	return j, true, nil
 }
 
 // workerConn is a worker's connection to Valkey, kept across jobs.
@@ -192,6 +202,10 @@ func dialWorker(ctx context.Context, j job) (*workerConn, error) {
 	return &workerConn{client: conn.Client, store: conn.Store}, nil
 }
 
+// work runs job j: it makes j.Attempts decisions on j's key from
+// j.Goroutines goroutines, all at the job's instant, once ready (which
+// reports the worker ready and waits for the word to go) returns, and
+// tallies them.
 func (w *workerConn) work(ctx context.Context, j job, ready func() error) (tally, error) {
 	var t tally
 	pol, err := j.Policy.policy()
@@ -218,34 +232,44 @@ func (w *workerConn) work(ctx context.Context, j job, ready func() error) (tally
 			defer wg.Done()
 			var mine tally
 			for left.Add(-1) >= 0 {
-				res, err := l.Allow(ctx, j.Identity)
-				switch {
-				case err != nil:
-					mine.Errors++
-					if mine.FirstError == "" {
-						mine.FirstError = err.Error()
-					}
-				case res.Degraded:
-					mine.Degraded++
-				case res.Allowed:
-					mine.Allowed++
-				default:
-					mine.Refused++
-				}
+				mine.count(l.Allow(ctx, j.Identity))
 			}
 			mu.Lock()
-			t.Allowed += mine.Allowed
-			t.Refused += mine.Refused
-			t.Degraded += mine.Degraded
-			t.Errors += mine.Errors
-			if t.FirstError == "" {
-				t.FirstError = mine.FirstError
-			}
+			t.merge(mine)
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
 	return t, nil
+}
+
+// count tallies one decision: an error (the first one's text kept),
+// degraded, allowed or refused.
+func (t *tally) count(res sluice.Result, err error) {
+	switch {
+	case err != nil:
+		t.Errors++
+		if t.FirstError == "" {
+			t.FirstError = err.Error()
+		}
+	case res.Degraded:
+		t.Degraded++
+	case res.Allowed:
+		t.Allowed++
+	default:
+		t.Refused++
+	}
+}
+
+// merge adds the counts of o, keeping t's first error if it has one.
+func (t *tally) merge(o tally) {
+	t.Allowed += o.Allowed
+	t.Refused += o.Refused
+	t.Degraded += o.Degraded
+	t.Errors += o.Errors
+	if t.FirstError == "" {
+		t.FirstError = o.FirstError
+	}
 }
 
 // workerProc is one running worker process.
