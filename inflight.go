@@ -1,0 +1,445 @@
+package sluice
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// InFlight limits how many things happen at once per key, rather than how
+// often: at most Limit leases per key exist at once, across every process
+// sharing the store. A lease ends when it is released, or Lease after it
+// was acquired or last renewed, by the store's clock (Valkey's TIME, never
+// the client's, unless WithClock says otherwise): the slot of a holder that
+// crashed, lost its connection or forgot to release comes back on its own.
+//
+// Use Limiter.Acquire to take a lease, Lease.Renew to keep one past Lease,
+// and Lease.Release to end it. Allow, AllowN and Wait refuse an InFlight
+// limiter (ErrWrongKind): a unit taken without a lease could never be
+// released. Peek reports whether a lease would be given now, taking none.
+// AllowAll takes a lease for a Check of cost 1 on an InFlight limiter,
+// together with the other checks' units: a refusal by any check takes
+// nothing from the others (Decision.Leases holds the leases taken).
+type InFlight struct {
+	Limit int64
+	Lease time.Duration
+}
+
+// MaxInFlightLimit is the largest InFlight Limit. A key keeps one sorted-set
+// entry per lease (about 100 bytes on Valkey): the bound keeps a key under
+// about a megabyte.
+const MaxInFlightLimit = 10000
+
+// Rule implements Policy.
+func (p InFlight) Rule() (Rule, error) {
+	r := Rule{Algorithm: AlgorithmInFlight, Limit: p.Limit, Window: p.Lease}
+	if err := validateInFlight(r); err != nil {
+		return Rule{}, within("InFlight", "InFlight", err)
+	}
+	return r, nil
+}
+
+// validateInFlight is Rule.Validate for AlgorithmInFlight.
+func validateInFlight(r Rule) error {
+	if err := checkLimit("Limit", r.Limit); err != nil {
+		return err
+	}
+	if r.Limit > MaxInFlightLimit {
+		return invalidField("Limit", "Limit must be at most %d (MaxInFlightLimit), got %d", MaxInFlightLimit, r.Limit)
+	}
+	if r.Interval != 0 {
+		return invalidField("Interval", "an in_flight rule takes Limit and Window (the lease), not Interval")
+	}
+	if err := checkWindow("Lease", r.Window); err != nil {
+		return err
+	}
+	return nil
+}
+
+var (
+	// ErrLeaseLost is the error of Renew for a lease that had already ended
+	// (released, expired, or reset): its slot may be another holder's now,
+	// and the work it guarded is no longer counted.
+	ErrLeaseLost = errors.New("sluice: lease lost")
+
+	// ErrInvalidLease is the error for a lease id that is not one Acquire
+	// gives (see Limiter.Lease), and for an Op whose lease fields do not
+	// fit its algorithm.
+	ErrInvalidLease = errors.New("sluice: invalid lease")
+
+	// ErrWrongKind is the error of a rate decision (Allow, AllowN, Wait,
+	// AllowEach) on an InFlight limiter, and of Acquire on a rate limiter.
+	ErrWrongKind = errors.New("sluice: wrong kind of limit")
+)
+
+// A LeaseID names one lease in a store: 128 random bits, so that a client
+// cannot free another holder's slot by guessing. The zero LeaseID is none.
+type LeaseID [16]byte
+
+// IsZero reports whether id is the zero LeaseID.
+func (id LeaseID) IsZero() bool { return id == LeaseID{} }
+
+// String returns id in unpadded base64url, 22 characters.
+func (id LeaseID) String() string { return base64.RawURLEncoding.EncodeToString(id[:]) }
+
+// newLeaseID returns a random LeaseID.
+func newLeaseID() LeaseID {
+	var id LeaseID
+	for id.IsZero() {
+		rand.Read(id[:]) // never fails (crypto/rand panics first)
+	}
+	return id
+}
+
+// The first character of a lease's opaque id (Lease.ID): a lease the store
+// holds, or one the fail mode gave without the store.
+const (
+	heldMark = 'h'
+	openMark = 'o'
+)
+
+// ParseLeaseID returns the LeaseID of s, as LeaseID.String writes it; an
+// error wrapping ErrInvalidLease otherwise.
+func ParseLeaseID(s string) (LeaseID, error) {
+	var id LeaseID
+	if len(s) != 22 {
+		return id, fmt.Errorf("%w: a lease id is 22 characters, got %d", ErrInvalidLease, len(s))
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
+	if err != nil || len(b) != 16 {
+		return id, fmt.Errorf("%w: %q is not a lease id (unpadded base64url of 16 bytes)", ErrInvalidLease, s)
+	}
+	copy(id[:], b)
+	if id.IsZero() {
+		return id, fmt.Errorf("%w: the zero lease id names no lease", ErrInvalidLease)
+	}
+	return id, nil
+}
+
+// validateLeaseOp is Op.Validate for an InFlight Op, or an Op with lease
+// fields: an acquire (Cost 1 and a Lease), a renewal (Renew, Cost 0 and a
+// Lease), a release (Cost -1 and a Lease) or a peek (Cost 0, no Lease).
+func validateLeaseOp(op *Op) error {
+	if op.Rule.Algorithm != AlgorithmInFlight {
+		return &PolicyError{Err: ErrInvalidLease, Field: "Op.Lease", Reason: fmt.Sprintf("a lease is only for %v, not %v", AlgorithmInFlight, op.Rule.Algorithm)}
+	}
+	if err := op.Rule.Validate(); err != nil {
+		return err
+	}
+	if !op.Now.IsZero() {
+		if err := checkTime("now", op.Now); err != nil {
+			return err
+		}
+	}
+	switch {
+	case op.Cost < -1 || op.Cost > 1:
+		return badCost("an %v decision costs 1 (acquire), 0 (peek or renew) or -1 (release), got %d", AlgorithmInFlight, op.Cost)
+	case op.Renew && op.Cost != 0:
+		return badCost("a renewal costs 0, got %d", op.Cost)
+	case op.Lease.IsZero() && (op.Cost != 0 || op.Renew):
+		return &PolicyError{Err: ErrInvalidLease, Field: "Op.Lease", Reason: "an acquire, renewal or release names its lease"}
+	case !op.Lease.IsZero() && op.Cost == 0 && !op.Renew:
+		return &PolicyError{Err: ErrInvalidLease, Field: "Op.Lease", Reason: "a peek names no lease"}
+	}
+	return nil
+}
+
+// wrongKind returns the error of a decision of the wrong kind for l.
+func (l *Limiter) wrongKind(what string) error {
+	if l.rule.Algorithm == AlgorithmInFlight {
+		return fmt.Errorf("%w: %s on %s, an %v limiter: use Acquire (or AllowAll), which gives a lease to release", ErrWrongKind, what, l.cfg.name, AlgorithmInFlight)
+	}
+	return fmt.Errorf("%w: %s on %s, a %v limiter: leases are for %v policies", ErrWrongKind, what, l.cfg.name, l.rule.Algorithm, AlgorithmInFlight)
+}
+
+// ReleaseTimeout is the least time a release may wait for the store: a
+// release runs on a context of its own, detached from the caller's (which
+// may have ended: a client gone, a request canceled), bounded by the
+// limiter's timeout or ReleaseTimeout, whichever is longer. A release that
+// fails leaves the slot taken until the lease ends.
+const ReleaseTimeout = time.Second
+
+// A Lease is one slot of an InFlight limiter's key, held until Release,
+// or until it ends Lease after it was acquired or last renewed. It is safe
+// for concurrent use.
+type Lease struct {
+	l    *Limiter
+	key  string
+	id   LeaseID
+	open bool // given by the fail mode or shadow mode: the store holds no slot
+
+	mu       sync.Mutex
+	ends     time.Time // on the local clock: by when the store ends it, at the earliest
+	released bool
+}
+
+// Key returns the key the lease is of.
+func (s *Lease) Key() string { return s.key }
+
+// ID returns the lease's opaque id, 23 URL-safe characters: what a client
+// keeps to renew or release the lease later (Limiter.Lease reads it back).
+func (s *Lease) ID() string {
+	m := byte(heldMark)
+	if s.open {
+		m = openMark
+	}
+	return string(m) + s.id.String()
+}
+
+// Degraded reports that the lease was given without the store holding a
+// slot for it: by FailOpen while the store could not decide, or by shadow
+// mode for a refusal. Renew and Release accept it without the store.
+func (s *Lease) Degraded() bool { return s.open }
+
+// Ends returns when, on the local clock, the lease ends at the earliest if
+// it is not renewed: Lease after the acquire or the last renewal was sent.
+// The store ends it by its own clock, at or after that (the decision was
+// made after it was sent).
+func (s *Lease) Ends() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ends
+}
+
+// Limiter returns the limiter the lease is of.
+func (s *Lease) Limiter() *Limiter { return s.l }
+
+// Acquire takes a lease of key, or refuses, taking nothing. An allowed
+// Result says how many slots remain free; a refused one says Remaining 0
+// and RetryAfter, when the earliest current lease ends at the latest (an
+// upper bound: a release may free a slot sooner). The *Lease is nil when
+// refused.
+//
+// When the store cannot decide, the fail mode does: FailOpen gives a
+// Degraded lease (Result.Degraded), which Renew and Release accept without
+// the store; FailClosed refuses. In shadow mode a refusal gives a Degraded
+// lease too, with Result.Shadowed. Acquire on a limiter whose policy is not
+// InFlight is an error wrapping ErrWrongKind.
+func (l *Limiter) Acquire(ctx context.Context, key string) (*Lease, Result, error) {
+	if err := l.ready(); err != nil {
+		return nil, Result{}, err
+	}
+	if l.rule.Algorithm != AlgorithmInFlight {
+		return nil, Result{}, l.wrongKind("Acquire")
+	}
+	if key == "" {
+		return nil, Result{}, ErrInvalidKey
+	}
+	batch := []Op{{Key: l.Key(key), Rule: l.rule, Cost: 1, Lease: newLeaseID()}}
+	start := time.Now()
+	if err := l.do(ctx, batch, 0); err != nil {
+		return nil, Result{}, err
+	}
+	res := batch[0].Result
+	if !res.Allowed {
+		return nil, res, nil
+	}
+	return l.newLease(key, batch[0].Lease, res.Degraded || res.Shadowed, start), res, nil
+}
+
+func (l *Limiter) newLease(key string, id LeaseID, open bool, sent time.Time) *Lease {
+	return &Lease{l: l, key: key, id: id, open: open, ends: sent.Add(l.rule.Window)}
+}
+
+// Lease returns the lease of key whose opaque id (Lease.ID) a client kept,
+// to renew or release it: an error wrapping ErrInvalidLease when id is not
+// one Acquire gives, ErrWrongKind when l is not an InFlight limiter. It
+// does not ask the store: a well-formed id of a lease that does not exist
+// (ended, forged, or of another key) renews with ErrLeaseLost and releases
+// nothing.
+func (l *Limiter) Lease(key, id string) (*Lease, error) {
+	if err := l.ready(); err != nil {
+		return nil, err
+	}
+	if l.rule.Algorithm != AlgorithmInFlight {
+		return nil, l.wrongKind("Lease")
+	}
+	if key == "" {
+		return nil, ErrInvalidKey
+	}
+	if len(id) == 0 || id[0] != heldMark && id[0] != openMark {
+		return nil, fmt.Errorf("%w: a lease id begins with %q or %q", ErrInvalidLease, heldMark, openMark)
+	}
+	lid, err := ParseLeaseID(id[1:])
+	if err != nil {
+		return nil, err
+	}
+	return &Lease{l: l, key: key, id: lid, open: id[0] == openMark}, nil
+}
+
+// leaseOp runs one renewal or release of s through the store, with the
+// limiter's clock and deadline d.
+func (s *Lease) leaseOp(ctx context.Context, op *Op, timeout time.Duration) error {
+	l := s.l
+	if l.cfg.clock != nil {
+		op.Now = l.cfg.clock()
+		if err := checkTime("now", op.Now); err != nil {
+			return fmt.Errorf("%w (the clock of limiter %s)", err, l.cfg.name)
+		}
+	}
+	op.Deadline = time.Now().Add(timeout)
+	batch := []Op{*op}
+	err := l.store.Do(ctx, batch)
+	*op = batch[0]
+	if op.Err == nil {
+		op.Err = err
+	}
+	return nil
+}
+
+// Renew extends the lease: it then ends Lease after the renewal, by the
+// store's clock. A lease that had already ended (released, expired or
+// reset) is not taken again: Renew fails with an error wrapping
+// ErrLeaseLost, and the caller should stop the work it guarded.
+//
+// When the store cannot decide, the fail mode does: FailOpen reports the
+// lease renewed (it may end in the store at its old time, and another
+// holder take its slot); FailClosed returns an error wrapping
+// ErrStoreUnavailable (the lease may or may not have been renewed). A
+// Degraded lease is renewed without the store. In shadow mode a lost lease
+// is reported renewed.
+func (s *Lease) Renew(ctx context.Context) error {
+	if s == nil || s.l == nil {
+		return fmt.Errorf("%w: a nil Lease", ErrInvalidLease)
+	}
+	l := s.l
+	start := time.Now()
+	s.mu.Lock()
+	released := s.released
+	s.mu.Unlock()
+	if released {
+		return fmt.Errorf("sluice: %s: renew of a released lease of %q: %w", l.cfg.name, s.key, ErrLeaseLost)
+	}
+	if !s.open {
+		op := Op{Key: l.Key(s.key), Rule: l.rule, Renew: true, Lease: s.id}
+		if err := s.leaseOp(ctx, &op, l.cfg.timeout); err != nil {
+			return err
+		}
+		switch {
+		case op.Err != nil && ctx.Err() != nil:
+			return fmt.Errorf("sluice: %s: %w", l.cfg.name, ctx.Err())
+		case op.Err != nil && errors.Is(op.Err, ErrInvalidTime):
+			return fmt.Errorf("%w (the clock of limiter %s)", op.Err, l.cfg.name)
+		case op.Err != nil:
+			l.logStoreError(op.Err)
+			if l.cfg.failMode == FailClosed && !l.cfg.shadow {
+				return fmt.Errorf("%w: renew of a lease of %s: %w", ErrStoreUnavailable, l.cfg.name, op.Err)
+			}
+		case !op.Result.Allowed && !l.cfg.shadow:
+			return fmt.Errorf("sluice: %s: lease of %q had ended: %w", l.cfg.name, s.key, ErrLeaseLost)
+		}
+	}
+	s.mu.Lock()
+	s.ends = start.Add(l.rule.Window)
+	s.mu.Unlock()
+	return nil
+}
+
+// Release ends the lease, freeing its slot, and reports whether it did: a
+// second release, or the release of a lease that had already ended, frees
+// nothing and is no error. It runs on a context detached from ctx (which
+// may have ended), bounded by ReleaseTimeout or the limiter's timeout,
+// whichever is longer. When the store cannot be reached the error wraps
+// ErrStoreUnavailable, and the slot comes back when the lease ends. A
+// Degraded lease is released without the store.
+func (s *Lease) Release(ctx context.Context) (bool, error) {
+	if s == nil || s.l == nil {
+		return false, fmt.Errorf("%w: a nil Lease", ErrInvalidLease)
+	}
+	l := s.l
+	s.mu.Lock()
+	if s.released {
+		s.mu.Unlock()
+		return false, nil
+	}
+	s.released = true
+	s.mu.Unlock()
+	if s.open {
+		return true, nil
+	}
+	timeout := max(l.cfg.timeout, ReleaseTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	op := Op{Key: l.Key(s.key), Rule: l.rule, Cost: -1, Lease: s.id}
+	if err := s.leaseOp(rctx, &op, timeout); err != nil {
+		s.unrelease()
+		return false, err
+	}
+	if op.Err != nil {
+		s.unrelease()
+		l.logStoreError(op.Err)
+		return false, fmt.Errorf("%w: release of a lease of %s: %w", ErrStoreUnavailable, l.cfg.name, op.Err)
+	}
+	return op.Result.Allowed, nil
+}
+
+// unrelease lets a release that failed be tried again.
+func (s *Lease) unrelease() {
+	s.mu.Lock()
+	s.released = false
+	s.mu.Unlock()
+}
+
+// leaseCheck builds the Op of an AllowAll check on an InFlight limiter: a
+// Cost of 1 acquires a lease, 0 peeks.
+func leaseCheck(i int, c Check, refunds bool) (Op, error) {
+	l := c.Limiter
+	if err := l.ready(); err != nil {
+		return Op{}, err
+	}
+	switch {
+	case refunds:
+		return Op{}, fmt.Errorf("check %d: %w", i, l.wrongKind("AllowEach"))
+	case c.Plan != "":
+		return Op{}, fmt.Errorf("%w %q of %s (check %d): an %v limiter has no plans", ErrUnknownPlan, c.Plan, l.Name(), i, AlgorithmInFlight)
+	case c.Key == "":
+		return Op{}, ErrInvalidKey
+	case c.Cost != 0 && c.Cost != 1:
+		return Op{}, &PolicyError{Err: ErrInvalidCost, Field: "Check.Cost",
+			Reason: fmt.Sprintf("check %d: a check on an %v limiter costs 1 (a lease) or 0 (a peek), got %d", i, AlgorithmInFlight, c.Cost)}
+	}
+	op := Op{Key: l.Key(c.Key), Rule: l.rule, Cost: c.Cost}
+	if c.Cost == 1 {
+		op.Lease = newLeaseID()
+	}
+	return op, nil
+}
+
+// leasesOf returns the leases an allowed AllowAll took (one per check, nil
+// for the checks that took none), or nil when no check took one.
+func leasesOf(checks []Check, ops []Op, start time.Time) []*Lease {
+	var out []*Lease
+	for i, op := range ops {
+		if op.Lease.IsZero() || op.Renew || op.Cost != 1 || !op.Result.Allowed {
+			continue
+		}
+		if out == nil {
+			out = make([]*Lease, len(ops))
+		}
+		out[i] = checks[i].Limiter.newLease(checks[i].Key, op.Lease, op.Result.Degraded || op.Result.Shadowed, start)
+	}
+	return out
+}
+
+// checkInFlightOptions refuses the options an InFlight limiter cannot
+// honour: plans and overrides (Acquire names neither), and a deny cache (a
+// release may free a slot at any time, so a refusal says nothing of the
+// next request).
+func checkInFlightOptions(r Rule, cfg *config) error {
+	if r.Algorithm != AlgorithmInFlight {
+		return nil
+	}
+	switch {
+	case len(cfg.plans) > 0:
+		return invalidField("WithPlan", "an %v limiter has no plans", AlgorithmInFlight)
+	case cfg.ovOn:
+		return invalidField("WithOverrides", "an %v limiter takes no overrides", AlgorithmInFlight)
+	case cfg.deny == 1:
+		return invalidField("WithDenyCache", "WithDenyCache(true): an %v limiter never uses the deny cache (a release may free a slot at any time)", AlgorithmInFlight)
+	}
+	return nil
+}
