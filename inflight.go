@@ -443,3 +443,69 @@ func checkInFlightOptions(r Rule, cfg *config) error {
 	}
 	return nil
 }
+
+// Hold keeps leases for the work ctx runs: it renews them while the work
+// outlives their Lease (every third of the shortest Lease), and returns a
+// context for the work, canceled with the renewal's error as its cause
+// (context.Cause: wrapping ErrLeaseLost, or ErrStoreUnavailable under
+// FailClosed) when a renewal fails, since the work is then no longer
+// counted. It releases every lease when stop is called (call it when the
+// work returns, or panics: defer it), when ctx ends (the client went
+// away), or when a renewal fails. stop waits for that and may be called
+// more than once. Nil leases are skipped.
+func Hold(ctx context.Context, leases ...*Lease) (work context.Context, stop func()) {
+	var held []*Lease
+	var every time.Duration
+	for _, ls := range leases {
+		if ls == nil || ls.l == nil {
+			continue
+		}
+		held = append(held, ls)
+		if p := ls.l.rule.Window / 3; every == 0 || p < every {
+			every = p
+		}
+	}
+	work, cancel := context.WithCancelCause(ctx)
+	if len(held) == 0 {
+		return work, func() { cancel(nil) }
+	}
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	release := func() {
+		for _, ls := range held {
+			if _, err := ls.Release(ctx); err != nil {
+				ls.l.cfg.logger.Warn("sluice: release failed; the slot comes back when the lease ends", "limiter", ls.l.cfg.name, "err", err)
+			}
+		}
+	}
+	go func() {
+		defer close(exited)
+		defer release()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				cancel(context.Cause(ctx))
+				return
+			case <-t.C:
+				for _, ls := range held {
+					if err := ls.Renew(ctx); err != nil {
+						cancel(err)
+						return
+					}
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return work, func() {
+		once.Do(func() {
+			close(done)
+			<-exited
+			cancel(nil)
+		})
+	}
+}

@@ -196,3 +196,60 @@ func TestInFlightShadow(t *testing.T) {
 		t.Fatal("the held lease was not released")
 	}
 }
+
+// TestHold: Hold renews a lease while the work outlives Lease, releases
+// it when stopped or when ctx ends, and cancels the work's context with
+// ErrLeaseLost as its cause when a renewal finds the lease ended.
+func TestHold(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	st := memstore.New()
+	l, err := sluice.New(st, sluice.InFlight{Limit: 1, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	free := func() bool {
+		res, err := l.Peek(ctx, "k")
+		return err == nil && res.Allowed
+	}
+	ls, _, _ := l.Acquire(ctx, "k")
+	work, stop := sluice.Hold(ctx, ls, nil)
+	time.Sleep(3 * lease) // renewed meanwhile
+	if free() || work.Err() != nil {
+		t.Fatalf("the held lease ended while held (free %v, ctx %v)", free(), work.Err())
+	}
+	stop()
+	stop()
+	if !free() {
+		t.Fatal("stop did not release the lease")
+	}
+	// The client goes away: released.
+	ls, _, _ = l.Acquire(ctx, "k")
+	cctx, cancel := context.WithCancel(ctx)
+	_, stop = sluice.Hold(cctx, ls)
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for !free() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if !free() {
+		t.Fatal("the lease was not released when ctx ended")
+	}
+	stop()
+	// A renewal finds the lease gone (reset): the work is canceled with
+	// the cause.
+	ls, _, _ = l.Acquire(ctx, "k")
+	work, stop = sluice.Hold(ctx, ls)
+	defer stop()
+	if err := l.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-work.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the work's context was not canceled when its lease was lost")
+	}
+	if cause := context.Cause(work); !errors.Is(cause, sluice.ErrLeaseLost) {
+		t.Fatalf("cause %v, want ErrLeaseLost", cause)
+	}
+}
