@@ -14,6 +14,13 @@
 //	}})
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(in.Unary()), grpc.ChainStreamInterceptor(in.Stream()))
 //
+// A Limit whose Limiter enforces sluice.InFlight (at most N calls at once
+// per key) takes a lease for each allowed call and holds it while the call
+// runs: a unary call until its handler returns, a stream until it ends. A
+// call that outlives the Lease has it renewed (sluice.Hold); when a
+// renewal finds the lease ended, the call's context is canceled with the
+// error (wrapping sluice.ErrLeaseLost) as its cause.
+//
 // When the store cannot decide, each limiter's fail mode does (sluice's
 // Degraded results); a degraded refusal is RESOURCE_EXHAUSTED too.
 //
@@ -163,8 +170,14 @@ func New(cfg Config) (*Interceptor, error) {
 // Unary returns the unary server interceptor.
 func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := in.check(ctx, info.FullMethod); err != nil {
+		leases, err := in.check(ctx, info.FullMethod)
+		if err != nil {
 			return nil, err
+		}
+		if leases != nil {
+			var stop func()
+			ctx, stop = sluice.Hold(ctx, leases...)
+			defer stop()
 		}
 		return handler(ctx, req)
 	}
@@ -174,17 +187,24 @@ func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
 // when it opens.
 func (in *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := in.check(ss.Context(), info.FullMethod); err != nil {
+		leases, err := in.check(ss.Context(), info.FullMethod)
+		if err != nil {
 			return err
+		}
+		if leases != nil {
+			ctx, stop := sluice.Hold(ss.Context(), leases...)
+			defer stop()
+			ss = &heldStream{ServerStream: ss, ctx: ctx}
 		}
 		return handler(srv, ss)
 	}
 }
 
-// check decides a call: nil to proceed, or the status error to return.
-func (in *Interceptor) check(ctx context.Context, fullMethod string) error {
+// check decides a call: nil to proceed, with the leases of its in-flight
+// limits, or the status error to return.
+func (in *Interceptor) check(ctx context.Context, fullMethod string) ([]*sluice.Lease, error) {
 	if in.cfg.Skip != nil && in.cfg.Skip(ctx, fullMethod) {
-		return nil
+		return nil, nil
 	}
 	checks := make([]sluice.Check, 0, len(in.cfg.Limits))
 	for i := range in.cfg.Limits {
@@ -194,7 +214,7 @@ func (in *Interceptor) check(ctx context.Context, fullMethod string) error {
 		}
 		key, err := l.keyOf(ctx, fullMethod)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if key == "" { // Skip
 			continue
@@ -202,20 +222,29 @@ func (in *Interceptor) check(ctx context.Context, fullMethod string) error {
 		checks = append(checks, sluice.Check{Limiter: l.Limiter, Key: key, Cost: 1})
 	}
 	if len(checks) == 0 {
-		return nil
+		return nil, nil
 	}
 	d, err := sluice.AllowAll(ctx, checks)
 	if err != nil {
 		if ctx.Err() != nil {
-			return status.FromContextError(ctx.Err()).Err()
+			return nil, status.FromContextError(ctx.Err()).Err()
 		}
-		return status.Errorf(codes.Unavailable, "rate limit decision failed: %v", err)
+		return nil, status.Errorf(codes.Unavailable, "rate limit decision failed: %v", err)
 	}
 	if d.Allowed {
-		return nil
+		return d.Leases, nil
 	}
-	return refusal(checks, d)
+	return nil, refusal(checks, d)
 }
+
+// heldStream is a stream whose context is the one its leases are held
+// for (sluice.Hold): canceled, with the cause, when a renewal is lost.
+type heldStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *heldStream) Context() context.Context { return s.ctx }
 
 // refusal is the RESOURCE_EXHAUSTED status of a refused decision.
 func refusal(checks []sluice.Check, d sluice.Decision) error {
