@@ -241,6 +241,8 @@ func (d *decoder) descriptorLimit(c *Config, dom *Domain, f map[string]field, de
 			d.errorf(x.key, "descriptor: set policy or rate_limit, not both")
 		} else if p := c.Policy(desc.Policy); p == nil || p.Envoy {
 			d.errorf(x.val, "descriptor: unknown policy %q (define it under policies, before domains)", desc.Policy)
+		} else if p.Algorithm == sluice.AlgorithmInFlight {
+			d.errorf(x.val, "descriptor: policy %q is in_flight: Envoy's rate-limit service has no release, so a lease could never be given back (use a rate policy)", desc.Policy)
 		}
 	}
 	if hasRL {

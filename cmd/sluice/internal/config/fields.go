@@ -135,15 +135,19 @@ func fieldsFor(sec *Section, a sluice.Algorithm) []string {
 }
 
 var (
-	fixed   = sluice.AlgorithmFixedWindow
-	sliding = sluice.AlgorithmSlidingWindow
-	slog    = sluice.AlgorithmSlidingLog
-	tbucket = sluice.AlgorithmTokenBucket
-	gcra    = sluice.AlgorithmGCRA
+	fixed    = sluice.AlgorithmFixedWindow
+	sliding  = sluice.AlgorithmSlidingWindow
+	slog     = sluice.AlgorithmSlidingLog
+	tbucket  = sluice.AlgorithmTokenBucket
+	gcra     = sluice.AlgorithmGCRA
+	inflight = sluice.AlgorithmInFlight
 )
 
 // algorithms lists the algorithms in the order the reference shows them.
-var algorithms = []sluice.Algorithm{fixed, slog, sliding, tbucket, gcra}
+var algorithms = []sluice.Algorithm{fixed, slog, sliding, tbucket, gcra, inflight}
+
+// rateAlgorithms are the algorithms of rate limits (all but in_flight).
+var rateAlgorithms = []sluice.Algorithm{fixed, slog, sliding, tbucket, gcra}
 
 func str(name, desc string) *Field { return &Field{Name: name, Kind: KindString, Desc: desc} }
 func boolean(name, def, desc string) *Field {
@@ -222,12 +226,16 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 	{Name: "name", Kind: KindString, Required: true, Pattern: policyNamePattern,
 		Desc: fmt.Sprintf("unique name, 1 to %d of [A-Za-z0-9_.-]", maxPolicyName)},
 	{Name: "algorithm", Kind: KindEnum, Required: true, Enum: algorithmNames(), Desc: "the algorithm (docs/algorithms.md)"},
-	{Name: "limit", Kind: KindInt, Min: 1, Max: sluice.MaxLimit, Algorithms: []sluice.Algorithm{fixed, slog, sliding},
-		RequiredBy: []sluice.Algorithm{fixed, slog, sliding},
-		Desc:       fmt.Sprintf("requests allowed per window (sliding_log: at most %d)", sluice.MaxSlidingLogLimit)},
+	{Name: "limit", Kind: KindInt, Min: 1, Max: sluice.MaxLimit, Algorithms: []sluice.Algorithm{fixed, slog, sliding, inflight},
+		RequiredBy: []sluice.Algorithm{fixed, slog, sliding, inflight},
+		Desc: fmt.Sprintf("requests allowed per window (sliding_log: at most %d); in_flight: leases at once per key (at most %d)",
+			sluice.MaxSlidingLogLimit, sluice.MaxInFlightLimit)},
 	{Name: "window", Kind: KindDuration, MinDur: sluice.MinWindow, MaxDur: sluice.MaxWindow, Algorithms: []sluice.Algorithm{fixed, slog, sliding},
 		RequiredBy: []sluice.Algorithm{slog, sliding},
 		Desc:       "the window (fixed_window: or period)"},
+	{Name: "lease", Kind: KindDuration, MinDur: sluice.MinWindow, MaxDur: sluice.MaxWindow, Algorithms: []sluice.Algorithm{inflight},
+		RequiredBy: []sluice.Algorithm{inflight},
+		Desc:       "in_flight: a lease ends this long after it was acquired or last renewed, unless released first"},
 	{Name: "period", Kind: KindEnum, Enum: []string{"day", "week", "month"}, Algorithms: []sluice.Algorithm{fixed},
 		Desc: "a calendar period instead of window, with zone"},
 	{Name: "zone", Kind: KindString, Algorithms: []sluice.Algorithm{fixed},
@@ -241,7 +249,7 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 		Desc: "refused attempts count too (a lockout)"},
 	enum("on_failure", "allow", "when Valkey cannot decide in time: allow or deny", "allow", "deny"),
 	boolean("shadow", "false", "never refuse: report \"shadow\": true instead"),
-	{Name: "headers", Kind: KindCustom, Default: "all", Type: "a name or a list of names",
+	{Name: "headers", Kind: KindCustom, Default: "all", Type: "a name or a list of names", Algorithms: rateAlgorithms,
 		Desc: "response headers: all, none, or one or a list of x-ratelimit, ietf, retry-after",
 		Schema: map[string]any{"anyOf": []any{
 			map[string]any{"enum": headerValues()},
@@ -251,9 +259,9 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 		Desc: "bounds each decision of this policy"},
 	str("description", "free text shown by GET /v1/policies"),
 	enum("show_keys", "hashed", "how keys appear among the top refused: hashed, truncated or raw", "hashed", "truncated", "raw"),
-	boolean("overrides", "false", "read key overrides (PUT /v1/overrides/POLICY/KEY)"),
-	{Name: "plans", Kind: KindMap, Section: plansSection, Desc: "named plans: plan name → {limit} or {burst, rate}"},
-	{Name: "deny_cache", Kind: KindBool, Default: "true",
+	{Name: "overrides", Kind: KindBool, Default: "false", Algorithms: rateAlgorithms, Desc: "read key overrides (PUT /v1/overrides/POLICY/KEY)"},
+	{Name: "plans", Kind: KindMap, Section: plansSection, Algorithms: rateAlgorithms, Desc: "named plans: plan name → {limit} or {burst, rate}"},
+	{Name: "deny_cache", Kind: KindBool, Default: "true", Algorithms: rateAlgorithms,
 		Desc: "answer refused keys locally until their retry-after (true is refused with count_rejected, overrides or plans, where it is off)"},
 }, Rules: []string{
 	fmt.Sprintf("token_bucket, gcra: refilling from empty within %s (sluice.MaxWindow)", duration(sluice.MaxWindow)),

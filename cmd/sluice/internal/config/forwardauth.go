@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
 	"go.yaml.in/yaml/v3"
 )
@@ -363,6 +364,8 @@ func (d *decoder) routeLimit(n *yaml.Node, c *Config, what string) *RouteLimit {
 	l.Policy = d.str(x.val, what+": policy")
 	if p := c.Policy(l.Policy); p == nil || p.Envoy {
 		d.errorf(x.val, "%s: policy %q is not defined in policies", what, l.Policy)
+	} else if p.Algorithm == sluice.AlgorithmInFlight {
+		d.errorf(x.val, "%s: policy %q is in_flight: a forward-auth sub-request ends before the request it guards, so its lease could not be held (use POST /v1/leases)", what, l.Policy)
 	}
 	k, ok := f["key"]
 	if !ok {

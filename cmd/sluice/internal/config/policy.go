@@ -61,7 +61,7 @@ func (d *decoder) policyName(n *yaml.Node, f map[string]field, c *Config) string
 func (d *decoder) policyAlgorithm(n *yaml.Node, f map[string]field, name string) (sluice.Algorithm, bool) {
 	x, ok := f["algorithm"]
 	if !ok {
-		d.errorf(n, "policy %q: algorithm is missing (fixed_window, sliding_log, sliding_window, token_bucket or gcra)", name)
+		d.errorf(n, "policy %q: algorithm is missing (fixed_window, sliding_log, sliding_window, token_bucket, gcra or in_flight)", name)
 		return 0, false
 	}
 	alg, err := sluice.ParseAlgorithm(d.str(x.val, "algorithm"))
@@ -113,6 +113,9 @@ func (d *decoder) policyParams(f map[string]field, name string) sluice.Params {
 	}
 	if x, ok := f["count_rejected"]; ok {
 		params.CountRejected = d.boolean(x.val, "count_rejected")
+	}
+	if x, ok := f["lease"]; ok {
+		params.Lease = d.durationField(x.val, "lease", policySection.Field("lease"))
 	}
 	return params
 }
@@ -194,6 +197,8 @@ func (d *decoder) policyExtras(f map[string]field, p *Policy) {
 	}
 	never := ""
 	switch {
+	case p.Algorithm == sluice.AlgorithmInFlight:
+		never = "in_flight (a release may free a slot at any time)"
 	case p.Params.CountRejected:
 		never = "count_rejected (refused attempts must reach Valkey to be counted)"
 	case p.Overrides:

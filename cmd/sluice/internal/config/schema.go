@@ -183,12 +183,18 @@ func policyRules() []any {
 				planReq = append(planReq, f.Name)
 			}
 		}
+		if a == sluice.AlgorithmInFlight {
+			// one sorted-set entry per lease
+			props["limit"] = map[string]any{"maximum": sluice.MaxInFlightLimit}
+		}
 		if a == sluice.AlgorithmSlidingLog {
 			// one sorted-set entry per unit
 			props["limit"] = map[string]any{"maximum": sluice.MaxSlidingLogLimit}
 			planProps["limit"] = map[string]any{"maximum": sluice.MaxSlidingLogLimit}
 		}
-		props["plans"] = map[string]any{"additionalProperties": map[string]any{"properties": planProps, "required": planReq}}
+		if policySection.Field("plans").takes(a) {
+			props["plans"] = map[string]any{"additionalProperties": map[string]any{"properties": planProps, "required": planReq}}
+		}
 		then := map[string]any{"properties": props}
 		if len(req) > 0 {
 			then["required"] = req
