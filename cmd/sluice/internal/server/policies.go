@@ -17,6 +17,7 @@ type policyInfo struct {
 	Limit       int64    `json:"limit"`
 	Window      string   `json:"window,omitempty"`
 	Rate        string   `json:"rate,omitempty"`
+	Lease       string   `json:"lease,omitempty"` // in_flight
 	Rule        string   `json:"rule"`
 	OnFailure   string   `json:"on_failure"`
 	Shadow      bool     `json:"shadow"`
@@ -70,9 +71,12 @@ func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
 			}
 			info.Plans = append(info.Plans, pi)
 		}
-		if c.Algorithm.Rated() {
+		switch {
+		case c.Algorithm == sluice.AlgorithmInFlight:
+			info.Lease = c.Params.Lease.String()
+		case c.Algorithm.Rated():
 			info.Rate = fmt.Sprintf("%g/%s", c.Params.Rate, unitName(c.Params.Per))
-		} else {
+		default:
 			info.Window = c.Window().String()
 		}
 		out.Policies = append(out.Policies, info)
