@@ -357,6 +357,14 @@ func RunInFlightLimiter(t *testing.T, h Harness) {
 	if _, err := rate.Lease("k", a.ID()); !errors.Is(err, sluice.ErrWrongKind) {
 		t.Fatalf("Lease on a rate limiter: %v, want ErrWrongKind", err)
 	}
+	// A key emptied by releases is gone at once.
+	e := acquire(t, l, "emptied", sluice.Result{Allowed: true, Remaining: 2, ResetAfter: lease})
+	release(t, e, true)
+	if h.TTLs != nil {
+		if keys := h.TTLs(t, l.Key("emptied")); len(keys) != 0 {
+			t.Errorf("a key emptied by releases is still stored: %v", keys)
+		}
+	}
 	// Reset frees every slot of the key, and its leases are lost.
 	x := acquire(t, l, "r", sluice.Result{Allowed: true, Remaining: 2, ResetAfter: lease})
 	if err := l.Reset(ctx, "r"); err != nil {
