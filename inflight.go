@@ -329,8 +329,13 @@ func (s *Lease) Renew(ctx context.Context) error {
 			if l.cfg.failMode == FailClosed && !l.cfg.shadow {
 				return fmt.Errorf("%w: renew of a lease of %s: %w", ErrStoreUnavailable, l.cfg.name, op.Err)
 			}
-		case !op.Result.Allowed && !l.cfg.shadow:
-			return fmt.Errorf("sluice: %s: lease of %q had ended: %w", l.cfg.name, s.key, ErrLeaseLost)
+		case !op.Result.Allowed:
+			l.observeLease(LeaseLost)
+			if !l.cfg.shadow {
+				return fmt.Errorf("sluice: %s: lease of %q had ended: %w", l.cfg.name, s.key, ErrLeaseLost)
+			}
+		default:
+			l.observeLease(LeaseRenewed)
 		}
 	}
 	s.mu.Lock()
@@ -373,6 +378,11 @@ func (s *Lease) Release(ctx context.Context) (bool, error) {
 		s.unrelease()
 		l.logStoreError(op.Err)
 		return false, fmt.Errorf("%w: release of a lease of %s: %w", ErrStoreUnavailable, l.cfg.name, op.Err)
+	}
+	if op.Result.Allowed {
+		l.observeLease(LeaseReleased)
+	} else {
+		l.observeLease(LeaseEnded)
 	}
 	return op.Result.Allowed, nil
 }
@@ -507,5 +517,52 @@ func Hold(ctx context.Context, leases ...*Lease) (work context.Context, stop fun
 			<-exited
 			cancel(nil)
 		})
+	}
+}
+
+// A LeaseEvent is what became of a lease after its acquire (acquires and
+// refusals are decisions: Observer.ObserveDecision).
+type LeaseEvent uint8
+
+// The lease events.
+const (
+	// LeaseReleased: a release freed the lease's slot.
+	LeaseReleased LeaseEvent = iota + 1
+	// LeaseEnded: a release found the lease already ended (expired, reset
+	// or released before): its slot had come back on its own.
+	LeaseEnded
+	// LeaseRenewed: a renewal extended the lease.
+	LeaseRenewed
+	// LeaseLost: a renewal found the lease ended (ErrLeaseLost).
+	LeaseLost
+)
+
+// String returns "released", "ended", "renewed" or "lost".
+func (e LeaseEvent) String() string {
+	switch e {
+	case LeaseReleased:
+		return "released"
+	case LeaseEnded:
+		return "ended"
+	case LeaseRenewed:
+		return "renewed"
+	case LeaseLost:
+		return "lost"
+	}
+	return "LeaseEvent(" + fmt.Sprint(uint8(e)) + ")"
+}
+
+// A LeaseObserver is an Observer (WithObserver) that is also told what
+// became of the leases of an InFlight limiter: released, ended before
+// their release, renewed, lost at a renewal. Events the store decided only;
+// a Degraded lease has none. Package sluiceprom implements it.
+type LeaseObserver interface {
+	ObserveLease(limiter string, event LeaseEvent)
+}
+
+// observeLease tells l's observer of ev, if it is a LeaseObserver.
+func (l *Limiter) observeLease(ev LeaseEvent) {
+	if o, ok := l.cfg.observer.(LeaseObserver); ok {
+		o.ObserveLease(l.cfg.name, ev)
 	}
 }

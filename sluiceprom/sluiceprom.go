@@ -128,6 +128,7 @@ type Metrics struct {
 	decisions *prometheus.CounterVec
 	errors    *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
+	leases    *prometheus.CounterVec
 
 	limiters sync.Map // limiter name -> *series
 }
@@ -140,6 +141,7 @@ type series struct {
 }
 
 var _ sluice.Observer = (*Metrics)(nil)
+var _ sluice.LeaseObserver = (*Metrics)(nil)
 var _ prometheus.Collector = (*Metrics)(nil)
 
 // New returns Metrics registered with reg. With a nil reg it registers
@@ -171,6 +173,12 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Buckets:     c.buckets,
 			ConstLabels: c.labels,
 		}, []string{"limiter"}),
+		leases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace:   c.namespace,
+			Name:        "lease_events_total",
+			Help:        "What became of in-flight limits' leases, by limiter and event: released, ended (a release found it already ended: expired or reset), renewed, lost (a renewal found it ended). Acquires and refusals are in decisions_total.",
+			ConstLabels: c.labels,
+		}, []string{"limiter", "event"}),
 	}
 	if reg != nil {
 		if err := reg.Register(m); err != nil {
@@ -185,6 +193,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.decisions.Describe(ch)
 	m.errors.Describe(ch)
 	m.latency.Describe(ch)
+	m.leases.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -192,6 +201,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.decisions.Collect(ch)
 	m.errors.Collect(ch)
 	m.latency.Collect(ch)
+	m.leases.Collect(ch)
 }
 
 // ObserveDecision implements sluice.Observer.
@@ -202,6 +212,11 @@ func (m *Metrics) ObserveDecision(limiter string, res sluice.Result, err error, 
 		s.reasons[reason(err)].Inc()
 	}
 	s.latency.Observe(latency.Seconds())
+}
+
+// ObserveLease implements sluice.LeaseObserver.
+func (m *Metrics) ObserveLease(limiter string, ev sluice.LeaseEvent) {
+	m.leases.WithLabelValues(limiter, ev.String()).Inc()
 }
 
 // Limiter creates the series of limiter at zero, so that dashboards and

@@ -114,3 +114,29 @@ func TestLeasesDegraded(t *testing.T) {
 		t.Fatalf("release with the store down: %d %v", code, m)
 	}
 }
+
+// TestLeasesMetrics: acquires and refusals are decisions; releases,
+// releases of ended leases, renewals and lost renewals are
+// sluice_lease_events_total.
+func TestLeasesMetrics(t *testing.T) {
+	_, ts := newTestServer(t, leasesYAML)
+	u := ts.URL
+	_, a, _ := leaseCall(t, u, "acquire", `{"policy":"exports","key":"m"}`)
+	body := `{"policy":"exports","key":"m","lease":"` + a["lease"].(string) + `"}`
+	leaseCall(t, u, "renew", body)
+	leaseCall(t, u, "release", body)
+	leaseCall(t, u, "release", body)
+	leaseCall(t, u, "renew", body)
+	_, raw := send(t, "GET", u+"/metrics", "", nil)
+	for _, want := range []string{
+		`sluice_decisions_total{limiter="exports.in_flight",outcome="allowed"} 1`,
+		`sluice_lease_events_total{event="renewed",limiter="exports.in_flight"} 1`,
+		`sluice_lease_events_total{event="released",limiter="exports.in_flight"} 1`,
+		`sluice_lease_events_total{event="ended",limiter="exports.in_flight"} 1`,
+		`sluice_lease_events_total{event="lost",limiter="exports.in_flight"} 1`,
+	} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+}
