@@ -536,6 +536,16 @@ type keyState struct {
 	Fields       map[string]string `json:"fields,omitempty"`
 	Entries      []string          `json:"entries,omitempty"`
 	EntryCount   int64             `json:"entry_count,omitempty"`
+	// Leases are an in_flight key's leases, the soonest to end first, with
+	// the time each has left by Valkey's clock (ended ones not yet reaped
+	// show 0 or less).
+	Leases []leaseState `json:"leases,omitempty"`
+}
+
+// leaseState is one lease of an in_flight key.
+type leaseState struct {
+	ID       string  `json:"id"`
+	EndsInMS float64 `json:"ends_in_ms"`
 }
 
 func runInspect(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
@@ -596,10 +606,20 @@ func printKeyState(w io.Writer, st *keyState) {
 	for _, n := range slices.Sorted(maps.Keys(st.Fields)) {
 		fmt.Fprintf(w, " %s=%s", n, st.Fields[n])
 	}
-	if st.Type == "zset" {
+	if st.Type == "zset" && st.Leases == nil {
 		fmt.Fprintf(w, " %d entries; oldest: %s", st.EntryCount, strings.Join(st.Entries, " "))
 	}
 	fmt.Fprintln(w)
+	if st.Leases != nil {
+		fmt.Fprintf(w, "leases     %d held\n", len(st.Leases))
+		for i, ls := range st.Leases {
+			if i == 20 {
+				fmt.Fprintf(w, "           ... and %d more (--json lists them all)\n", len(st.Leases)-i)
+				break
+			}
+			fmt.Fprintf(w, "           %s ends in %v\n", ls.ID, time.Duration(ls.EndsInMS*1e6).Round(time.Millisecond))
+		}
+	}
 }
 
 // inForceOf names where the rule in force comes from: "override until
@@ -695,6 +715,12 @@ func readRawState(ctx context.Context, c valkey.Client, l *sluice.Limiter, st *k
 		if st.EntryCount, err = c.Do(ctx, c.B().Zcard().Key(sk).Build()).AsInt64(); err != nil {
 			return err
 		}
+		if l.Rule().Algorithm == sluice.AlgorithmInFlight {
+			if st.Leases, err = readLeases(ctx, c, sk); err != nil {
+				return err
+			}
+			break
+		}
 		if st.Entries, err = c.Do(ctx, c.B().Zrange().Key(sk).Min("0").Max("9").Build()).AsStrSlice(); err != nil {
 			return err
 		}
@@ -705,6 +731,29 @@ func readRawState(ctx context.Context, c valkey.Client, l *sluice.Limiter, st *k
 	}
 	st.TTLMS = float64(ttl)
 	return nil
+}
+
+// readLeases reads an in_flight key's leases (at most MaxInFlightLimit)
+// and the time each has left by Valkey's clock.
+func readLeases(ctx context.Context, c valkey.Client, sk string) ([]leaseState, error) {
+	zs, err := c.Do(ctx, c.B().Zrange().Key(sk).Min("0").Max("-1").Withscores().Build()).AsZScores()
+	if err != nil {
+		return nil, err
+	}
+	t, err := c.Do(ctx, c.B().Time().Build()).AsStrSlice()
+	if err != nil || len(t) != 2 {
+		return nil, fmt.Errorf("TIME: %v", err)
+	}
+	sec, _ := strconv.ParseInt(t[0], 10, 64)
+	usec, _ := strconv.ParseInt(t[1], 10, 64)
+	now := sec*1_000_000 + usec
+	out := make([]leaseState, 0, len(zs))
+	for _, z := range zs {
+		var id sluice.LeaseID
+		copy(id[:], z.Member)
+		out = append(out, leaseState{ID: "h" + id.String(), EndsInMS: (z.Score - float64(now)) / 1000})
+	}
+	return out, nil
 }
 
 // openAuditLog returns where reset's audit lines go: stderr, and the
