@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -88,9 +87,7 @@ func runKey(_ context.Context, args []string, env func(string) (string, bool), s
 	}
 	info.shownAs(cfg, env)
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(info)
+		writeJSON(stdout, info)
 		return 0
 	}
 	info.print(stdout)

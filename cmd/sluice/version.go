@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -30,9 +29,7 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	bi := buildinfo.Read()
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(bi)
+		writeJSON(stdout, bi)
 		return 0
 	}
 	fmt.Fprintln(stdout, bi)

@@ -1,0 +1,23 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+)
+
+// writeJSON writes v to w as indented JSON, the form every --json output
+// takes.
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// writeOutput writes v to w as JSON with asJSON, else as text writes it.
+func writeOutput[T any](w io.Writer, v T, asJSON bool, text func(io.Writer, T)) {
+	if asJSON {
+		writeJSON(w, v)
+		return
+	}
+	text(w, v)
+}
