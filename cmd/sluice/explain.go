@@ -79,7 +79,7 @@ func runExplain(_ context.Context, args []string, _ func(string) (string, bool),
 		return 2
 	}
 	ex := explain(cfg, dom, entries)
-	writeOutput(stdout, ex, *asJSON, writeExplanation)
+	writeOutput(stdout, ex, *asJSON, (*explanation).write)
 	if !ex.Matched {
 		return 1
 	}
@@ -264,8 +264,8 @@ func keysOf(level []*config.Descriptor) string {
 	return orNone(out)
 }
 
-// writeExplanation writes ex as text: a line a level, then what applies.
-func writeExplanation(w io.Writer, ex *explanation) {
+// write writes ex as text: a line a level, then what applies.
+func (ex *explanation) write(w io.Writer) {
 	fmt.Fprintf(w, "domain %s\n", ex.Domain)
 	for i, l := range ex.Levels {
 		l.write(w, i+1)

@@ -51,6 +51,18 @@ func parseFlags(fs *flag.FlagSet, usage string, args []string, stdout, stderr io
 	return 0, true
 }
 
+// parseNoArgs is parseFlags for a command that takes no positional
+// argument: one left over is a usage error.
+func parseNoArgs(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	if code, ok := parseFlags(fs, usage, args, stdout, stderr); !ok {
+		return code, false
+	}
+	if fs.NArg() > 0 {
+		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(0)), false
+	}
+	return 0, true
+}
+
 // printUsage writes usage and fs's flags to w.
 func printUsage(fs *flag.FlagSet, usage string, w io.Writer) {
 	fmt.Fprint(w, usage)

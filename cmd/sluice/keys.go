@@ -185,11 +185,8 @@ func printCensus(ctx context.Context, stdout io.Writer, k *keyEnv, c *keyCensus,
 // parse parses sluice keys's command line into f; ok is false, with the
 // exit code, when the command is not to run.
 func (f *keysFlags) parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (int, bool) {
-	if code, ok := parseFlags(fs, keysUsage, args, stdout, stderr); !ok {
+	if code, ok := parseNoArgs(fs, keysUsage, args, stdout, stderr); !ok {
 		return code, false
-	}
-	if fs.NArg() > 0 {
-		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(0)), false
 	}
 	if err := f.check(); err != nil {
 		return usageError(fs, stderr, "%v", err), false

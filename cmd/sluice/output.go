@@ -13,11 +13,12 @@ func writeJSON(w io.Writer, v any) {
 	enc.Encode(v)
 }
 
-// writeOutput writes v to w as JSON with asJSON, else as text writes it.
-func writeOutput[T any](w io.Writer, v T, asJSON bool, text func(io.Writer, T)) {
+// writeOutput writes v to w as JSON with asJSON, else as text writes it
+// (a method expression such as (*Report).WriteText).
+func writeOutput[T any](w io.Writer, v T, asJSON bool, text func(T, io.Writer)) {
 	if asJSON {
 		writeJSON(w, v)
 		return
 	}
-	text(w, v)
+	text(v, w)
 }

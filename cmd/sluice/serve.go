@@ -128,11 +128,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, int)
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "time to finish requests in flight on SIGTERM")
 	fs.IntVar(&f.maxDescriptors, "max-descriptors", envoy.DefaultMaxDescriptors, "most descriptors in one Envoy call (more: INVALID_ARGUMENT)")
 	fs.IntVar(&f.maxOverrides, "max-overrides", server.DefaultMaxOverrides, "most limiters cached for Envoy's per-request limit overrides (least recently used evicted)")
-	if code, ok := parseFlags(fs, serveUsage, args, stdout, stderr); !ok {
+	if code, ok := parseNoArgs(fs, serveUsage, args, stdout, stderr); !ok {
 		return nil, code
-	}
-	if fs.NArg() > 0 {
-		return nil, usageError(fs, stderr, "unexpected argument %q", fs.Arg(0))
 	}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	return f, 0
