@@ -171,20 +171,13 @@ func (d *decoder) sluice(c *Config, root *yaml.Node) {
 	if f == nil {
 		return
 	}
-	for _, s := range topDecoders {
-		if v, ok := f[s.name]; ok {
-			s.decode(d, c, v.val)
-		}
-	}
+	decodeFields(d, f, c, topDecoders)
 }
 
 // topDecoders decode the top-level sections of sluice's format, in the
 // order a later one may refer to an earlier one (policies take valkey's
 // timeout, domains and routes name policies).
-var topDecoders = []struct {
-	name   string
-	decode func(d *decoder, c *Config, n *yaml.Node)
-}{
+var topDecoders = []fieldDecoder[*Config]{
 	{"prefix", func(d *decoder, c *Config, n *yaml.Node) { c.Prefix = d.prefix(n) }},
 	{"listen", func(d *decoder, c *Config, n *yaml.Node) { c.Listen = d.address(n, "listen") }},
 	{"grpc_listen", func(d *decoder, c *Config, n *yaml.Node) { c.GRPCListen = d.address(n, "grpc_listen") }},

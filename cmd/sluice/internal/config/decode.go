@@ -174,3 +174,19 @@ func (d *decoder) duration(n *yaml.Node, what string, lo, hi time.Duration) time
 	}
 	return v
 }
+
+// fieldDecoder decodes the field name of a section into dst.
+type fieldDecoder[T any] struct {
+	name   string
+	decode func(d *decoder, dst T, n *yaml.Node)
+}
+
+// decodeFields runs, in order, the decoder of each field of decoders that
+// f holds, on the field's value.
+func decodeFields[T any](d *decoder, f map[string]field, dst T, decoders []fieldDecoder[T]) {
+	for _, s := range decoders {
+		if v, ok := f[s.name]; ok {
+			s.decode(d, dst, v.val)
+		}
+	}
+}
