@@ -313,7 +313,7 @@ func (d *decoder) sequence(n *yaml.Node, what string) []*yaml.Node {
 	if n == nil {
 		return nil
 	}
-	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" && n.Value == "" {
+	if isNull(n) && n.Value == "" {
 		return nil // "key:" with nothing: an empty list, as YAML 1.1 readers take it
 	}
 	if n.Kind != yaml.SequenceNode {
@@ -321,6 +321,12 @@ func (d *decoder) sequence(n *yaml.Node, what string) []*yaml.Node {
 		return nil
 	}
 	return n.Content
+}
+
+// isNull reports whether n is a null scalar ("key:" with nothing, null
+// or ~).
+func isNull(n *yaml.Node) bool {
+	return n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
 }
 
 // scalar returns the text of a scalar node that is not null.
@@ -339,7 +345,7 @@ func (d *decoder) scalar(n *yaml.Node, what string) (string, bool) {
 // str returns the text of a scalar; an empty value ("key:") is "", as
 // envoyproxy/ratelimit's parser reads it.
 func (d *decoder) str(n *yaml.Node, what string) string {
-	if r := d.resolve(n); r != nil && r.Kind == yaml.ScalarNode && r.ShortTag() == "!!null" && r.Value == "" {
+	if r := d.resolve(n); isNull(r) && r.Value == "" {
 		return ""
 	}
 	s, _ := d.scalar(n, what)
