@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -58,15 +59,9 @@ func runExplain(_ context.Context, args []string, _ func(string) (string, bool),
 	fs := newFlags("explain")
 	of := addOpsFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if code, ok := parseFlags(fs, explainUsage, args, stdout, stderr); !ok {
+	entries, code, ok := parseExplainArgs(fs, args, stdout, stderr)
+	if !ok {
 		return code
-	}
-	if fs.NArg() < 2 {
-		return usageError(fs, stderr, "want a DOMAIN and at least one KEY=VALUE entry")
-	}
-	entries, bad := parseEntries(fs.Args()[1:])
-	if bad != "" {
-		return usageError(fs, stderr, "entry %q: want KEY=VALUE", bad)
 	}
 	cfg, err := of.load(false)
 	if err != nil {
@@ -84,6 +79,23 @@ func runExplain(_ context.Context, args []string, _ func(string) (string, bool),
 		return 1
 	}
 	return 0
+}
+
+// parseExplainArgs parses explain's command line into fs and returns
+// the descriptor's entries; ok is false, with the exit code, when the
+// command is not to run.
+func parseExplainArgs(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) ([]config.Entry, int, bool) {
+	if code, ok := parseFlags(fs, explainUsage, args, stdout, stderr); !ok {
+		return nil, code, false
+	}
+	if fs.NArg() < 2 {
+		return nil, usageError(fs, stderr, "want a DOMAIN and at least one KEY=VALUE entry"), false
+	}
+	entries, bad := parseEntries(fs.Args()[1:])
+	if bad != "" {
+		return nil, usageError(fs, stderr, "entry %q: want KEY=VALUE", bad), false
+	}
+	return entries, 0, true
 }
 
 // parseEntries parses KEY=VALUE arguments into descriptor entries; bad

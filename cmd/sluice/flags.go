@@ -38,7 +38,7 @@ func parseFlags(fs *flag.FlagSet, usage string, args []string, stdout, stderr io
 		if len(rest) == 0 {
 			break
 		}
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+		if afterDoubleDash(args, rest) {
 			pos = append(pos, rest...) // after "--": all positional
 			break
 		}
@@ -61,6 +61,13 @@ func parseNoArgs(fs *flag.FlagSet, usage string, args []string, stdout, stderr i
 		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(0)), false
 	}
 	return 0, true
+}
+
+// afterDoubleDash reports whether the parse of args stopped at rest
+// because of a "--".
+func afterDoubleDash(args, rest []string) bool {
+	n := len(args) - len(rest)
+	return n > 0 && args[n-1] == "--"
 }
 
 // printUsage writes usage and fs's flags to w.

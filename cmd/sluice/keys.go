@@ -686,32 +686,35 @@ func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter
 	if key == "" {
 		return nil, errors.New("the key is empty")
 	}
-	sk := l.Key(key)
-	st := &keyState{Policy: p.Name, Key: key, StoreKey: sk, Rule: l.Rule().String(), Plan: plan}
-	c := k.client
-	typ, err := c.Do(ctx, c.B().Type().Key(sk).Build()).ToString()
-	if err != nil {
-		return nil, err
-	}
-	st.Type = typ
-	if typ == "none" {
-		if _, err := peekInForce(ctx, l, st, plan); err != nil {
-			return nil, err
-		}
-		return st, nil
-	}
-	st.Exists = true
+	st := &keyState{Policy: p.Name, Key: key, StoreKey: l.Key(key), Rule: l.Rule().String(), Plan: plan}
 	// The raw state first: Peek may tidy it (a sliding log drops old entries).
-	if err := readRawState(ctx, c, l, st); err != nil {
+	if err := readState(ctx, k.client, l, st); err != nil {
 		return nil, err
 	}
 	res, err := peekInForce(ctx, l, st, plan)
 	if err != nil {
 		return nil, err
 	}
-	st.Allowed, st.Remaining = res.Allowed, res.Remaining
-	st.RetryAfterMS, st.ResetAfterMS = msOf(res.RetryAfter), msOf(res.ResetAfter)
+	if st.Exists {
+		st.Allowed, st.Remaining = res.Allowed, res.Remaining
+		st.RetryAfterMS, st.ResetAfterMS = msOf(res.RetryAfter), msOf(res.ResetAfter)
+	}
 	return st, nil
+}
+
+// readState reads the type of st's store key and, when it exists, its
+// raw state.
+func readState(ctx context.Context, c valkey.Client, l *sluice.Limiter, st *keyState) error {
+	typ, err := c.Do(ctx, c.B().Type().Key(st.StoreKey).Build()).ToString()
+	if err != nil {
+		return err
+	}
+	st.Type = typ
+	if typ == "none" {
+		return nil
+	}
+	st.Exists = true
+	return readRawState(ctx, c, l, st)
 }
 
 // peekInForce decides st's key under the rule in force, as a check of the

@@ -242,19 +242,30 @@ func overrideExpiry(expires, forD string) (time.Time, error) {
 	case expires != "" && forD != "":
 		return time.Time{}, fmt.Errorf("give --expires or --for, not both")
 	case expires != "":
-		t, err := time.Parse(time.RFC3339, expires)
-		if err != nil {
-			return t, fmt.Errorf("--expires %q is not an RFC 3339 time (such as 2030-01-31T00:00:00Z)", expires)
-		}
-		return t, nil
+		return parseExpires(expires)
 	case forD != "":
-		d, err := config.ParseDuration(forD)
-		if err != nil || d <= 0 {
-			return time.Time{}, fmt.Errorf("--for %q is not a positive duration (72h, 7d)", forD)
-		}
-		return time.Now().Add(d), nil
+		return parseFor(forD)
 	}
 	return time.Time{}, fmt.Errorf("--expires or --for is required: an override lapses by itself")
+}
+
+// parseExpires parses --expires: an RFC 3339 time.
+func parseExpires(expires string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339, expires)
+	if err != nil {
+		return t, fmt.Errorf("--expires %q is not an RFC 3339 time (such as 2030-01-31T00:00:00Z)", expires)
+	}
+	return t, nil
+}
+
+// parseFor parses --for, a positive duration, into the time it ends from
+// now.
+func parseFor(forD string) (time.Time, error) {
+	d, err := config.ParseDuration(forD)
+	if err != nil || d <= 0 {
+		return time.Time{}, fmt.Errorf("--for %q is not a positive duration (72h, 7d)", forD)
+	}
+	return time.Now().Add(d), nil
 }
 
 // overrideParams sets o's window and rate from --window and --rate, each

@@ -144,19 +144,26 @@ func loadServeConfig(f *serveFlags, logger *slog.Logger, stderr io.Writer) (*con
 		fmt.Fprintln(stderr, err)
 		return nil, nil, 1
 	}
-	if f.set["valkey"] {
-		addrs := splitAddrs(f.valkeyAddrs)
-		if len(addrs) == 0 {
-			fmt.Fprintln(stderr, "sluice serve: --valkey: no address given")
-			return nil, nil, 2
-		}
-		setValkeyAddresses(cfg, addrs)
+	if f.set["valkey"] && !f.applyValkeyFlag(cfg, stderr) {
+		return nil, nil, 2
 	}
 	if cfg.Valkey != nil && len(cfg.Valkey.Addresses) == 0 && cfg.Valkey.Sentinel == nil {
 		fmt.Fprintf(stderr, "sluice serve: %s: the valkey section lists no addresses; add addresses or pass --valkey host:port\n", cfg.Source)
 		return nil, nil, 2
 	}
 	return cfg, data, 0
+}
+
+// applyValkeyFlag makes --valkey's addresses cfg's; false, reported on
+// stderr, when it names none.
+func (f *serveFlags) applyValkeyFlag(cfg *config.Config, stderr io.Writer) bool {
+	addrs := splitAddrs(f.valkeyAddrs)
+	if len(addrs) == 0 {
+		fmt.Fprintln(stderr, "sluice serve: --valkey: no address given")
+		return false
+	}
+	setValkeyAddresses(cfg, addrs)
+	return true
 }
 
 // readConfig reads the configuration --config names (a directory, as
