@@ -45,22 +45,19 @@ func fromBuildInfo(bi *debug.BuildInfo) Info {
 		i.Version = "(devel)"
 	}
 	for _, s := range bi.Settings {
-		i.setting(s.Key, s.Value)
+		if set := vcsSettings[s.Key]; set != nil {
+			set(&i, s.Value)
+		}
 	}
 	return i
 }
 
-// setting notes one build setting the toolchain recorded, when it is one
-// of version control's (revision, time, modified).
-func (i *Info) setting(key, value string) {
-	switch key {
-	case "vcs.revision":
-		i.Revision = value
-	case "vcs.time":
-		i.Time = value
-	case "vcs.modified":
-		i.Modified = value == "true"
-	}
+// vcsSettings note the build settings of version control the toolchain
+// records: the revision, its time, and whether the work tree was modified.
+var vcsSettings = map[string]func(i *Info, value string){
+	"vcs.revision": func(i *Info, value string) { i.Revision = value },
+	"vcs.time":     func(i *Info, value string) { i.Time = value },
+	"vcs.modified": func(i *Info, value string) { i.Modified = value == "true" },
 }
 
 // Short is the one word that best names the build: the module version when

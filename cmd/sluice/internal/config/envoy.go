@@ -138,12 +138,10 @@ func (d *decoder) domain(c *Config, n *yaml.Node, f map[string]field, envoyForma
 // domainName decodes a domain's name, which must be set, not empty and
 // unused.
 func (d *decoder) domainName(n *yaml.Node, f map[string]field, c *Config) string {
-	x, ok := f["domain"]
+	x, name, ok := d.requiredString(n, f, "domain", "domain", "domain is missing")
 	if !ok {
-		d.errorf(n, "domain is missing")
 		return ""
 	}
-	name := d.str(x.val, "domain")
 	if name == "" {
 		d.errorf(x.val, "domain must not be empty")
 	} else if prev := c.Domain(name); prev != nil {

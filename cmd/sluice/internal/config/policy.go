@@ -43,12 +43,10 @@ func (d *decoder) policy(n *yaml.Node, c *Config, defaultTimeout time.Duration) 
 
 // policyName decodes the policy's name, which must be valid and unused.
 func (d *decoder) policyName(n *yaml.Node, f map[string]field, c *Config) string {
-	x, ok := f["name"]
+	x, name, ok := d.requiredString(n, f, "name", "policy name", "policy: name is missing")
 	if !ok {
-		d.errorf(n, "policy: name is missing")
 		return ""
 	}
-	name := d.str(x.val, "policy name")
 	if err := checkName(name); err != nil {
 		d.errorf(x.val, "policy name: %v", err)
 	} else if prev := c.Policy(name); prev != nil {

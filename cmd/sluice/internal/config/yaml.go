@@ -396,6 +396,17 @@ func (d *decoder) flag(f map[string]field, name string, dst *bool) (field, bool)
 	return x, ok
 }
 
+// requiredString decodes the string field key of f (what, in messages),
+// reporting missing at n when it is not set.
+func (d *decoder) requiredString(n *yaml.Node, f map[string]field, key, what, missing string) (field, string, bool) {
+	x, ok := f[key]
+	if !ok {
+		d.errorf(n, "%s", missing)
+		return x, "", false
+	}
+	return x, d.str(x.val, what), true
+}
+
 // optString decodes the string field name of f, "" when it is not set.
 func (d *decoder) optString(f map[string]field, name, what string) string {
 	if x, ok := f[name]; ok {
