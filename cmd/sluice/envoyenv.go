@@ -20,44 +20,67 @@ import (
 // 0 to go on.
 func (f *serveFlags) readEnvironment(env func(string) (string, bool), stderr io.Writer) int {
 	if f.configPath == "" && envoy.InEnv(env) {
-		e, err := envoy.ReadEnv(env)
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice serve: %v\n", err)
-			return 2
-		}
-		f.envoy, f.configPath = e, e.Dir
-		// The environment's addresses count as given: they win over the
-		// defaults (flags given explicitly still win over them).
-		if !f.set["listen"] {
-			f.listen, f.set["listen"] = e.HTTPAddr, true
-		}
-		if !f.set["grpc-listen"] {
-			f.grpcListen, f.set["grpc-listen"] = e.GRPCAddr, true
-		}
-		if !f.set["log-level"] {
-			f.logLevel = e.LogLevel
-		}
-		if e.Prefix != "" && !envoy.ValidPrefix(e.Prefix) {
-			fmt.Fprintf(stderr, "sluice serve: CACHE_KEY_PREFIX=%q: 1 to 64 characters without braces or spaces\n", e.Prefix)
-			return 2
+		if code := f.readEnvoyEnv(env, stderr); code != 0 {
+			return code
 		}
 	}
-	if f.configPath != "" {
-		if st, err := os.Stat(f.configPath); err == nil && st.IsDir() {
-			o := config.DirOptions{}
-			if f.envoy != nil {
-				o = f.envoy.DirOptions
-			} else {
-				e, err := envoy.ReadDirOptions(env)
-				if err != nil {
-					fmt.Fprintf(stderr, "sluice serve: %v\n", err)
-					return 2
-				}
-				o = e
-			}
-			f.dirOpts = &o
-		}
+	return f.readDirOptions(env, stderr)
+}
+
+// readEnvoyEnv reads envoyproxy/ratelimit's environment into f: its
+// configuration directory, and its addresses and log level where no flag
+// set them. It returns an exit code, 0 to go on.
+func (f *serveFlags) readEnvoyEnv(env func(string) (string, bool), stderr io.Writer) int {
+	e, err := envoy.ReadEnv(env)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 2
 	}
+	f.envoy, f.configPath = e, e.Dir
+	f.applyEnvoyDefaults(e)
+	if e.Prefix != "" && !envoy.ValidPrefix(e.Prefix) {
+		fmt.Fprintf(stderr, "sluice serve: CACHE_KEY_PREFIX=%q: 1 to 64 characters without braces or spaces\n", e.Prefix)
+		return 2
+	}
+	return 0
+}
+
+// applyEnvoyDefaults takes the environment's listen addresses and log
+// level for the flags not given explicitly. The addresses then count as
+// given: they win over the defaults.
+func (f *serveFlags) applyEnvoyDefaults(e *envoy.Env) {
+	if !f.set["listen"] {
+		f.listen, f.set["listen"] = e.HTTPAddr, true
+	}
+	if !f.set["grpc-listen"] {
+		f.grpcListen, f.set["grpc-listen"] = e.GRPCAddr, true
+	}
+	if !f.set["log-level"] {
+		f.logLevel = e.LogLevel
+	}
+}
+
+// readDirOptions notes how a --config directory is read: as the
+// envoyproxy/ratelimit environment in use says, else as its variables
+// (when set) say. It returns an exit code, 0 to go on.
+func (f *serveFlags) readDirOptions(env func(string) (string, bool), stderr io.Writer) int {
+	if f.configPath == "" {
+		return 0
+	}
+	if st, err := os.Stat(f.configPath); err != nil || !st.IsDir() {
+		return 0
+	}
+	if f.envoy != nil {
+		o := f.envoy.DirOptions
+		f.dirOpts = &o
+		return 0
+	}
+	o, err := envoy.ReadDirOptions(env)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 2
+	}
+	f.dirOpts = &o
 	return 0
 }
 
