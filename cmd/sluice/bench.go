@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
 )
@@ -106,15 +107,15 @@ func parseBench(args []string, stdout io.Writer) (*benchConfig, error) {
 	case c.batching < 0:
 		return nil, fmt.Errorf("--batching must not be negative, got %d", c.batching)
 	}
-	a, err := sluice.ParseAlgorithm(*alg)
+	a, err := driver.ParseAlgorithm(*alg)
 	if err != nil {
 		return nil, fmt.Errorf("--algorithm: %w", err)
 	}
-	params := sluice.Params{Limit: *limit, Window: *window}
+	params := driver.Params{Limit: *limit, Window: *window}
 	if a.Rated() { // limit per window
-		params = sluice.Params{Limit: *limit, Rate: float64(*limit), Per: *window}
+		params = driver.Params{Limit: *limit, Rate: float64(*limit), Per: *window}
 	}
-	c.policy, err = a.Policy(params)
+	c.policy, err = config.PolicyOf(a, params)
 	if err != nil {
 		return nil, err
 	}

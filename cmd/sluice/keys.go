@@ -25,6 +25,10 @@ import (
 	"github.com/sluicehq/sluice/luascript"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/sluicehq/sluice/driver"
+
+	"github.com/sluicehq/sluice/httplimit"
 )
 
 // The key commands: keys, inspect and reset.
@@ -407,13 +411,13 @@ type namedKey struct {
 	Key      string `json:"key"`
 	StoreKey string `json:"store_key"`
 	// Recoverable is false for a key stored as its SHA-256 (longer than
-	// sluice.MaxIdentityLen escaped): Key is then that digest.
+	// driver.MaxIdentityLen escaped): Key is then that digest.
 	Recoverable bool    `json:"recoverable"`
 	TTLMS       float64 `json:"ttl_ms"`
 }
 
 // identityOf returns the key a store key's last part ({escaped key})
-// holds, undoing sluice.Key's escaping; ok is false when it is not one,
+// holds, undoing driver.Key's escaping; ok is false when it is not one,
 // or is a long key's SHA-256 ("#...").
 func identityOf(tagged string) (key string, ok bool) {
 	if len(tagged) < 2 || tagged[0] != '{' || tagged[len(tagged)-1] != '}' {
@@ -468,7 +472,7 @@ func printNamed(stdout, stderr io.Writer, asJSON bool, listed []namedKey, find s
 		}
 	}
 	if find != "" && len(listed) == 0 {
-		fmt.Fprintf(stderr, "sluice keys: no stored key is shown as %s (expired, reset, keyed with another admin token, or longer than %d bytes)\n", find, sluice.MaxIdentityLen)
+		fmt.Fprintf(stderr, "sluice keys: no stored key is shown as %s (expired, reset, keyed with another admin token, or longer than %d bytes)\n", find, driver.MaxIdentityLen)
 		return 1
 	}
 	return 0
@@ -624,7 +628,7 @@ func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter
 	if key == "" {
 		return nil, errors.New("the key is empty")
 	}
-	sk := l.Key(key)
+	sk := driver.Key(k.cfg.Prefix, l.Name(), l.Rule(), key)
 	st := &keyState{Policy: p.Name, Key: key, StoreKey: sk, Rule: l.Rule().String(), Plan: plan}
 	c := k.client
 	typ, err := c.Do(ctx, c.B().Type().Key(sk).Build()).ToString()
@@ -663,7 +667,7 @@ func peekInForce(ctx context.Context, l *sluice.Limiter, st *keyState, plan stri
 	if res.Degraded {
 		return res, errors.New("Valkey did not answer the peek in time")
 	}
-	in := planRule.InForce(res)
+	in := httplimit.InForce(planRule, res)
 	st.Source, st.InForce, st.WindowMS, st.Limit = res.Source.String(), in.String(), in.Period().Milliseconds(), in.Limit
 	if res.Source == sluice.SourceOverride {
 		if o, ok, err := l.GetOverride(ctx, st.Key); err == nil && ok {
@@ -752,7 +756,7 @@ func runReset(ctx context.Context, args []string, env func(string) (string, bool
 	}
 	defer k.Close()
 	key := fs.Arg(1)
-	sk := l.Key(key)
+	sk := driver.Key(k.cfg.Prefix, l.Name(), l.Rule(), key)
 	n, err := k.client.Do(ctx, k.client.B().Exists().Key(sk).Build()).AsInt64()
 	notified := 0
 	if err == nil {

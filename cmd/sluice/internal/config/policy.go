@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -58,13 +59,13 @@ func (d *decoder) policyName(n *yaml.Node, f map[string]field, c *Config) string
 }
 
 // policyAlgorithm decodes the policy's algorithm, which is required.
-func (d *decoder) policyAlgorithm(n *yaml.Node, f map[string]field, name string) (sluice.Algorithm, bool) {
+func (d *decoder) policyAlgorithm(n *yaml.Node, f map[string]field, name string) (driver.Algorithm, bool) {
 	x, ok := f["algorithm"]
 	if !ok {
 		d.errorf(n, "policy %q: algorithm is missing (fixed_window, sliding_log, sliding_window, token_bucket or gcra)", name)
 		return 0, false
 	}
-	alg, err := sluice.ParseAlgorithm(d.str(x.val, "algorithm"))
+	alg, err := driver.ParseAlgorithm(d.str(x.val, "algorithm"))
 	if err != nil {
 		d.errorf(x.val, "policy %q: %s", name, sluice.Reason(err))
 		return 0, false
@@ -74,7 +75,7 @@ func (d *decoder) policyAlgorithm(n *yaml.Node, f map[string]field, name string)
 
 // algorithmFields refuses the fields alg does not take and reports those
 // it needs that are missing, as the field table says.
-func (d *decoder) algorithmFields(n *yaml.Node, f map[string]field, name string, alg sluice.Algorithm) {
+func (d *decoder) algorithmFields(n *yaml.Node, f map[string]field, name string, alg driver.Algorithm) {
 	takes := fieldsFor(policySection, alg)
 	for _, row := range policySection.Fields {
 		if x, ok := f[row.Name]; ok && !row.takes(alg) {
@@ -86,7 +87,7 @@ func (d *decoder) algorithmFields(n *yaml.Node, f map[string]field, name string,
 			d.errorf(n, "policy %q: %s needs %s", name, alg, row.Name)
 		}
 	}
-	if alg == sluice.AlgorithmFixedWindow {
+	if alg == driver.AlgorithmFixedWindow {
 		_, w := f["window"]
 		_, per := f["period"]
 		if w == per {
@@ -97,8 +98,8 @@ func (d *decoder) algorithmFields(n *yaml.Node, f map[string]field, name string,
 
 // policyParams decodes the numbers of the policy: limit or burst, window
 // or calendar period, rate, count_rejected.
-func (d *decoder) policyParams(f map[string]field, name string) sluice.Params {
-	var params sluice.Params
+func (d *decoder) policyParams(f map[string]field, name string) driver.Params {
+	var params driver.Params
 	for _, key := range []string{"limit", "burst"} {
 		if x, ok := f[key]; ok {
 			params.Limit, _ = d.intField(x.val, key, policySection.Field(key))
@@ -169,9 +170,9 @@ func (d *decoder) policyOptions(f map[string]field, p *Policy) {
 
 // buildPolicy makes the sluice policy of params, reporting what the
 // library refuses.
-func (d *decoder) buildPolicy(n *yaml.Node, p *Policy, params sluice.Params) bool {
+func (d *decoder) buildPolicy(n *yaml.Node, p *Policy, params driver.Params) bool {
 	p.Params = params
-	pol, err := p.Algorithm.Policy(params)
+	pol, err := PolicyOf(p.Algorithm, params)
 	if err != nil {
 		d.errorf(n, "policy %q: %s", p.Name, sluice.Reason(err))
 		return false
@@ -283,7 +284,7 @@ func (d *decoder) plan(v *yaml.Node, p *Policy, name, limitField string, allowed
 			params.Rate, params.Per = rate, per
 		}
 	}
-	pol, err := p.Algorithm.Policy(params)
+	pol, err := PolicyOf(p.Algorithm, params)
 	if err != nil {
 		d.errorf(v, "policy %q: plan %q: %s", p.Name, name, sluice.Reason(err))
 		return Plan{}, false
@@ -305,7 +306,7 @@ func (d *decoder) calendar(f map[string]field, policy string) sluice.Calendar {
 		}
 		return c
 	}
-	u, err := sluice.ParseCalendarUnit(d.str(x.val, "period"))
+	u, err := driver.ParseCalendarUnit(d.str(x.val, "period"))
 	if err != nil {
 		d.errorf(x.val, "policy %q: period: %s", policy, sluice.Reason(err))
 	}

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // The JSON Schema of the configuration, made from the field table: what
@@ -183,17 +183,17 @@ func policyRules() []any {
 				planReq = append(planReq, f.Name)
 			}
 		}
-		if a == sluice.AlgorithmSlidingLog {
+		if a == driver.AlgorithmSlidingLog {
 			// one sorted-set entry per unit
-			props["limit"] = map[string]any{"maximum": sluice.MaxSlidingLogLimit}
-			planProps["limit"] = map[string]any{"maximum": sluice.MaxSlidingLogLimit}
+			props["limit"] = map[string]any{"maximum": driver.MaxSlidingLogLimit}
+			planProps["limit"] = map[string]any{"maximum": driver.MaxSlidingLogLimit}
 		}
 		props["plans"] = map[string]any{"additionalProperties": map[string]any{"properties": planProps, "required": planReq}}
 		then := map[string]any{"properties": props}
 		if len(req) > 0 {
 			then["required"] = req
 		}
-		if a == sluice.AlgorithmFixedWindow {
+		if a == driver.AlgorithmFixedWindow {
 			then["oneOf"] = []any{map[string]any{"required": []string{"window"}}, map[string]any{"required": []string{"period"}}}
 			then["dependencies"] = map[string]any{"period": []string{"zone"}, "zone": []string{"period"}, "renewal_day": []string{"period"}}
 		}

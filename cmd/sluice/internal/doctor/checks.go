@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
 )
@@ -334,7 +335,7 @@ func (d *doc) scripts(ctx context.Context, store *valkeystore.Store) {
 				"the %v script could not decide: %v (allowed %v)", rule.Algorithm, err, res.Allowed)
 			return
 		}
-		if rule.Algorithm == sluice.AlgorithmGCRA {
+		if rule.Algorithm == driver.AlgorithmGCRA {
 			gcra = l
 		}
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/sluicehq/sluice/valkeytest"
 )
@@ -81,7 +82,7 @@ func newFleet(t *testing.T, cl *valkeytest.Cluster, s *valkeystore.Store) *fleet
 	policies := []sluice.Policy{
 		sluice.FixedWindow{Limit: 1e9, Window: time.Minute},
 		sluice.SlidingWindow{Limit: 1e9, Window: time.Minute},
-		sluice.SlidingLog{Limit: sluice.MaxSlidingLogLimit, Window: time.Second},
+		sluice.SlidingLog{Limit: driver.MaxSlidingLogLimit, Window: time.Second},
 		sluice.TokenBucket{Capacity: 1e6, Rate: 1e6, Per: time.Second},
 		sluice.GCRA{Rate: 1e6, Per: time.Second, Burst: 1e6},
 	}
