@@ -51,7 +51,7 @@ type KeyOverride struct {
 
 // WithOverrides makes every decision of the limiter read the key's
 // override (default off: a decision then reads only the key's state). The
-// store must implement OverrideStore. A limiter with overrides has no deny
+// store must implement driver.OverrideStore. A limiter with overrides has no deny
 // cache: an override set by another process must apply at once.
 func WithOverrides(on bool) Option {
 	return optionFunc(func(c *config) { c.ovOn = on })

@@ -114,7 +114,7 @@ func WithShadow(on bool) Option {
 // (the same Result, every field); other requests go to the store. A client
 // hammering a refused key costs the store nothing.
 //
-// By default it is on when the store is a DeleteNotifier (valkeystore,
+// By default it is on when the store is a driver.DeleteNotifier (valkeystore,
 // memstore), and off otherwise. On a DeleteNotifier a Reset made by any
 // process reaches the cache: it answers only while the store's notices
 // reach it, and drops the key when the notice arrives (on valkeystore,
@@ -566,7 +566,7 @@ func (l *Limiter) degrade(op *driver.Op) Result {
 
 // Reset forgets all state of key, as if it had never been seen: the next
 // request starts with the full limit ("unlock this user"). On a
-// DeleteNotifier store it is ResetNotify: the deny caches of every process
+// driver.DeleteNotifier store it is ResetNotify: the deny caches of every process
 // hear of it. On any other store, only this limiter's cache does: another
 // process's limiter that was asked for a deny cache (WithDenyCache(true))
 // keeps refusing the key until its cached refusal's RetryAfter ends.
@@ -576,7 +576,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 }
 
 // ResetNotify is Reset, and reports how many subscriptions to the store's
-// delete notices the reset reached (see DeleteNotifier.DeleteNotify: on
+// delete notices the reset reached (see driver.DeleteNotifier.DeleteNotify: on
 // valkeystore, the processes watching the limiter's prefix, this one
 // included when it has a deny cache), or -1 when the store sends none.
 func (l *Limiter) ResetNotify(ctx context.Context, key string) (int, error) {

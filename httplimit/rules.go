@@ -17,8 +17,18 @@ func InForce(r sluice.Rule, res sluice.Result) sluice.Rule { return ruleview.InF
 
 // NextUnit returns how long after res, a Result of rule r for a request of
 // cost, the key has more than res.Remaining units again: the "t" of the
-// RateLimit header field. known is false when res does not determine it
-// (see the RateLimit header's documentation in docs/).
+// RateLimit header field (draft-ietf-httpapi-ratelimit-headers: the time
+// until additional quota is made available). known is false when res does
+// not determine it:
+//
+//   - nothing is taken (Remaining is Limit), or res is Degraded;
+//   - for SlidingLog and SlidingWindow, whose Result does not say when the
+//     oldest counted unit leaves the window, except after a refusal of
+//     cost 1 or a peek (then it is RetryAfter) and, for SlidingLog, with a
+//     single unit logged (then it is ResetAfter).
+//
+// FixedWindow restores everything at the window's end (ResetAfter);
+// TokenBucket and GCRA earn the next unit within one Interval.
 func NextUnit(r sluice.Rule, res sluice.Result, cost int64) (d time.Duration, known bool) {
 	return ruleview.NextUnit(r, res, cost)
 }
