@@ -176,7 +176,7 @@ func ceilUnix(t time.Time) int64 {
 // nextUnit returns the RateLimit t of l: the seconds until more units are
 // available, rounded up, when known.
 func (l *LimitStatus) nextUnit() (int64, bool) {
-	d, ok := l.Rule.NextUnit(l.Result, l.Cost)
+	d, ok := NextUnit(l.Rule, l.Result, l.Cost)
 	if !ok {
 		return 0, false
 	}

@@ -300,7 +300,7 @@ func (m *Middleware) Check(r *http.Request) (*Status, error) {
 		st.Limits[j] = LimitStatus{
 			Name:   l.name,
 			Key:    checks[j].Key,
-			Rule:   l.Limiter.Rule().InForce(d.Results[j]),
+			Rule:   InForce(l.Limiter.Rule(), d.Results[j]),
 			Cost:   checks[j].Cost,
 			Result: d.Results[j],
 			Hidden: l.Hidden,

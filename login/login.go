@@ -59,6 +59,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/driver"
 	"golang.org/x/text/cases"
 	"golang.org/x/text/unicode/norm"
 )
@@ -66,7 +67,7 @@ import (
 // Config configures a Guard.
 type Config struct {
 	// Store keeps the counts. Required.
-	Store sluice.Store
+	Store driver.Store
 
 	// Secret keys the hash of usernames, at least 16 bytes (32 random bytes
 	// recommended). Required. Keep it secret and stable: a new secret gives

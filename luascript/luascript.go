@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // The pieces of the scripts. A script is assembled (assemble) from
@@ -147,7 +148,7 @@ func sum(src string) *Script {
 }
 
 // For returns the script of an algorithm, nil for an unknown one.
-func For(alg sluice.Algorithm) *Script {
+func For(alg driver.Algorithm) *Script {
 	if int(alg) >= len(scripts) {
 		return nil
 	}
@@ -155,11 +156,11 @@ func For(alg sluice.Algorithm) *Script {
 }
 
 var scripts = [...]*Script{
-	sluice.AlgorithmFixedWindow:   newScript(fixedWindowAlg),
-	sluice.AlgorithmSlidingLog:    newScript(slidingLogAlg),
-	sluice.AlgorithmSlidingWindow: newScript(slidingWindowAlg),
-	sluice.AlgorithmTokenBucket:   newScript(tokenBucketAlg),
-	sluice.AlgorithmGCRA:          newScript(gcraAlg),
+	driver.AlgorithmFixedWindow:   newScript(fixedWindowAlg),
+	driver.AlgorithmSlidingLog:    newScript(slidingLogAlg),
+	driver.AlgorithmSlidingWindow: newScript(slidingWindowAlg),
+	driver.AlgorithmTokenBucket:   newScript(tokenBucketAlg),
+	driver.AlgorithmGCRA:          newScript(gcraAlg),
 }
 
 // calendar decides fixed windows over calendar periods: calendar.lua's
@@ -176,7 +177,7 @@ func ForRule(r *sluice.Rule) *Script {
 }
 
 // clockSkew is the "allowed" a calendar script replies when the deciding
-// clock is outside the periods sent: Decode returns sluice.ErrClockSkew.
+// clock is outside the periods sent: Decode returns driver.ErrClockSkew.
 const clockSkew = 2
 
 // Argument records (see batch.lua): a decision's fixed part, and the
@@ -189,7 +190,7 @@ const (
 
 // ArgsSize is the length of op's record among a call's arguments
 // (AppendArgs), when it reads an override or not.
-func ArgsSize(op *sluice.Op, override bool) int {
+func ArgsSize(op *driver.Op, override bool) int {
 	n := recordArgs
 	if !op.Rule.Calendar.IsZero() {
 		n += calendarArgs
@@ -211,7 +212,7 @@ func ArgsSize(op *sluice.Op, override bool) int {
 // call's keys passes its index in KEYS (from 1) as overrideKey, and the
 // record ends with it and the bounds an override must keep to apply
 // (OverrideBounds); 0 when the decision reads no override.
-func AppendArgs(dst []byte, op *sluice.Op, overrideKey int, clock time.Time) []byte {
+func AppendArgs(dst []byte, op *driver.Op, overrideKey int, clock time.Time) []byte {
 	var now, receipt int64
 	if !op.Now.IsZero() {
 		now = op.Now.UnixMicro()
@@ -270,10 +271,10 @@ const RecordSize = 2 + 6*8
 // DecodeCall reads the reply of a call that decided n keys, one string
 // of n records (see batch.lua), and passes each decision's Result and
 // receipt to set, in order, or its error when its record is out of range
-// (ErrReply, or sluice.ErrClockSkew for a calendar decision whose clock is
+// (ErrReply, or driver.ErrClockSkew for a calendar decision whose clock is
 // outside its periods). It returns an ErrReply, and calls set for none,
 // when the reply does not hold n records.
-func DecodeCall(reply string, n int, set func(j int, res sluice.Result, receipt int64, err error)) error {
+func DecodeCall(reply string, n int, set func(j int, res driver.Result, receipt int64, err error)) error {
 	if len(reply) != n*RecordSize {
 		return fmt.Errorf("%w: %d bytes, want %d for %d decisions", ErrReply, len(reply), n*RecordSize, n)
 	}
@@ -290,7 +291,7 @@ func DecodeCall(reply string, n int, set func(j int, res sluice.Result, receipt 
 // does not hold len(idx) records fails every decision of the call; a
 // record out of range fails its own. Errors read "<store>: <alg> script:
 // <cause>"; replyErr is marked as an unexpected reply.
-func FillCall(batch []sluice.Op, idx []int, store string, alg sluice.Algorithm, reply string, callErr, replyErr error) {
+func FillCall(batch []driver.Op, idx []int, store string, alg driver.Algorithm, reply string, callErr, replyErr error) {
 	fail := func(err error) {
 		for _, i := range idx {
 			batch[i].Err = err
@@ -304,7 +305,7 @@ func FillCall(batch []sluice.Op, idx []int, store string, alg sluice.Algorithm, 
 		fail(fmt.Errorf("%s: %v script: unexpected reply: %w", store, alg, replyErr))
 		return
 	}
-	err := DecodeCall(reply, len(idx), func(j int, res sluice.Result, receipt int64, err error) {
+	err := DecodeCall(reply, len(idx), func(j int, res driver.Result, receipt int64, err error) {
 		op := &batch[idx[j]]
 		if err != nil {
 			op.Err = fmt.Errorf("%s: %v script: %w", store, alg, err)
@@ -320,19 +321,19 @@ func FillCall(batch []sluice.Op, idx []int, store string, alg sluice.Algorithm, 
 // decodeRecord turns one decision's record (allowed, the override's
 // status, remaining, retry after and reset after in microseconds, receipt,
 // the override's limit and parameter) into its Result and receipt.
-func decodeRecord(r string) (sluice.Result, int64, error) {
+func decodeRecord(r string) (driver.Result, int64, error) {
 	allowed, status := r[0], r[1]
 	remaining, retry, reset := int64At(r, 2), int64At(r, 10), int64At(r, 18)
 	receipt, ovLimit, ovParam := int64At(r, 26), int64At(r, 34), int64At(r, 42)
 	if allowed == clockSkew {
-		return sluice.Result{}, 0, sluice.ErrClockSkew
+		return driver.Result{}, 0, driver.ErrClockSkew
 	}
 	if allowed > 1 || remaining < 0 || retry < 0 || retry > maxMicros || reset < 0 || reset > maxMicros || receipt <= 0 ||
 		status > 2 || (status == 1) != (ovLimit > 0) || ovParam < 0 || ovParam > maxMicros || status != 1 && ovParam != 0 {
-		return sluice.Result{}, 0, fmt.Errorf("%w: allowed %d, override status %d, remaining %d, retry after %dµs, reset after %dµs, receipt %d, override limit %d, parameter %dµs",
+		return driver.Result{}, 0, fmt.Errorf("%w: allowed %d, override status %d, remaining %d, retry after %dµs, reset after %dµs, receipt %d, override limit %d, parameter %dµs",
 			ErrReply, allowed, status, remaining, retry, reset, receipt, ovLimit, ovParam)
 	}
-	res := sluice.Result{
+	res := driver.Result{
 		Allowed:         allowed == 1,
 		Remaining:       remaining,
 		RetryAfter:      time.Duration(retry) * time.Microsecond,
@@ -340,7 +341,7 @@ func decodeRecord(r string) (sluice.Result, int64, error) {
 		OverrideInvalid: status == 2,
 	}
 	if status == 1 {
-		res.Source, res.Limit, res.OverrideParam = sluice.SourceOverride, ovLimit, ovParam
+		res.Override, res.OverrideLimit, res.OverrideParam = true, ovLimit, ovParam
 	}
 	return res, receipt, nil
 }

@@ -4,7 +4,7 @@ import (
 	"math"
 	"sort"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // The algorithms below are the Go twins of luascript/scripts/*.lua. They
@@ -25,7 +25,7 @@ type reply struct {
 // state is the value kept under one key. Only the fields of the key's
 // algorithm are used.
 type state struct {
-	alg      sluice.Algorithm
+	alg      driver.Algorithm
 	w, c, p  int64   // fixed and sliding window: window number, count, previous count
 	credit   int64   // token bucket: microseconds of credit
 	ts       int64   // token bucket: time of credit

@@ -1,4 +1,4 @@
-// Package redisstore is the sluice.Store on a go-redis v9 client: a
+// Package redisstore is the driver.Store on a go-redis v9 client: a
 // standalone, Sentinel (failover) or Cluster client, as
 // redis.NewUniversalClient makes them, talking to Valkey or Redis.
 //
@@ -23,11 +23,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/luascript"
 )
 
-// Store is a sluice.Store on a go-redis client. It is safe for concurrent
+// Store is a driver.Store on a go-redis client. It is safe for concurrent
 // use.
 type Store struct {
 	client   redis.UniversalClient
@@ -104,13 +104,13 @@ func (scriptCmd) NoRetry() bool { return true }
 
 // call is one script call: the indices of the Ops it decides.
 type call struct {
-	alg sluice.Algorithm
+	alg driver.Algorithm
 	sc  *luascript.Script
 	ops []int
 }
 
-// Do implements sluice.Store.
-func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
+// Do implements driver.Store.
+func (s *Store) Do(ctx context.Context, batch []driver.Op) error {
 	if len(batch) == 0 {
 		return nil
 	}
@@ -174,7 +174,7 @@ func isNoScript(err error) bool {
 }
 
 // earliest returns the earliest Deadline of batch, zero if none has one.
-func earliest(batch []sluice.Op) time.Time {
+func earliest(batch []driver.Op) time.Time {
 	var dl time.Time
 	for i := range batch {
 		if d := batch[i].Deadline; !d.IsZero() && (dl.IsZero() || d.Before(dl)) {
@@ -187,7 +187,7 @@ func earliest(batch []sluice.Op) time.Time {
 // plan groups the valid Ops of batch into script calls: one per script
 // (an algorithm's, or the calendar one) (and on a cluster per hash tag, so that a call's keys share a slot),
 // split at maxBatch keys. Invalid Ops get their error.
-func (s *Store) plan(batch []sluice.Op) []call {
+func (s *Store) plan(batch []driver.Op) []call {
 	type group struct {
 		sc  *luascript.Script
 		tag string
@@ -229,7 +229,7 @@ func hashTag(key string) string {
 
 // command builds the EVALSHA (or EVAL) of one call: its keys and one
 // string of the decisions' records (luascript.AppendArgs).
-func command(ctx context.Context, batch []sluice.Op, c call, sha bool) scriptCmd {
+func command(ctx context.Context, batch []driver.Op, c call, sha bool) scriptCmd {
 	sc := c.sc
 	n := len(c.ops)
 	args := make([]any, 0, 4+n)
@@ -253,7 +253,7 @@ func command(ctx context.Context, batch []sluice.Op, c call, sha bool) scriptCmd
 }
 
 // decode fills in the Results of one call from its reply.
-func decode(batch []sluice.Op, c call, cmd scriptCmd) {
+func decode(batch []driver.Op, c call, cmd scriptCmd) {
 	callErr := cmd.Err()
 	var reply string
 	var replyErr error
@@ -263,7 +263,7 @@ func decode(batch []sluice.Op, c call, cmd scriptCmd) {
 	luascript.FillCall(batch, c.ops, "redisstore", c.alg, reply, callErr, replyErr)
 }
 
-// Delete implements sluice.Store: one DEL per key, pipelined (keys of
+// Delete implements driver.Store: one DEL per key, pipelined (keys of
 // different slots cannot share a command on a cluster).
 func (s *Store) Delete(ctx context.Context, keys ...string) error {
 	if len(keys) == 0 {

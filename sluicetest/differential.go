@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -20,18 +21,18 @@ import (
 type Differ struct {
 	t        testing.TB
 	mem      *memstore.Store
-	st       sluice.Store
+	st       driver.Store
 	receipts map[string][]int64 // of the takes on each key
 }
 
 // NewDiffer returns a Differ of st against a fresh memstore.
-func NewDiffer(t testing.TB, st sluice.Store) *Differ {
+func NewDiffer(t testing.TB, st driver.Store) *Differ {
 	return NewDifferWith(t, memstore.New(), st)
 }
 
 // NewDifferWith returns a Differ of st against mem (shared across the
 // runs of a fuzz target).
-func NewDifferWith(t testing.TB, mem *memstore.Store, st sluice.Store) *Differ {
+func NewDifferWith(t testing.TB, mem *memstore.Store, st driver.Store) *Differ {
 	return &Differ{t: t, mem: mem, st: st, receipts: map[string][]int64{}}
 }
 
@@ -46,9 +47,9 @@ func (d *Differ) Receipt(key string, pick int, now time.Time) int64 {
 }
 
 // Step runs op on both stores and compares.
-func (d *Differ) Step(desc string, op sluice.Op) {
+func (d *Differ) Step(desc string, op driver.Op) {
 	d.t.Helper()
-	a, b := []sluice.Op{op}, []sluice.Op{op}
+	a, b := []driver.Op{op}, []driver.Op{op}
 	ctx := context.Background()
 	if err := d.mem.Do(ctx, a); err != nil || a[0].Err != nil {
 		d.t.Fatalf("%s: memstore: %v %v", desc, err, a[0].Err)
@@ -105,7 +106,7 @@ func RunDifferential(t *testing.T, h Harness) {
 		now := Epoch.Add(time.Duration(rng.IntN(1e6)) * time.Microsecond)
 		w := rule.Period()
 		for i := range 150 {
-			key := sluice.Key(prefix, fmt.Sprintf("s%d", seed), rule, fmt.Sprint(rng.IntN(3)))
+			key := driver.Key(prefix, fmt.Sprintf("s%d", seed), rule, fmt.Sprint(rng.IntN(3)))
 			switch rng.IntN(6) {
 			case 0: // stay at the same microsecond
 			case 1:
@@ -123,7 +124,7 @@ func RunDifferential(t *testing.T, h Harness) {
 				receipt = d.Receipt(key, rng.IntN(8)-1, now)
 			}
 			d.Step(fmt.Sprintf("seed %d op %d (%v, cost %d, receipt %d, at +%v)", seed, i, rule, cost, receipt, now.Sub(Epoch)),
-				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now, Receipt: receipt})
+				driver.Op{Key: key, Rule: rule, Cost: cost, Now: now, Receipt: receipt})
 		}
 	}
 }
@@ -148,8 +149,8 @@ func RunDifferentialBatches(t *testing.T, h Harness) {
 		for round := range 20 {
 			now = now.Add(time.Duration(rng.Int64N(int64(rule.Period())/1000+1)) * time.Microsecond)
 			batch := randomBatch(rng, prefix, fmt.Sprintf("s%d", seed), rule, now, receipts)
-			a := append([]sluice.Op(nil), batch...)
-			b := append([]sluice.Op(nil), batch...)
+			a := append([]driver.Op(nil), batch...)
+			b := append([]driver.Op(nil), batch...)
 			if err := mem.Do(ctx, a); err != nil {
 				t.Fatal(err)
 			}
@@ -188,12 +189,12 @@ func checkBatchTTLs(t *testing.T, h Harness, prefix string, rules map[string]slu
 // randomBatch draws a batch of 1 to 12 Ops at now on limiter name's two
 // keys (so keys repeat): random costs up to the rule's limit, and about
 // one in eight a refund of a receipt taken earlier on that key.
-func randomBatch(rng *rand.Rand, prefix, name string, rule sluice.Rule, now time.Time, receipts map[string][]int64) []sluice.Op {
-	batch := make([]sluice.Op, 1+rng.IntN(12))
+func randomBatch(rng *rand.Rand, prefix, name string, rule sluice.Rule, now time.Time, receipts map[string][]int64) []driver.Op {
+	batch := make([]driver.Op, 1+rng.IntN(12))
 	for i := range batch {
 		cost := int64(rng.IntN(int(rule.Limit) + 1))
-		key := sluice.Key(prefix, name, rule, fmt.Sprint(rng.IntN(2)))
-		batch[i] = sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now}
+		key := driver.Key(prefix, name, rule, fmt.Sprint(rng.IntN(2)))
+		batch[i] = driver.Op{Key: key, Rule: rule, Cost: cost, Now: now}
 		if rs := receipts[key]; rng.IntN(8) == 0 && len(rs) > 0 {
 			batch[i].Cost, batch[i].Receipt = -1, rs[rng.IntN(len(rs))]
 		}

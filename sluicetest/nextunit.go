@@ -8,6 +8,10 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+
+	"github.com/sluicehq/sluice/driver"
+
+	"github.com/sluicehq/sluice/internal/ruleview"
 )
 
 // RunNextUnit checks sluice.Rule.NextUnit (the RateLimit header's t: the
@@ -66,7 +70,7 @@ type nextUnitOp struct {
 // NextUnit after each, and returns how often it was known.
 func (c *nextUnitCheck) timeline(r *rand.Rand, key string) int {
 	t, rule := c.t, c.rule
-	exact := rule.Algorithm != sluice.AlgorithmSlidingLog && rule.Algorithm != sluice.AlgorithmSlidingWindow
+	exact := rule.Algorithm != driver.AlgorithmSlidingLog && rule.Algorithm != driver.AlgorithmSlidingWindow
 	known := 0
 	var ops []nextUnitOp
 	var now time.Duration
@@ -79,7 +83,7 @@ func (c *nextUnitCheck) timeline(r *rand.Rand, key string) int {
 			t.Fatal(err)
 		}
 		ops = append(ops, o)
-		d, ok := rule.NextUnit(res, o.cost)
+		d, ok := ruleview.NextUnit(rule, res, o.cost)
 		if !ok {
 			if exact && res.Remaining < rule.Limit {
 				t.Fatalf("%v: NextUnit unknown after %+v", rule, res)

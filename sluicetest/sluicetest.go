@@ -1,4 +1,4 @@
-// Package sluicetest is the conformance suite every sluice.Store must pass:
+// Package sluicetest is the conformance suite every driver.Store must pass:
 // the algorithms' timelines under a fake clock, exact recovery after
 // RetryAfter, window boundaries, peeks, refunds, resets, concurrency and the
 // key-expiry invariant. Packages memstore and valkeystore run it; so can any
@@ -16,13 +16,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // Harness is what the suite needs of a Store.
 type Harness struct {
 	// Store is the store under test. Tests share it, each under its own key
 	// prefix.
-	Store sluice.Store
+	Store driver.Store
 	// TTLs returns every key that starts with prefix and its time to live
 	// (negative for a key that never expires).
 	TTLs func(t testing.TB, prefix string) map[string]time.Duration
@@ -69,11 +70,26 @@ func (h Harness) NewLimiter(t testing.TB, p sluice.Policy, opts ...sluice.Option
 		t.Fatalf("sluice.New(%#v): %v", p, err)
 	}
 	t.Cleanup(func() { h.CheckTTLs(t, prefix, l.Rule()) })
+	prefixes.Store(l, prefix)
 	return l
 }
 
+// prefixes holds the key prefix of each limiter NewLimiter made, for
+// storeKey.
+var prefixes sync.Map // *sluice.Limiter → string
+
+// storeKey returns the store key of identity under l, a limiter of
+// NewLimiter, as l's decisions send it.
+func storeKey(l *sluice.Limiter, identity string) string {
+	prefix, ok := prefixes.Load(l)
+	if !ok {
+		panic("sluicetest: storeKey of a limiter NewLimiter did not make")
+	}
+	return driver.Key(prefix.(string), l.Name(), l.Rule(), identity)
+}
+
 // TTLBound is the longest time to live a key of rule may have: what the
-// algorithm needs, in whole milliseconds, plus sluice.KeyTTLMargin.
+// algorithm needs, in whole milliseconds, plus driver.KeyTTLMargin.
 func TTLBound(r sluice.Rule) time.Duration { return r.TTL() }
 
 // CheckTTLs fails t unless every key under prefix expires, within

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // The batcher merges concurrent decisions for one node into shared script
@@ -60,7 +60,7 @@ type batcher struct {
 
 // A request is one caller's Do waiting in the queue.
 type request struct {
-	ops      []sluice.Op // a copy: the caller may give up and return
+	ops      []driver.Op // a copy: the caller may give up and return
 	deadline time.Time   // the earliest of the ops' deadlines; zero: none
 	state    atomic.Int32
 	rearmed  bool          // a rearm was sent (under budget.mu)
@@ -90,7 +90,7 @@ func newBatcher(e *engine, n *node) *batcher {
 }
 
 // earliest returns the earliest deadline of ops, or the zero Time.
-func earliest(ops []sluice.Op) time.Time {
+func earliest(ops []driver.Op) time.Time {
 	var dl time.Time
 	for i := range ops {
 		if d := ops[i].Deadline; !d.IsZero() && (dl.IsZero() || d.Before(dl)) {
@@ -107,7 +107,7 @@ func orNever(dl time.Time) time.Time {
 	return dl
 }
 
-func (b *batcher) do(ctx context.Context, ops []sluice.Op) error {
+func (b *batcher) do(ctx context.Context, ops []driver.Op) error {
 	dl := earliest(ops)
 	if d, ok := ctx.Deadline(); ok && (dl.IsZero() || d.Before(dl)) {
 		dl = d // the caller's own deadline bounds the merged call too
@@ -330,7 +330,7 @@ func (b *batcher) lead(batch []*request) {
 			dl = r.deadline
 		}
 	}
-	mp := mergedPool.Get().(*[]sluice.Op)
+	mp := mergedPool.Get().(*[]driver.Op)
 	merged := (*mp)[:0]
 	for _, r := range batch {
 		merged = append(merged, r.ops...)
@@ -357,4 +357,4 @@ func (b *batcher) lead(batch []*request) {
 
 // mergedPool holds the Ops of merged calls between calls: the store keeps
 // no Op after the call that decided it returns.
-var mergedPool = sync.Pool{New: func() any { return new([]sluice.Op) }}
+var mergedPool = sync.Pool{New: func() any { return new([]driver.Op) }}

@@ -3,8 +3,9 @@ package valkeystore
 import (
 	"strings"
 
-	"github.com/sluicehq/sluice"
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/sluicehq/sluice/driver"
 )
 
 // Batching per node on a cluster. The batcher of a node (batch.go)
@@ -66,7 +67,7 @@ func notLocal(r valkey.ValkeyResult) bool {
 // the calls, their replies (the new calls' still to be made) and the
 // indices to send again; wait reports whether any refusal was other than
 // NOTLOCAL.
-func split(batch []sluice.Op, calls []call, resps []valkey.ValkeyResult, redo []int) ([]call, []valkey.ValkeyResult, []int, bool) {
+func split(batch []driver.Op, calls []call, resps []valkey.ValkeyResult, redo []int) ([]call, []valkey.ValkeyResult, []int, bool) {
 	wait := false
 	drop := make(map[int]bool)
 	for _, i := range redo {

@@ -6,11 +6,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/sluicehq/sluice/driver"
 )
 
-// Delete notices (sluice.DeleteNotifier), so that a reset made by any
+// Delete notices (driver.DeleteNotifier), so that a reset made by any
 // process reaches the deny cache of every limiter on the same prefix.
 //
 // DeleteNotify deletes the keys, then publishes each key with SPUBLISH on
@@ -66,13 +67,13 @@ type watch struct {
 	timer    *time.Timer // fires at deadline
 }
 
-type watcher struct{ w sluice.DeleteWatcher }
+type watcher struct{ w driver.DeleteWatcher }
 
-// WatchDeletes implements sluice.DeleteNotifier: the first watcher of a
+// WatchDeletes implements driver.DeleteNotifier: the first watcher of a
 // prefix starts its subscription, the last one's stop ends it. w is told
 // Watching(true) once the subscription is live (at once when it already
 // is).
-func (s *Store) WatchDeletes(prefix string, w sluice.DeleteWatcher) (stop func()) {
+func (s *Store) WatchDeletes(prefix string, w driver.DeleteWatcher) (stop func()) {
 	e := s.e
 	e.watches.mu.Lock()
 	defer e.watches.mu.Unlock()
@@ -111,7 +112,7 @@ func (s *Store) WatchDeletes(prefix string, w sluice.DeleteWatcher) (stop func()
 	}
 }
 
-// DeleteNotify implements sluice.DeleteNotifier: Delete, then one SPUBLISH
+// DeleteNotify implements driver.DeleteNotifier: Delete, then one SPUBLISH
 // per key on prefix's channel. It returns the least number of subscribers
 // any key's notice reached.
 func (s *Store) DeleteNotify(ctx context.Context, prefix string, keys ...string) (int, error) {

@@ -5,8 +5,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/sluicehq/sluice/driver"
 )
 
 // Retries. A script call is sent again only on a reply that proves it did
@@ -70,7 +71,7 @@ const (
 // A cross call (cross.go) refused that way is split into one call per
 // slot for the retry, and exchange returns the calls and replies as they
 // end up.
-func (n *node) exchange(ctx context.Context, batch []sluice.Op, calls []call, resps []valkey.ValkeyResult) ([]call, []valkey.ValkeyResult) {
+func (n *node) exchange(ctx context.Context, batch []driver.Op, calls []call, resps []valkey.ValkeyResult) ([]call, []valkey.ValkeyResult) {
 	n.round(ctx, batch, calls, resps, nil, true)
 	if redo := pick(resps, isNoScript); redo != nil {
 		n.round(ctx, batch, calls, resps, redo, false)
@@ -100,7 +101,7 @@ func (n *node) exchange(ctx context.Context, batch []sluice.Op, calls []call, re
 
 // round sends the calls listed in only (all when nil) in one pipelined
 // round trip, by EVALSHA or EVAL, and stores their replies in resps.
-func (n *node) round(ctx context.Context, batch []sluice.Op, calls []call, resps []valkey.ValkeyResult, only []int, sha bool) {
+func (n *node) round(ctx context.Context, batch []driver.Op, calls []call, resps []valkey.ValkeyResult, only []int, sha bool) {
 	e := n.e
 	if e.replicaAck > 0 {
 		n.roundDurable(ctx, batch, calls, resps, only, sha)

@@ -1,4 +1,4 @@
-// Package valkeystore is the sluice.Store on Valkey, standalone, through
+// Package valkeystore is the driver.Store on Valkey, standalone, through
 // Sentinel, or Cluster, through the caller's valkey-go client.
 //
 // Each decision is one Lua script (luascript/scripts/*.lua) run with
@@ -35,7 +35,7 @@
 //     slots is split when its node no longer serves them all.
 //   - durable.go: WithReplicaAck, WAIT for replicas, for counts that must
 //     survive a failover.
-//   - notify.go: delete notices (sluice.DeleteNotifier), so that a reset
+//   - notify.go: delete notices (driver.DeleteNotifier), so that a reset
 //     made anywhere reaches every process's deny cache within NoticeBound.
 //
 // Connect builds the client with what the store needs and connects in the
@@ -57,12 +57,12 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/luascript"
 	"github.com/valkey-io/valkey-go"
 )
 
-// Store is a sluice.Store on Valkey. It is safe for concurrent use.
+// Store is a driver.Store on Valkey. It is safe for concurrent use.
 type Store struct {
 	e *engine
 }
@@ -198,17 +198,17 @@ func (e *engine) start(client valkey.Client) *Store {
 
 // call is one script call: the indices of the Ops it decides.
 type call struct {
-	alg   sluice.Algorithm
+	alg   driver.Algorithm
 	sc    *luascript.Script
 	ops   []int
 	slot  uint16 // on a cluster, the slot of ops[0]
 	cross bool   // its keys span several slots of one node; see cross.go
 }
 
-// Do implements sluice.Store. The Ops go to the nodes that serve their
+// Do implements driver.Store. The Ops go to the nodes that serve their
 // keys; the Ops of different nodes are decided concurrently, each node's
 // by its own batcher, breaker and deadline.
-func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
+func (s *Store) Do(ctx context.Context, batch []driver.Op) error {
 	e := s.e
 	if len(batch) == 0 {
 		return nil
@@ -234,7 +234,7 @@ func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			part := make([]sluice.Op, len(idx))
+			part := make([]driver.Op, len(idx))
 			for j, i := range idx {
 				part[j] = batch[i]
 			}
@@ -254,7 +254,7 @@ func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
 }
 
 // do decides ops, all of this node: through its batcher, or at once.
-func (n *node) do(ctx context.Context, ops []sluice.Op) error {
+func (n *node) do(ctx context.Context, ops []driver.Op) error {
 	if n.batcher != nil {
 		return n.batcher.do(ctx, ops)
 	}
@@ -262,7 +262,7 @@ func (n *node) do(ctx context.Context, ops []sluice.Op) error {
 }
 
 // doBy is send bounded by the deadline dl (none when zero).
-func (n *node) doBy(ctx context.Context, batch []sluice.Op, dl time.Time) error {
+func (n *node) doBy(ctx context.Context, batch []driver.Op, dl time.Time) error {
 	if !dl.IsZero() {
 		var end callEnd
 		ctx, end = withDeadline(ctx, dl) // see callctx.go
@@ -273,7 +273,7 @@ func (n *node) doBy(ctx context.Context, batch []sluice.Op, dl time.Time) error 
 
 // send sends batch: its script calls in one pipelined round trip, then
 // those that must be sent again (see exchange).
-func (n *node) send(ctx context.Context, batch []sluice.Op) error {
+func (n *node) send(ctx context.Context, batch []driver.Op) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -314,7 +314,7 @@ var firstOp = []int{0}
 // and slot, or with cross (the Ops are all of one cluster node that can be
 // sent calls of several slots; see cross.go) one per algorithm, split at
 // maxBatch keys. Invalid Ops get their error.
-func (e *engine) plan(batch []sluice.Op, dst []call, cross bool) []call {
+func (e *engine) plan(batch []driver.Op, dst []call, cross bool) []call {
 	if len(batch) == 1 { // the common case, without maps or allocations
 		if err := batch[0].Validate(); err != nil {
 			batch[0].Err = err
@@ -386,7 +386,7 @@ func (e *engine) plan(batch []sluice.Op, dst []call, cross bool) []call {
 // command builds the EVALSHA (or EVAL) of one call: its keys (the
 // decisions', then the override keys) and one string of the decisions'
 // records (luascript.AppendArgs).
-func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
+func (e *engine) command(batch []driver.Op, c call, sha bool) valkey.Completed {
 	n := len(c.ops)
 	nov, size := 0, 0
 	for _, i := range c.ops {
@@ -448,7 +448,7 @@ func (e *engine) command(batch []sluice.Op, c call, sha bool) valkey.Completed {
 }
 
 // decode fills in the Results of one call from its reply.
-func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {
+func decode(batch []driver.Op, c call, resp valkey.ValkeyResult) {
 	callErr := resp.Error()
 	var reply string
 	var replyErr error
@@ -458,7 +458,7 @@ func decode(batch []sluice.Op, c call, resp valkey.ValkeyResult) {
 	luascript.FillCall(batch, c.ops, "valkeystore", c.alg, reply, callErr, replyErr)
 }
 
-// Delete implements sluice.Store: one DEL per key, pipelined to each
+// Delete implements driver.Store: one DEL per key, pipelined to each
 // node (keys of different slots cannot share a command on a cluster). It
 // publishes no notice: DeleteNotify (Limiter.Reset) does.
 func (s *Store) Delete(ctx context.Context, keys ...string) error {

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
 )
@@ -130,15 +131,15 @@ func (c *benchConfig) check() error {
 // window (for the rated algorithms: a burst of limit, refilled at limit
 // per window).
 func benchPolicy(alg string, limit int64, window time.Duration) (sluice.Policy, error) {
-	a, err := sluice.ParseAlgorithm(alg)
+	a, err := driver.ParseAlgorithm(alg)
 	if err != nil {
 		return nil, fmt.Errorf("--algorithm: %w", err)
 	}
-	params := sluice.Params{Limit: limit, Window: window}
+	params := driver.Params{Limit: limit, Window: window}
 	if a.Rated() { // limit per window
-		params = sluice.Params{Limit: limit, Rate: float64(limit), Per: window}
+		params = driver.Params{Limit: limit, Rate: float64(limit), Per: window}
 	}
-	return a.Policy(params)
+	return config.PolicyOf(a, params)
 }
 
 // runBench is "sluice bench": see benchUsage.

@@ -24,6 +24,10 @@ import (
 	"github.com/sluicehq/sluice/luascript"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/sluicehq/sluice/driver"
+
+	"github.com/sluicehq/sluice/httplimit"
 )
 
 // The key commands: keys, inspect and reset.
@@ -432,13 +436,13 @@ type namedKey struct {
 	Key      string `json:"key"`
 	StoreKey string `json:"store_key"`
 	// Recoverable is false for a key stored as its SHA-256 (longer than
-	// sluice.MaxIdentityLen escaped): Key is then that digest.
+	// driver.MaxIdentityLen escaped): Key is then that digest.
 	Recoverable bool    `json:"recoverable"`
 	TTLMS       float64 `json:"ttl_ms"`
 }
 
 // identityOf returns the key a store key's last part ({escaped key})
-// holds, undoing sluice.Key's escaping; ok is false when it is not one,
+// holds, undoing driver.Key's escaping; ok is false when it is not one,
 // or is a long key's SHA-256 ("#...").
 func identityOf(tagged string) (key string, ok bool) {
 	if len(tagged) < 2 || tagged[0] != '{' || tagged[len(tagged)-1] != '}' {
@@ -451,7 +455,7 @@ func identityOf(tagged string) (key string, ok bool) {
 	return unescapeKey(esc), true
 }
 
-// unescapeKey undoes sluice.Key's escaping: each %XX becomes the byte XX
+// unescapeKey undoes driver.Key's escaping: each %XX becomes the byte XX
 // (hexadecimal); any other byte stands for itself.
 func unescapeKey(esc string) string {
 	var b strings.Builder
@@ -477,7 +481,7 @@ func printNamed(stdout, stderr io.Writer, asJSON bool, listed []namedKey, find s
 		printNamedTable(stdout, listed, seen, truncated)
 	}
 	if find != "" && len(listed) == 0 {
-		fmt.Fprintf(stderr, "sluice keys: no stored key is shown as %s (expired, reset, keyed with another admin token, or longer than %d bytes)\n", find, sluice.MaxIdentityLen)
+		fmt.Fprintf(stderr, "sluice keys: no stored key is shown as %s (expired, reset, keyed with another admin token, or longer than %d bytes)\n", find, driver.MaxIdentityLen)
 		return 1
 	}
 	return 0
@@ -686,7 +690,7 @@ func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter
 	if key == "" {
 		return nil, errors.New("the key is empty")
 	}
-	st := &keyState{Policy: p.Name, Key: key, StoreKey: l.Key(key), Rule: l.Rule().String(), Plan: plan}
+	st := &keyState{Policy: p.Name, Key: key, StoreKey: driver.Key(k.cfg.Prefix, l.Name(), l.Rule(), key), Rule: l.Rule().String(), Plan: plan}
 	// The raw state first: Peek may tidy it (a sliding log drops old entries).
 	if err := readState(ctx, k.client, l, st); err != nil {
 		return nil, err
@@ -728,7 +732,7 @@ func peekInForce(ctx context.Context, l *sluice.Limiter, st *keyState, plan stri
 	if res.Degraded {
 		return res, errors.New("Valkey did not answer the peek in time")
 	}
-	in := planRule.InForce(res)
+	in := httplimit.InForce(planRule, res)
 	st.Source, st.InForce, st.WindowMS, st.Limit = res.Source.String(), in.String(), in.Period().Milliseconds(), in.Limit
 	if res.Source == sluice.SourceOverride {
 		if o, ok, err := l.GetOverride(ctx, st.Key); err == nil && ok {
@@ -846,10 +850,15 @@ type resetRun struct {
 	err      error
 }
 
+// storeKey is the store key of the key reset.
+func (r *resetRun) storeKey() string {
+	return driver.Key(r.k.cfg.Prefix, r.l.Name(), r.l.Rule(), r.key)
+}
+
 // reset deletes the key's state when it exists, and tells every process.
 func (r *resetRun) reset(ctx context.Context) {
 	c := r.k.client
-	r.existed, r.err = c.Do(ctx, c.B().Exists().Key(r.l.Key(r.key)).Build()).AsInt64()
+	r.existed, r.err = c.Do(ctx, c.B().Exists().Key(r.storeKey()).Build()).AsInt64()
 	if r.err == nil {
 		r.notified, r.err = r.l.ResetNotify(ctx, r.key)
 	}
@@ -870,7 +879,7 @@ func (r *resetRun) result() string {
 func (r *resetRun) audit(w io.Writer) {
 	who, host := operator()
 	slog.New(slog.NewJSONHandler(w, nil)).Info("sluice reset", "audit", true, "policy", r.p.Name, "key", r.key,
-		"store_key", r.l.Key(r.key), "had_state", r.existed > 0, "result", r.result(), "notified", r.notified, "user", who, "host", host, "valkey", valkeyops.Describe(r.k.cfg.Valkey))
+		"store_key", r.storeKey(), "had_state", r.existed > 0, "result", r.result(), "notified", r.notified, "user", who, "host", host, "valkey", valkeyops.Describe(r.k.cfg.Valkey))
 }
 
 // report tells the operator what the reset did, and returns the exit

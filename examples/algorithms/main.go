@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
@@ -59,7 +60,7 @@ func run(w io.Writer, addr string) error {
 
 // openStore is the in-process store, or the Valkey at addr once it
 // answers.
-func openStore(addr string) (store sluice.Store, where string, closeStore func(), err error) {
+func openStore(addr string) (store driver.Store, where string, closeStore func(), err error) {
 	if addr == "" {
 		return memstore.New(), "the in-process store", func() {}, nil
 	}
@@ -83,7 +84,7 @@ func openStore(addr string) (store sluice.Store, where string, closeStore func()
 // edgeAndTrickle runs the traffic on policy p and returns its line of the
 // table: what each phase allowed, and the first refusal after the edge.
 // A fake clock makes the run exact and repeatable.
-func edgeAndTrickle(store sluice.Store, p sluice.Policy, prefix string) (string, error) {
+func edgeAndTrickle(store driver.Store, p sluice.Policy, prefix string) (string, error) {
 	var now time.Time
 	epoch := time.Unix(1_800_000_000, 0)
 	l, err := sluice.New(store, p, sluice.WithPrefix(prefix), sluice.WithClock(func() time.Time { return now }))

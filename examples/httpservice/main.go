@@ -45,6 +45,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/login"
 	"github.com/sluicehq/sluice/memstore"
@@ -102,7 +103,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 // Connect starts while Valkey is down (decisions follow each limiter's
 // fail mode until it answers), so a restart during an outage is no crash
 // loop, and sets what the store needs of the client.
-func openStore(addr string, log io.Writer) (store sluice.Store, where string, closeStore func(), err error) {
+func openStore(addr string, log io.Writer) (store driver.Store, where string, closeStore func(), err error) {
 	if addr == "" {
 		return memstore.New(), "in-process store", func() {}, nil
 	}
@@ -141,7 +142,7 @@ type limiters struct {
 	perClient, perKey, search, global *sluice.Limiter
 }
 
-func newLimiters(store sluice.Store) (*limiters, error) {
+func newLimiters(store driver.Store) (*limiters, error) {
 	var l limiters
 	for _, d := range []struct {
 		dst  **sluice.Limiter
@@ -166,7 +167,7 @@ func newLimiters(store sluice.Store) (*limiters, error) {
 }
 
 // newHandler wires the routes and their limits on store.
-func newHandler(store sluice.Store, resolver *clientip.Resolver, secret []byte, users map[string]string) (http.Handler, error) {
+func newHandler(store driver.Store, resolver *clientip.Resolver, secret []byte, users map[string]string) (http.Handler, error) {
 	lim, err := newLimiters(store)
 	if err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ import (
 	"sort"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // Result is a decision, durations in microseconds.
@@ -32,7 +33,7 @@ type Result struct {
 
 // Model is the state of every key of one rule.
 type Model struct {
-	alg           sluice.Algorithm
+	alg           driver.Algorithm
 	limit         int64
 	window        int64 // µs: window algorithms
 	interval      int64 // µs: token bucket and GCRA
@@ -80,7 +81,7 @@ func (m *Model) Decide(k string, now, cost int64) (Result, int64) {
 	s := m.key(k)
 	need := max(cost, 1)
 	switch m.alg {
-	case sluice.AlgorithmFixedWindow:
+	case driver.AlgorithmFixedWindow:
 		w := floorDiv(now, m.window)
 		end := (w + 1) * m.window
 		r := Result{Allowed: s.counts[w]+need <= m.limit}
@@ -91,11 +92,11 @@ func (m *Model) Decide(k string, now, cost int64) (Result, int64) {
 			r.RetryAfter = end - now
 		}
 		return m.fixedAfter(s, r, now), now
-	case sluice.AlgorithmSlidingWindow:
+	case driver.AlgorithmSlidingWindow:
 		return m.slidingWindow(s, now, cost, need), now
-	case sluice.AlgorithmSlidingLog:
+	case driver.AlgorithmSlidingLog:
 		return m.slidingLog(s, now, cost, need), now
-	case sluice.AlgorithmTokenBucket, sluice.AlgorithmGCRA:
+	case driver.AlgorithmTokenBucket, driver.AlgorithmGCRA:
 		tau := m.limit * m.interval // the time to fill from empty
 		debt := max(0, s.full-now)  // how far from full
 		r := Result{Allowed: debt+need*m.interval <= tau}
@@ -107,7 +108,7 @@ func (m *Model) Decide(k string, now, cost int64) (Result, int64) {
 			r.RetryAfter = debt + need*m.interval - tau
 		}
 		r = m.bucketAfter(s, r, now)
-		if m.alg == sluice.AlgorithmGCRA {
+		if m.alg == driver.AlgorithmGCRA {
 			return r, max(s.full, now)
 		}
 		return r, now
@@ -120,16 +121,16 @@ func (m *Model) Refund(k string, now, n, receipt int64) Result {
 	s := m.key(k)
 	r := Result{Allowed: true}
 	switch m.alg {
-	case sluice.AlgorithmFixedWindow:
+	case driver.AlgorithmFixedWindow:
 		// Only the take's window, which matters only while it is current.
 		w := floorDiv(receipt, m.window)
 		s.counts[w] = max(0, s.counts[w]-n)
 		return m.fixedAfter(s, r, now)
-	case sluice.AlgorithmSlidingWindow:
+	case driver.AlgorithmSlidingWindow:
 		w := floorDiv(receipt, m.window)
 		s.counts[w] = max(0, s.counts[w]-n)
 		return m.slidingWindow(s, now, -1, 1)
-	case sluice.AlgorithmSlidingLog:
+	case driver.AlgorithmSlidingLog:
 		// Entries of the take's time, still in the log.
 		var out []int64
 		for _, t := range s.log {
@@ -141,14 +142,14 @@ func (m *Model) Refund(k string, now, n, receipt int64) Result {
 		}
 		s.log = out
 		return m.slidingLog(s, now, -1, 1)
-	case sluice.AlgorithmTokenBucket:
+	case driver.AlgorithmTokenBucket:
 		// Only while no later take wrote the bucket: as if it never was,
 		// which cannot make the bucket fuller than it was at the take.
 		if s.taken == receipt {
 			s.full = max(receipt, s.full-n*m.interval)
 		}
 		return m.bucketAfter(s, r, now)
-	case sluice.AlgorithmGCRA:
+	case driver.AlgorithmGCRA:
 		// Only while the bucket is where the take left it.
 		if s.full == receipt {
 			s.full = max(now, s.full-n*m.interval)

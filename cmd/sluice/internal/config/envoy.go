@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -377,9 +378,9 @@ func (d *decoder) limitRate(n *yaml.Node, f map[string]field, lim *EnvoyLimit) t
 // found under path in dom, and makes it desc's policy.
 func (d *decoder) envoyPolicy(c *Config, dom *Domain, desc *Descriptor, n *yaml.Node, path []string, lim *EnvoyLimit) {
 	p := &Policy{
-		Algorithm:  sluice.AlgorithmFixedWindow,
+		Algorithm:  driver.AlgorithmFixedWindow,
 		Policy:     EnvoyWindow(lim.RequestsPerUnit, lim.Window, dom.Counting),
-		Params:     sluice.Params{Limit: lim.RequestsPerUnit, Window: lim.Window, CountRejected: dom.Counting != CountAllOrNothing},
+		Params:     driver.Params{Limit: lim.RequestsPerUnit, Window: lim.Window, CountRejected: dom.Counting != CountAllOrNothing},
 		Limit:      lim.RequestsPerUnit,
 		Shadow:     desc.Shadow,
 		Headers:    HeadersAll,

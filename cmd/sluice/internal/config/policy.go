@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -56,13 +57,13 @@ func (d *decoder) policyName(n *yaml.Node, f map[string]field, c *Config) string
 }
 
 // policyAlgorithm decodes the policy's algorithm, which is required.
-func (d *decoder) policyAlgorithm(n *yaml.Node, f map[string]field, name string) (sluice.Algorithm, bool) {
+func (d *decoder) policyAlgorithm(n *yaml.Node, f map[string]field, name string) (driver.Algorithm, bool) {
 	x, ok := f["algorithm"]
 	if !ok {
 		d.errorf(n, "policy %q: algorithm is missing (fixed_window, sliding_log, sliding_window, token_bucket or gcra)", name)
 		return 0, false
 	}
-	alg, err := sluice.ParseAlgorithm(d.str(x.val, "algorithm"))
+	alg, err := driver.ParseAlgorithm(d.str(x.val, "algorithm"))
 	if err != nil {
 		d.errorf(x.val, "policy %q: %s", name, sluice.Reason(err))
 		return 0, false
@@ -72,7 +73,7 @@ func (d *decoder) policyAlgorithm(n *yaml.Node, f map[string]field, name string)
 
 // algorithmFields refuses the fields alg does not take and reports those
 // it needs that are missing, as the field table says.
-func (d *decoder) algorithmFields(n *yaml.Node, f map[string]field, name string, alg sluice.Algorithm) {
+func (d *decoder) algorithmFields(n *yaml.Node, f map[string]field, name string, alg driver.Algorithm) {
 	takes := fieldsFor(policySection, alg)
 	for _, row := range policySection.Fields {
 		if x, ok := f[row.Name]; ok && !row.takes(alg) {
@@ -84,7 +85,7 @@ func (d *decoder) algorithmFields(n *yaml.Node, f map[string]field, name string,
 			d.errorf(n, "policy %q: %s needs %s", name, alg, row.Name)
 		}
 	}
-	if alg == sluice.AlgorithmFixedWindow {
+	if alg == driver.AlgorithmFixedWindow {
 		d.windowOrPeriod(n, f, name, alg)
 	}
 }
@@ -101,8 +102,8 @@ func (d *decoder) windowOrPeriod(n *yaml.Node, f map[string]field, name string, 
 
 // policyParams decodes the numbers of the policy: limit or burst, window
 // or calendar period, rate, count_rejected.
-func (d *decoder) policyParams(f map[string]field, name string) sluice.Params {
-	var params sluice.Params
+func (d *decoder) policyParams(f map[string]field, name string) driver.Params {
+	var params driver.Params
 	for _, key := range []string{"limit", "burst"} {
 		if x, ok := f[key]; ok {
 			params.Limit, _ = d.intField(x.val, key, policySection.Field(key))
@@ -179,9 +180,9 @@ func (d *decoder) showKeys(p *Policy, n *yaml.Node) {
 
 // buildPolicy makes the sluice policy of params, reporting what the
 // library refuses.
-func (d *decoder) buildPolicy(n *yaml.Node, p *Policy, params sluice.Params) bool {
+func (d *decoder) buildPolicy(n *yaml.Node, p *Policy, params driver.Params) bool {
 	p.Params = params
-	pol, err := p.Algorithm.Policy(params)
+	pol, err := PolicyOf(p.Algorithm, params)
 	if err != nil {
 		d.errorf(n, "policy %q: %s", p.Name, sluice.Reason(err))
 		return false
@@ -305,7 +306,7 @@ func (d *decoder) plan(v *yaml.Node, p *Policy, name, limitField string, allowed
 	if x, ok := f["rate"]; ok && !d.planRate(x.val, &params) {
 		return Plan{}, false
 	}
-	pol, err := p.Algorithm.Policy(params)
+	pol, err := PolicyOf(p.Algorithm, params)
 	if err != nil {
 		d.errorf(v, "policy %q: plan %q: %s", p.Name, name, sluice.Reason(err))
 		return Plan{}, false
@@ -315,7 +316,7 @@ func (d *decoder) plan(v *yaml.Node, p *Policy, name, limitField string, allowed
 
 // planRate decodes a plan's rate into params, when it sets one; false
 // when it is not a rate.
-func (d *decoder) planRate(n *yaml.Node, params *sluice.Params) bool {
+func (d *decoder) planRate(n *yaml.Node, params *driver.Params) bool {
 	rate, per, ok := d.rate(n)
 	if ok && rate != 0 {
 		params.Rate, params.Per = rate, per
@@ -333,7 +334,7 @@ func (d *decoder) calendar(f map[string]field, policy string) sluice.Calendar {
 		d.noPeriod(f, policy)
 		return c
 	}
-	u, err := sluice.ParseCalendarUnit(d.str(x.val, "period"))
+	u, err := driver.ParseCalendarUnit(d.str(x.val, "period"))
 	if err != nil {
 		d.errorf(x.val, "policy %q: period: %s", policy, sluice.Reason(err))
 	}

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // The JSON Schema of the configuration, made from the field table: what
@@ -196,20 +196,20 @@ func policyRules() []any {
 
 // algorithmSchema is what a policy of algorithm a must satisfy: the
 // fields it takes and needs, and its plans'.
-func algorithmSchema(a sluice.Algorithm) map[string]any {
+func algorithmSchema(a driver.Algorithm) map[string]any {
 	props, req := algorithmFields(policySection.Fields, a)
 	planProps, planReq := algorithmFields(plansSection.Fields, a)
-	if a == sluice.AlgorithmSlidingLog {
+	if a == driver.AlgorithmSlidingLog {
 		// one sorted-set entry per unit
-		props["limit"] = map[string]any{"maximum": sluice.MaxSlidingLogLimit}
-		planProps["limit"] = map[string]any{"maximum": sluice.MaxSlidingLogLimit}
+		props["limit"] = map[string]any{"maximum": driver.MaxSlidingLogLimit}
+		planProps["limit"] = map[string]any{"maximum": driver.MaxSlidingLogLimit}
 	}
 	props["plans"] = map[string]any{"additionalProperties": map[string]any{"properties": planProps, "required": planReq}}
 	then := map[string]any{"properties": props}
 	if len(req) > 0 {
 		then["required"] = req
 	}
-	if a == sluice.AlgorithmFixedWindow {
+	if a == driver.AlgorithmFixedWindow {
 		then["oneOf"] = []any{map[string]any{"required": []string{"window"}}, map[string]any{"required": []string{"period"}}}
 		then["dependencies"] = map[string]any{"period": []string{"zone"}, "zone": []string{"period"}, "renewal_day": []string{"period"}}
 	}
@@ -218,7 +218,7 @@ func algorithmSchema(a sluice.Algorithm) map[string]any {
 
 // algorithmFields are, of fields, those algorithm a does not take (each
 // false in props) and those it requires.
-func algorithmFields(fields []*Field, a sluice.Algorithm) (props map[string]any, req []string) {
+func algorithmFields(fields []*Field, a driver.Algorithm) (props map[string]any, req []string) {
 	props = map[string]any{}
 	for _, f := range fields {
 		if !f.takes(a) {

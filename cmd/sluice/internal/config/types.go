@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // The validated configuration's types.
@@ -101,11 +102,11 @@ type Policy struct {
 	// the policy's name and its algorithm, such as "api.token_bucket", so
 	// that changing a policy's algorithm never meets the old state.
 	Limiter   string
-	Algorithm sluice.Algorithm
+	Algorithm driver.Algorithm
 	// Policy is the sluice policy, validated.
 	Policy sluice.Policy
 	// Params are the numbers Policy was made of.
-	Params sluice.Params
+	Params driver.Params
 	// Limit is the limit, capacity or burst.
 	Limit    int64
 	FailMode sluice.FailMode

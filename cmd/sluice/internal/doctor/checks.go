@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
 )
@@ -348,7 +349,7 @@ func (d *doc) scripts(ctx context.Context, store *valkeystore.Store) {
 		if !ok {
 			return
 		}
-		if rule, _ := p.Rule(); rule.Algorithm == sluice.AlgorithmGCRA {
+		if rule, _ := p.Rule(); rule.Algorithm == driver.AlgorithmGCRA {
 			gcra = l
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/httplimit"
 )
 
 // Deciding the resolved limits of a ShouldRateLimit request and writing
@@ -245,7 +247,7 @@ func (r *resolved) inForce(res sluice.Result) (int64, time.Duration) {
 	if !ok {
 		rule = r.pol.Limiter().Rule()
 	}
-	rule = rule.InForce(res)
+	rule = httplimit.InForce(rule, res)
 	return rule.Limit, rule.Period()
 }
 

@@ -11,6 +11,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // Resolving a ShouldRateLimit request: each descriptor to the limit that
@@ -168,7 +169,7 @@ func (s *Service) resolveOverride(st State, dom *config.Domain, r *resolved, ov 
 		mult = int64(m.GetValue())
 	}
 	window := u.d * time.Duration(mult)
-	if window > sluice.MaxWindow {
+	if window > driver.MaxWindow {
 		return fmt.Errorf("unit_multiplier %d makes a window over 400 days", mult)
 	}
 	r.limit = &config.EnvoyLimit{Unit: u.name, Multiplier: mult, RequestsPerUnit: int64(ov.GetRequestsPerUnit()), Window: window}

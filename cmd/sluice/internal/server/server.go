@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/envoy"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/sluiceprom"
 )
 
@@ -35,7 +36,7 @@ const (
 // Options configures a Server.
 type Options struct {
 	// Store keeps the counts. Required.
-	Store sluice.Store
+	Store driver.Store
 	// StoreName describes the store in /readyz and logs ("memory",
 	// "valkey").
 	StoreName string

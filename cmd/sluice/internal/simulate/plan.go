@@ -13,8 +13,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // DefaultStart is where a simulation starts when its times are offsets: a
@@ -27,7 +27,7 @@ const (
 	// --duration.
 	DefaultDuration = 10 * time.Second
 	// MaxDuration is the longest run (the policies' own longest window).
-	MaxDuration = sluice.MaxWindow
+	MaxDuration = driver.MaxWindow
 	// DefaultMaxDecisions bounds a run's decisions, about 40 seconds of
 	// work on one core.
 	DefaultMaxDecisions = 200_000_000

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -63,7 +64,7 @@ type ReplayPolicy struct {
 	last  time.Time
 	line  int
 	pol   *config.Policy
-	ops   [1]sluice.Op
+	ops   [1]driver.Op
 }
 
 // KeyFlips counts one key's flips.
@@ -201,7 +202,7 @@ func (rp *ReplayPolicy) decide(at time.Time, key string, cost int64) (bool, erro
 		return rp.Shadow, nil
 	}
 	rp.now = at
-	rp.ops[0] = sluice.Op{Key: sluice.Key(sluice.DefaultPrefix, rp.pol.Limiter, rp.rule, key), Rule: rp.rule, Cost: cost, Now: at}
+	rp.ops[0] = driver.Op{Key: driver.Key(sluice.DefaultPrefix, rp.pol.Limiter, rp.rule, key), Rule: rp.rule, Cost: cost, Now: at}
 	if err := rp.store.Do(context.Background(), rp.ops[:]); err != nil {
 		return false, err
 	}

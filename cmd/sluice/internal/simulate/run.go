@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -146,7 +147,7 @@ type worker struct {
 	rule  sluice.Rule
 	store *memstore.Store
 	now   time.Time
-	ops   [1]sluice.Op
+	ops   [1]driver.Op
 	// storeKeys[i] is the store key of the plan's key i.
 	storeKeys []string
 	watchKey  string
@@ -183,21 +184,23 @@ func (p *Plan) newWorker(pol *config.Policy) (*worker, error) {
 
 // key is the store key of identity under the worker's policy.
 func (w *worker) key(identity string) string {
-	return sluice.Key(sluice.DefaultPrefix, w.pol.Limiter, w.rule, identity)
+	return driver.Key(sluice.DefaultPrefix, w.pol.Limiter, w.rule, identity)
 }
 
 // decide runs one decision on the store at at microseconds from the start.
 // Cost 0 peeks.
 func (w *worker) decide(at int64, key string, cost int64) (sluice.Result, error) {
 	w.now = w.plan.Start.Add(time.Duration(at) * time.Microsecond)
-	w.ops[0] = sluice.Op{Key: key, Rule: w.rule, Cost: cost, Now: w.now}
+	w.ops[0] = driver.Op{Key: key, Rule: w.rule, Cost: cost, Now: w.now}
 	if err := w.store.Do(context.Background(), w.ops[:]); err != nil {
 		return sluice.Result{}, err
 	}
 	if err := w.ops[0].Err; err != nil {
 		return sluice.Result{}, fmt.Errorf("policy %q: %w", w.pol.Name, err)
 	}
-	return w.ops[0].Result, nil
+	// The store's decision, as the store gives it (no limit or source).
+	r := w.ops[0].Result
+	return sluice.Result{Allowed: r.Allowed, Remaining: r.Remaining, RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter}, nil
 }
 
 func (w *worker) sources() ([]source, func(), error) {

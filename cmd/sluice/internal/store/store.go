@@ -13,9 +13,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
@@ -32,7 +32,7 @@ type Env = func(string) (string, bool)
 // ("valkey", "memory") and the function that closes it. An error (a
 // secret that cannot be read, a certificate that does not load) is logged
 // before it is returned.
-func Serve(cfg *config.Config, env Env, logger *slog.Logger) (sluice.Store, string, func(), error) {
+func Serve(cfg *config.Config, env Env, logger *slog.Logger) (driver.Store, string, func(), error) {
 	if cfg.Valkey == nil {
 		logger.Warn("no valkey configured: using the in-process store, so limits are per process " +
 			"(each replica of this service counts on its own, and counts reset on restart); " +

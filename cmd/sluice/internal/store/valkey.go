@@ -11,13 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
 )
 
-// Valkey is a sluice.Store on Valkey that connects in the background
+// Valkey is a driver.Store on Valkey that connects in the background
 // (valkeystore.Lazy): the service starts, and answers by its policies'
 // on_failure, while Valkey is still unreachable, then uses it as soon as it
 // answers. Once connected it reads the server settings that cost
@@ -178,6 +178,6 @@ func (s *Valkey) Close() {
 }
 
 var (
-	_ sluice.Store         = (*Valkey)(nil)
-	_ sluice.OverrideStore = (*Valkey)(nil)
+	_ driver.Store         = (*Valkey)(nil)
+	_ driver.OverrideStore = (*Valkey)(nil)
 )

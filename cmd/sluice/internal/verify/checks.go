@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -47,9 +48,9 @@ func (r *run) burst(ctx context.Context, l *sluice.Limiter, at time.Time, key st
 // singles sends n requests of cost 1 on key at at together, in one batch
 // on the store, and returns how many were allowed.
 func (r *run) singles(ctx context.Context, l *sluice.Limiter, at time.Time, key string, n int64) (int64, error) {
-	ops := make([]sluice.Op, n)
+	ops := make([]driver.Op, n)
 	for i := range ops {
-		ops[i] = sluice.Op{Key: l.Key(key), Rule: l.Rule(), Cost: 1, Now: at, Deadline: time.Now().Add(checkTimeout)}
+		ops[i] = driver.Op{Key: driver.Key(r.prefix, l.Name(), l.Rule(), key), Rule: l.Rule(), Cost: 1, Now: at, Deadline: time.Now().Add(checkTimeout)}
 	}
 	if err := r.store.Do(ctx, ops); err != nil {
 		return 0, err
@@ -147,16 +148,16 @@ func (r *run) concurrency(ctx context.Context, p *config.Policy, chk *Check) {
 // two and a half intervals after the first, and two units have refilled.
 func edgeOffsets(rule sluice.Rule) (delta time.Duration, after int64, what string) {
 	switch rule.Algorithm {
-	case sluice.AlgorithmFixedWindow:
+	case driver.AlgorithmFixedWindow:
 		delta = min(2*time.Millisecond, rule.Window/10).Truncate(time.Microsecond)
 		if !rule.Calendar.IsZero() {
 			delta = 2 * time.Millisecond
 		}
 		return delta, rule.Limit, "a new window allows the whole limit again"
-	case sluice.AlgorithmSlidingLog:
+	case driver.AlgorithmSlidingLog:
 		delta = min(2*time.Millisecond, rule.Window/10).Truncate(time.Microsecond)
 		return delta, 0, "the log still holds the whole limit"
-	case sluice.AlgorithmSlidingWindow:
+	case driver.AlgorithmSlidingWindow:
 		// estimate = limit × (W − δ)/W + taken ≤ limit, so floor(limit ×
 		// δ/W) units fit. δ puts limit × δ/W half-way between two whole
 		// numbers, away from rounding: (j + ½) × W / limit.
