@@ -141,8 +141,8 @@ type helmContainer struct {
 		Name          string `yaml:"name"`
 		ContainerPort int    `yaml:"containerPort"`
 	} `yaml:"ports"`
-	ReadinessProbe  k8sProbe `yaml:"readinessProbe"`
-	LivenessProbe   k8sProbe `yaml:"livenessProbe"`
+	ReadinessProbe  k8sProbe                             `yaml:"readinessProbe"`
+	LivenessProbe   k8sProbe                             `yaml:"livenessProbe"`
 	Resources       struct{ Requests map[string]string } `yaml:"resources"`
 	SecurityContext struct {
 		AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
@@ -263,7 +263,7 @@ type helmCase struct {
 }
 
 var helmCases = map[string]helmCase{
-	"default": {kinds: []string{"ConfigMap", "Deployment", "PodDisruptionBudget", "Secret", "Service"}, grpc: true},
+	"default":             {kinds: []string{"ConfigMap", "Deployment", "PodDisruptionBudget", "Secret", "Service"}, grpc: true},
 	"minimal-values.yaml": {kinds: []string{"ConfigMap", "Deployment", "Secret", "Service"}},
 	"production-values.yaml": {kinds: []string{"ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Service"},
 		grpc: true, password: true, env: map[string]string{
