@@ -749,10 +749,80 @@ func TestHelmReleaseServes(t *testing.T) {
 	default:
 	}
 
-	// A new password changes the pod template: the pods restart with it.
-	r3 := decodeRelease(t, helmTemplate(t, append(set, "--set", "valkey.password=another")...))
-	if reflect.DeepEqual(dep.Spec.Template.Metadata.Annotations, r3.only(t, "Deployment").Spec.Template.Metadata.Annotations) {
-		t.Error("a new Valkey password leaves the pod template as it was: running pods would keep the old one")
+	// A change of the Valkey connection changes the pod template: the pods
+	// restart with it (a running sluice keeps its connection).
+	for _, change := range [][]string{
+		{"--set", "valkey.password=another"},
+		{"--set", "valkey.address=127.0.0.1:1"},
+		{"--set", "valkey.settings.timeout=20ms"},
+		{"--set", "valkey.existingSecret=other"},
+	} {
+		r3 := decodeRelease(t, helmTemplate(t, append(set, change...)...))
+		if reflect.DeepEqual(dep.Spec.Template, r3.only(t, "Deployment").Spec.Template) {
+			t.Errorf("%v leaves the pod template as it was: running pods would keep the old connection", change)
+		}
+	}
+}
+
+// TestHelmDocs: docs/deploy.md's two Helm commands fit the chart: the
+// Secret the first creates holds the keys the release reads, and the
+// release the second installs reads its Valkey address and password from
+// that Secret (and creates none).
+func TestHelmDocs(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "docs", "deploy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "\n## Helm\n")
+	if !ok {
+		t.Fatal("docs/deploy.md has no ## Helm section")
+	}
+	_, block, _ := strings.Cut(sec, "```sh\n")
+	block, _, _ = strings.Cut(block, "```")
+	lines := strings.Split(strings.TrimSpace(block), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "kubectl create secret generic ") || !strings.HasPrefix(lines[1], "helm install ") {
+		t.Fatalf("want the two commands kubectl create secret generic and helm install, have:\n%s", block)
+	}
+	f := strings.Fields(lines[0])
+	secret, literal := f[4], map[string]bool{}
+	for _, a := range f[5:] {
+		if kv, ok := strings.CutPrefix(a, "--from-literal="); ok {
+			k, _, _ := strings.Cut(kv, "=")
+			literal[k] = true
+		}
+	}
+	f = strings.Fields(lines[1])
+	if len(f) < 4 || f[3] != "deploy/"+chartDir {
+		t.Fatalf("helm install %v does not install deploy/%s", f, chartDir)
+	}
+	args := append([]string{"template", f[2], filepath.Join(repoRoot, f[3])}, f[4:]...)
+	out, err := helm(t, args...)
+	if err != nil {
+		t.Fatalf("helm %v: %v\n%s", args, err, out)
+	}
+	r := decodeRelease(t, out)
+	if s := r.only(t, "Secret"); s != nil {
+		t.Errorf("the documented release creates Secret %s too", s.Metadata.Name)
+	}
+	cfg, err := config.Parse("ConfigMap", []byte(r.only(t, "ConfigMap").Data["sluice.yaml"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Valkey == nil || cfg.Valkey.PasswordEnv == "" {
+		t.Fatal("the documented release uses no Valkey password")
+	}
+	read := map[string]string{}
+	for _, e := range r.only(t, "Deployment").Spec.Template.Spec.Containers[0].Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			ref := e.ValueFrom.SecretKeyRef
+			if ref.Name != secret || !literal[ref.Key] {
+				t.Errorf("env %s reads %s/%s; the documented Secret is %s with %v", e.Name, ref.Name, ref.Key, secret, literal)
+			}
+			read[e.Name] = ref.Key
+		}
+	}
+	if read["SLUICE_VALKEY_ADDRESS"] == "" || read[cfg.Valkey.PasswordEnv] == "" {
+		t.Errorf("the address and password are not both read from the Secret: %v", read)
 	}
 }
 
