@@ -882,3 +882,93 @@ func kubeletMount(t *testing.T, dir, version string, data map[string]string) {
 		}
 	}
 }
+
+// TestHelmMatchesManifests: the chart's defaults render what
+// deploy/kubernetes holds (the same policies and Valkey settings, security
+// contexts, probes, resources, ports, replicas and budget), and those
+// manifests are valid Kubernetes objects too.
+func TestHelmMatchesManifests(t *testing.T) {
+	files, _ := filepath.Glob("kubernetes/*.yaml")
+	if out, ok := kubeconform(t, files...); !ok || !strings.Contains(out, "Invalid: 0, Errors: 0") {
+		t.Errorf("kubeconform deploy/kubernetes:\n%s", out)
+	}
+	generic := func(text string) map[string]map[string]any {
+		objs := map[string]map[string]any{}
+		dec := yaml.NewDecoder(strings.NewReader(text))
+		for {
+			var o map[string]any
+			err := dec.Decode(&o)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o != nil {
+				objs[o["kind"].(string)] = o
+			}
+		}
+		return objs
+	}
+	b, err := os.ReadFile(filepath.Join("kubernetes", "sluice.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifests := generic(string(b))
+	chart := generic(helmTemplate(t))
+	get := func(o map[string]any, path ...any) any {
+		var v any = o
+		for _, p := range path {
+			switch k := p.(type) {
+			case string:
+				m, _ := v.(map[string]any)
+				v = m[k]
+			case int:
+				l, _ := v.([]any)
+				if k >= len(l) {
+					return nil
+				}
+				v = l[k]
+			}
+		}
+		return v
+	}
+	pod := []any{"spec", "template", "spec"}
+	ctr := append(append([]any{}, pod...), "containers", 0)
+	for _, path := range [][]any{
+		{"spec", "replicas"},
+		append(append([]any{}, pod...), "securityContext"),
+		append(append([]any{}, pod...), "automountServiceAccountToken"),
+		append(append([]any{}, ctr...), "securityContext"),
+		append(append([]any{}, ctr...), "readinessProbe"),
+		append(append([]any{}, ctr...), "livenessProbe"),
+		append(append([]any{}, ctr...), "resources"),
+		append(append([]any{}, ctr...), "ports"),
+		append(append([]any{}, ctr...), "volumeMounts"),
+	} {
+		a, b := get(manifests["Deployment"], path...), get(chart["Deployment"], path...)
+		if a == nil || !reflect.DeepEqual(a, b) {
+			t.Errorf("Deployment %v: deploy/kubernetes %v, the chart %v", path, a, b)
+		}
+	}
+	for _, c := range []struct {
+		kind string
+		path []any
+	}{{"Service", []any{"spec", "ports"}}, {"PodDisruptionBudget", []any{"spec", "minAvailable"}}} {
+		a, b := get(manifests[c.kind], c.path...), get(chart[c.kind], c.path...)
+		if a == nil || !reflect.DeepEqual(a, b) {
+			t.Errorf("%s %v: deploy/kubernetes %v, the chart %v", c.kind, c.path, a, b)
+		}
+	}
+	var a, c map[string]any
+	if err := yaml.Unmarshal([]byte(get(manifests["ConfigMap"], "data", "sluice.yaml").(string)), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal([]byte(get(chart["ConfigMap"], "data", "sluice.yaml").(string)), &c); err != nil {
+		t.Fatal(err)
+	}
+	delete(a["valkey"].(map[string]any), "addresses") // the chart's comes from the Secret
+	if !reflect.DeepEqual(a, c) {
+		t.Errorf("the configuration: deploy/kubernetes %v, the chart %v", a, c)
+	}
+}
