@@ -3,7 +3,8 @@
 # valkey-server is missing, then vets and runs every test with the race
 # detector against real valkey-server processes that the tests start
 # themselves. It never skips for lack of Valkey: it fails. It also installs
-# the other tools the tests use (proxies, Chromium, promtool, Redocly CLI).
+# the other tools the tests use (proxies, Chromium, promtool, Redocly CLI,
+# helm and kubeconform).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,7 @@ bash scripts/install-proxies.sh
 bash scripts/install-chromium.sh
 bash scripts/install-promtool.sh
 bash scripts/install-redocly.sh
+bash scripts/install-helm.sh
 export PATH="$PATH:/usr/sbin:/usr/bin"
 valkey-server --version
 
