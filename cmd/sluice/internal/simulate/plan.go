@@ -481,12 +481,10 @@ func (sc *traceScanner) observe(rec Record) time.Duration {
 	}
 	if !rec.Absolute {
 		s.lastOffset = max(s.lastOffset, rec.Offset)
-		return rec.Offset
-	}
-	if rec.Time.After(s.last) {
+	} else if rec.Time.After(s.last) {
 		s.last = rec.Time
 	}
-	return rec.Time.Sub(sc.start)
+	return rec.since(sc.start)
 }
 
 // observeFirst learns the facts of the trace's first record: its key,

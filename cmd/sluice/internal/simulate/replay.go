@@ -191,6 +191,15 @@ func (rec Record) at() time.Time {
 	return DefaultStart.Add(rec.Offset)
 }
 
+// since is the time of rec after start: its offset, or for an absolute
+// time the time since start.
+func (rec Record) since(start time.Time) time.Duration {
+	if rec.Absolute {
+		return rec.Time.Sub(start)
+	}
+	return rec.Offset
+}
+
 // sortKeys lists the keys that flipped, the most flips first.
 func (rp *ReplayPolicy) sortKeys() {
 	for _, k := range rp.byKey {
