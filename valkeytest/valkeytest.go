@@ -445,7 +445,7 @@ func Shared(t testing.TB) *Server {
 	defer shared.mu.Unlock()
 	if !shared.serverDone {
 		shared.serverDone = true
-		startSharedServer()
+		shared.server, shared.serverErr = startShared("valkeytest-shared-", startSharedServer)
 	}
 	if shared.serverErr != nil {
 		failShared(t, "server", shared.serverLog, shared.serverErr)
@@ -453,37 +453,38 @@ func Shared(t testing.TB) *Server {
 	return shared.server
 }
 
-// startSharedServer starts the shared server, recording in shared the
-// server or the error and output. shared.mu is held.
-func startSharedServer() {
-	dir, err := os.MkdirTemp("", "valkeytest-shared-")
+// startShared makes a temporary directory named after pattern, which
+// Main removes, and starts a shared server or cluster in it. shared.mu is
+// held.
+func startShared[T any](pattern string, start func(dir string) (T, error)) (T, error) {
+	dir, err := os.MkdirTemp("", pattern)
 	if err != nil {
-		shared.serverErr = err
-		return
+		var none T
+		return none, err
 	}
 	shared.dirs = append(shared.dirs, dir)
+	return start(dir)
+}
+
+// startSharedServer starts the shared server in dir, keeping its output
+// for the tests when it fails.
+func startSharedServer(dir string) (*Server, error) {
 	s, err := startServer(dir, false, nil)
-	shared.server, shared.serverErr = s, err
 	if err != nil && s != nil {
 		shared.serverLog = s.log.String()
 	}
+	return s, err
 }
 
-// startSharedCluster starts the shared cluster, recording in shared the
-// cluster or the error and output. shared.mu is held.
-func startSharedCluster() {
-	dir, err := os.MkdirTemp("", "valkeytest-shared-cluster-")
-	if err != nil {
-		shared.clusterErr = err
-		return
-	}
-	shared.dirs = append(shared.dirs, dir)
+// startSharedCluster starts the shared cluster in dir, keeping its output
+// for the tests, and stopping it, when it fails.
+func startSharedCluster(dir string) (*Cluster, error) {
 	c, err := startCluster(dir, 3, clusterConfig{})
-	shared.cluster, shared.clusterErr = c, err
 	if err != nil && c != nil {
 		shared.clusterLog = c.logs()
 		c.Stop()
 	}
+	return c, err
 }
 
 // failShared fails t for the shared what that did not start, with its
@@ -505,7 +506,7 @@ func SharedCluster(t testing.TB) *Cluster {
 	defer shared.mu.Unlock()
 	if !shared.clusDone {
 		shared.clusDone = true
-		startSharedCluster()
+		shared.cluster, shared.clusterErr = startShared("valkeytest-shared-cluster-", startSharedCluster)
 	}
 	if shared.clusterErr != nil {
 		failShared(t, "cluster", shared.clusterLog, shared.clusterErr)

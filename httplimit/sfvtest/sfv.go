@@ -159,18 +159,24 @@ func (p *parser) params() ([]Param, error) {
 	var ps []Param
 	for p.at(';') {
 		p.i++
-		p.skipSP()
-		k, err := p.key()
-		if err != nil {
-			return nil, err
-		}
-		v, err := p.paramValue()
+		k, v, err := p.param()
 		if err != nil {
 			return nil, err
 		}
 		ps = setParam(ps, k, v)
 	}
 	return ps, nil
+}
+
+// param parses one parameter after its ';': its key, and its value.
+func (p *parser) param() (string, any, error) {
+	p.skipSP()
+	k, err := p.key()
+	if err != nil {
+		return "", nil, err
+	}
+	v, err := p.paramValue()
+	return k, v, err
 }
 
 // paramValue parses the "=" and bare item of a parameter, or returns true

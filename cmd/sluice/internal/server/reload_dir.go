@@ -118,13 +118,11 @@ func (dw *dirWatcher) stop() {
 	dw.settle.Stop()
 }
 
-// step waits for the next thing to happen and handles it: the poll (a
-// read), an event or a watch error (which restart the settle timer), the
-// directory settled (a read). It returns false when ctx ends.
+// step handles what comes first, until ctx ends (false): the poll or the
+// directory settled (both read it), an event or a watch error (which
+// restart the settle timer).
 func (dw *dirWatcher) step(ctx context.Context) bool {
 	select {
-	case <-ctx.Done():
-		return false
 	case <-dw.ticker.C:
 		dw.s.reloadDir(dw.dir, "directory read (poll)")
 	case ev, ok := <-dw.w.events():
@@ -137,6 +135,8 @@ func (dw *dirWatcher) step(ctx context.Context) bool {
 		} // else the events channel closes too and says so
 	case <-dw.settle.C:
 		dw.settled()
+	case <-ctx.Done():
+		return false
 	}
 	return true
 }
