@@ -267,11 +267,7 @@ func recoverAtRetryAfter(t *testing.T, h Harness, p sluice.Policy, cost int64) {
 // (failing after a hundred allowed), and returns the refusal.
 func exhaustAdvancing(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *Clock, cost int64) sluice.Result {
 	for i := 0; ; i++ {
-		res, err := l.AllowN(ctx, "k", cost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !res.Allowed {
+		if res := allowN(t, ctx, l, "k", cost); !res.Allowed {
 			return res
 		}
 		if i > 100 {
@@ -291,10 +287,7 @@ func recoveryRound(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *
 	}
 	wait := res.RetryAfter
 	clock.Advance(wait - time.Microsecond)
-	early, err := l.AllowN(ctx, "k", cost)
-	if err != nil {
-		t.Fatal(err)
-	}
+	early := allowN(t, ctx, l, "k", cost)
 	if early.Allowed {
 		t.Fatalf("round %d: allowed 1µs before RetryAfter %v", round, wait)
 	}
@@ -303,20 +296,25 @@ func recoveryRound(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *
 		return early
 	}
 	clock.Advance(time.Microsecond)
-	got, err := l.AllowN(ctx, "k", cost)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := allowN(t, ctx, l, "k", cost)
 	if !got.Allowed {
 		t.Fatalf("round %d: refused after waiting RetryAfter %v: %+v", round, wait, got)
 	}
 	// Exhaust again for the next round.
 	for got.Allowed {
-		if got, err = l.AllowN(ctx, "k", cost); err != nil {
-			t.Fatal(err)
-		}
+		got = allowN(t, ctx, l, "k", cost)
 	}
 	return got
+}
+
+// allowN is l.AllowN, failing t on an error.
+func allowN(t testing.TB, ctx context.Context, l *sluice.Limiter, key string, cost int64) sluice.Result {
+	t.Helper()
+	res, err := l.AllowN(ctx, key, cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 func ruleOf(t testing.TB, p sluice.Policy) sluice.Rule {
