@@ -163,26 +163,34 @@ func configure(opts []Option) (*engine, error) {
 	for _, o := range opts {
 		o.apply(e)
 	}
-	if e.breakerCfg != nil {
-		cfg := *e.breakerCfg
-		if err := initBreaker(&cfg); err != nil {
-			return nil, err
-		}
-		e.breakerCfg = &cfg
-	}
-	if e.maxBatch < 1 {
-		return nil, fmt.Errorf("valkeystore: max keys per call must be positive, got %d", e.maxBatch)
-	}
-	if e.replicaAck < 0 {
-		return nil, fmt.Errorf("valkeystore: replicas to wait for must be zero (off) or positive, got %d", e.replicaAck)
-	}
-	if e.inflight < 0 {
-		return nil, fmt.Errorf("valkeystore: calls in flight must be zero (no batching) or positive, got %d", e.inflight)
+	if err := e.checkConfig(); err != nil {
+		return nil, err
 	}
 	if e.inflight > 0 {
 		e.budget = newBudget(e.inflight, e.maxBatch)
 	}
 	return e, nil
+}
+
+// checkConfig applies the breaker's defaults and refuses options out of
+// range.
+func (e *engine) checkConfig() error {
+	if e.breakerCfg != nil {
+		cfg := *e.breakerCfg
+		if err := initBreaker(&cfg); err != nil {
+			return err
+		}
+		e.breakerCfg = &cfg
+	}
+	switch {
+	case e.maxBatch < 1:
+		return fmt.Errorf("valkeystore: max keys per call must be positive, got %d", e.maxBatch)
+	case e.replicaAck < 0:
+		return fmt.Errorf("valkeystore: replicas to wait for must be zero (off) or positive, got %d", e.replicaAck)
+	case e.inflight < 0:
+		return fmt.Errorf("valkeystore: calls in flight must be zero (no batching) or positive, got %d", e.inflight)
+	}
+	return nil
 }
 
 // start returns the Store of e, configured, on client.
