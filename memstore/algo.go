@@ -74,7 +74,7 @@ func fixedSpan(s *state, ok bool, now, id, start, end, limit, cost int64, countR
 		// Only the units of this window, never a newer one's.
 		return fixedRefund(s, id, c, start <= receipt && receipt < end, reset, limit, cost)
 	}
-	r, c, write = fixedTake(c, limit, cost, countRejected, reset)
+	c, write = fixedTake(&r, c, limit, cost, countRejected, reset)
 	r.reset = resetIfCounted(c, reset)
 	if write {
 		writeFW(s, id, c, reset)
@@ -103,19 +103,21 @@ func fixedRefund(s *state, id, c int64, inWindow bool, reset, limit, cost int64)
 	return reply{allowed: true, remaining: max(0, limit-c), reset: resetIfCounted(c, reset)}, write, false
 }
 
-// fixedTake decides a take of cost on the count c, returning the new count
-// and whether it is to be written.
-func fixedTake(c, limit, cost int64, countRejected bool, reset int64) (r reply, next int64, write bool) {
+// fixedTake decides a take of cost on the count c into r, returning the
+// new count and whether it is to be written.
+func fixedTake(r *reply, c, limit, cost int64, countRejected bool, reset int64) (next int64, write bool) {
 	if c+max(cost, 1) <= limit {
 		if cost > 0 {
 			c, write = c+cost, true
 		}
-		return reply{allowed: true, remaining: limit - c}, c, write
+		*r = reply{allowed: true, remaining: limit - c}
+		return c, write
 	}
 	if countRejected && cost > 0 {
 		c, write = c+cost, true
 	}
-	return reply{remaining: max(0, limit-c), retry: reset}, c, write
+	*r = reply{remaining: max(0, limit-c), retry: reset}
+	return c, write
 }
 
 // resetIfCounted is reset when the window counts anything, else zero.
@@ -139,9 +141,10 @@ func slidingLog(s *state, ok bool, now, limit, window, cost int64, countRejected
 		changed = s.refundLog(receipt, -cost)
 		r.allowed = true
 	} else {
-		r, changed = s.takeLog(now, limit, window, cost, countRejected)
+		changed = s.takeLog(&r, now, limit, window, cost, countRejected)
 	}
-	return s.finishLog(r, dropped || changed, now, limit, window)
+	write, del = s.finishLog(&r, dropped || changed, now, limit, window)
+	return r, write, del
 }
 
 // dropLogUntil drops the entries at or before t, reporting whether any were.
@@ -170,7 +173,7 @@ func (s *state) refundLog(receipt, n int64) bool {
 
 // takeLog decides a take of cost at now, logging it when allowed (or
 // refused and countRejected).
-func (s *state) takeLog(now, limit, window, cost int64, countRejected bool) (r reply, write bool) {
+func (s *state) takeLog(r *reply, now, limit, window, cost int64, countRejected bool) (write bool) {
 	need := max(cost, 1)
 	r.allowed = int64(len(s.log))+need <= limit
 	if cost > 0 && (r.allowed || countRejected) {
@@ -180,7 +183,7 @@ func (s *state) takeLog(now, limit, window, cost int64, countRejected bool) (r r
 	if !r.allowed {
 		r.retry = logRetry(s.log, now, window, limit, need)
 	}
-	return r, write
+	return write
 }
 
 // trimLog keeps the newest limit entries of log.
@@ -201,15 +204,15 @@ func logRetry(log []int64, now, window, limit, need int64) int64 {
 }
 
 // finishLog completes r from the log left, deleting an empty key.
-func (s *state) finishLog(r reply, write bool, now, limit, window int64) (reply, bool, bool) {
+func (s *state) finishLog(r *reply, write bool, now, limit, window int64) (bool, bool) {
 	count := int64(len(s.log))
 	r.remaining = max(0, limit-count)
 	if count == 0 {
-		return r, false, write
+		return false, write
 	}
 	r.reset = s.log[count-1] + window - now
 	s.ttlMicro = r.reset
-	return r, write, false
+	return write, false
 }
 
 // insertN inserts n copies of t into the sorted slice.
@@ -232,7 +235,7 @@ func slidingWindow(s *state, ok bool, now, limit, window, cost int64, receipt in
 		r.allowed = true
 		cur, prev, write = swRefund(floorDiv(receipt, window), idx, cur, prev, cost)
 	} else {
-		r, cur, write = swTake(prev, cur, elapsed, window, limit, cost)
+		r.allowed, r.retry, cur, write = swTake(prev, cur, elapsed, window, limit, cost)
 	}
 	r.remaining = max(0, int64(math.Floor(float64(limit)-swEstimate(prev, cur, elapsed, window))))
 	r.reset = swReset(cur, prev, elapsed, window)
@@ -276,16 +279,17 @@ func swRefund(from, idx, cur, prev, cost int64) (int64, int64, bool) {
 	return cur, prev, false
 }
 
-// swTake decides a take of cost, returning the new current count.
-func swTake(prev, cur, elapsed, window, limit, cost int64) (r reply, next int64, write bool) {
+// swTake decides a take of cost: whether it is allowed, else the wait
+// before it would be, the new current count and whether to write it.
+func swTake(prev, cur, elapsed, window, limit, cost int64) (allowed bool, retry, next int64, write bool) {
 	need := max(cost, 1)
 	if swEstimate(prev, cur, elapsed, window)+float64(need) <= float64(limit) {
 		if cost > 0 {
-			return reply{allowed: true}, cur + cost, true
+			return true, 0, cur + cost, true
 		}
-		return reply{allowed: true}, cur, false
+		return true, 0, cur, false
 	}
-	return reply{retry: swRetry(prev, cur, elapsed, window, limit, need)}, cur, false
+	return false, swRetry(prev, cur, elapsed, window, limit, need), cur, false
 }
 
 // swReset is the time until both windows' counts are gone.
@@ -329,16 +333,33 @@ func firstFit(t, end int64, fits func(int64) bool) int64 {
 // most capacity × interval) and the time of that credit: integers, exact.
 func tokenBucket(s *state, ok bool, now, capacity, interval, cost, receipt int64) (r reply, write, del bool) {
 	full := capacity * interval
-	base, from := full, now // the credit at time from
-	if ok {
-		base, from = s.credit, s.ts
-	}
+	base, from := creditOf(s, ok, full, now) // the credit at time from
 	if cost < 0 {
 		// Undo the take if no later decision wrote the key (the state is
 		// still of the take's time), as if it had not happened.
 		return s.refundCredit(ok && from == receipt, base, from, now, full, interval, cost)
 	}
-	return s.takeCredit(ok, base, from, now, full, interval, cost)
+	credit := min(full, base+max(0, now-from))
+	r.allowed, r.retry, credit, write = takeCredit(credit, base, from, now, interval, cost)
+	if write {
+		base, from = credit, now
+	}
+	r.remaining = credit / interval
+	r.reset = max(0, from+full-base-now)
+	if !write {
+		return r, false, false
+	}
+	write, del = s.keepCredit(r.reset, credit, now, ok)
+	return r, write, del
+}
+
+// creditOf is the credit s holds and its time (ok: the key existed), or a
+// full bucket now.
+func creditOf(s *state, ok bool, full, now int64) (base, from int64) {
+	if ok {
+		return s.credit, s.ts
+	}
+	return full, now
 }
 
 // refundCredit gives -cost tokens back to the credit base of time from
@@ -360,28 +381,29 @@ func (s *state) refundCredit(undo bool, base, from, now, full, interval, cost in
 	return r, write, del
 }
 
-// takeCredit decides a take of cost from the credit base of time from.
-func (s *state) takeCredit(ok bool, base, from, now, full, interval, cost int64) (r reply, write, del bool) {
-	credit := min(full, base+max(0, now-from))
+// takeCredit decides a take of cost from credit (base at time from, now):
+// whether it is allowed, else the wait before it would be, the credit
+// left and whether it is to be written.
+func takeCredit(credit, base, from, now, interval, cost int64) (allowed bool, retry, next int64, write bool) {
 	need := max(cost, 1) * interval
-	r.allowed = credit >= need
 	switch {
-	case !r.allowed:
-		r.retry = from + need - base - now
+	case credit < need:
+		return false, from + need - base - now, credit, false
 	case cost > 0:
-		credit -= cost * interval
-		base, from, write = credit, now, true
+		return true, 0, credit - cost*interval, true
 	}
-	r.remaining = credit / interval
-	r.reset = max(0, from+full-base-now)
-	if !write {
-		return r, false, false
+	return true, 0, credit, false
+}
+
+// keepCredit writes credit of time now, living ttl, and reports whether
+// the key is written; a bucket full again (ttl 0) is deleted instead when
+// the key existed.
+func (s *state) keepCredit(ttl, credit, now int64, existed bool) (write, del bool) {
+	if ttl == 0 {
+		return false, existed
 	}
-	if r.reset == 0 {
-		return r, false, ok
-	}
-	s.credit, s.ts, s.ttlMicro = credit, now, r.reset
-	return r, true, false
+	s.credit, s.ts, s.ttlMicro = credit, now, ttl
+	return true, false
 }
 
 func gcra(s *state, ok bool, now, burst, interval, cost, receipt int64) (r reply, write, del bool) {
@@ -392,7 +414,7 @@ func gcra(s *state, ok bool, now, burst, interval, cost, receipt int64) (r reply
 		r.allowed = true
 		tat, write = gcraRefund(s, ok, now, tat, interval, cost, receipt)
 	} else {
-		r, tat, write = gcraTake(now, tat, tau, interval, cost)
+		tat, write = gcraTake(&r, now, tat, tau, interval, cost)
 	}
 	r.remaining = max(0, now-tat+tau) / interval
 	r.reset = tat - now
@@ -423,15 +445,18 @@ func gcraRefund(s *state, ok bool, now, tat, interval, cost, receipt int64) (int
 	return tat, false
 }
 
-// gcraTake decides a take of cost, returning the new TAT.
-func gcraTake(now, tat, tau, interval, cost int64) (r reply, next int64, write bool) {
+// gcraTake decides a take of cost into r (allowed, else the wait before
+// it would be), returning the new TAT and whether to write it.
+func gcraTake(r *reply, now, tat, tau, interval, cost int64) (next int64, write bool) {
 	newTat := tat + max(cost, 1)*interval
 	diff := now - (newTat - tau)
 	if diff < 0 {
-		return reply{retry: -diff}, tat, false
+		r.retry = -diff
+		return tat, false
 	}
+	r.allowed = true
 	if cost > 0 {
-		return reply{allowed: true}, newTat, true
+		return newTat, true
 	}
-	return reply{allowed: true}, tat, false
+	return tat, false
 }
