@@ -441,10 +441,15 @@ func peekAndReset(t *testing.T, l *sluice.Limiter) {
 	if res, _ := l.Peek(ctx, "p"); res.Allowed || res.RetryAfter <= 0 {
 		t.Fatalf("peek on an exhausted key: %+v", res)
 	}
-	if err := l.Reset(ctx, "p"); err != nil {
+	resetAndPeek(t, ctx, l, "p")
+}
+
+// resetAndPeek resets key and checks that Peek then shows the whole limit.
+func resetAndPeek(t *testing.T, ctx context.Context, l *sluice.Limiter, key string) {
+	if err := l.Reset(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := l.Peek(ctx, "p"); !res.Allowed || res.Remaining != limit {
+	if res, _ := l.Peek(ctx, key); !res.Allowed || res.Remaining != l.Rule().Limit {
 		t.Fatalf("peek after Reset: %+v", res)
 	}
 }
@@ -569,16 +574,7 @@ func RunRealTime(t *testing.T, h Harness) {
 // refusal's RetryAfter is within a second, sleeps it, and expects the
 // next request to be allowed.
 func sleepRetryAfter(t *testing.T, ctx context.Context, l *sluice.Limiter) {
-	var res sluice.Result
-	for i := 0; i < 100; i++ {
-		var err error
-		if res, err = l.Allow(ctx, "k"); err != nil {
-			t.Fatal(err)
-		}
-		if !res.Allowed {
-			break
-		}
-	}
+	res := allowUntilRefused(t, ctx, l, "k")
 	if res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > time.Second {
 		t.Fatalf("refusal %+v", res)
 	}
@@ -586,4 +582,16 @@ func sleepRetryAfter(t *testing.T, ctx context.Context, l *sluice.Limiter) {
 	if res, err := l.Allow(ctx, "k"); err != nil || !res.Allowed {
 		t.Fatalf("after sleeping RetryAfter: %+v, %v", res, err)
 	}
+}
+
+// allowUntilRefused sends requests for key until one is refused, at most
+// a hundred, and returns the last Result.
+func allowUntilRefused(t *testing.T, ctx context.Context, l *sluice.Limiter, key string) sluice.Result {
+	var res sluice.Result
+	for i := 0; i < 100; i++ {
+		if res = allowN(t, ctx, l, key, 1); !res.Allowed {
+			break
+		}
+	}
+	return res
 }
