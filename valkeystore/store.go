@@ -225,21 +225,20 @@ func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
 	if len(batch) == 1 || !e.cluster {
 		return n.do(ctx, batch)
 	}
-	byNode := e.byNode(batch)
+	byNode := map[*node][]int{}
+	e.groupByNode(batch, byNode)
 	if len(byNode) == 1 {
 		return n.do(ctx, batch)
 	}
 	return doByNode(ctx, batch, byNode)
 }
 
-// byNode is the indexes in batch of each node's Ops.
-func (e *engine) byNode(batch []sluice.Op) map[*node][]int {
-	byNode := map[*node][]int{}
+// groupByNode adds the indexes in batch of each node's Ops to byNode.
+func (e *engine) groupByNode(batch []sluice.Op, byNode map[*node][]int) {
 	for i := range batch {
 		m := e.nodeOf(batch[i].Key)
 		byNode[m] = append(byNode[m], i)
 	}
-	return byNode
 }
 
 // doByNode decides each node's Ops of batch (byNode) concurrently, and
@@ -355,16 +354,17 @@ func (e *engine) plan(batch []sluice.Op, dst []call, cross bool) []call {
 	if len(batch) == 1 { // the common case, without maps or allocations
 		return planOne(batch, dst)
 	}
-	p := planner{e: e, cross: cross, lastCI: -1, calls: dst}
+	p := planner{e: e, cross: cross, lastCI: -1}
+	calls := dst
 	for i := range batch {
 		op := &batch[i]
 		if err := op.Validate(); err != nil {
 			op.Err = err
 			continue
 		}
-		p.add(batch, i)
+		calls = p.add(calls, batch, i)
 	}
-	return p.calls
+	return calls
 }
 
 // planOne plans the call of a lone Op.
@@ -386,31 +386,34 @@ type callGroup struct {
 // A planner groups the Ops of a merged batch into calls (see plan). A
 // merged batch is usually of one group: its calls are found through last
 // (the group of the latest Op and its call), and the map of every group's
-// open call is made only once a second group appears.
+// open call is made only once a second group appears. The calls are passed
+// in and out, never kept, so that a caller's array of one call stays on
+// its stack.
 type planner struct {
 	e      *engine
 	cross  bool
 	index  map[callGroup]int
 	last   callGroup
 	lastCI int
-	calls  []call
 }
 
-// add puts the valid Op batch[i] into its group's open call, or a new one
-// when there is none or it is full.
-func (p *planner) add(batch []sluice.Op, i int) {
+// add puts the valid Op batch[i] into its group's open call among calls,
+// or a new one when there is none or it is full, and returns calls.
+func (p *planner) add(calls []call, batch []sluice.Op, i int) []call {
 	op := &batch[i]
 	g, sl := p.groupOf(op)
 	ci := p.open(g)
-	if ci < 0 || len(p.calls[ci].ops) >= p.e.maxBatch {
-		ci = p.newCall(g, sl, op, len(batch)-i)
+	if ci < 0 || len(calls[ci].ops) >= p.e.maxBatch {
+		ci = len(calls)
+		calls = append(calls, p.newCall(g, sl, op, len(batch)-i, ci))
 	}
 	p.last, p.lastCI = g, ci
-	c := &p.calls[ci]
+	c := &calls[ci]
 	c.ops = append(c.ops, i)
 	if sl != c.slot {
 		c.cross = true
 	}
+	return calls
 }
 
 // groupOf is op's group, and on a cluster its slot.
@@ -442,18 +445,16 @@ func (p *planner) open(g callGroup) int {
 	return -1
 }
 
-// newCall opens a call of group g (slot sl) for op, with rest Ops of the
-// batch left from op on, and returns its index.
-func (p *planner) newCall(g callGroup, sl uint16, op *sluice.Op, rest int) int {
-	ci := len(p.calls)
+// newCall is a new call of group g (slot sl) for op, with rest Ops of the
+// batch left from op on, to be the call at index ci.
+func (p *planner) newCall(g callGroup, sl uint16, op *sluice.Op, rest, ci int) call {
 	c := call{alg: op.Rule.Algorithm, sc: g.sc, slot: sl}
 	if p.index != nil {
 		p.index[g] = ci
 	} else { // room for the rest of a batch of one group
 		c.ops = make([]int, 0, min(rest, p.e.maxBatch))
 	}
-	p.calls = append(p.calls, c)
-	return ci
+	return c
 }
 
 // command builds the EVALSHA (or EVAL) of one call: its keys (the
