@@ -82,6 +82,9 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	}
 	defer closeStore()
 	opts.Store, opts.StoreName = st, storeName
+	if code, stop := f.envoyStartup(ctx, st, &opts, logger); stop {
+		return code
+	}
 	if f.configPath == "" {
 		logger.Warn("no --config given: serving the embedded example configuration (examples/sluice.yaml)")
 	}

@@ -64,6 +64,9 @@ type Service struct {
 // New returns the Service of srv, its metrics registered in reg; maxBody
 // caps the bodies of POST /json.
 func New(srv Server, reg prometheus.Registerer, log *slog.Logger, maxBody int64, opts Options) *Service {
+	if len(opts.ExtraLabels) > 0 {
+		reg = prometheus.WrapRegistererWith(opts.ExtraLabels, reg)
+	}
 	return &Service{srv: srv, opts: opts, log: log, maxBody: maxBody,
 		stats: newEnvoyStats(reg, opts.NearLimitRatio, opts.MaxMetricSeries)}
 }
