@@ -28,9 +28,13 @@ func (s *Service) decide(ctx context.Context, dom *config.Domain, rs []resolved,
 	checks, idx := checkBuf[:0], idxBuf[:0]
 	for i := range rs {
 		if rs[i].kind == kindLimit {
-			lim := rs[i].pol.Limiter()
+			pol := rs[i].pol
+			if rs[i].peek != nil {
+				pol = rs[i].peek
+			}
+			lim := pol.Limiter()
 			if rs[i].shadow {
-				lim = rs[i].pol.Shadow()
+				lim = pol.Shadow()
 			}
 			checks = append(checks, sluice.Check{Limiter: lim, Key: rs[i].key, Cost: rs[i].cost(), Plan: rs[i].plan})
 			idx = append(idx, i)
@@ -225,7 +229,11 @@ func (s *Service) limitStatus(r *resolved, res sluice.Result, now time.Time, b *
 		ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	if !over {
-		ds.LimitRemaining = uint32(min(max(res.Remaining, 0), math.MaxUint32))
+		rem := res.Remaining
+		if r.peek != nil {
+			rem-- // the peek's limit is one higher
+		}
+		ds.LimitRemaining = uint32(min(max(rem, 0), math.MaxUint32))
 	}
 	ds.DurationUntilReset = setDuration(&b.reset, untilReset(window, res.ResetAfter, now))
 	if !r.refund {

@@ -40,6 +40,7 @@ func (f *fakeServer) NoteRefused(p *config.Policy, key string, res sluice.Result
 type fakeState struct {
 	cfg      *config.Config
 	policies map[string]*fakePolicy
+	store    sluice.Store
 }
 
 func (s *fakeState) Config() *config.Config { return s.cfg }
@@ -51,8 +52,20 @@ func (s *fakeState) Policy(name string) Policy {
 	return nil
 }
 
-func (s *fakeState) Override(int64, time.Duration, config.Counting) (Policy, error) {
-	return nil, status.Error(codes.Unimplemented, "no overrides in the fake")
+// Override builds the limiter of a per-request limit as the server does:
+// envoyproxy/ratelimit's fixed window, counted under the window's name.
+func (s *fakeState) Override(limit int64, window time.Duration, counting config.Counting) (Policy, error) {
+	pol := config.EnvoyWindow(limit, window, counting)
+	name := config.EnvoyLimiter(window)
+	lim, err := sluice.New(s.store, pol, sluice.WithName(name))
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	shade, err := sluice.New(s.store, pol, sluice.WithName(name), sluice.WithShadow(true))
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return &fakePolicy{cfg: &config.Policy{Name: "override", Algorithm: sluice.AlgorithmFixedWindow, Policy: pol, Limit: limit, Envoy: true, Limiter: name}, lim: lim, shade: shade}, nil
 }
 
 type fakePolicy struct {
@@ -70,8 +83,8 @@ func newFake(t *testing.T, yaml string) *fakeServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &fakeState{cfg: cfg, policies: map[string]*fakePolicy{}}
 	store := memstore.New()
+	st := &fakeState{cfg: cfg, policies: map[string]*fakePolicy{}, store: store}
 	for _, p := range cfg.Policies {
 		lim, err := sluice.New(store, p.Policy, sluice.WithName(p.Limiter))
 		if err != nil {
