@@ -241,9 +241,13 @@ func redisServerLink(t *testing.T) string {
 	return dir
 }
 
-// buildSluice builds the sluice binary from the work tree.
+// buildSluice builds the sluice binary from the work tree (or takes
+// SLUICE_BIN's, to compare another build).
 func buildSluice(t *testing.T) string {
 	t.Helper()
+	if bin := os.Getenv("SLUICE_BIN"); bin != "" {
+		return bin
+	}
 	bin := filepath.Join(t.TempDir(), "sluice")
 	cmd := exec.Command("go", "build", "-o", bin, ".")
 	cmd.Dir = filepath.Join("..", "..", "cmd", "sluice")

@@ -304,6 +304,18 @@ func (e *Env) Adjust(c *config.Config) {
 	if c.Valkey == nil {
 		v := *e.Valkey
 		c.Valkey = &v
+		// The directory was read without a valkey section: its policies'
+		// decisions take REDIS_TIMEOUT (a policy's own timeout stays).
+		ps := make([]*config.Policy, len(c.Policies))
+		for i, p := range c.Policies {
+			if p.Timeout == 0 {
+				cp := *p
+				cp.Timeout = v.Timeout
+				p = &cp
+			}
+			ps[i] = p
+		}
+		c.Policies = ps
 	}
 	if e.Prefix != "" {
 		c.Prefix = e.Prefix

@@ -75,6 +75,10 @@ func NewRunner(s settings.Settings) Runner {
 		close(r.done)
 		return r
 	}
+	// REDIS_TIMEOUT: the test's value (upstream's default, 10s) even when
+	// it is the default, since Sluice's default is 50ms (a documented
+	// difference, which this restores).
+	env = append(env, "REDIS_TIMEOUT="+s.RedisTimeout.String())
 	for _, k := range []string{"PATH", "HOME", "SSL_CERT_FILE", "TMPDIR"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
