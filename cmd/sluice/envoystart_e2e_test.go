@@ -144,3 +144,44 @@ func TestEnvoyStartAfterValkey(t *testing.T) {
 	v.Restart(t)
 	waitFor("Valkey back", "OK", "SERVING", 20*time.Second)
 }
+
+// TestEnvoyStartupMaxElapsed: REDIS_STARTUP_MAX_ELAPSED_TIME bounds the
+// wait for Valkey's first connection: past it sluice serve exits 1, no
+// port ever opened.
+func TestEnvoyStartupMaxElapsed(t *testing.T) {
+	v := valkeytest.Start(t)
+	v.Pause(t)
+	root := t.TempDir()
+	runtimeTree(t, root, "v1", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: minute, requests_per_unit: 5}}\n"})
+	ports := freePorts(t, 3)
+	cmd := exec.Command(binary(t), "serve")
+	cmd.Env = []string{"RUNTIME_ROOT=" + filepath.Join(root, "current"), "RUNTIME_SUBDIRECTORY=ratelimit",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + v.Addr, "USE_STATSD=false", "LOG_FORMAT=json",
+		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(ports[0]), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ports[1]),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[2]), "REDIS_STARTUP_MAX_ELAPSED_TIME=1s"}
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("still running 20s after a 1s REDIS_STARTUP_MAX_ELAPSED_TIME:\n%s", logs.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 1 || time.Since(start) < time.Second {
+		t.Errorf("exit %d after %v, want 1 after at least 1s:\n%s", code, time.Since(start), logs.String())
+	}
+	if !strings.Contains(logs.String(), "REDIS_STARTUP_MAX_ELAPSED_TIME") {
+		t.Errorf("the log does not say why:\n%s", logs.String())
+	}
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(ports[0]), time.Second); err == nil {
+		c.Close()
+		t.Errorf("something listens on the HTTP port")
+	}
+}
