@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -241,6 +242,13 @@ func redisServerLink(t *testing.T) string {
 	return dir
 }
 
+// built is the sluice binary, built once for the package's tests.
+var built struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
 // buildSluice builds the sluice binary from the work tree (or takes
 // SLUICE_BIN's, to compare another build).
 func buildSluice(t *testing.T) string {
@@ -248,13 +256,31 @@ func buildSluice(t *testing.T) string {
 	if bin := os.Getenv("SLUICE_BIN"); bin != "" {
 		return bin
 	}
-	bin := filepath.Join(t.TempDir(), "sluice")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Dir = filepath.Join("..", "..", "cmd", "sluice")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building sluice: %v\n%s", err, out)
+	built.once.Do(func() {
+		dir, err := os.MkdirTemp("", "sluice-compat-")
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.bin = filepath.Join(dir, "sluice")
+		cmd := exec.Command("go", "build", "-o", built.bin, ".")
+		cmd.Dir = filepath.Join("..", "..", "cmd", "sluice")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("building sluice: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.bin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.bin != "" {
+		os.RemoveAll(filepath.Dir(built.bin))
+	}
+	os.Exit(code)
 }
 
 // copyTree copies the directory src to dst.

@@ -316,6 +316,7 @@ func freePortsN(t *testing.T, n int) []int {
 // side) behind the emulated Envoy; curl reaches envoy-proxy:8888 and
 // statsd:9102 through a .curlrc's connect-to lines.
 func TestUpstreamScripts(t *testing.T) {
+	t.Parallel() // the other of TestUpstreamIntegration and TestUpstreamScripts mostly waits
 	require(t, "valkey-server", "bash scripts/install-valkey.sh (from the repository root)")
 	require(t, "curl", "apt-get install -y curl")
 	require(t, "bash", "apt-get install -y bash")

@@ -53,6 +53,7 @@ type caseResult struct {
 }
 
 func TestUpstreamIntegration(t *testing.T) {
+	t.Parallel() // the other of TestUpstreamIntegration and TestUpstreamScripts mostly waits
 	require(t, "valkey-server", "bash scripts/install-valkey.sh (from the repository root)")
 	require(t, "valkey-cli", "bash scripts/install-valkey.sh (from the repository root)")
 	lockPorts(t)
