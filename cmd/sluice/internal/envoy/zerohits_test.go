@@ -72,3 +72,32 @@ func TestZeroHitsAtLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestZeroHitsNamedPolicy: a descriptor asking 0 hits of a named Sluice
+// policy is answered as that policy peeks: whether one more request would
+// be allowed, so OVER_LIMIT at the limit.
+func TestZeroHitsNamedPolicy(t *testing.T) {
+	if left := time.Hour - time.Duration(time.Now().UnixNano())%time.Hour; left < 10*time.Second {
+		time.Sleep(left + time.Second)
+	}
+	f := newFake(t, "policies:\n  - {name: api, algorithm: fixed_window, limit: 1, window: 1h}\ndomains:\n  - domain: d\n    descriptors:\n      - {key: k, policy: api}\n")
+	s := New(f, prometheus.NewRegistry(), slog.New(slog.DiscardHandler), 1<<10, Options{})
+	call := func(hits uint64) rlsv3.RateLimitResponse_Code {
+		t.Helper()
+		d := &commonrl.RateLimitDescriptor{Entries: []*commonrl.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}, HitsAddend: wrapperspb.UInt64(hits)}
+		resp, err := s.Decide(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonrl.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Statuses[0].Code
+	}
+	if c := call(0); c != rlsv3.RateLimitResponse_OK {
+		t.Errorf("0 hits, none taken: %v", c)
+	}
+	if c := call(1); c != rlsv3.RateLimitResponse_OK {
+		t.Errorf("1 hit: %v", c)
+	}
+	if c := call(0); c != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("0 hits at the limit of a named policy: %v, want OVER_LIMIT (no more would be allowed)", c)
+	}
+}
