@@ -97,6 +97,7 @@ func (f *serveFlags) serverOptions(cfg *config.Config, env func(string) (string,
 		opts.Envoy.QuotaMode = e.Options.QuotaMode
 		opts.Envoy.MaxConnectionAge, opts.Envoy.MaxConnectionAgeGrace = e.Options.MaxConnectionAge, e.Options.MaxConnectionAgeGrace
 		opts.Envoy.ExtraLabels = e.Options.ExtraLabels
+		opts.Envoy.LocalCacheBytes = e.Options.LocalCacheBytes
 		opts.Adjust = e.Adjust
 		for _, n := range e.Notes {
 			logger.Warn("envoyproxy/ratelimit environment: " + n)

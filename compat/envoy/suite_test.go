@@ -37,11 +37,11 @@ var notApplicable = map[string]string{
 // pendingRefusals are the variables whose refusal at start a case may
 // still meet, as docs/migrating-from-envoy-ratelimit.md lists them: what
 // Sluice does not support yet (REDIS_PERSECOND, GRPC_SERVER_USE_TLS,
-// CONFIG_TYPE=GRPC_XDS_SOTW) and upstream's local cache, refused by design.
+// CONFIG_TYPE=GRPC_XDS_SOTW).
 // A case refused for any other reason fails the harness, and so does a
 // case that starts and then fails. Once Sluice supports one, its cases
 // start and must pass.
-var pendingRefusals = []string{"REDIS_PERSECOND", "GRPC_SERVER_USE_TLS", "CONFIG_TYPE", "LOCAL_CACHE_SIZE_IN_BYTES"}
+var pendingRefusals = []string{"REDIS_PERSECOND", "GRPC_SERVER_USE_TLS", "CONFIG_TYPE"}
 
 // caseResult is one leaf case of upstream's suite.
 type caseResult struct {

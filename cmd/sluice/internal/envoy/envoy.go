@@ -59,6 +59,7 @@ type Service struct {
 	log     *slog.Logger
 	maxBody int64
 	stats   *envoyStats
+	local   *localCache // nil unless Options.LocalCacheBytes
 }
 
 // New returns the Service of srv, its metrics registered in reg; maxBody
@@ -67,8 +68,12 @@ func New(srv Server, reg prometheus.Registerer, log *slog.Logger, maxBody int64,
 	if len(opts.ExtraLabels) > 0 {
 		reg = prometheus.WrapRegistererWith(opts.ExtraLabels, reg)
 	}
-	return &Service{srv: srv, opts: opts, log: log, maxBody: maxBody,
+	s := &Service{srv: srv, opts: opts, log: log, maxBody: maxBody,
 		stats: newEnvoyStats(reg, opts.NearLimitRatio, opts.MaxMetricSeries)}
+	if opts.LocalCacheBytes > 0 {
+		s.local = newLocalCache(opts.LocalCacheBytes, reg)
+	}
+	return s
 }
 
 // ConfigLoaded counts a configuration loaded and applied (ok) or rejected

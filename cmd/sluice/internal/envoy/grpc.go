@@ -54,6 +54,10 @@ type Options struct {
 	// life (GRPC_MAX_CONNECTION_AGE, _GRACE; 0: unbounded), as gRPC's
 	// keepalive.ServerParameters do.
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// LocalCacheBytes, when positive, turns on envoyproxy/ratelimit's
+	// local cache of counters over their limit, of about that size
+	// (LOCAL_CACHE_SIZE_IN_BYTES; at least 512 KiB, as upstream's).
+	LocalCacheBytes int64
 	// ExtraLabels are labels added to every ratelimit_* metric (EXTRA_TAGS).
 	ExtraLabels map[string]string
 	// StoreHealth, when set, is asked by /healthcheck and the gRPC health

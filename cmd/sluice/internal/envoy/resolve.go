@@ -58,6 +58,12 @@ type resolved struct {
 	// allowed only while count < limit. Its Remaining is one more than the
 	// limit's.
 	peek Policy
+	// localKey names the counter in the local cache (LOCAL_CACHE_SIZE_IN_BYTES)
+	// until localUntil, the end of its window; localOver: found there
+	// over its limit, so decided without the store.
+	localKey   string
+	localUntil time.Time
+	localOver  bool
 }
 
 // hitsOf returns the cost of descriptor d, as envoyproxy/ratelimit counts

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -92,7 +93,7 @@ var Variables = map[string]Variable{
 	"RUNTIME_ROOT":                                  h("/rt"), "RUNTIME_SUBDIRECTORY": h("ratelimit"), "RUNTIME_APPDIRECTORY": h("conf"),
 	"RUNTIME_IGNOREDOTFILES": h("true"), "RUNTIME_WATCH_ROOT": h("false"),
 	"EXPIRATION_JITTER_MAX_SECONDS":           noted("10"),
-	"LOCAL_CACHE_SIZE_IN_BYTES":               refused("1000"),
+	"LOCAL_CACHE_SIZE_IN_BYTES":               h("1000"),
 	"NEAR_LIMIT_RATIO":                        h("0.5"),
 	"CACHE_KEY_PREFIX":                        h("p:"),
 	"BACKEND_TYPE":                            refused("memcache"),
@@ -195,7 +196,8 @@ var reservedLabels = map[string]bool{"domain": true, "key1": true, "key2": true,
 // readUpstreamRest reads the variables of Variables not read elsewhere:
 // the refused ones, the noted ones, and REDIS_HEALTH_CHECK_ACTIVE_CONNECTION,
 // REDIS_STARTUP_MAX_ELAPSED_TIME, GRPC_MAX_CONNECTION_AGE(_GRACE),
-// EXTRA_TAGS and HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED.
+// EXTRA_TAGS, LOCAL_CACHE_SIZE_IN_BYTES and
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED.
 func (e *Env) readUpstreamRest(env func(string) (string, bool), boolean func(string, bool) bool, bad func(string, ...any)) {
 	set := func(k string) (string, bool) {
 		v, ok := env(k)
@@ -220,8 +222,12 @@ func (e *Env) readUpstreamRest(env func(string) (string, bool), boolean func(str
 	if v, ok := set("EXTRA_TAGS"); ok {
 		e.Options.ExtraLabels = extraTags(v, bad)
 	}
-	if v, ok := set("LOCAL_CACHE_SIZE_IN_BYTES"); ok && v != "0" {
-		bad("LOCAL_CACHE_SIZE_IN_BYTES=%s: upstream's local cache (and its localcache statistics) is not supported; unset it (Sluice's own deny cache is configured in its format)", v)
+	if v, ok := set("LOCAL_CACHE_SIZE_IN_BYTES"); ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			bad("LOCAL_CACHE_SIZE_IN_BYTES=%q: want a size in bytes", v)
+		}
+		e.Options.LocalCacheBytes = n
 	}
 	if v, ok := set("REDIS_POOL_ON_EMPTY_BEHAVIOR"); ok && !strings.EqualFold(v, "WAIT") {
 		bad("REDIS_POOL_ON_EMPTY_BEHAVIOR=%q: only WAIT (calls queue on the connection; a decision ends by REDIS_TIMEOUT)", v)
