@@ -26,7 +26,10 @@ func (s *Service) decide(ctx context.Context, dom *config.Domain, rs []resolved,
 	var idxBuf [smallCall]int
 	var resultBuf [smallCall]sluice.Result
 	checks, idx := checkBuf[:0], idxBuf[:0]
-	lookNow := s.now()
+	var lookNow time.Time // the local cache's clock, read only when it is on
+	if s.local != nil {
+		lookNow = s.now()
+	}
 	for i := range rs {
 		if rs[i].kind == kindDeny {
 			s.lookLocal(&rs[i], lookNow) // upstream looks its counter up too
