@@ -37,3 +37,5 @@ echo "== redisstore module (the store on go-redis: standalone, Cluster, Sentinel
 (cd redisstore && go vet ./... && go test -race -shuffle=on -count=1 -timeout 5m ./...)
 echo "== benchmarks module (vet, and its tests: the harness, not the measurements)"
 (cd benchmarks && go vet ./... && go test -count=1 -timeout 5m ./...)
+echo "== compat/envoy (envoyproxy/ratelimit's own integration tests and scripts against sluice serve; about 2 minutes, one run at a time: upstream's fixed ports)"
+(cd compat/envoy && go vet ./... && go test -count=1 -timeout 10m -v ./...)

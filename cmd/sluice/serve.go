@@ -82,6 +82,9 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	}
 	defer closeStore()
 	opts.Store, opts.StoreName = st, storeName
+	if code, stop := f.envoyStartup(ctx, st, &opts, logger); stop {
+		return code
+	}
 	srv, err := f.newServer(cfg, data, opts, stderr)
 	if err != nil {
 		return 1
