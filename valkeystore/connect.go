@@ -107,6 +107,9 @@ func (l *Lazy) connect(ctx context.Context, opt valkey.ClientOption, opts []Opti
 	delay := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		client, err := valkey.NewClient(opt)
+		if err == nil && e0.wrapClient != nil {
+			client = e0.wrapClient(client)
+		}
 		if err == nil {
 			e, _ := configure(opts) // checked by Connect
 			st := e.start(client)

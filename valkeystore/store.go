@@ -83,9 +83,11 @@ type engine struct {
 	connectLog *slog.Logger // WithLogger, for Connect only; see connect.go
 	// connectExplain is WithConnectError, for Connect only.
 	connectExplain func(error) error
-	watches        watches // delete notices; see notify.go
-	done           chan struct{}
-	probe          *probe // what a test injects and observes; nil otherwise
+	// wrapClient is WithClientWrap, for Connect only.
+	wrapClient func(valkey.Client) valkey.Client
+	watches    watches // delete notices; see notify.go
+	done       chan struct{}
+	probe      *probe // what a test injects and observes; nil otherwise
 }
 
 // A probe is what a test injects into a Store (see export_test.go): a skew
@@ -150,6 +152,9 @@ func New(client valkey.Client, opts ...Option) (*Store, error) {
 	}
 	if e.connectLog != nil {
 		return nil, errors.New("valkeystore: WithLogger is an option of Connect, which logs its connection attempts; New makes none")
+	}
+	if e.wrapClient != nil {
+		return nil, errors.New("valkeystore: WithClientWrap is an option of Connect, which builds the client; wrap the client given to New yourself")
 	}
 	if e.connectExplain != nil {
 		return nil, errors.New("valkeystore: WithConnectError is an option of Connect, which reports its connection attempts; New makes none")

@@ -71,17 +71,23 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	}
 	_, stopGC := tuneGC(env, logger)
 	defer stopGC()
+	tel, code := startTelemetry(env, logger, stderr)
+	if tel == nil {
+		return code
+	}
+	defer tel.shutdown(logger)
 	cfg, data, code := loadServeConfig(f, logger, stderr)
 	if cfg == nil {
 		return code
 	}
 	opts := f.serverOptions(cfg, env, logger)
-	st, storeName, closeStore, err := store.Serve(cfg, opts.Env, logger)
+	st, storeName, closeStore, err := store.Serve(cfg, opts.Env, logger, tel.storeOptions()...)
 	if err != nil {
 		return 1
 	}
 	defer closeStore()
 	opts.Store, opts.StoreName = st, storeName
+	opts.Observer = tel.observer(st, logger)
 	if code, stop := f.envoyStartup(ctx, st, &opts, logger); stop {
 		return code
 	}
@@ -93,6 +99,7 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	if err != nil {
 		return 1
 	}
+	tel.instrument(l, srv)
 	return l.serve(ctx, srv, cfg, f, opts.StoreName, logger)
 }
 

@@ -169,10 +169,7 @@ func (s *Server) setUpMetrics() error {
 	if err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
-	s.obs = pm
-	if s.opts.Observer != nil {
-		s.obs = observers{pm, s.opts.Observer}
-	}
+	s.obs = combine(pm, s.opts.Observer)
 	return nil
 }
 
