@@ -60,6 +60,8 @@ type config struct {
 	deny     int8 // WithDenyCache: 0 by default, 1 on, -1 off
 	plans    []namedPolicy
 	ovOn     bool
+	rsvOn    bool           // WithReservations
+	rsv      ReserveOptions // see reserve.go
 }
 
 // WithName names the limiter. The name is part of every key, so limiters
@@ -170,6 +172,7 @@ type Limiter struct {
 	notify  DeleteNotifier // the store, when it is one
 	plans   map[string]Rule
 	ovs     OverrideStore // nil unless WithOverrides
+	rsv     *reservations // nil unless WithReservations; see reserve.go
 }
 
 // New returns a Limiter enforcing policy on store. It fails with an error
@@ -218,6 +221,9 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 			return nil, invalidField("WithOverrides", "WithOverrides: store %T keeps no overrides (it does not implement OverrideStore)", store)
 		}
 		l.ovs = ovs
+	}
+	if err := l.setReservations(); err != nil {
+		return nil, err
 	}
 	l.notify, _ = store.(DeleteNotifier)
 	if err := l.setDenyCache(); err != nil {

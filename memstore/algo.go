@@ -287,7 +287,7 @@ func tokenBucket(s *state, ok bool, now, capacity, interval, cost, receipt int64
 				s.credit, s.ts, s.ttlMicro = base, from, from+full-base-now
 			}
 		}
-		r.remaining = credit / interval
+		r.remaining = max(0, credit) / interval // none while in debt (see settle.go)
 		r.reset = max(0, from+full-base-now)
 		return r, write, del
 	}
@@ -304,7 +304,7 @@ func tokenBucket(s *state, ok bool, now, capacity, interval, cost, receipt int64
 	if write {
 		base, from = credit, now
 	}
-	r.remaining = credit / interval
+	r.remaining = max(0, credit) / interval // none while in debt (see settle.go)
 	r.reset = max(0, from+full-base-now)
 	if write {
 		if r.reset == 0 {

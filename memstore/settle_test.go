@@ -1,0 +1,16 @@
+package memstore_test
+
+import (
+	"testing"
+
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+func TestReservations(t *testing.T) {
+	sluicetest.RunReservations(t, sluicetest.Harness{Store: memstore.New()}, 300)
+}
+
+func TestReservationInput(t *testing.T) {
+	sluicetest.RunReservationInput(t, sluicetest.Harness{Store: memstore.New()})
+}
