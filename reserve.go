@@ -167,6 +167,9 @@ type Reservation struct {
 	plan    string
 }
 
+// Limiter returns the limiter r was made by (for SettleCheck).
+func (r Reservation) Limiter() *Limiter { return r.limiter }
+
 // Settle settles r with the real amount: Limiter.Settle of r's key and id.
 func (r Reservation) Settle(ctx context.Context, actual int64) (Settlement, error) {
 	if r.ID == "" {
