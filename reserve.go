@@ -47,7 +47,8 @@ type ReserveOptions struct {
 	// below empty, a FixedWindow's count at most MaxDebt above the limit.
 	// An excess beyond the bound is charged up to it and the rest reported
 	// (Settlement.Unpaid). 0 means the default, the policy's limit (one
-	// whole limit of debt); NoDebt allows none.
+	// whole limit of debt; for TokenBucket and GCRA, less where the time
+	// to earn limit + debt back would pass MaxWindow); NoDebt allows none.
 	MaxDebt int64
 	// Life is how long a reservation's record is kept, a whole number of
 	// milliseconds up to MaxWindow; 0 means DefaultReservationLife.
@@ -101,6 +102,12 @@ func (l *Limiter) setReservations() error {
 	rules := []Rule{l.rule}
 	for _, p := range l.plans {
 		rules = append(rules, p)
+	}
+	for _, rule := range rules {
+		if o.MaxDebt == 0 && rule.Algorithm.Rated() {
+			// The default stays within what a key's time to live allows.
+			r.maxDebt = max(0, min(r.maxDebt, int64(MaxWindow/rule.Interval)-rule.Limit))
+		}
 	}
 	for _, rule := range rules {
 		if err := debtFits(rule, r.maxDebt); err != nil {

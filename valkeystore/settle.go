@@ -225,3 +225,22 @@ func (n *node) sendCalls(ctx context.Context, calls []rcall, idx []int) []valkey
 	n.breaker.record(ctx, p, budget, resps)
 	return resps
 }
+
+// Reserve implements sluice.Reserver once connected; before, every
+// reservation fails with ErrNotConnected (the limiter's fail mode decides).
+func (l *Lazy) Reserve(ctx context.Context, batch []sluice.ReserveOp) error {
+	st := l.store.Load()
+	if st == nil {
+		return l.notConnected()
+	}
+	return st.Reserve(ctx, batch)
+}
+
+// Settle implements sluice.Reserver once connected, as Reserve.
+func (l *Lazy) Settle(ctx context.Context, batch []sluice.SettleOp) error {
+	st := l.store.Load()
+	if st == nil {
+		return l.notConnected()
+	}
+	return st.Settle(ctx, batch)
+}
