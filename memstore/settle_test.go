@@ -14,3 +14,7 @@ func TestReservations(t *testing.T) {
 func TestReservationInput(t *testing.T) {
 	sluicetest.RunReservationInput(t, sluicetest.Harness{Store: memstore.New()})
 }
+
+func TestReservationCalendar(t *testing.T) {
+	sluicetest.RunReservationCalendar(t, sluicetest.Harness{Store: memstore.New()})
+}

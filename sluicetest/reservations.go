@@ -488,3 +488,40 @@ func containsAll(s string, subs ...string) bool {
 	}
 	return true
 }
+
+// RunReservationCalendar: a daily quota (calendar periods) settles as a
+// fixed window does: below the estimate within the day gives back, a
+// settle after the day's end gives nothing back to the new day, and an
+// excess settled then is charged to the new day.
+func RunReservationCalendar(t *testing.T, h Harness) {
+	ctx := context.Background()
+	la, err := time.LoadLocation("America/Los_Angeles")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := NewClockAt(time.Date(2026, 3, 8, 22, 0, 0, 0, la))
+	l, err := sluice.New(h.Store, sluice.FixedWindow{Limit: 100, Calendar: sluice.Calendar{Unit: sluice.Day, Zone: la}},
+		sluice.WithPrefix(Prefix(t)), sluice.WithClock(clock.Now), sluice.WithTimeout(5*time.Second), sluice.WithDenyCache(false),
+		sluice.WithLogger(quiet), sluice.WithReservations(sluice.ReserveOptions{MaxDebt: 10}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := l.Reserve(ctx, "k", 60)
+	b, _ := l.Reserve(ctx, "k", 30)
+	if s, err := a.Settle(ctx, 20); err != nil || s.Remaining != 50 {
+		t.Fatalf("settle below within the day: %+v %v, want 50 left", s, err)
+	}
+	clock.SetTime(time.Date(2026, 3, 9, 0, 0, 1, 0, la)) // the next day
+	if s, err := b.Settle(ctx, 10); err != nil || s.Remaining != 100 || !s.Settled {
+		t.Fatalf("settle below after the day: %+v %v, want the new day untouched", s, err)
+	}
+	c, _ := l.Reserve(ctx, "k", 100)
+	clock.SetTime(time.Date(2026, 3, 10, 0, 0, 1, 0, la))
+	if s, err := c.Settle(ctx, 130); err != nil || s.Charged != 30 || s.Unpaid != 0 || s.Remaining != 70 {
+		t.Fatalf("settle above after the day: %+v %v, want the 30 of excess charged to the new day", s, err)
+	}
+	d, _ := l.Reserve(ctx, "k", 70)
+	if s, err := d.Settle(ctx, 100); err != nil || s.Charged != 10 || s.Unpaid != 20 || s.Debt != 10 || s.Remaining != 0 {
+		t.Fatalf("settle above at the debt bound: %+v %v, want 10 charged (limit 100 + max debt 10), 20 unpaid", s, err)
+	}
+}

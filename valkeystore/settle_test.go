@@ -23,6 +23,10 @@ func TestReservationsCluster(t *testing.T) {
 	sluicetest.RunReservations(t, sluicetest.Harness{Store: newStore(t, valkeytest.SharedCluster(t).Client(t))}, 30)
 }
 
+func TestReservationCalendar(t *testing.T) {
+	sluicetest.RunReservationCalendar(t, sluicetest.Harness{Store: newStore(t, valkeytest.Shared(t).Client(t))})
+}
+
 func TestReservationInput(t *testing.T) {
 	sluicetest.RunReservationInput(t, sluicetest.Harness{Store: newStore(t, valkeytest.Shared(t).Client(t))})
 }
