@@ -149,3 +149,38 @@ func TestReservationsRefusedAtConstruction(t *testing.T) {
 		t.Errorf("%v", err)
 	}
 }
+
+// TestDenyCacheInDebt: a key in debt is refused from the deny cache with
+// the store's own answer (RetryAfter exact, Remaining never negative),
+// and a give-back reaches the cache at once.
+func TestDenyCacheInDebt(t *testing.T) {
+	ctx := context.Background()
+	clock := sluicetest.NewClock()
+	st := memstore.New()
+	p := sluice.TokenBucket{Capacity: 10, Rate: 1, Per: time.Second}
+	cached := rsvLimiter(t, st, p, "tb", clock.Now, sluice.WithDenyCache(true))
+	truth := rsvLimiter(t, st, p, "tb", clock.Now, sluice.WithDenyCache(false))
+	r, _ := cached.Reserve(ctx, "k", 10)
+	if s, err := r.Settle(ctx, 15); err != nil || s.Debt != 5 || s.RetryAfter != 6*time.Second {
+		t.Fatalf("%+v %v", s, err)
+	}
+	for range 3 {
+		got, _ := cached.Allow(ctx, "k")
+		want, _ := truth.Peek(ctx, "k") // a refused Allow takes nothing: the same answer
+		if got != want || got.Allowed || got.Remaining != 0 {
+			t.Fatalf("in debt: cache %+v, store %+v", got, want)
+		}
+		clock.Advance(1500 * time.Millisecond)
+	}
+	// A give-back by this limiter reaches its cache.
+	r2, _ := truth.Reserve(ctx, "j", 10)
+	if res, _ := cached.Allow(ctx, "j"); res.Allowed {
+		t.Fatal("j should be empty")
+	}
+	if _, err := cached.Settle(ctx, "j", r2.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := cached.Allow(ctx, "j"); !res.Allowed {
+		t.Errorf("after a give-back: %+v, want allowed", res)
+	}
+}
