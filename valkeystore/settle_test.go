@@ -23,6 +23,16 @@ func TestReservationsCluster(t *testing.T) {
 	sluicetest.RunReservations(t, sluicetest.Harness{Store: newStore(t, valkeytest.SharedCluster(t).Client(t))}, 30)
 }
 
+// TestReservationsSentinel: through Sentinel, the same timelines and the
+// same bad input.
+func TestReservationsSentinel(t *testing.T) {
+	primary := valkeytest.Start(t)
+	ss := valkeytest.StartSentinels(t, primary, 1, 0)
+	h := sluicetest.Harness{Store: newStore(t, ss.Client(t))}
+	sluicetest.RunReservations(t, h, 10)
+	sluicetest.RunReservationInput(t, h)
+}
+
 func TestReservationCalendar(t *testing.T) {
 	sluicetest.RunReservationCalendar(t, sluicetest.Harness{Store: newStore(t, valkeytest.Shared(t).Client(t))})
 }
