@@ -18,3 +18,7 @@ func TestReservationInput(t *testing.T) {
 func TestReservationCalendar(t *testing.T) {
 	sluicetest.RunReservationCalendar(t, sluicetest.Harness{Store: memstore.New()})
 }
+
+func TestReservationOverride(t *testing.T) {
+	sluicetest.RunReservationOverride(t, sluicetest.Harness{Store: memstore.New()})
+}

@@ -525,3 +525,30 @@ func RunReservationCalendar(t *testing.T, h Harness) {
 		t.Fatalf("settle above at the debt bound: %+v %v, want 10 charged (limit 100 + max debt 10), 20 unpaid", s, err)
 	}
 }
+
+// RunReservationOverride: under a key override, a reservation is decided
+// and settled against the override's limit, read in the script call.
+func RunReservationOverride(t *testing.T, h Harness) {
+	ctx := context.Background()
+	clock := NewClock()
+	l, err := sluice.New(h.Store, sluice.FixedWindow{Limit: 10, Window: time.Hour},
+		sluice.WithPrefix(Prefix(t)), sluice.WithClock(clock.Now), sluice.WithTimeout(5*time.Second),
+		sluice.WithLogger(quiet), sluice.WithOverrides(true), sluice.WithReservations(sluice.ReserveOptions{MaxDebt: 5}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetOverride(ctx, "acme", sluice.Override{Limit: 50, Expires: clock.Now().Add(2 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.Reserve(ctx, "acme", 40)
+	if err != nil || !r.Allowed || r.Remaining != 10 || r.Source != sluice.SourceOverride {
+		t.Fatalf("reserve under an override of 50: %+v %v", r, err)
+	}
+	s, err := r.Settle(ctx, 60)
+	if err != nil || s.Charged != 15 || s.Unpaid != 5 || s.Debt != 5 || s.Remaining != 0 {
+		t.Fatalf("settle 60 of 40 under a limit of 50 (max debt 5): %+v %v, want 15 charged, 5 unpaid, 5 owed", s, err)
+	}
+	if r, err := l.Reserve(ctx, "other", 40); err != nil || r.Allowed {
+		t.Errorf("without the override, 40 of 10: %+v %v, want refused", r, err)
+	}
+}

@@ -33,6 +33,10 @@ func TestReservationsSentinel(t *testing.T) {
 	sluicetest.RunReservationInput(t, h)
 }
 
+func TestReservationOverride(t *testing.T) {
+	sluicetest.RunReservationOverride(t, sluicetest.Harness{Store: newStore(t, valkeytest.Shared(t).Client(t))})
+}
+
 func TestReservationCalendar(t *testing.T) {
 	sluicetest.RunReservationCalendar(t, sluicetest.Harness{Store: newStore(t, valkeytest.Shared(t).Client(t))})
 }
@@ -49,7 +53,7 @@ func TestReservationInput(t *testing.T) {
 func TestReservationsAcrossProcesses(t *testing.T) {
 	t.Run("standalone", func(t *testing.T) { acrossProcesses(t, func() valkey.Client { return valkeytest.Shared(t).Client(t) }) })
 	t.Run("cluster", func(t *testing.T) {
-		c := valkeytest.SharedCluster(t)
+		c := valkeytest.StartCluster(t, 3, valkeytest.WithReplicas(1)) // 3 primaries, 3 replicas
 		acrossProcesses(t, func() valkey.Client { return c.Client(t) })
 	})
 }
