@@ -45,7 +45,7 @@ func laterRefusal(r Rule, res Result, need0, need int64, d time.Duration) (later
 			return Result{}, false
 		}
 		later.RetryAfter = time.Duration(need*iv-credit) * time.Microsecond
-		later.Remaining = credit / iv
+		later.Remaining = max(0, credit) / iv // a debt (negative credit) leaves none
 	case r.Algorithm == driver.AlgorithmFixedWindow && !r.CountRejected:
 		// The count stays until the window ends, when RetryAfter does.
 		if need <= res.Remaining {

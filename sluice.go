@@ -62,6 +62,8 @@ type config struct {
 	deny     int8 // WithDenyCache: 0 by default, 1 on, -1 off
 	plans    []namedPolicy
 	ovOn     bool
+	rsvOn    bool           // WithReservations
+	rsv      ReserveOptions // see reserve.go
 }
 
 // WithName names the limiter. The name is part of every key, so limiters
@@ -173,6 +175,7 @@ type Limiter struct {
 	plans   map[string]Rule
 	ovs     driver.OverrideStore // nil unless WithOverrides
 	cobs    ContextObserver      // the observer, when it is one
+	rsv     *reservations        // nil unless WithReservations; see reserve.go
 }
 
 // New returns a Limiter enforcing policy on store. It fails with an error
@@ -221,6 +224,9 @@ func New(store driver.Store, policy Policy, opts ...Option) (*Limiter, error) {
 			return nil, invalidField("WithOverrides", "WithOverrides: store %T keeps no overrides (it does not implement driver.OverrideStore)", store)
 		}
 		l.ovs = ovs
+	}
+	if err := l.setReservations(); err != nil {
+		return nil, err
 	}
 	l.notify, _ = store.(driver.DeleteNotifier)
 	l.cobs, _ = cfg.observer.(ContextObserver)

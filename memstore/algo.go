@@ -344,7 +344,7 @@ func tokenBucket(s *state, ok bool, now, capacity, interval, cost, receipt int64
 	if write {
 		base, from = credit, now
 	}
-	r.remaining = credit / interval
+	r.remaining = max(0, credit) / interval // none while in debt (see settle.go)
 	r.reset = max(0, from+full-base-now)
 	if !write {
 		return r, false, false
@@ -369,7 +369,7 @@ func (s *state) refundCredit(undo bool, base, from, now, full, interval, cost in
 		base = min(full, base-cost*interval)
 	}
 	credit := min(full, base+max(0, now-from))
-	r = reply{allowed: true, remaining: credit / interval, reset: max(0, from+full-base-now)}
+	r = reply{allowed: true, remaining: max(0, credit) / interval, reset: max(0, from+full-base-now)}
 	switch {
 	case !undo:
 	case credit >= full:

@@ -34,6 +34,7 @@ type Store struct {
 	seed   maphash.Seed
 	shards [shardCount]shard
 	ovs    overrides
+	rsv    records // reservations; see settle.go
 	watch  watchers
 }
 

@@ -253,6 +253,8 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 	str("description", "free text shown by GET /v1/policies"),
 	enum("show_keys", "hashed", "how keys appear among the top refused: hashed, truncated or raw", "hashed", "truncated", "raw"),
 	boolean("overrides", "false", "read key overrides (PUT /v1/overrides/POLICY/KEY)"),
+	{Name: "max_debt", Kind: KindInt, Default: "the limit", Min: 0, Max: driver.MaxLimit, Algorithms: []driver.Algorithm{fixed, tbucket, gcra},
+		Desc: "reservations (POST /v1/reservations/settle): the most a settle above its estimate may leave owed, in units beyond the limit; 0 for none"},
 	{Name: "plans", Kind: KindMap, Section: plansSection, Desc: "named plans: plan name → {limit} or {burst, rate}"},
 	{Name: "deny_cache", Kind: KindBool, Default: "true",
 		Desc: "answer refused keys locally until their retry-after (true is refused with count_rejected, overrides or plans, where it is off)"},

@@ -203,6 +203,11 @@ func (d *decoder) policyExtras(f map[string]field, p *Policy) {
 	if x, ok := f["plans"]; ok {
 		p.Plans = d.plans(x.val, p)
 	}
+	if x, ok := f["max_debt"]; ok {
+		if v, ok := d.intField(x.val, "max_debt", policySection.Field("max_debt")); ok {
+			p.MaxDebt = &v
+		}
+	}
 	never := p.denyCacheNever()
 	p.DenyCache = never == ""
 	if x, ok := f["deny_cache"]; ok {

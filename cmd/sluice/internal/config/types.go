@@ -131,6 +131,11 @@ type Policy struct {
 	Overrides bool
 	// Plans are the policy's named plans, in the order given.
 	Plans []Plan
+	// MaxDebt is max_debt: the largest debt a reservation's settle may
+	// leave (sluice.ReserveOptions.MaxDebt); nil for the default, the
+	// limit. Reservations are on for every policy whose algorithm keeps
+	// them (fixed_window, token_bucket, gcra).
+	MaxDebt *int64
 	// DenyCache turns the local deny cache on (sluice.WithDenyCache): the
 	// default where it can apply (not with count_rejected, overrides or
 	// plans). A reset made by any process reaches it through Valkey's

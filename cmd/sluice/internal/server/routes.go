@@ -50,6 +50,8 @@ func (s *Server) routes() []apiRoute {
 		rs = append(rs, apiRoute{method: method, path: path, name: name, handler: h})
 	}
 	add("POST /v1/check", "check", s.handleCheck)
+	add("POST /v1/reservations/reserve", "reserve", s.handleReserve)
+	add("POST /v1/reservations/settle", "settle", s.handleSettle)
 	add("GET /v1/policies", "policies", s.handlePolicies)
 	add("GET /v1/keys/{policy}/{key...}", "keys", s.admin(s.handlePeek))
 	add("DELETE /v1/keys/{policy}/{key...}", "keys", s.admin(s.handleReset))

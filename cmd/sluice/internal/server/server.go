@@ -321,6 +321,7 @@ func (s *Server) buildPolicy(cfg *config.Config, p *config.Policy) (*policy, err
 	for _, pl := range p.Plans {
 		opts = append(opts, sluice.WithPlan(pl.Name, pl.Policy))
 	}
+	opts = append(opts, reservationOptions(p, s.opts.Store)...)
 	lim, err := sluice.New(s.opts.Store, p.Policy, append(opts, sluice.WithShadow(p.Shadow))...)
 	if err != nil {
 		return nil, fmt.Errorf("%s:%d: policy %q: %w", cfg.Source, p.Line, p.Name, err)
