@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/luascript"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
@@ -75,7 +76,7 @@ func TestCalendarSpanProperty(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := sluice.Calendar{Unit: sluice.CalendarUnit(1 + rng.IntN(3)), Zone: loc}
+		c := sluice.Calendar{Unit: driver.CalendarUnit(1 + rng.IntN(3)), Zone: loc}
 		if c.Unit == sluice.Month {
 			c.RenewalDay = 1 + rng.IntN(31)
 		}
@@ -101,7 +102,7 @@ func TestCalendarSpanProperty(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if life := e.Sub(s) + sluice.KeyTTLMargin; life > r.TTL() {
+		if life := e.Sub(s) + driver.KeyTTLMargin; life > r.TTL() {
 			t.Fatalf("case %d: a period of %v is longer than the TTL bound %v", i, e.Sub(s), r.TTL())
 		}
 		b := luascript.CalendarBounds(&r, at)
@@ -159,10 +160,10 @@ func TestCalendarInvalid(t *testing.T) {
 			t.Errorf("%+v: %v, want %q", tc.p, err, tc.want)
 		}
 	}
-	if _, err := sluice.AlgorithmGCRA.Policy(sluice.Params{Limit: 1, Rate: 1, Per: time.Second, Calendar: sluice.Calendar{Unit: sluice.Day, Zone: la}}); err == nil {
+	if err := driver.AlgorithmGCRA.Takes(driver.Params{Limit: 1, Rate: 1, Per: time.Second, Calendar: sluice.Calendar{Unit: sluice.Day, Zone: la}}); err == nil {
 		t.Error("GCRA with a Calendar accepted")
 	}
-	if _, err := sluice.ParseCalendarUnit("fortnight"); !errors.Is(err, sluice.ErrInvalidPolicy) {
+	if _, err := driver.ParseCalendarUnit("fortnight"); !errors.Is(err, sluice.ErrInvalidPolicy) {
 		t.Errorf("ParseCalendarUnit(fortnight) = %v", err)
 	}
 }
@@ -176,7 +177,7 @@ func TestCalendarRule(t *testing.T) {
 	if got := sluice.DefaultName(r); got != "fw-10000-day-America.Los_Angeles" {
 		t.Errorf("DefaultName = %q", got)
 	}
-	if r.State() == (sluice.Rule{Algorithm: sluice.AlgorithmFixedWindow}).State() {
+	if r.State() == (sluice.Rule{Algorithm: driver.AlgorithmFixedWindow}).State() {
 		t.Error("calendar and duration windows share a state name")
 	}
 	if r.Period() != 24*time.Hour {

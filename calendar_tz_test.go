@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // tzZone is a zone as its TZif file states it, read by readTZif below and
@@ -165,7 +166,7 @@ func monthDays(y, m int64) int64 {
 
 // refFirst and refAfter are the first day of the period holding day and
 // the first day of the period after the one starting on first.
-func refFirst(u sluice.CalendarUnit, renew, day int64) int64 {
+func refFirst(u driver.CalendarUnit, renew, day int64) int64 {
 	switch u {
 	case sluice.Week:
 		return day - (day + 3 - 7*floorDiv(day+3, 7)) // 1970-01-01 was a Thursday: (day+3) mod 7 is days since Monday
@@ -182,7 +183,7 @@ func refFirst(u sluice.CalendarUnit, renew, day int64) int64 {
 	return day
 }
 
-func refAfter(u sluice.CalendarUnit, renew, first int64) int64 {
+func refAfter(u driver.CalendarUnit, renew, first int64) int64 {
 	switch u {
 	case sluice.Week:
 		return first + 7
@@ -199,7 +200,7 @@ func refAfter(u sluice.CalendarUnit, renew, first int64) int64 {
 // refSpan is the period holding the instant t (Unix nanoseconds): from
 // the start of the first day of the period of t's date, moved on for as
 // long as t is at or after the next period's start.
-func (z tzZone) refSpan(u sluice.CalendarUnit, renew int64, t int64) (start, end int64, ok bool) {
+func (z tzZone) refSpan(u driver.CalendarUnit, renew int64, t int64) (start, end int64, ok bool) {
 	sec := floorDiv(t, 1e9)
 	day, ok := z.refDay(sec)
 	if !ok {
@@ -310,7 +311,7 @@ func TestCalendarEveryTransition(t *testing.T) {
 					}
 				}
 			}
-			units := []sluice.CalendarUnit{sluice.Day}
+			units := []driver.CalendarUnit{sluice.Day}
 			if i%7 == 0 {
 				units = append(units, sluice.Week, sluice.Month)
 			}

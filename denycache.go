@@ -10,7 +10,7 @@ import (
 // The deny cache remembers refusals: once the store refuses a request for
 // a key, later requests for that key are answered locally, without a round
 // trip, while the store's answer to them follows from the refusal alone
-// (Rule.laterRefusal): the same Result the store would give at that
+// (laterRefusal): the same Result the store would give at that
 // instant, RetryAfter, Remaining and ResetAfter included, for the same cost
 // or, where the algorithm allows it, another one. Otherwise, and once the
 // refusal's RetryAfter has passed, the request goes to the store.
@@ -144,7 +144,7 @@ func (c *denyCache) get(key []byte, cost int64, now int64) (Result, bool) {
 	// The cache's clock is nanoseconds; the store's answers are whole
 	// microseconds.
 	d := time.Duration(now-e.at) / time.Microsecond * time.Microsecond
-	return c.rule.laterRefusal(e.res, e.need, max(cost, 1), d)
+	return laterRefusal(c.rule, e.res, e.need, max(cost, 1), d)
 }
 
 // put caches a refusal of cost, decided by a request sent at sent, when

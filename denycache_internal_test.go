@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/driver"
 )
 
 // BenchmarkDenyCachePutFull measures a put of a new key into a cache whose
@@ -11,7 +13,7 @@ import (
 // distinct keys (an attack) is exactly this. The work per put is bounded
 // (denySweep entries looked at), not a rescan of the shard.
 func BenchmarkDenyCachePutFull(b *testing.B) {
-	c := newDenyCache(Rule{Algorithm: AlgorithmGCRA, Limit: 1, Interval: time.Second}, false)
+	c := newDenyCache(Rule{Algorithm: driver.AlgorithmGCRA, Limit: 1, Interval: time.Second}, false)
 	res := Result{Limit: 1, RetryAfter: time.Hour, ResetAfter: time.Hour}
 	for i := 0; i < denyShards*denyMaxPerShard*2; i++ {
 		c.put("live:"+strconv.Itoa(i), 1, res, 0, 0)
@@ -30,7 +32,7 @@ func BenchmarkDenyCachePutFull(b *testing.B) {
 // TestDenyCacheBounded: full shards stay at their bound, and a put into a
 // full shard still drops expired entries it meets.
 func TestDenyCacheBounded(t *testing.T) {
-	c := newDenyCache(Rule{Algorithm: AlgorithmGCRA, Limit: 1, Interval: time.Second}, false)
+	c := newDenyCache(Rule{Algorithm: driver.AlgorithmGCRA, Limit: 1, Interval: time.Second}, false)
 	short := Result{Limit: 1, RetryAfter: time.Millisecond}
 	for i := 0; i < denyShards*denyMaxPerShard*2; i++ {
 		c.put("k"+strconv.Itoa(i), 1, short, 0, 0)

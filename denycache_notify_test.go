@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -19,13 +20,13 @@ import (
 // made by another process while the request is on the wire.
 type notifier struct {
 	*memstore.Store
-	w        sluice.DeleteWatcher
+	w        driver.DeleteWatcher
 	pending  []string
 	inFlight func()
 	calls    int
 }
 
-func (s *notifier) Do(ctx context.Context, batch []sluice.Op) error {
+func (s *notifier) Do(ctx context.Context, batch []driver.Op) error {
 	s.calls++
 	err := s.Store.Do(ctx, batch)
 	if f := s.inFlight; f != nil {
@@ -43,7 +44,7 @@ func (s *notifier) DeleteNotify(ctx context.Context, prefix string, keys ...stri
 	return 1, nil
 }
 
-func (s *notifier) WatchDeletes(prefix string, w sluice.DeleteWatcher) func() {
+func (s *notifier) WatchDeletes(prefix string, w driver.DeleteWatcher) func() {
 	if s.w != nil {
 		panic("one watcher only")
 	}
@@ -188,7 +189,7 @@ type plainStore struct {
 	calls int
 }
 
-func (p *plainStore) Do(ctx context.Context, b []sluice.Op) error {
+func (p *plainStore) Do(ctx context.Context, b []driver.Op) error {
 	p.calls++
 	return p.s.Do(ctx, b)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -19,7 +20,7 @@ type countingStore struct {
 	calls atomic.Int64
 }
 
-func (s *countingStore) Do(ctx context.Context, batch []sluice.Op) error {
+func (s *countingStore) Do(ctx context.Context, batch []driver.Op) error {
 	s.calls.Add(int64(len(batch)))
 	return s.Store.Do(ctx, batch)
 }

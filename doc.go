@@ -7,8 +7,9 @@
 //   - [FixedWindow]: a counter per aligned window. Cheapest; a client may
 //     get up to 2×Limit across a window edge.
 //   - [SlidingLog]: one timestamp per request. Exact; memory grows with the
-//     limit (at most [MaxSlidingLogLimit]), so use it for low limits on
-//     sensitive actions (login, password reset mail, one-time codes).
+//     limit (at most driver.MaxSlidingLogLimit, 1000), so use it for low
+//     limits on sensitive actions (login, password reset mail, one-time
+//     codes).
 //   - [SlidingWindow]: the current and previous window's counts, weighted.
 //     Approximate (it assumes the previous window's requests were evenly
 //     spread), small state: a good general default.
@@ -17,7 +18,7 @@
 //   - [GCRA]: the generic cell rate algorithm, equivalent to a token bucket
 //     with a single integer of state.
 //
-// Every decision is one atomic step in the [Store]: on Valkey (package
+// Every decision is one atomic step in the store (a driver.Store): on Valkey (package
 // valkeystore) one Lua script call against keys of one cluster slot, in
 // process (package memstore) one critical section with the same arithmetic,
 // so that both return identical Results for identical inputs.
@@ -26,7 +27,7 @@
 //
 // A limiter named "api" keeps the state of identity "user:42" under
 // "rl:v1:api:gcra:{user:42}" (when it enforces a GCRA: the algorithm and
-// its state format, Rule.State, are part of the key). The identity is escaped (so distinct identities
+// its state format, Rule.State, are part of the key: see driver.Key). The identity is escaped (so distinct identities
 // never share a key), hashed with SHA-256 when long, and is the Valkey
 // Cluster hash tag, so all the state of one identity lives in one slot. Keys
 // holding e-mail addresses or other personal data should be hashed by the
@@ -58,19 +59,10 @@
 //
 // # For store implementers
 //
-// Everything else here is for a program that uses limiters. A [Store]
-// (packages valkeystore and memstore are two) receives batches of [Op]s,
-// each a [Rule] to execute on a key, and fills in each [Result]; its part
-// of the contract is in store.go's declarations: [Store], [Op] and
-// [Op.Validate], the Rule methods a store reads ([Rule.Validate],
-// [Rule.Param], [Rule.State], [Rule.TTL], [Rule.Overridden]),
-// [KeyTTLMargin], [ErrClockSkew], and, for a store that also keeps
-// overrides or tells other processes of resets, [OverrideStore],
-// [OverrideRecord], [CheckRecord], [OverrideKey], [OverrideIndex],
-// [DeleteNotifier] and [DeleteWatcher]. [Key] and [AppendKey] build the
-// keys a limiter sends. Package sluicetest is the conformance suite every
-// Store must pass (sluicetest.Run, given the Store and a way to read its
-// keys' times to live); package luascript holds the Lua scripts a store on Valkey or
-// Redis runs, the arguments they take (including the calendar and
-// override bounds) and the replies they give.
+// Everything here is for a program that uses limiters. What a store
+// implements and uses (Store, Op, the store's Result, Rule's execution
+// methods, the keys, override records and bounds) is package
+// github.com/sluicehq/sluice/driver, as database/sql/driver is for
+// database/sql; packages valkeystore and memstore are two stores, and
+// package sluicetest is the conformance suite every store must pass.
 package sluice

@@ -1,4 +1,4 @@
 package sluice
 
-// DefaultName is Rule.defaultName, for the tests of package sluice_test.
-var DefaultName = Rule.defaultName
+// DefaultName is defaultName, for the tests of package sluice_test.
+var DefaultName = defaultName

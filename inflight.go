@@ -3,11 +3,12 @@ package sluice
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/driver"
 )
 
 // InFlight limits how many things happen at once per key, rather than how
@@ -29,35 +30,13 @@ type InFlight struct {
 	Lease time.Duration
 }
 
-// MaxInFlightLimit is the largest InFlight Limit. A key keeps one sorted-set
-// entry per lease (about 100 bytes on Valkey): the bound keeps a key under
-// about a megabyte.
-const MaxInFlightLimit = 10000
-
 // Rule implements Policy.
 func (p InFlight) Rule() (Rule, error) {
-	r := Rule{Algorithm: AlgorithmInFlight, Limit: p.Limit, Window: p.Lease}
-	if err := validateInFlight(r); err != nil {
+	r := Rule{Algorithm: driver.AlgorithmInFlight, Limit: p.Limit, Window: p.Lease}
+	if err := r.Validate(); err != nil {
 		return Rule{}, within("InFlight", "InFlight", err)
 	}
 	return r, nil
-}
-
-// validateInFlight is Rule.Validate for AlgorithmInFlight.
-func validateInFlight(r Rule) error {
-	if err := checkLimit("Limit", r.Limit); err != nil {
-		return err
-	}
-	if r.Limit > MaxInFlightLimit {
-		return invalidField("Limit", "Limit must be at most %d (MaxInFlightLimit), got %d", MaxInFlightLimit, r.Limit)
-	}
-	if r.Interval != 0 {
-		return invalidField("Interval", "an in_flight rule takes Limit and Window (the lease), not Interval")
-	}
-	if err := checkWindow("Lease", r.Window); err != nil {
-		return err
-	}
-	return nil
 }
 
 var (
@@ -68,27 +47,17 @@ var (
 
 	// ErrInvalidLease is the error for a lease id that is not one Acquire
 	// gives (see Limiter.Lease), and for an Op whose lease fields do not
-	// fit its algorithm.
-	ErrInvalidLease = errors.New("sluice: invalid lease")
+	// fit its algorithm. It is driver.ErrInvalidLease.
+	ErrInvalidLease = driver.ErrInvalidLease
 
 	// ErrWrongKind is the error of a rate decision (Allow, AllowN, Wait,
 	// AllowEach) on an InFlight limiter, and of Acquire on a rate limiter.
 	ErrWrongKind = errors.New("sluice: wrong kind of limit")
 )
 
-// A LeaseID names one lease in a store: 128 random bits, so that a client
-// cannot free another holder's slot by guessing. The zero LeaseID is none.
-type LeaseID [16]byte
-
-// IsZero reports whether id is the zero LeaseID.
-func (id LeaseID) IsZero() bool { return id == LeaseID{} }
-
-// String returns id in unpadded base64url, 22 characters.
-func (id LeaseID) String() string { return base64.RawURLEncoding.EncodeToString(id[:]) }
-
 // newLeaseID returns a random LeaseID.
-func newLeaseID() LeaseID {
-	var id LeaseID
+func newLeaseID() driver.LeaseID {
+	var id driver.LeaseID
 	for id.IsZero() {
 		rand.Read(id[:]) // never fails (crypto/rand panics first)
 	}
@@ -102,58 +71,12 @@ const (
 	openMark = 'o'
 )
 
-// ParseLeaseID returns the LeaseID of s, as LeaseID.String writes it; an
-// error wrapping ErrInvalidLease otherwise.
-func ParseLeaseID(s string) (LeaseID, error) {
-	var id LeaseID
-	if len(s) != 22 {
-		return id, fmt.Errorf("%w: a lease id is 22 characters, got %d", ErrInvalidLease, len(s))
-	}
-	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
-	if err != nil || len(b) != 16 {
-		return id, fmt.Errorf("%w: %q is not a lease id (unpadded base64url of 16 bytes)", ErrInvalidLease, s)
-	}
-	copy(id[:], b)
-	if id.IsZero() {
-		return id, fmt.Errorf("%w: the zero lease id names no lease", ErrInvalidLease)
-	}
-	return id, nil
-}
-
-// validateLeaseOp is Op.Validate for an InFlight Op, or an Op with lease
-// fields: an acquire (Cost 1 and a Lease), a renewal (Renew, Cost 0 and a
-// Lease), a release (Cost -1 and a Lease) or a peek (Cost 0, no Lease).
-func validateLeaseOp(op *Op) error {
-	if op.Rule.Algorithm != AlgorithmInFlight {
-		return &PolicyError{Err: ErrInvalidLease, Field: "Op.Lease", Reason: fmt.Sprintf("a lease is only for %v, not %v", AlgorithmInFlight, op.Rule.Algorithm)}
-	}
-	if err := op.Rule.Validate(); err != nil {
-		return err
-	}
-	if !op.Now.IsZero() {
-		if err := checkTime("now", op.Now); err != nil {
-			return err
-		}
-	}
-	switch {
-	case op.Cost < -1 || op.Cost > 1:
-		return badCost("an %v decision costs 1 (acquire), 0 (peek or renew) or -1 (release), got %d", AlgorithmInFlight, op.Cost)
-	case op.Renew && op.Cost != 0:
-		return badCost("a renewal costs 0, got %d", op.Cost)
-	case op.Lease.IsZero() && (op.Cost != 0 || op.Renew):
-		return &PolicyError{Err: ErrInvalidLease, Field: "Op.Lease", Reason: "an acquire, renewal or release names its lease"}
-	case !op.Lease.IsZero() && op.Cost == 0 && !op.Renew:
-		return &PolicyError{Err: ErrInvalidLease, Field: "Op.Lease", Reason: "a peek names no lease"}
-	}
-	return nil
-}
-
 // wrongKind returns the error of a decision of the wrong kind for l.
 func (l *Limiter) wrongKind(what string) error {
-	if l.rule.Algorithm == AlgorithmInFlight {
-		return fmt.Errorf("%w: %s on %s, an %v limiter: use Acquire (or AllowAll), which gives a lease to release", ErrWrongKind, what, l.cfg.name, AlgorithmInFlight)
+	if l.rule.Algorithm == driver.AlgorithmInFlight {
+		return fmt.Errorf("%w: %s on %s, an %v limiter: use Acquire (or AllowAll), which gives a lease to release", ErrWrongKind, what, l.cfg.name, driver.AlgorithmInFlight)
 	}
-	return fmt.Errorf("%w: %s on %s, a %v limiter: leases are for %v policies", ErrWrongKind, what, l.cfg.name, l.rule.Algorithm, AlgorithmInFlight)
+	return fmt.Errorf("%w: %s on %s, a %v limiter: leases are for %v policies", ErrWrongKind, what, l.cfg.name, l.rule.Algorithm, driver.AlgorithmInFlight)
 }
 
 // ReleaseTimeout is the least time a release may wait for the store: a
@@ -169,7 +92,7 @@ const ReleaseTimeout = time.Second
 type Lease struct {
 	l    *Limiter
 	key  string
-	id   LeaseID
+	id   driver.LeaseID
 	open bool // given by the fail mode or shadow mode: the store holds no slot
 
 	mu       sync.Mutex
@@ -223,25 +146,26 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*Lease, Result, erro
 	if err := l.ready(); err != nil {
 		return nil, Result{}, err
 	}
-	if l.rule.Algorithm != AlgorithmInFlight {
+	if l.rule.Algorithm != driver.AlgorithmInFlight {
 		return nil, Result{}, l.wrongKind("Acquire")
 	}
 	if key == "" {
 		return nil, Result{}, ErrInvalidKey
 	}
-	batch := []Op{{Key: l.Key(key), Rule: l.rule, Cost: 1, Lease: newLeaseID()}}
+	batch := []driver.Op{{Key: l.storeKey(key), Rule: l.rule, Cost: 1, Lease: newLeaseID()}}
 	start := time.Now()
-	if err := l.do(ctx, batch, 0); err != nil {
+	var out [1]Result
+	if err := l.do(ctx, batch, out[:], 0); err != nil {
 		return nil, Result{}, err
 	}
-	res := batch[0].Result
+	res := out[0]
 	if !res.Allowed {
 		return nil, res, nil
 	}
 	return l.newLease(key, batch[0].Lease, res.Degraded || res.Shadowed, start), res, nil
 }
 
-func (l *Limiter) newLease(key string, id LeaseID, open bool, sent time.Time) *Lease {
+func (l *Limiter) newLease(key string, id driver.LeaseID, open bool, sent time.Time) *Lease {
 	return &Lease{l: l, key: key, id: id, open: open, ends: sent.Add(l.rule.Window)}
 }
 
@@ -255,7 +179,7 @@ func (l *Limiter) Lease(key, id string) (*Lease, error) {
 	if err := l.ready(); err != nil {
 		return nil, err
 	}
-	if l.rule.Algorithm != AlgorithmInFlight {
+	if l.rule.Algorithm != driver.AlgorithmInFlight {
 		return nil, l.wrongKind("Lease")
 	}
 	if key == "" {
@@ -264,7 +188,7 @@ func (l *Limiter) Lease(key, id string) (*Lease, error) {
 	if len(id) == 0 || id[0] != heldMark && id[0] != openMark {
 		return nil, fmt.Errorf("%w: a lease id begins with %q or %q", ErrInvalidLease, heldMark, openMark)
 	}
-	lid, err := ParseLeaseID(id[1:])
+	lid, err := driver.ParseLeaseID(id[1:])
 	if err != nil {
 		return nil, err
 	}
@@ -273,16 +197,16 @@ func (l *Limiter) Lease(key, id string) (*Lease, error) {
 
 // leaseOp runs one renewal or release of s through the store, with the
 // limiter's clock and deadline d.
-func (s *Lease) leaseOp(ctx context.Context, op *Op, timeout time.Duration) error {
+func (s *Lease) leaseOp(ctx context.Context, op *driver.Op, timeout time.Duration) error {
 	l := s.l
 	if l.cfg.clock != nil {
 		op.Now = l.cfg.clock()
-		if err := checkTime("now", op.Now); err != nil {
+		if err := driver.CheckTime("now", op.Now); err != nil {
 			return fmt.Errorf("%w (the clock of limiter %s)", err, l.cfg.name)
 		}
 	}
 	op.Deadline = time.Now().Add(timeout)
-	batch := []Op{*op}
+	batch := []driver.Op{*op}
 	err := l.store.Do(ctx, batch)
 	*op = batch[0]
 	if op.Err == nil {
@@ -315,7 +239,7 @@ func (s *Lease) Renew(ctx context.Context) error {
 		return fmt.Errorf("sluice: %s: renew of a released lease of %q: %w", l.cfg.name, s.key, ErrLeaseLost)
 	}
 	if !s.open {
-		op := Op{Key: l.Key(s.key), Rule: l.rule, Renew: true, Lease: s.id}
+		op := driver.Op{Key: l.storeKey(s.key), Rule: l.rule, Renew: true, Lease: s.id}
 		if err := s.leaseOp(ctx, &op, l.cfg.timeout); err != nil {
 			return err
 		}
@@ -369,7 +293,7 @@ func (s *Lease) Release(ctx context.Context) (bool, error) {
 	timeout := max(l.cfg.timeout, ReleaseTimeout)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	op := Op{Key: l.Key(s.key), Rule: l.rule, Cost: -1, Lease: s.id}
+	op := driver.Op{Key: l.storeKey(s.key), Rule: l.rule, Cost: -1, Lease: s.id}
 	if err := s.leaseOp(rctx, &op, timeout); err != nil {
 		s.unrelease()
 		return false, err
@@ -396,23 +320,23 @@ func (s *Lease) unrelease() {
 
 // leaseCheck builds the Op of an AllowAll check on an InFlight limiter: a
 // Cost of 1 acquires a lease, 0 peeks.
-func leaseCheck(i int, c Check, refunds bool) (Op, error) {
+func leaseCheck(i int, c Check, refunds bool) (driver.Op, error) {
 	l := c.Limiter
 	if err := l.ready(); err != nil {
-		return Op{}, err
+		return driver.Op{}, err
 	}
 	switch {
 	case refunds:
-		return Op{}, fmt.Errorf("check %d: %w", i, l.wrongKind("AllowEach"))
+		return driver.Op{}, fmt.Errorf("check %d: %w", i, l.wrongKind("AllowEach"))
 	case c.Plan != "":
-		return Op{}, fmt.Errorf("%w %q of %s (check %d): an %v limiter has no plans", ErrUnknownPlan, c.Plan, l.Name(), i, AlgorithmInFlight)
+		return driver.Op{}, fmt.Errorf("%w %q of %s (check %d): an %v limiter has no plans", ErrUnknownPlan, c.Plan, l.Name(), i, driver.AlgorithmInFlight)
 	case c.Key == "":
-		return Op{}, ErrInvalidKey
+		return driver.Op{}, ErrInvalidKey
 	case c.Cost != 0 && c.Cost != 1:
-		return Op{}, &PolicyError{Err: ErrInvalidCost, Field: "Check.Cost",
-			Reason: fmt.Sprintf("check %d: a check on an %v limiter costs 1 (a lease) or 0 (a peek), got %d", i, AlgorithmInFlight, c.Cost)}
+		return driver.Op{}, &PolicyError{Err: ErrInvalidCost, Field: "Check.Cost",
+			Reason: fmt.Sprintf("check %d: a check on an %v limiter costs 1 (a lease) or 0 (a peek), got %d", i, driver.AlgorithmInFlight, c.Cost)}
 	}
-	op := Op{Key: l.Key(c.Key), Rule: l.rule, Cost: c.Cost}
+	op := driver.Op{Key: l.storeKey(c.Key), Rule: l.rule, Cost: c.Cost}
 	if c.Cost == 1 {
 		op.Lease = newLeaseID()
 	}
@@ -421,16 +345,17 @@ func leaseCheck(i int, c Check, refunds bool) (Op, error) {
 
 // leasesOf returns the leases an allowed AllowAll took (one per check, nil
 // for the checks that took none), or nil when no check took one.
-func leasesOf(checks []Check, ops []Op, start time.Time) []*Lease {
+func leasesOf(checks []Check, ops []driver.Op, results []Result, start time.Time) []*Lease {
 	var out []*Lease
 	for i, op := range ops {
-		if op.Lease.IsZero() || op.Renew || op.Cost != 1 || !op.Result.Allowed {
+		res := results[i]
+		if op.Lease.IsZero() || op.Renew || op.Cost != 1 || !res.Allowed {
 			continue
 		}
 		if out == nil {
 			out = make([]*Lease, len(ops))
 		}
-		out[i] = checks[i].Limiter.newLease(checks[i].Key, op.Lease, op.Result.Degraded || op.Result.Shadowed, start)
+		out[i] = checks[i].Limiter.newLease(checks[i].Key, op.Lease, res.Degraded || res.Shadowed, start)
 	}
 	return out
 }
@@ -440,16 +365,16 @@ func leasesOf(checks []Check, ops []Op, start time.Time) []*Lease {
 // release may free a slot at any time, so a refusal says nothing of the
 // next request).
 func checkInFlightOptions(r Rule, cfg *config) error {
-	if r.Algorithm != AlgorithmInFlight {
+	if r.Algorithm != driver.AlgorithmInFlight {
 		return nil
 	}
 	switch {
 	case len(cfg.plans) > 0:
-		return invalidField("WithPlan", "an %v limiter has no plans", AlgorithmInFlight)
+		return invalidField("WithPlan", "an %v limiter has no plans", driver.AlgorithmInFlight)
 	case cfg.ovOn:
-		return invalidField("WithOverrides", "an %v limiter takes no overrides", AlgorithmInFlight)
+		return invalidField("WithOverrides", "an %v limiter takes no overrides", driver.AlgorithmInFlight)
 	case cfg.deny == 1:
-		return invalidField("WithDenyCache", "WithDenyCache(true): an %v limiter never uses the deny cache (a release may free a slot at any time)", AlgorithmInFlight)
+		return invalidField("WithDenyCache", "WithDenyCache(true): an %v limiter never uses the deny cache (a release may free a slot at any time)", driver.AlgorithmInFlight)
 	}
 	return nil
 }

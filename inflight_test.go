@@ -9,37 +9,43 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 )
 
 func TestInFlightPolicy(t *testing.T) {
 	r, err := sluice.InFlight{Limit: 20, Lease: 30 * time.Second}.Rule()
-	if err != nil || r.Algorithm != sluice.AlgorithmInFlight || r.Limit != 20 || r.Window != 30*time.Second {
+	if err != nil || r.Algorithm != driver.AlgorithmInFlight || r.Limit != 20 || r.Window != 30*time.Second {
 		t.Fatalf("Rule: %+v, %v", r, err)
 	}
 	if s := r.String(); s != "in_flight(limit=20, lease=30s)" {
 		t.Errorf("String: %q", s)
 	}
-	for _, p := range []sluice.InFlight{{Limit: 0, Lease: time.Second}, {Limit: sluice.MaxInFlightLimit + 1, Lease: time.Second},
-		{Limit: 1, Lease: 0}, {Limit: 1, Lease: time.Microsecond}, {Limit: 1, Lease: time.Second + time.Nanosecond}, {Limit: 1, Lease: sluice.MaxWindow + time.Second}} {
+	for _, p := range []sluice.InFlight{{Limit: 0, Lease: time.Second}, {Limit: driver.MaxInFlightLimit + 1, Lease: time.Second},
+		{Limit: 1, Lease: 0}, {Limit: 1, Lease: time.Microsecond}, {Limit: 1, Lease: time.Second + time.Nanosecond}, {Limit: 1, Lease: driver.MaxWindow + time.Second}} {
 		if _, err := p.Rule(); !errors.Is(err, sluice.ErrInvalidPolicy) {
 			t.Errorf("%+v: %v, want ErrInvalidPolicy", p, err)
 		}
 	}
-	a, err := sluice.ParseAlgorithm("in_flight")
-	if err != nil || a != sluice.AlgorithmInFlight {
+	a, err := driver.ParseAlgorithm("in_flight")
+	if err != nil || a != driver.AlgorithmInFlight {
 		t.Fatalf("ParseAlgorithm: %v, %v", a, err)
 	}
-	if p, err := a.Policy(sluice.Params{Limit: 5, Lease: time.Minute}); err != nil || p != (sluice.InFlight{Limit: 5, Lease: time.Minute}) {
-		t.Fatalf("Policy: %v, %v", p, err)
+	if err := a.Takes(driver.Params{Limit: 5, Lease: time.Minute}); err != nil {
+		t.Fatalf("Takes: %v", err)
 	}
-	for _, p := range []sluice.Params{{Limit: 5, Lease: time.Minute, Window: time.Second}, {Limit: 5, Lease: time.Minute, Rate: 1, Per: time.Second}, {Limit: 5}} {
-		if _, err := a.Policy(p); !errors.Is(err, sluice.ErrInvalidPolicy) {
+	for _, p := range []driver.Params{{Limit: 5, Lease: time.Minute, Window: time.Second}, {Limit: 5, Lease: time.Minute, Rate: 1, Per: time.Second}} {
+		if err := a.Takes(p); !errors.Is(err, sluice.ErrInvalidPolicy) {
 			t.Errorf("in_flight with %+v: %v, want ErrInvalidPolicy", p, err)
 		}
 	}
-	if _, err := sluice.AlgorithmGCRA.Policy(sluice.Params{Limit: 5, Rate: 1, Per: time.Second, Lease: time.Minute}); !errors.Is(err, sluice.ErrInvalidPolicy) {
+	if err := driver.AlgorithmGCRA.Takes(driver.Params{Limit: 5, Rate: 1, Per: time.Second, Lease: time.Minute}); !errors.Is(err, sluice.ErrInvalidPolicy) {
 		t.Errorf("gcra with a Lease: %v, want ErrInvalidPolicy", err)
+	}
+	// Reservations settle an estimate; a lease has none: refused, saying so.
+	if _, err := sluice.New(memstore.New(), sluice.InFlight{Limit: 2, Lease: time.Second}, sluice.WithReservations(sluice.ReserveOptions{})); !errors.Is(err, sluice.ErrInvalidPolicy) ||
+		!strings.Contains(sluice.Reason(err), "in_flight limits how many things run at once") {
+		t.Errorf("New with WithReservations: %v, want ErrInvalidPolicy with the reason", err)
 	}
 	st := memstore.New()
 	pol := sluice.InFlight{Limit: 2, Lease: time.Second}
@@ -56,30 +62,30 @@ func TestInFlightPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Name() != "if-2-1000000" || !strings.Contains(l.Key("k"), ":if1:{k}") {
-		t.Errorf("name %q, key %q", l.Name(), l.Key("k"))
+	if k := driver.Key(sluice.DefaultPrefix, l.Name(), l.Rule(), "k"); l.Name() != "if-2-1000000" || !strings.Contains(k, ":if1:{k}") {
+		t.Errorf("name %q, key %q", l.Name(), k)
 	}
 }
 
 // TestOpValidateLease: the lease fields of an Op must fit its kind.
 func TestOpValidateLease(t *testing.T) {
 	rule, _ := sluice.InFlight{Limit: 2, Lease: time.Second}.Rule()
-	id := sluice.LeaseID{1}
-	for _, op := range []sluice.Op{
+	id := driver.LeaseID{1}
+	for _, op := range []driver.Op{
 		{Rule: rule, Cost: 2, Lease: id},
 		{Rule: rule, Cost: 1},
 		{Rule: rule, Cost: -1},
 		{Rule: rule, Renew: true},
 		{Rule: rule, Renew: true, Cost: 1, Lease: id},
 		{Rule: rule, Lease: id},
-		{Rule: sluice.Rule{Algorithm: sluice.AlgorithmFixedWindow, Limit: 1, Window: time.Second}, Cost: 1, Lease: id},
-		{Rule: sluice.Rule{Algorithm: sluice.AlgorithmFixedWindow, Limit: 1, Window: time.Second}, Renew: true},
+		{Rule: sluice.Rule{Algorithm: driver.AlgorithmFixedWindow, Limit: 1, Window: time.Second}, Cost: 1, Lease: id},
+		{Rule: sluice.Rule{Algorithm: driver.AlgorithmFixedWindow, Limit: 1, Window: time.Second}, Renew: true},
 	} {
 		if err := op.Validate(); err == nil {
 			t.Errorf("%+v: no error", op)
 		}
 	}
-	for _, op := range []sluice.Op{{Rule: rule, Cost: 1, Lease: id}, {Rule: rule, Cost: -1, Lease: id}, {Rule: rule, Renew: true, Lease: id}, {Rule: rule}} {
+	for _, op := range []driver.Op{{Rule: rule, Cost: 1, Lease: id}, {Rule: rule, Cost: -1, Lease: id}, {Rule: rule, Renew: true, Lease: id}, {Rule: rule}} {
 		if err := op.Validate(); err != nil {
 			t.Errorf("%+v: %v", op, err)
 		}
@@ -94,7 +100,7 @@ type switchStore struct {
 	calls atomic.Int64
 }
 
-func (s *switchStore) Do(ctx context.Context, batch []sluice.Op) error {
+func (s *switchStore) Do(ctx context.Context, batch []driver.Op) error {
 	s.calls.Add(int64(len(batch)))
 	if s.down.Load() {
 		for i := range batch {

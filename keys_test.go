@@ -5,23 +5,24 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // fw is the rule of the keys in the tests below.
 var fw, _ = sluice.FixedWindow{Limit: 1, Window: 1e9}.Rule()
 
 func TestKey(t *testing.T) {
-	long := strings.Repeat("a", sluice.MaxIdentityLen+1)
+	long := strings.Repeat("a", driver.MaxIdentityLen+1)
 	for _, c := range []struct{ id, want string }{
 		{"user:42", "rl:v1:api:fw2:{user:42}"},
 		{"a{b}c", "rl:v1:api:fw2:{a%7Bb%7Dc}"},
 		{"50% off", "rl:v1:api:fw2:{50%25%20off}"},
 		{"#tag", "rl:v1:api:fw2:{%23tag}"},
 		{"é", "rl:v1:api:fw2:{%C3%A9}"},
-		{strings.Repeat("a", sluice.MaxIdentityLen), "rl:v1:api:fw2:{" + strings.Repeat("a", sluice.MaxIdentityLen) + "}"},
+		{strings.Repeat("a", driver.MaxIdentityLen), "rl:v1:api:fw2:{" + strings.Repeat("a", driver.MaxIdentityLen) + "}"},
 		{long, "rl:v1:api:fw2:{#" + "hash" + "}"},
 	} {
-		got := sluice.Key("rl:v1", "api", fw, c.id)
+		got := driver.Key("rl:v1", "api", fw, c.id)
 		if c.id == long {
 			if !strings.HasPrefix(got, "rl:v1:api:fw2:{#") || len(got) != len("rl:v1:api:fw2:{#}")+64 {
 				t.Errorf("Key(long) = %q, want a SHA-256", got)
@@ -57,7 +58,7 @@ func FuzzKey(f *testing.F) {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, a, b string) {
-		ka, kb := sluice.Key("rl:v1", "api", fw, a), sluice.Key("rl:v1", "api", fw, b)
+		ka, kb := driver.Key("rl:v1", "api", fw, a), driver.Key("rl:v1", "api", fw, b)
 		if a != b && ka == kb {
 			t.Fatalf("identities %q and %q share the key %q", a, b, ka)
 		}
@@ -65,7 +66,7 @@ func FuzzKey(f *testing.F) {
 		if want := ka[len("rl:v1:api:fw2:{") : len(ka)-1]; a != "" && hashTag(ka) != want {
 			t.Fatalf("key %q: hash tag %q, want the whole identity %q", ka, hashTag(ka), want)
 		}
-		if len(ka) > len("rl:v1:api:fw2:{}")+sluice.MaxIdentityLen {
+		if len(ka) > len("rl:v1:api:fw2:{}")+driver.MaxIdentityLen {
 			t.Fatalf("key %q is %d bytes long", ka, len(ka))
 		}
 	})
@@ -90,10 +91,10 @@ func FuzzIdentity(f *testing.F) {
 // not UTF-8, and U+FFFD, which a decoder may make of them, give distinct
 // keys, short and hashed alike.
 func TestKeyBytes(t *testing.T) {
-	long := strings.Repeat("x", sluice.MaxIdentityLen)
+	long := strings.Repeat("x", driver.MaxIdentityLen)
 	seen := map[string]string{}
 	for _, id := range []string{"\xff", "\xfe", "\xc3", "\xed\xa0\x80", "\uFFFD", "\xef\xbf\xbd\xff", long + "\xff", long + "\xfe", long + "\uFFFD"} {
-		k := sluice.Key("p", "n", fw, id)
+		k := driver.Key("p", "n", fw, id)
 		if prev, dup := seen[k]; dup {
 			t.Fatalf("identities %q and %q share the key %q", prev, id, k)
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/driver"
 )
 
 // A Check is one limiter's part of a decision over several limits, such as
@@ -85,22 +87,22 @@ func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
 		return d, err
 	}
 	if d.Allowed {
-		d.Leases = leasesOf(checks, ops, start)
+		d.Leases = leasesOf(checks, ops, d.Results, start)
 		return d, nil
 	}
 	// Give back what the allowing checks took. Degraded checks took nothing.
 	var refundChecks []Check
-	var refunds []Op
+	var refunds []driver.Op
 	var refunded []int // the index in checks of each refund
 	now := time.Now()
 	for i, op := range ops {
-		if op.Result.Allowed && !op.Result.Degraded && op.Cost > 0 && !op.Result.Shadowed && op.Receipt != 0 {
+		if res := d.Results[i]; res.Allowed && !res.Degraded && op.Cost > 0 && !res.Shadowed && op.Receipt != 0 {
 			l := checks[i].Limiter
 			refundChecks = append(refundChecks, checks[i])
 			refunded = append(refunded, i)
 			// The refund is decided now (on the limiter's clock, if it has
 			// one), and gives back what the take with op's Receipt took.
-			r := Op{Key: op.Key, Rule: op.Rule, Cost: -op.Cost, Receipt: op.Receipt, Deadline: now.Add(l.cfg.timeout)}
+			r := driver.Op{Key: op.Key, Rule: op.Rule, Cost: -op.Cost, Receipt: op.Receipt, Deadline: now.Add(l.cfg.timeout)}
 			if !op.Lease.IsZero() {
 				r.Receipt, r.Lease = 0, op.Lease // the release of the lease taken
 			}
@@ -146,18 +148,18 @@ func AllowEach(ctx context.Context, checks []Check) (Decision, error) {
 
 // decideEach runs every check once, in one batch per store; refunds says
 // whether negative costs (give-backs) are accepted.
-func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []Op, error) {
+func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []driver.Op, error) {
 	d := Decision{Results: make([]Result, len(checks))}
 	if len(checks) == 0 {
 		d.Allowed = true
 		return d, nil, nil
 	}
-	ops := make([]Op, len(checks))
+	ops := make([]driver.Op, len(checks))
 	for i, c := range checks {
 		if c.Limiter == nil {
 			return Decision{}, nil, invalidField("Check.Limiter", "check %d has no limiter", i)
 		}
-		if c.Limiter.rule.Algorithm == AlgorithmInFlight {
+		if c.Limiter.rule.Algorithm == driver.AlgorithmInFlight {
 			op, err := leaseCheck(i, c, refunds)
 			if err != nil {
 				return Decision{}, nil, err
@@ -169,7 +171,7 @@ func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []
 		if refunds && cost < 0 {
 			if !c.Limiter.rule.Algorithm.GivesBackUntaken() {
 				return Decision{}, nil, &PolicyError{Err: ErrInvalidCost, Field: "Check.Cost",
-					Reason: fmt.Sprintf("check %d: a give-back without a take is only for %v, not %v", i, AlgorithmFixedWindow, c.Limiter.rule.Algorithm)}
+					Reason: fmt.Sprintf("check %d: a give-back without a take is only for %v, not %v", i, driver.AlgorithmFixedWindow, c.Limiter.rule.Algorithm)}
 			}
 			cost = 0 // checked as a peek: a give-back may be of any amount
 		}
@@ -180,7 +182,7 @@ func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []
 		if err := c.Limiter.check(c.Key, rule, cost); err != nil {
 			return Decision{}, nil, err
 		}
-		ops[i] = Op{Key: c.Limiter.Key(c.Key), Rule: rule, Cost: c.Cost}
+		ops[i] = driver.Op{Key: c.Limiter.storeKey(c.Key), Rule: rule, Cost: c.Cost}
 		if c.Limiter.ovs != nil {
 			ops[i].Override = c.Limiter.overrideKey(c.Key)
 		}
@@ -194,13 +196,12 @@ func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []
 			ops[i].Receipt = t.UnixMicro()
 		}
 	}
-	if err := runGrouped(ctx, checks, ops); err != nil {
+	if err := runGrouped(ctx, checks, ops, d.Results); err != nil {
 		return Decision{}, nil, err
 	}
 	d.Allowed = true
 	for i := range ops {
-		d.Results[i] = ops[i].Result
-		if !ops[i].Result.Allowed {
+		if !d.Results[i].Allowed {
 			d.Allowed = false
 		}
 	}
@@ -208,8 +209,8 @@ func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []
 }
 
 // runGrouped runs ops through their limiters' stores, one batch per store,
-// and completes the Results as each limiter would.
-func runGrouped(ctx context.Context, checks []Check, ops []Op) error {
+// and completes their Results into out as each limiter would.
+func runGrouped(ctx context.Context, checks []Check, ops []driver.Op, out []Result) error {
 	start := time.Now()
 	sent := make([]int64, len(ops))
 	seqs := make([]uint64, len(ops))
@@ -221,7 +222,7 @@ func runGrouped(ctx context.Context, checks []Check, ops []Op) error {
 		if c.Limiter.cfg.clock != nil {
 			ops[i].Now = c.Limiter.cfg.clock()
 			// Refused before any check takes: none would be given back.
-			if err := checkTime("now", ops[i].Now); err != nil {
+			if err := driver.CheckTime("now", ops[i].Now); err != nil {
 				return fmt.Errorf("%w (the clock of limiter %s)", err, c.Limiter.cfg.name)
 			}
 		}
@@ -231,7 +232,7 @@ func runGrouped(ctx context.Context, checks []Check, ops []Op) error {
 		return fmt.Errorf("sluice: %w", ctx.Err())
 	}
 	for i := range ops {
-		if err := checks[i].Limiter.finish(ctx, ops[i:i+1], nil, start, sent[i], seqs[i]); err != nil {
+		if err := checks[i].Limiter.finish(ctx, ops[i:i+1], out[i:i+1], nil, start, sent[i], seqs[i]); err != nil {
 			return err
 		}
 	}
@@ -240,7 +241,7 @@ func runGrouped(ctx context.Context, checks []Check, ops []Op) error {
 
 // storeGroups sends ops to their stores, one Do per distinct store, the
 // stores in parallel. Errors are recorded on the Ops.
-func storeGroups(ctx context.Context, checks []Check, ops []Op) error {
+func storeGroups(ctx context.Context, checks []Check, ops []driver.Op) error {
 	if oneStore(checks) {
 		// The common case (one store for every limiter): the ops go as
 		// they are, without grouping or copying them.
@@ -254,7 +255,7 @@ func storeGroups(ctx context.Context, checks []Check, ops []Op) error {
 		return ctx.Err()
 	}
 	type group struct {
-		store Store
+		store driver.Store
 		idx   []int
 	}
 	var groups []group
@@ -269,7 +270,7 @@ outer:
 		groups = append(groups, group{store: c.Limiter.store, idx: []int{i}})
 	}
 	run := func(g group) {
-		batch := make([]Op, len(g.idx))
+		batch := make([]driver.Op, len(g.idx))
 		for j, i := range g.idx {
 			batch[j] = ops[i]
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -126,13 +127,13 @@ func TestAllowEachRefund(t *testing.T) {
 // the next window and fill runs (other requests arriving between an
 // AllowAll's take and its refund). It decides a batch in order.
 type slowGate struct {
-	inner sluice.Store
+	inner driver.Store
 	clock *sluicetest.Clock
 	to    time.Duration
 	fill  func()
 }
 
-func (g *slowGate) Do(ctx context.Context, batch []sluice.Op) error {
+func (g *slowGate) Do(ctx context.Context, batch []driver.Op) error {
 	for i := range batch {
 		if !strings.Contains(batch[i].Key, ":gate:") {
 			if err := g.inner.Do(ctx, batch[i:i+1]); err != nil {
@@ -142,7 +143,7 @@ func (g *slowGate) Do(ctx context.Context, batch []sluice.Op) error {
 		}
 		g.clock.Set(g.to)
 		g.fill()
-		batch[i].Result = sluice.Result{RetryAfter: time.Hour, ResetAfter: time.Hour}
+		batch[i].Result = driver.Result{RetryAfter: time.Hour, ResetAfter: time.Hour}
 	}
 	return nil
 }
@@ -196,12 +197,12 @@ func TestAllowAllRefundAfterWindowEdge(t *testing.T) {
 // batchCounter counts the batches and ops it is sent, and fails every
 // batch with err when set.
 type batchCounter struct {
-	inner        sluice.Store
+	inner        driver.Store
 	batches, ops int
 	err          error
 }
 
-func (c *batchCounter) Do(ctx context.Context, batch []sluice.Op) error {
+func (c *batchCounter) Do(ctx context.Context, batch []driver.Op) error {
 	c.batches++
 	c.ops += len(batch)
 	if c.err != nil {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/driver"
 )
 
 // Overrides per key: a limit (and optionally a window or rate) for one key
@@ -47,20 +49,17 @@ type KeyOverride struct {
 	Override
 }
 
-// ErrInvalidOverride is returned for an override that cannot be set: no
-// limit, an expiry that has passed, a window or rate the policy's
-// algorithm does not take. The wrapping error names the field.
-var ErrInvalidOverride = errors.New("sluice: invalid override")
-
 // WithOverrides makes every decision of the limiter read the key's
 // override (default off: a decision then reads only the key's state). The
-// store must implement OverrideStore. A limiter with overrides has no deny
+// store must implement driver.OverrideStore. A limiter with overrides has no deny
 // cache: an override set by another process must apply at once.
 func WithOverrides(on bool) Option {
 	return optionFunc(func(c *config) { c.ovOn = on })
 }
 
-func (l *Limiter) overrideKey(key string) string { return OverrideKey(l.cfg.prefix, l.cfg.name, key) }
+func (l *Limiter) overrideKey(key string) string {
+	return driver.OverrideKey(l.cfg.prefix, l.cfg.name, key)
+}
 
 func (l *Limiter) overridable() error {
 	if err := l.ready(); err != nil {
@@ -86,23 +85,23 @@ func overrideFor(field, prefix string, err error) error {
 
 // withOverride returns r with o's limit, and window or rate, and the
 // parameter a store keeps for it (0 when o keeps r's).
-func (r Rule) withOverride(o Override) (Rule, int64, error) {
+func withOverride(r Rule, o Override) (Rule, int64, error) {
 	if o.Limit <= 0 {
 		return Rule{}, 0, badOverride("Override.Limit", "limit must be positive, got %d", o.Limit)
 	}
 	var param int64
 	switch {
-	case o.Window != 0 && (r.Algorithm.Rated() || r.isCalendar()):
+	case o.Window != 0 && (r.Algorithm.Rated() || !r.Calendar.IsZero()):
 		return Rule{}, 0, badOverride("Override.Window", "window is not for %v", r)
 	case (o.Rate != 0 || o.Per != 0) && !r.Algorithm.Rated():
 		return Rule{}, 0, badOverride("Override.Rate", "rate is not for %v", r)
 	case o.Window != 0:
-		if err := checkWindow("window", o.Window); err != nil {
+		if err := driver.CheckWindow("window", o.Window); err != nil {
 			return Rule{}, 0, overrideFor("Override.Window", "", err)
 		}
 		param = o.Window.Microseconds()
 	case o.Rate != 0 || o.Per != 0:
-		iv, err := checkRate(o.Rate, o.Per)
+		iv, err := driver.CheckRate(o.Rate, o.Per)
 		if err != nil {
 			var pe *PolicyError
 			errors.As(err, &pe)
@@ -121,57 +120,12 @@ func (r Rule) withOverride(o Override) (Rule, int64, error) {
 	return out, param, nil
 }
 
-// Overridden returns r with limit and param (microseconds of window or
-// interval; 0 keeps r's), as a store applies an override it read, and an
-// error when the result is not a valid rule (a malformed override).
-func (r Rule) Overridden(limit, param int64) (Rule, error) {
-	out := r
-	out.Limit = limit
-	if param != 0 {
-		if r.isCalendar() {
-			return Rule{}, invalid("a calendar period's override sets its limit only")
-		}
-		if r.Algorithm.Rated() {
-			out.Interval = time.Duration(param) * time.Microsecond
-		} else {
-			out.Window = time.Duration(param) * time.Microsecond
-		}
-	}
-	if param < 0 || param > MaxWindow.Microseconds() {
-		return Rule{}, invalid("parameter %dus out of range", param)
-	}
-	if err := out.Validate(); err != nil {
-		return Rule{}, err
-	}
-	return out, nil
-}
-
-// InForce returns the rule that decided res, r being the rule the
-// decision was asked under (the limiter's policy or the plan it named):
-// r itself, or r with the limit and parameter of the override that
-// decided (Result.Limit and Result.OverrideParam, as the store applied
-// them). It is what headers and reports show as the key's limit and
-// window, computed by the same Overridden the stores apply.
-func (r Rule) InForce(res Result) Rule {
-	if res.Source != SourceOverride || res.Limit <= 0 {
-		return r
-	}
-	out, err := r.Overridden(res.Limit, res.OverrideParam)
-	if err != nil {
-		// A store never reports an override it could not apply; keep at
-		// least its limit.
-		r.Limit = res.Limit
-		return r
-	}
-	return out
-}
-
 // maxLimit is the largest limit a rule of r's algorithm may have.
-func (r Rule) maxLimit() int64 {
-	if r.Algorithm == AlgorithmSlidingLog {
-		return MaxSlidingLogLimit
+func maxLimit(r Rule) int64 {
+	if r.Algorithm == driver.AlgorithmSlidingLog {
+		return driver.MaxSlidingLogLimit
 	}
-	return MaxLimit
+	return driver.MaxLimit
 }
 
 func (l *Limiter) now() time.Time {
@@ -192,7 +146,7 @@ func (l *Limiter) SetOverride(ctx context.Context, key string, o Override) error
 	if key == "" {
 		return ErrInvalidKey
 	}
-	_, param, err := l.rule.withOverride(o)
+	_, param, err := withOverride(l.rule, o)
 	if err != nil {
 		return err
 	}
@@ -200,7 +154,7 @@ func (l *Limiter) SetOverride(ctx context.Context, key string, o Override) error
 	if o.Expires.IsZero() {
 		return badOverride("Override.Expires", "expires is required (an override lapses by itself)")
 	}
-	if err := checkTime("the limiter's clock", now); err != nil {
+	if err := driver.CheckTime("the limiter's clock", now); err != nil {
 		return err
 	}
 	o.Expires = o.Expires.Truncate(time.Microsecond)
@@ -212,19 +166,19 @@ func (l *Limiter) SetOverride(ctx context.Context, key string, o Override) error
 	if err != nil {
 		return badOverride("", "%v", err)
 	}
-	rec := OverrideRecord{Identity: key, Limit: o.Limit, Param: param, Expires: o.Expires, Info: string(info), Set: now}
-	if err := CheckRecord(rec); err != nil {
+	rec := driver.OverrideRecord{Identity: key, Limit: o.Limit, Param: param, Expires: o.Expires, Info: string(info), Set: now}
+	if err := driver.CheckRecord(rec); err != nil {
 		return err
 	}
 	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
-	if err := l.ovs.PutOverride(tctx, OverrideIndex(l.cfg.prefix, l.cfg.name), l.overrideKey(key), rec); err != nil {
+	if err := l.ovs.PutOverride(tctx, driver.OverrideIndex(l.cfg.prefix, l.cfg.name), l.overrideKey(key), rec); err != nil {
 		return fmt.Errorf("%w: set override of %s: %w", ErrStoreUnavailable, l.cfg.name, err)
 	}
 	return nil
 }
 
-func decodeOverride(rec OverrideRecord) (Override, error) {
+func decodeOverride(rec driver.OverrideRecord) (Override, error) {
 	var o Override
 	if err := json.Unmarshal([]byte(rec.Info), &o); err != nil {
 		return Override{}, fmt.Errorf("sluice: malformed override of %q: %w", rec.Identity, err)
@@ -260,7 +214,7 @@ func (l *Limiter) Overrides(ctx context.Context) ([]KeyOverride, error) {
 	}
 	tctx, cancel := context.WithTimeout(ctx, 4*l.cfg.timeout)
 	defer cancel()
-	recs, err := l.ovs.ListOverrides(tctx, OverrideIndex(l.cfg.prefix, l.cfg.name), l.overrideKey)
+	recs, err := l.ovs.ListOverrides(tctx, driver.OverrideIndex(l.cfg.prefix, l.cfg.name), l.overrideKey)
 	if err != nil {
 		return nil, fmt.Errorf("%w: list overrides of %s: %w", ErrStoreUnavailable, l.cfg.name, err)
 	}
@@ -292,7 +246,7 @@ func (l *Limiter) DeleteOverride(ctx context.Context, key string) error {
 	}
 	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
-	if err := l.ovs.DeleteOverride(tctx, OverrideIndex(l.cfg.prefix, l.cfg.name), l.overrideKey(key), key); err != nil {
+	if err := l.ovs.DeleteOverride(tctx, driver.OverrideIndex(l.cfg.prefix, l.cfg.name), l.overrideKey(key), key); err != nil {
 		return fmt.Errorf("%w: delete override of %s: %w", ErrStoreUnavailable, l.cfg.name, err)
 	}
 	return nil

@@ -52,7 +52,7 @@ func buildPlans(base Rule, nps []namedPolicy) (map[string]Rule, error) {
 		if err != nil {
 			return nil, within(fmt.Sprintf("plan %q", np.name), "", err)
 		}
-		if err := base.sameState(r); err != nil {
+		if err := sameState(base, r); err != nil {
 			return nil, within(fmt.Sprintf("plan %q", np.name), "", err)
 		}
 		out[np.name] = r
@@ -64,7 +64,7 @@ func buildPlans(base Rule, nps []namedPolicy) (map[string]Rule, error) {
 // so that both may count under one key: the same algorithm, counting of
 // refusals, and window or calendar period. Only the limit, and the
 // interval of TokenBucket and GCRA, may differ.
-func (r Rule) sameState(o Rule) error {
+func sameState(r, o Rule) error {
 	switch {
 	case o.Algorithm != r.Algorithm:
 		return invalid("a plan has the policy's algorithm (%v), not %v", r.Algorithm, o.Algorithm)

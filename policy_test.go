@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -67,13 +68,13 @@ func TestInvalidPolicies(t *testing.T) {
 }
 
 func TestParseAlgorithm(t *testing.T) {
-	for _, a := range []sluice.Algorithm{sluice.AlgorithmFixedWindow, sluice.AlgorithmSlidingLog, sluice.AlgorithmSlidingWindow, sluice.AlgorithmTokenBucket, sluice.AlgorithmGCRA} {
-		got, err := sluice.ParseAlgorithm(a.String())
+	for _, a := range []driver.Algorithm{driver.AlgorithmFixedWindow, driver.AlgorithmSlidingLog, driver.AlgorithmSlidingWindow, driver.AlgorithmTokenBucket, driver.AlgorithmGCRA} {
+		got, err := driver.ParseAlgorithm(a.String())
 		if err != nil || got != a {
 			t.Errorf("ParseAlgorithm(%q) = %v, %v", a, got, err)
 		}
 	}
-	if _, err := sluice.ParseAlgorithm("leaky"); !errors.Is(err, sluice.ErrInvalidPolicy) {
+	if _, err := driver.ParseAlgorithm("leaky"); !errors.Is(err, sluice.ErrInvalidPolicy) {
 		t.Errorf("ParseAlgorithm(leaky): %v", err)
 	}
 }
@@ -110,10 +111,10 @@ func TestBoundsThatProtectValkey(t *testing.T) {
 		p    sluice.Policy
 		want string
 	}{
-		{sluice.SlidingLog{Limit: sluice.MaxSlidingLogLimit + 1, Window: time.Second}, "MaxSlidingLogLimit"},
+		{sluice.SlidingLog{Limit: driver.MaxSlidingLogLimit + 1, Window: time.Second}, "MaxSlidingLogLimit"},
 		{sluice.SlidingLog{Limit: 1 << 20, Window: time.Second, CountRejected: true}, "MaxSlidingLogLimit"},
 		{sluice.TokenBucket{Capacity: 1 << 40, Rate: 1, Per: time.Second}, "MaxWindow"},
-		{sluice.TokenBucket{Capacity: 2, Rate: 1, Per: sluice.MaxWindow}, "MaxWindow"},
+		{sluice.TokenBucket{Capacity: 2, Rate: 1, Per: driver.MaxWindow}, "MaxWindow"},
 		{sluice.GCRA{Rate: 1, Per: time.Hour, Burst: 10_000}, "MaxWindow"},
 	} {
 		_, err := sluice.New(memstore.New(), c.p)
@@ -122,8 +123,8 @@ func TestBoundsThatProtectValkey(t *testing.T) {
 		}
 	}
 	for _, p := range []sluice.Policy{
-		sluice.SlidingLog{Limit: sluice.MaxSlidingLogLimit, Window: time.Second},
-		sluice.TokenBucket{Capacity: 1, Rate: 1, Per: sluice.MaxWindow},
+		sluice.SlidingLog{Limit: driver.MaxSlidingLogLimit, Window: time.Second},
+		sluice.TokenBucket{Capacity: 1, Rate: 1, Per: driver.MaxWindow},
 		sluice.GCRA{Rate: 1, Per: time.Hour, Burst: 9600},
 	} {
 		l, err := sluice.New(memstore.New(), p)
@@ -131,13 +132,13 @@ func TestBoundsThatProtectValkey(t *testing.T) {
 			t.Errorf("New(%#v): %v", p, err)
 			continue
 		}
-		if ttl := l.Rule().TTL(); ttl > sluice.MaxWindow+sluice.KeyTTLMargin {
+		if ttl := l.Rule().TTL(); ttl > driver.MaxWindow+driver.KeyTTLMargin {
 			t.Errorf("%v: TTL %v beyond MaxWindow", l.Rule(), ttl)
 		}
 	}
 	// A hand-built rule beyond a bound is refused by the stores too.
-	r := sluice.Rule{Algorithm: sluice.AlgorithmSlidingLog, Limit: 1 << 20, Window: time.Second}
-	ops := []sluice.Op{{Key: "k", Rule: r, Cost: 1 << 20}}
+	r := sluice.Rule{Algorithm: driver.AlgorithmSlidingLog, Limit: 1 << 20, Window: time.Second}
+	ops := []driver.Op{{Key: "k", Rule: r, Cost: 1 << 20}}
 	memstore.New().Do(context.Background(), ops)
 	if ops[0].Err == nil || !strings.Contains(ops[0].Err.Error(), "MaxSlidingLogLimit") {
 		t.Errorf("memstore ran a rule beyond MaxSlidingLogLimit: %v", ops[0].Err)

@@ -44,7 +44,7 @@ type Result struct {
 	// SourceOverride), the parameter it decided with, as Rule.Param gives
 	// it: the window, or the interval of TokenBucket and GCRA, in
 	// microseconds (the rule's own when the override set none; 0 for
-	// calendar periods). Otherwise 0. Rule.InForce gives the whole rule
+	// calendar periods). Otherwise 0. httplimit.InForce gives the whole rule
 	// that decided, for headers and reports.
 	OverrideParam int64
 

@@ -1,7 +1,6 @@
 package sluice_test
 
 import (
-	"errors"
 	"os"
 	"regexp"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 func mustRule(t *testing.T, p sluice.Policy) sluice.Rule {
@@ -66,9 +66,9 @@ func TestRuleStateAndName(t *testing.T) {
 		if err := r.Validate(); err != nil {
 			t.Errorf("%v: %v", r, err)
 		}
-		k1 := sluice.Key("p", "n", r, "id")
+		k1 := driver.Key("p", "n", r, "id")
 		for _, o := range states {
-			if o.Algorithm != r.Algorithm && sluice.Key("p", "n", o, "id") == k1 {
+			if o.Algorithm != r.Algorithm && driver.Key("p", "n", o, "id") == k1 {
 				t.Errorf("%v and %v share the key %q", r, o, k1)
 			}
 		}
@@ -108,76 +108,5 @@ func TestDocStates(t *testing.T) {
 	}
 	if !slices.Equal(listed, states) {
 		t.Errorf("docs/guarantees.md lists the states %q, Rule.State gives %q", listed, states)
-	}
-}
-
-// TestAlgorithmPolicy: the builder refuses numbers its algorithm does not
-// use, rather than ignoring them.
-func TestAlgorithmPolicy(t *testing.T) {
-	ok := []struct {
-		a sluice.Algorithm
-		p sluice.Params
-	}{
-		{sluice.AlgorithmFixedWindow, sluice.Params{Limit: 3, Window: time.Second}},
-		{sluice.AlgorithmSlidingLog, sluice.Params{Limit: 3, Window: time.Second, CountRejected: true}},
-		{sluice.AlgorithmSlidingWindow, sluice.Params{Limit: 3, Window: time.Second}},
-		{sluice.AlgorithmTokenBucket, sluice.Params{Limit: 3, Rate: 1, Per: time.Second}},
-		{sluice.AlgorithmGCRA, sluice.Params{Limit: 3, Rate: 1, Per: time.Second}},
-	}
-	for _, c := range ok {
-		pol, err := c.a.Policy(c.p)
-		if err != nil {
-			t.Fatalf("%v %+v: %v", c.a, c.p, err)
-		}
-		if r := mustRule(t, pol); r.Algorithm != c.a || r.Limit != 3 {
-			t.Errorf("%v %+v: rule %v", c.a, c.p, r)
-		}
-	}
-	for _, c := range []struct {
-		a sluice.Algorithm
-		p sluice.Params
-	}{
-		{sluice.AlgorithmFixedWindow, sluice.Params{Limit: 3, Window: time.Second, Rate: 1}},
-		{sluice.AlgorithmSlidingWindow, sluice.Params{Limit: 3, Window: time.Second, CountRejected: true}},
-		{sluice.AlgorithmTokenBucket, sluice.Params{Limit: 3, Rate: 1, Per: time.Second, Window: time.Second}},
-		{sluice.AlgorithmGCRA, sluice.Params{Limit: 3}},
-		{sluice.Algorithm(99), sluice.Params{Limit: 3, Window: time.Second}},
-	} {
-		if _, err := c.a.Policy(c.p); !errors.Is(err, sluice.ErrInvalidPolicy) {
-			t.Errorf("%v %+v: %v, want ErrInvalidPolicy", c.a, c.p, err)
-		}
-	}
-}
-
-// TestRuleTakesWhatPolicyTakes: a rule built by hand takes CountRejected
-// and a Calendar for the same algorithms as Algorithm.Policy, with the
-// same Field and reason.
-func TestRuleTakesWhatPolicyTakes(t *testing.T) {
-	day := sluice.Calendar{Unit: sluice.Day, Zone: time.UTC}
-	for a := sluice.AlgorithmFixedWindow; a <= sluice.AlgorithmGCRA; a++ {
-		p := sluice.Params{Limit: 3, Window: time.Second}
-		r := sluice.Rule{Algorithm: a, Limit: 3, Window: time.Second, Interval: time.Second}
-		if a.Rated() {
-			p = sluice.Params{Limit: 3, Rate: 1, Per: time.Second}
-			r.Window = 0
-		}
-		for _, tc := range []struct {
-			p sluice.Params
-			r sluice.Rule
-		}{
-			{func() sluice.Params { q := p; q.CountRejected = true; return q }(), func() sluice.Rule { s := r; s.CountRejected = true; return s }()},
-			{func() sluice.Params { q := p; q.Window, q.Calendar = 0, day; return q }(), func() sluice.Rule { s := r; s.Window, s.Calendar = 0, day; return s }()},
-		} {
-			_, perr := a.Policy(tc.p)
-			rerr := tc.r.Validate()
-			if (perr == nil) != (rerr == nil) {
-				t.Errorf("%v: Policy(%+v): %v, but Rule %v: %v", a, tc.p, perr, tc.r, rerr)
-				continue
-			}
-			var pe, re *sluice.PolicyError
-			if perr != nil && (!errors.As(perr, &pe) || !errors.As(rerr, &re) || pe.Field != re.Field || pe.Reason != re.Reason) {
-				t.Errorf("%v: Policy %v and Rule %v refuse differently", a, perr, rerr)
-			}
-		}
 	}
 }

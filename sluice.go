@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/driver"
 )
 
 // FailMode says what a limiter decides when its store cannot.
@@ -60,6 +62,8 @@ type config struct {
 	deny     int8 // WithDenyCache: 0 by default, 1 on, -1 off
 	plans    []namedPolicy
 	ovOn     bool
+	rsvOn    bool           // WithReservations
+	rsv      ReserveOptions // see reserve.go
 }
 
 // WithName names the limiter. The name is part of every key, so limiters
@@ -112,7 +116,7 @@ func WithShadow(on bool) Option {
 // (the same Result, every field); other requests go to the store. A client
 // hammering a refused key costs the store nothing.
 //
-// By default it is on when the store is a DeleteNotifier (valkeystore,
+// By default it is on when the store is a driver.DeleteNotifier (valkeystore,
 // memstore), and off otherwise. On a DeleteNotifier a Reset made by any
 // process reaches the cache: it answers only while the store's notices
 // reach it, and drops the key when the notice arrives (on valkeystore,
@@ -161,21 +165,23 @@ func WithObserver(o Observer) Option {
 // Peek to look without taking, Wait to block until allowed, and Reset to
 // forget a key (unlock a user).
 type Limiter struct {
-	store Store
+	store driver.Store
 	rule  Rule
 	cfg   config
 
-	lastLog atomic.Int64   // unix nanoseconds of the last store-error log
-	deny    *denyCache     // nil when off
-	notify  DeleteNotifier // the store, when it is one
+	lastLog atomic.Int64          // unix nanoseconds of the last store-error log
+	deny    *denyCache            // nil when off
+	notify  driver.DeleteNotifier // the store, when it is one
 	plans   map[string]Rule
-	ovs     OverrideStore // nil unless WithOverrides
+	ovs     driver.OverrideStore // nil unless WithOverrides
+	cobs    ContextObserver      // the observer, when it is one
+	rsv     *reservations        // nil unless WithReservations; see reserve.go
 }
 
 // New returns a Limiter enforcing policy on store. It fails with an error
 // wrapping ErrInvalidPolicy when the policy or an option cannot be enforced,
 // before any traffic.
-func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
+func New(store driver.Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if err := checkStore(store); err != nil {
 		return nil, err
 	}
@@ -191,7 +197,7 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		o.apply(&cfg)
 	}
 	if !cfg.nameSet {
-		cfg.name = rule.defaultName()
+		cfg.name = defaultName(rule)
 	}
 	if err := checkName(cfg.name); err != nil {
 		return nil, err
@@ -216,13 +222,17 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	if cfg.ovOn {
-		ovs, ok := store.(OverrideStore)
+		ovs, ok := store.(driver.OverrideStore)
 		if !ok {
-			return nil, invalidField("WithOverrides", "WithOverrides: store %T keeps no overrides (it does not implement OverrideStore)", store)
+			return nil, invalidField("WithOverrides", "WithOverrides: store %T keeps no overrides (it does not implement driver.OverrideStore)", store)
 		}
 		l.ovs = ovs
 	}
-	l.notify, _ = store.(DeleteNotifier)
+	if err := l.setReservations(); err != nil {
+		return nil, err
+	}
+	l.notify, _ = store.(driver.DeleteNotifier)
+	l.cobs, _ = cfg.observer.(ContextObserver)
 	if err := l.setDenyCache(); err != nil {
 		return nil, err
 	}
@@ -231,7 +241,7 @@ func New(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 
 // checkStore refuses a store New cannot decide with: nil, a typed nil, or
 // one AllowAll cannot group checks by.
-func checkStore(store Store) error {
+func checkStore(store driver.Store) error {
 	if store == nil {
 		return invalidField("store", "nil store")
 	}
@@ -262,7 +272,7 @@ func (l *Limiter) setDenyCache() error {
 			return invalidField("WithDenyCache", "WithDenyCache(true): a limiter with overrides never uses the deny cache (an override set by another process must apply at once)")
 		}
 	}
-	if cfg.deny == 1 || cfg.deny == 0 && l.notify != nil && !rule.CountRejected && len(l.plans) == 0 && l.ovs == nil && rule.Algorithm != AlgorithmInFlight {
+	if cfg.deny == 1 || cfg.deny == 0 && l.notify != nil && !rule.CountRejected && len(l.plans) == 0 && l.ovs == nil && rule.Algorithm != driver.AlgorithmInFlight {
 		l.deny = newDenyCache(rule, l.notify != nil)
 		if l.notify != nil {
 			// The store holds the cache, never the Limiter: once the
@@ -319,13 +329,13 @@ func (l *Limiter) Shadow() bool {
 	return l.ready() == nil && l.cfg.shadow
 }
 
-// Key returns the store key that holds the state of key ("" for a Limiter
-// New did not make).
-func (l *Limiter) Key(key string) string {
+// storeKey returns the store key that holds the state of key ("" for a
+// Limiter New did not make).
+func (l *Limiter) storeKey(key string) string {
 	if l.ready() != nil {
 		return ""
 	}
-	return Key(l.cfg.prefix, l.cfg.name, l.rule, key)
+	return driver.Key(l.cfg.prefix, l.cfg.name, l.rule, key)
 }
 
 // Allow reports whether one event may happen now for key, and takes it if
@@ -364,35 +374,36 @@ func (l *Limiter) allow(ctx context.Context, key string, r Rule, n int64) (Resul
 		return Result{}, err
 	}
 	var buf [192]byte
-	k := AppendKey(buf[:0], l.cfg.prefix, l.cfg.name, l.rule, key)
+	k := driver.AppendKey(buf[:0], l.cfg.prefix, l.cfg.name, l.rule, key)
 	var seq uint64
 	if l.deny != nil {
 		if res, ok := l.deny.get(k, n, l.mono()); ok {
-			return l.local(res), nil
+			return l.local(ctx, k, r, n, res), nil
 		}
 		seq = l.deny.seq.Load() // before the request is sent
 	}
 	// The Op comes from a pool: passed to the Store (an interface), a
 	// local one would be allocated on the heap for every decision.
-	op := opPool.Get().(*[1]Op)
+	op := opPool.Get().(*[1]driver.Op)
 	defer putOp(op)
 	batch := op[:]
-	batch[0] = Op{Key: string(k), Rule: r, Cost: n}
+	batch[0] = driver.Op{Key: string(k), Rule: r, Cost: n}
 	if l.ovs != nil {
 		batch[0].Override = l.overrideKey(key)
 	}
-	if err := l.do(ctx, batch, seq); err != nil {
+	var out [1]Result
+	if err := l.do(ctx, batch, out[:], seq); err != nil {
 		return Result{}, err
 	}
-	return batch[0].Result, nil
+	return out[0], nil
 }
 
 // opPool holds the Ops of lone decisions between decisions. A Store keeps
 // no Op after its Do returns (see Store).
-var opPool = sync.Pool{New: func() any { return new([1]Op) }}
+var opPool = sync.Pool{New: func() any { return new([1]driver.Op) }}
 
-func putOp(op *[1]Op) {
-	*op = [1]Op{} // drop the key, rule and error it points to
+func putOp(op *[1]driver.Op) {
+	*op = [1]driver.Op{} // drop the key, rule and error it points to
 	opPool.Put(op)
 }
 
@@ -418,11 +429,14 @@ func (l *Limiter) monoAt(t time.Time) int64 {
 }
 
 // local completes a refusal from the deny cache as finish would.
-func (l *Limiter) local(res Result) Result {
+func (l *Limiter) local(ctx context.Context, k []byte, r Rule, n int64, res Result) Result {
 	if l.cfg.shadow {
 		res.Allowed, res.Shadowed, res.RetryAfter = true, true, 0
 	}
-	if l.cfg.observer != nil {
+	if l.cobs != nil {
+		op := driver.Op{Key: string(k), Rule: r, Cost: n}
+		l.observe(ctx, &op, res, AnswerDenyCache, time.Now(), 0)
+	} else if l.cfg.observer != nil {
 		l.cfg.observer.ObserveDecision(l.cfg.name, res, nil, 0)
 	}
 	return res
@@ -438,13 +452,13 @@ func (l *Limiter) check(key string, r Rule, n int64) error {
 	if n < 0 {
 		return badCost("cost %d is negative", n)
 	}
-	if r.Algorithm == AlgorithmInFlight && n != 0 {
+	if r.Algorithm == driver.AlgorithmInFlight && n != 0 {
 		return l.wrongKind("a rate decision")
 	}
 	if l.ovs != nil {
 		// An override may raise the limit: only what no limit allows is
 		// refused here.
-		if max := r.maxLimit(); n > max {
+		if max := maxLimit(r); n > max {
 			return badCost("cost %d exceeds the largest limit %v may have (%d)", n, r.Algorithm, max)
 		}
 		return nil
@@ -455,11 +469,11 @@ func (l *Limiter) check(key string, r Rule, n int64) error {
 	return nil
 }
 
-// do runs ops, all of this limiter, and completes their Results: Limit,
-// fail mode and shadow mode. It returns an error only when ctx ended or
+// do runs ops, all of this limiter, and completes their Results into out
+// (one per op): Limit, Source, fail mode and shadow mode. It returns an error only when ctx ended or
 // the limiter's clock is out of a store's range (see finish). seq is the
 // deny cache's, read before the ops were built (see denyCache.put).
-func (l *Limiter) do(ctx context.Context, ops []Op, seq uint64) error {
+func (l *Limiter) do(ctx context.Context, ops []driver.Op, out []Result, seq uint64) error {
 	if l.cfg.clock != nil {
 		now := l.cfg.clock()
 		for i := range ops {
@@ -472,17 +486,18 @@ func (l *Limiter) do(ctx context.Context, ops []Op, seq uint64) error {
 		ops[i].Deadline = deadline
 	}
 	err := l.store.Do(ctx, ops)
-	return l.finish(ctx, ops, err, start, l.monoAt(start), seq)
+	return l.finish(ctx, ops, out, err, start, l.monoAt(start), seq)
 }
 
-// finish completes the Results of ops after the store ran them: start is
+// finish completes the Results of ops into out (one per op) after the
+// store ran them: start is
 // when they were sent (for latency), sent the same on the limiter's clock,
 // seq the deny cache's before they were sent. It returns an error when ctx
 // ended, or when the limiter's clock is one no store can decide at
 // (ErrInvalidTime).
-func (l *Limiter) finish(ctx context.Context, ops []Op, err error, start time.Time, sent int64, seq uint64) error {
+func (l *Limiter) finish(ctx context.Context, ops []driver.Op, out []Result, err error, start time.Time, sent int64, seq uint64) error {
 	for i := range ops {
-		op := &ops[i]
+		op, res := &ops[i], &out[i]
 		if op.Err == nil && err != nil {
 			op.Err = err
 		}
@@ -495,34 +510,29 @@ func (l *Limiter) finish(ctx context.Context, ops []Op, err error, start time.Ti
 				// store's failure, so not the fail mode's to decide.
 				return fmt.Errorf("%w (the clock of limiter %s)", op.Err, l.cfg.name)
 			}
-			l.degrade(op)
+			*res = l.degrade(op)
 			if l.cfg.observer != nil {
-				l.cfg.observer.ObserveDecision(l.cfg.name, op.Result, op.Err, time.Since(start))
+				l.observe(ctx, op, *res, AnswerFailMode, start, time.Since(start))
 			}
 			continue
 		}
-		if op.Result.Source != SourceOverride {
-			op.Result.Limit = op.Rule.Limit
-			if op.Rule != l.rule {
-				op.Result.Source = SourcePlan
-			}
-		}
-		if op.Result.Allowed && op.Cost > 0 && l.deny != nil {
+		*res = complete(op, l.rule)
+		if res.Allowed && op.Cost > 0 && l.deny != nil {
 			// A take changes what a cached refusal of a larger cost implies.
 			l.deny.forgetStale(op.Key)
 		}
-		if !op.Result.Allowed {
+		if !res.Allowed {
 			if l.deny != nil && op.Cost >= 0 {
-				l.deny.put(op.Key, op.Cost, op.Result, sent, seq)
+				l.deny.put(op.Key, op.Cost, *res, sent, seq)
 			}
 			if l.cfg.shadow {
-				op.Result.Allowed = true
-				op.Result.Shadowed = true
-				op.Result.RetryAfter = 0
+				res.Allowed = true
+				res.Shadowed = true
+				res.RetryAfter = 0
 			}
 		}
 		if l.cfg.observer != nil {
-			l.cfg.observer.ObserveDecision(l.cfg.name, op.Result, op.Err, time.Since(start))
+			l.observe(ctx, op, *res, AnswerStore, start, time.Since(start))
 		}
 	}
 	return nil
@@ -542,8 +552,24 @@ func (l *Limiter) logStoreError(err error) {
 		"limiter", l.cfg.name, "fail_mode", l.cfg.failMode.String(), "err", err)
 }
 
+// complete is the Result of op, decided by the store, before the shadow
+// mode: the store's Result with the limit that decided and its source
+// (policy is the limiter's own rule; another rule is a plan's).
+func complete(op *driver.Op, policy Rule) Result {
+	s := &op.Result
+	res := Result{Allowed: s.Allowed, Limit: op.Rule.Limit, Remaining: s.Remaining, RetryAfter: s.RetryAfter,
+		ResetAfter: s.ResetAfter, OverrideInvalid: s.OverrideInvalid}
+	switch {
+	case s.Override:
+		res.Source, res.Limit, res.OverrideParam = SourceOverride, s.OverrideLimit, s.OverrideParam
+	case op.Rule != policy:
+		res.Source = SourcePlan
+	}
+	return res
+}
+
 // degrade decides op by the fail mode.
-func (l *Limiter) degrade(op *Op) {
+func (l *Limiter) degrade(op *driver.Op) Result {
 	l.logStoreError(op.Err)
 	res := Result{Limit: op.Rule.Limit, Degraded: true}
 	if l.cfg.failMode == FailOpen || l.cfg.shadow {
@@ -552,12 +578,12 @@ func (l *Limiter) degrade(op *Op) {
 	} else {
 		res.RetryAfter = time.Second
 	}
-	op.Result = res
+	return res
 }
 
 // Reset forgets all state of key, as if it had never been seen: the next
 // request starts with the full limit ("unlock this user"). On a
-// DeleteNotifier store it is ResetNotify: the deny caches of every process
+// driver.DeleteNotifier store it is ResetNotify: the deny caches of every process
 // hear of it. On any other store, only this limiter's cache does: another
 // process's limiter that was asked for a deny cache (WithDenyCache(true))
 // keeps refusing the key until its cached refusal's RetryAfter ends.
@@ -567,7 +593,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 }
 
 // ResetNotify is Reset, and reports how many subscriptions to the store's
-// delete notices the reset reached (see DeleteNotifier.DeleteNotify: on
+// delete notices the reset reached (see driver.DeleteNotifier.DeleteNotify: on
 // valkeystore, the processes watching the limiter's prefix, this one
 // included when it has a deny cache), or -1 when the store sends none.
 func (l *Limiter) ResetNotify(ctx context.Context, key string) (int, error) {
@@ -577,7 +603,7 @@ func (l *Limiter) ResetNotify(ctx context.Context, key string) (int, error) {
 	if key == "" {
 		return 0, ErrInvalidKey
 	}
-	k := l.Key(key)
+	k := l.storeKey(key)
 	if l.deny != nil {
 		l.deny.Deleted(k)
 	}

@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 )
 
 // brokenStore fails every decision, or blocks until the context ends.
 type brokenStore struct{ block bool }
 
-func (s brokenStore) Do(ctx context.Context, batch []sluice.Op) error {
+func (s brokenStore) Do(ctx context.Context, batch []driver.Op) error {
 	if s.block {
 		// A store that never hears back still returns by the Ops' deadline,
 		// as the Store contract requires.
@@ -134,7 +135,7 @@ func TestTypedNilStoreAndZeroLimiter(t *testing.T) {
 	var ms *memstore.Store // as a failed valkeystore.New returns a nil *Store
 	var fs storeFunc
 	p := sluice.GCRA{Rate: 1, Per: time.Second, Burst: 1}
-	for _, s := range []sluice.Store{ms, fs} {
+	for _, s := range []driver.Store{ms, fs} {
 		if _, err := sluice.New(s, p); !errors.Is(err, sluice.ErrInvalidPolicy) || !strings.Contains(err.Error(), "nil") {
 			t.Errorf("New(%T(nil)): %v, want ErrInvalidPolicy naming the nil store", s, err)
 		}
@@ -159,12 +160,12 @@ func TestTypedNilStoreAndZeroLimiter(t *testing.T) {
 		if _, err := sluice.AllowEach(ctx, []sluice.Check{{Limiter: l, Key: "k", Cost: 1}}); err == nil {
 			t.Errorf("%s Limiter: AllowEach: no error", name)
 		}
-		_, _, _, _ = l.Name(), l.Rule(), l.FailMode(), l.Key("k")
+		_, _, _ = l.Name(), l.Rule(), l.FailMode()
 	}
 }
 
 // storeFunc is a Store of a func type, whose nil is typed too.
-type storeFunc func(ctx context.Context, batch []sluice.Op) error
+type storeFunc func(ctx context.Context, batch []driver.Op) error
 
-func (f storeFunc) Do(ctx context.Context, batch []sluice.Op) error { return f(ctx, batch) }
+func (f storeFunc) Do(ctx context.Context, batch []driver.Op) error { return f(ctx, batch) }
 func (f storeFunc) Delete(context.Context, ...string) error         { return nil }

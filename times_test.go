@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -21,7 +22,7 @@ func TestClockOutOfRange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, at := range []time.Time{time.Unix(0, 0), time.Unix(0, 999), time.Unix(-1, 0), sluice.MaxTime.Add(time.Nanosecond)} {
+	for _, at := range []time.Time{time.Unix(0, 0), time.Unix(0, 999), time.Unix(-1, 0), driver.MaxTime.Add(time.Nanosecond)} {
 		bad, err := sluice.New(st, p, sluice.WithName("bad"), sluice.WithClock(func() time.Time { return at }))
 		if err != nil {
 			t.Fatal(err)
@@ -40,7 +41,7 @@ func TestClockOutOfRange(t *testing.T) {
 			t.Fatalf("clock at %v: the good limiter's count after the refusals: %+v %v, want nothing taken", at, res, err)
 		}
 	}
-	for _, at := range []time.Time{sluice.MinTime, sluice.MaxTime} {
+	for _, at := range []time.Time{driver.MinTime, driver.MaxTime} {
 		l, err := sluice.New(st, p, sluice.WithName("edge"), sluice.WithClock(func() time.Time { return at }))
 		if err != nil {
 			t.Fatal(err)

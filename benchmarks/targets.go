@@ -17,6 +17,7 @@ import (
 	"github.com/valkey-io/valkey-go/valkeylimiter"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/valkeystore"
 )
@@ -161,7 +162,7 @@ func Targets(list string) ([]Target, error) {
 
 // sluicePolicy is Profile p for a Sluice algorithm.
 func sluicePolicy(algorithm string, p Profile) (sluice.Policy, error) {
-	alg, err := sluice.ParseAlgorithm(algorithm)
+	alg, err := driver.ParseAlgorithm(algorithm)
 	if err != nil {
 		return nil, err
 	}
@@ -169,14 +170,14 @@ func sluicePolicy(algorithm string, p Profile) (sluice.Policy, error) {
 	b, r, per := gcraLimit(p)
 	burst, rate := int64(b), float64(r)
 	if alg.Rated() {
-		return alg.Policy(sluice.Params{Limit: burst, Rate: rate, Per: per})
+		return PolicyOf(alg, driver.Params{Limit: burst, Rate: rate, Per: per})
 	}
-	if alg == sluice.AlgorithmSlidingLog {
+	if alg == driver.AlgorithmSlidingLog {
 		// One entry per unit: the log holds at most MaxSlidingLogLimit, and
 		// every hot run starts on a fresh key.
-		limit = min(limit, sluice.MaxSlidingLogLimit)
+		limit = min(limit, driver.MaxSlidingLogLimit)
 	}
-	return alg.Policy(sluice.Params{Limit: limit, Window: window})
+	return PolicyOf(alg, driver.Params{Limit: limit, Window: window})
 }
 
 // SluiceRule is the Rule Sluice's target enforces for algorithm under
@@ -237,7 +238,7 @@ func openSluiceGoRedis(c Config, algorithm string) (Decider, error) {
 	return newSluiceDecider(c, "sluice-goredis", algorithm, policy, store, func() { client.Close() })
 }
 
-func newSluiceDecider(c Config, prefix, algorithm string, policy sluice.Policy, store sluice.Store, closeClient func()) (Decider, error) {
+func newSluiceDecider(c Config, prefix, algorithm string, policy sluice.Policy, store driver.Store, closeClient func()) (Decider, error) {
 	timeout := c.SluiceTimeout
 	if timeout <= 0 {
 		timeout = sluice.DefaultTimeout

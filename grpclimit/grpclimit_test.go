@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/grpclimit"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
@@ -56,7 +57,7 @@ func limiter(t *testing.T, clock *sluicetest.Clock, name string, limit int64, op
 	return limiterOn(t, memstore.New(), clock, name, limit, opts...)
 }
 
-func limiterOn(t *testing.T, store sluice.Store, clock *sluicetest.Clock, name string, limit int64, opts ...sluice.Option) *sluice.Limiter {
+func limiterOn(t *testing.T, store driver.Store, clock *sluicetest.Clock, name string, limit int64, opts ...sluice.Option) *sluice.Limiter {
 	t.Helper()
 	opts = append([]sluice.Option{sluice.WithName(name), sluice.WithClock(clock.Now)}, opts...)
 	l, err := sluice.New(store, sluice.FixedWindow{Limit: limit, Window: time.Minute}, opts...)
@@ -185,7 +186,7 @@ func TestMetadataAndMethod(t *testing.T) {
 
 type downStore struct{}
 
-func (*downStore) Do(_ context.Context, batch []sluice.Op) error {
+func (*downStore) Do(_ context.Context, batch []driver.Op) error {
 	for i := range batch {
 		batch[i].Err = errors.New("down")
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/httplimit/sfvtest"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/sluicehq/sluice/valkeytest"
@@ -126,11 +127,11 @@ func TestEndToEnd(t *testing.T) {
 	}
 	// The per-ip log is there; the token bucket's key may already be gone,
 	// since the bucket refills in milliseconds. Every key expires.
-	if _, ok := ttls[perIP.Key("ip:127.0.0.1")]; !ok {
+	if _, ok := ttls[driver.Key(prefix, perIP.Name(), perIP.Rule(), "ip:127.0.0.1")]; !ok {
 		t.Errorf("keys %v: no per-ip key for 127.0.0.1", ttls)
 	}
 	for k, ttl := range ttls {
-		if k != perIP.Key("ip:127.0.0.1") && k != global.Key("const:all") {
+		if k != driver.Key(prefix, perIP.Name(), perIP.Rule(), "ip:127.0.0.1") && k != driver.Key(prefix, global.Name(), global.Rule(), "const:all") {
 			t.Errorf("unexpected key %s", k)
 		}
 		if ttl <= 0 || ttl > 2*time.Minute {
@@ -188,7 +189,7 @@ func TestEndToEndSpoofedForwardedFor(t *testing.T) {
 			t.Fatalf("forwarded request %d: %d", i, resp.StatusCode)
 		}
 	}
-	if ks := keys(t, client, l.Key("ip:203.0.113.50")+"*"); len(ks) != 1 {
+	if ks := keys(t, client, driver.Key(prefix, l.Name(), l.Rule(), "ip:203.0.113.50")+"*"); len(ks) != 1 {
 		t.Fatalf("keys %v, want one for 203.0.113.50", ks)
 	}
 	if resp := get(t, trusted.URL, "X-Forwarded-For: 203.0.113.51"); resp.StatusCode != 200 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // The rate-limit header names, as the conventions and the draft spell them.
@@ -74,22 +75,34 @@ func WriteHeaders(h http.Header, st *Status, o HeaderOptions) {
 // write through it.
 func writeFields(st *Status, o HeaderOptions, set func(name, value string)) {
 	if !o.OmitXRateLimit {
-		if b := st.binding(); b != nil {
-			set(HeaderXLimit, strconv.FormatInt(b.Rule.Limit, 10))
-			set(HeaderXRemaining, strconv.FormatInt(max(b.Result.Remaining, 0), 10))
-			set(HeaderXReset, strconv.FormatInt(b.xReset(o), 10))
-		}
+		st.writeXRateLimit(o, set)
 	}
 	if !o.OmitRateLimit {
-		if v := st.policyField(); v != "" {
-			set(HeaderPolicy, v)
-		}
-		if v := st.rateLimitField(); v != "" {
-			set(HeaderRateLimit, v)
-		}
+		st.writeRateLimit(set)
 	}
 	if !st.Allowed && !o.OmitRetryAfter {
 		set(HeaderRetryAfter, strconv.FormatInt(st.retryAfterSeconds(), 10))
+	}
+}
+
+// writeXRateLimit passes the X-RateLimit-* headers of st's binding limit,
+// when there is one, to set.
+func (st *Status) writeXRateLimit(o HeaderOptions, set func(name, value string)) {
+	if b := st.binding(); b != nil {
+		set(HeaderXLimit, strconv.FormatInt(b.Rule.Limit, 10))
+		set(HeaderXRemaining, strconv.FormatInt(max(b.Result.Remaining, 0), 10))
+		set(HeaderXReset, strconv.FormatInt(b.xReset(o), 10))
+	}
+}
+
+// writeRateLimit passes the RateLimit-Policy and RateLimit headers of st,
+// those that are not empty, to set.
+func (st *Status) writeRateLimit(set func(name, value string)) {
+	if v := st.policyField(); v != "" {
+		set(HeaderPolicy, v)
+	}
+	if v := st.rateLimitField(); v != "" {
+		set(HeaderRateLimit, v)
 	}
 }
 
@@ -105,7 +118,7 @@ func HeaderFields(st *Status, o HeaderOptions) map[string]string {
 // shown reports whether l's policy is shown in headers: not for hidden
 // limits, shadow mode, or in-flight limits (not a quota per window).
 func (l *LimitStatus) shown() bool {
-	return !l.Hidden && !l.Shadow && l.Rule.Algorithm != sluice.AlgorithmInFlight
+	return !l.Hidden && !l.Shadow && l.Rule.Algorithm != driver.AlgorithmInFlight
 }
 
 // advertised reports whether l's result is shown in headers: its policy
@@ -180,7 +193,7 @@ func ceilUnix(t time.Time) int64 {
 // nextUnit returns the RateLimit t of l: the seconds until more units are
 // available, rounded up, when known.
 func (l *LimitStatus) nextUnit() (int64, bool) {
-	d, ok := l.Rule.NextUnit(l.Result, l.Cost)
+	d, ok := NextUnit(l.Rule, l.Result, l.Cost)
 	if !ok {
 		return 0, false
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/httplimit/sfvtest"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -269,7 +270,7 @@ func TestProblemDetailSingular(t *testing.T) {
 		{300 * time.Millisecond, "Too many requests: retry after 1 second."},
 		{2 * time.Second, "Too many requests: retry after 2 seconds."},
 	} {
-		st := &Status{Limits: []LimitStatus{{Name: "api", Rule: sluice.Rule{Algorithm: sluice.AlgorithmFixedWindow, Limit: 1, Window: time.Minute},
+		st := &Status{Limits: []LimitStatus{{Name: "api", Rule: sluice.Rule{Algorithm: driver.AlgorithmFixedWindow, Limit: 1, Window: time.Minute},
 			Cost: 1, Result: sluice.Result{Limit: 1, RetryAfter: tc.wait, ResetAfter: tc.wait}}}}
 		w := httptest.NewRecorder()
 		WriteProblem(w, st)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/httplimit/sfvtest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
@@ -26,7 +27,7 @@ type clock = sluicetest.Clock
 
 func newClock() *clock { return sluicetest.NewClockAt(time.Unix(1_700_000_000, 0)) }
 
-func newLimiter(t testing.TB, store sluice.Store, p sluice.Policy, name string, c *clock, opts ...sluice.Option) *sluice.Limiter {
+func newLimiter(t testing.TB, store driver.Store, p sluice.Policy, name string, c *clock, opts ...sluice.Option) *sluice.Limiter {
 	t.Helper()
 	opts = append([]sluice.Option{sluice.WithName(name), sluice.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
 	if c != nil {
@@ -342,7 +343,7 @@ func TestHeaderSwitches(t *testing.T) {
 // failing is a store that is always unavailable.
 type failing struct{}
 
-func (failing) Do(ctx context.Context, batch []sluice.Op) error {
+func (failing) Do(ctx context.Context, batch []driver.Op) error {
 	for i := range batch {
 		batch[i].Err = errors.New("connection refused")
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -21,7 +22,7 @@ func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
 // clock is sluicetest's fake clock.
 type clock = sluicetest.Clock
 
-func newGuard(t testing.TB, store sluice.Store, cfg Config) (*Guard, *clock) {
+func newGuard(t testing.TB, store driver.Store, cfg Config) (*Guard, *clock) {
 	t.Helper()
 	c := sluicetest.NewClockAt(time.Unix(1_700_000_000, 0))
 	cfg.Store = store
@@ -176,7 +177,7 @@ func TestNormalize(t *testing.T) {
 // failing is a store that is always unavailable.
 type failing struct{}
 
-func (failing) Do(ctx context.Context, batch []sluice.Op) error {
+func (failing) Do(ctx context.Context, batch []driver.Op) error {
 	for i := range batch {
 		batch[i].Err = errors.New("connection refused")
 	}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // CalendarBounds returns, for a rule with calendar periods, the first
@@ -27,16 +28,16 @@ func CalendarBounds(r *sluice.Rule, now time.Time) [4]int64 {
 // the least and largest parameter in microseconds (0 and 0 when only the
 // limit may change), and the largest limit × parameter (0 for no bound).
 func OverrideBounds(r *sluice.Rule) [4]int64 {
-	b := [4]int64{sluice.MaxLimit, 0, 0, 0}
-	if r.Algorithm == sluice.AlgorithmSlidingLog {
-		b[0] = sluice.MaxSlidingLogLimit
+	b := [4]int64{driver.MaxLimit, 0, 0, 0}
+	if r.Algorithm == driver.AlgorithmSlidingLog {
+		b[0] = driver.MaxSlidingLogLimit
 	}
 	switch {
 	case !r.Calendar.IsZero():
 	case r.Algorithm.Rated():
-		b[1], b[2], b[3] = 1, sluice.MaxWindow.Microseconds(), sluice.MaxWindow.Microseconds()
+		b[1], b[2], b[3] = 1, driver.MaxWindow.Microseconds(), driver.MaxWindow.Microseconds()
 	default:
-		b[1], b[2] = sluice.MinWindow.Microseconds(), sluice.MaxWindow.Microseconds()
+		b[1], b[2] = driver.MinWindow.Microseconds(), driver.MaxWindow.Microseconds()
 	}
 	return b
 }

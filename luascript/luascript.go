@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // The pieces of the scripts. A script is assembled (assemble) from
@@ -150,7 +151,7 @@ func sum(src string) *Script {
 }
 
 // For returns the script of an algorithm, nil for an unknown one.
-func For(alg sluice.Algorithm) *Script {
+func For(alg driver.Algorithm) *Script {
 	if int(alg) >= len(scripts) {
 		return nil
 	}
@@ -158,12 +159,12 @@ func For(alg sluice.Algorithm) *Script {
 }
 
 var scripts = [...]*Script{
-	sluice.AlgorithmFixedWindow:   newScript(fixedWindowAlg),
-	sluice.AlgorithmSlidingLog:    newScript(slidingLogAlg),
-	sluice.AlgorithmSlidingWindow: newScript(slidingWindowAlg),
-	sluice.AlgorithmTokenBucket:   newScript(tokenBucketAlg),
-	sluice.AlgorithmGCRA:          newScript(gcraAlg),
-	sluice.AlgorithmInFlight:      newScript(inFlightAlg),
+	driver.AlgorithmFixedWindow:   newScript(fixedWindowAlg),
+	driver.AlgorithmSlidingLog:    newScript(slidingLogAlg),
+	driver.AlgorithmSlidingWindow: newScript(slidingWindowAlg),
+	driver.AlgorithmTokenBucket:   newScript(tokenBucketAlg),
+	driver.AlgorithmGCRA:          newScript(gcraAlg),
+	driver.AlgorithmInFlight:      newScript(inFlightAlg),
 }
 
 // calendar decides fixed windows over calendar periods: calendar.lua's
@@ -180,7 +181,7 @@ func ForRule(r *sluice.Rule) *Script {
 }
 
 // clockSkew is the "allowed" a calendar script replies when the deciding
-// clock is outside the periods sent: Decode returns sluice.ErrClockSkew.
+// clock is outside the periods sent: Decode returns driver.ErrClockSkew.
 const clockSkew = 2
 
 // Argument records (see batch.lua): a decision's fixed part, and the
@@ -200,12 +201,12 @@ const (
 
 // ArgsSize is the length of op's record among a call's arguments
 // (AppendArgs), when it reads an override or not.
-func ArgsSize(op *sluice.Op, override bool) int {
+func ArgsSize(op *driver.Op, override bool) int {
 	n := recordArgs
 	if !op.Rule.Calendar.IsZero() {
 		n += calendarArgs
 	}
-	if op.Rule.Algorithm == sluice.AlgorithmInFlight {
+	if op.Rule.Algorithm == driver.AlgorithmInFlight {
 		n += leaseArgs
 	}
 	if override {
@@ -226,12 +227,12 @@ func ArgsSize(op *sluice.Op, override bool) int {
 // call's keys passes its index in KEYS (from 1) as overrideKey, and the
 // record ends with it and the bounds an override must keep to apply
 // (OverrideBounds); 0 when the decision reads no override.
-func AppendArgs(dst []byte, op *sluice.Op, overrideKey int, clock time.Time) []byte {
+func AppendArgs(dst []byte, op *driver.Op, overrideKey int, clock time.Time) []byte {
 	var now, receipt int64
 	if !op.Now.IsZero() {
 		now = op.Now.UnixMicro()
 	}
-	lease := op.Rule.Algorithm == sluice.AlgorithmInFlight
+	lease := op.Rule.Algorithm == driver.AlgorithmInFlight
 	if op.Cost < 0 && !lease {
 		receipt = op.Receipt
 	}
@@ -253,19 +254,35 @@ func AppendArgs(dst []byte, op *sluice.Op, overrideKey int, clock time.Time) []b
 		dst = append(dst, op.Lease[:]...)
 	}
 	if cal {
-		t := op.Now
-		if t.IsZero() {
-			t = clock
-		}
-		for _, v := range CalendarBounds(&op.Rule, t) {
-			dst = appendInt64(dst, v)
-		}
+		dst = appendCalendar(dst, op, clock)
 	}
 	if overrideKey > 0 {
-		dst = appendInt64(dst, int64(overrideKey))
-		for _, v := range OverrideBounds(&op.Rule) {
-			dst = appendInt64(dst, v)
-		}
+		dst = appendOverride(dst, op, overrideKey)
+	}
+	return dst
+}
+
+// appendCalendar appends the first instants of the four calendar periods
+// around op's time, or clock when the server's TIME decides.
+func appendCalendar(dst []byte, op *driver.Op, clock time.Time) []byte {
+	t := op.Now
+	if t.IsZero() {
+		t = clock
+	}
+	return appendInt64s(dst, CalendarBounds(&op.Rule, t))
+}
+
+// appendOverride appends the override key's index in KEYS and the bounds
+// an override must keep to apply.
+func appendOverride(dst []byte, op *driver.Op, overrideKey int) []byte {
+	dst = appendInt64(dst, int64(overrideKey))
+	return appendInt64s(dst, OverrideBounds(&op.Rule))
+}
+
+// appendInt64s appends each of vs, little-endian.
+func appendInt64s(dst []byte, vs [4]int64) []byte {
+	for _, v := range vs {
+		dst = appendInt64(dst, v)
 	}
 	return dst
 }
@@ -296,10 +313,10 @@ const RecordSize = 2 + 6*8
 // DecodeCall reads the reply of a call that decided n keys, one string
 // of n records (see batch.lua), and passes each decision's Result and
 // receipt to set, in order, or its error when its record is out of range
-// (ErrReply, or sluice.ErrClockSkew for a calendar decision whose clock is
+// (ErrReply, or driver.ErrClockSkew for a calendar decision whose clock is
 // outside its periods). It returns an ErrReply, and calls set for none,
 // when the reply does not hold n records.
-func DecodeCall(reply string, n int, set func(j int, res sluice.Result, receipt int64, err error)) error {
+func DecodeCall(reply string, n int, set func(j int, res driver.Result, receipt int64, err error)) error {
 	if len(reply) != n*RecordSize {
 		return fmt.Errorf("%w: %d bytes, want %d for %d decisions", ErrReply, len(reply), n*RecordSize, n)
 	}
@@ -316,7 +333,7 @@ func DecodeCall(reply string, n int, set func(j int, res sluice.Result, receipt 
 // does not hold len(idx) records fails every decision of the call; a
 // record out of range fails its own. Errors read "<store>: <alg> script:
 // <cause>"; replyErr is marked as an unexpected reply.
-func FillCall(batch []sluice.Op, idx []int, store string, alg sluice.Algorithm, reply string, callErr, replyErr error) {
+func FillCall(batch []driver.Op, idx []int, store string, alg driver.Algorithm, reply string, callErr, replyErr error) {
 	fail := func(err error) {
 		for _, i := range idx {
 			batch[i].Err = err
@@ -330,7 +347,7 @@ func FillCall(batch []sluice.Op, idx []int, store string, alg sluice.Algorithm, 
 		fail(fmt.Errorf("%s: %v script: unexpected reply: %w", store, alg, replyErr))
 		return
 	}
-	err := DecodeCall(reply, len(idx), func(j int, res sluice.Result, receipt int64, err error) {
+	err := DecodeCall(reply, len(idx), func(j int, res driver.Result, receipt int64, err error) {
 		op := &batch[idx[j]]
 		if err != nil {
 			op.Err = fmt.Errorf("%s: %v script: %w", store, alg, err)
@@ -346,29 +363,62 @@ func FillCall(batch []sluice.Op, idx []int, store string, alg sluice.Algorithm, 
 // decodeRecord turns one decision's record (allowed, the override's
 // status, remaining, retry after and reset after in microseconds, receipt,
 // the override's limit and parameter) into its Result and receipt.
-func decodeRecord(r string) (sluice.Result, int64, error) {
-	allowed, status := r[0], r[1]
-	remaining, retry, reset := int64At(r, 2), int64At(r, 10), int64At(r, 18)
-	receipt, ovLimit, ovParam := int64At(r, 26), int64At(r, 34), int64At(r, 42)
-	if allowed == clockSkew {
-		return sluice.Result{}, 0, sluice.ErrClockSkew
+func decodeRecord(r string) (driver.Result, int64, error) {
+	rec := readRecord(r)
+	if rec.allowed == clockSkew {
+		return driver.Result{}, 0, driver.ErrClockSkew
 	}
-	if allowed > 1 || remaining < 0 || retry < 0 || retry > maxMicros || reset < 0 || reset > maxMicros || receipt <= 0 ||
-		status > 2 || (status == 1) != (ovLimit > 0) || ovParam < 0 || ovParam > maxMicros || status != 1 && ovParam != 0 {
-		return sluice.Result{}, 0, fmt.Errorf("%w: allowed %d, override status %d, remaining %d, retry after %dµs, reset after %dµs, receipt %d, override limit %d, parameter %dµs",
-			ErrReply, allowed, status, remaining, retry, reset, receipt, ovLimit, ovParam)
+	if !rec.valid() {
+		return driver.Result{}, 0, fmt.Errorf("%w: allowed %d, override status %d, remaining %d, retry after %dµs, reset after %dµs, receipt %d, override limit %d, parameter %dµs",
+			ErrReply, rec.allowed, rec.status, rec.remaining, rec.retry, rec.reset, rec.receipt, rec.ovLimit, rec.ovParam)
 	}
-	res := sluice.Result{
-		Allowed:         allowed == 1,
-		Remaining:       remaining,
-		RetryAfter:      time.Duration(retry) * time.Microsecond,
-		ResetAfter:      time.Duration(reset) * time.Microsecond,
-		OverrideInvalid: status == 2,
+	return rec.result(), rec.receipt, nil
+}
+
+// A replyRecord is one decision's record, read (see RecordSize).
+type replyRecord struct {
+	allowed, status                  byte
+	remaining, retry, reset, receipt int64
+	ovLimit, ovParam                 int64
+}
+
+func readRecord(r string) replyRecord {
+	return replyRecord{
+		allowed: r[0], status: r[1],
+		remaining: int64At(r, 2), retry: int64At(r, 10), reset: int64At(r, 18),
+		receipt: int64At(r, 26), ovLimit: int64At(r, 34), ovParam: int64At(r, 42),
 	}
-	if status == 1 {
-		res.Source, res.Limit, res.OverrideParam = sluice.SourceOverride, ovLimit, ovParam
+}
+
+// valid reports whether rec holds what the scripts return.
+func (rec *replyRecord) valid() bool {
+	return rec.allowed <= 1 && rec.remaining >= 0 && micros(rec.retry) && micros(rec.reset) && rec.receipt > 0 && rec.overrideValid()
+}
+
+// overrideValid reports whether the override's status (0: none, 1:
+// applied, 2: invalid), limit and parameter agree: a limit and parameter
+// only when applied.
+func (rec *replyRecord) overrideValid() bool {
+	return rec.status <= 2 && (rec.status == 1) == (rec.ovLimit > 0) && micros(rec.ovParam) && (rec.status == 1 || rec.ovParam == 0)
+}
+
+// micros reports whether v is a time.Duration in microseconds, not
+// negative.
+func micros(v int64) bool { return 0 <= v && v <= maxMicros }
+
+// result is the Result rec says.
+func (rec *replyRecord) result() driver.Result {
+	res := driver.Result{
+		Allowed:         rec.allowed == 1,
+		Remaining:       rec.remaining,
+		RetryAfter:      time.Duration(rec.retry) * time.Microsecond,
+		ResetAfter:      time.Duration(rec.reset) * time.Microsecond,
+		OverrideInvalid: rec.status == 2,
 	}
-	return res, receipt, nil
+	if rec.status == 1 {
+		res.Override, res.OverrideLimit, res.OverrideParam = true, rec.ovLimit, rec.ovParam
+	}
+	return res
 }
 
 // maxMicros is the longest time.Duration in microseconds.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // record is one decision's record as batch.lua packs it, built here with
@@ -30,28 +30,28 @@ func TestDecodeCall(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		rec     record
-		want    sluice.Result
+		want    driver.Result
 		wantErr error
 	}{
 		{"allowed", record{1, 0, 9, 0, 1500, receipt, 0, 0},
-			sluice.Result{Allowed: true, Remaining: 9, ResetAfter: 1500 * time.Microsecond}, nil},
+			driver.Result{Allowed: true, Remaining: 9, ResetAfter: 1500 * time.Microsecond}, nil},
 		{"refused", record{0, 0, 0, 250_000, 3_000_000, receipt, 0, 0},
-			sluice.Result{RetryAfter: 250 * time.Millisecond, ResetAfter: 3 * time.Second}, nil},
+			driver.Result{RetryAfter: 250 * time.Millisecond, ResetAfter: 3 * time.Second}, nil},
 		{"override applied", record{1, 1, 4, 0, 7, receipt, 500, 600_000_000},
-			sluice.Result{Allowed: true, Remaining: 4, ResetAfter: 7 * time.Microsecond, Source: sluice.SourceOverride, Limit: 500, OverrideParam: 600_000_000}, nil},
-		{"a parameter without an override", record{1, 0, 0, 0, 0, receipt, 0, 5}, sluice.Result{}, ErrReply},
-		{"negative parameter", record{1, 1, 0, 0, 0, receipt, 5, -1}, sluice.Result{}, ErrReply},
+			driver.Result{Allowed: true, Remaining: 4, ResetAfter: 7 * time.Microsecond, Override: true, OverrideLimit: 500, OverrideParam: 600_000_000}, nil},
+		{"a parameter without an override", record{1, 0, 0, 0, 0, receipt, 0, 5}, driver.Result{}, ErrReply},
+		{"negative parameter", record{1, 1, 0, 0, 0, receipt, 5, -1}, driver.Result{}, ErrReply},
 		{"override malformed", record{1, 2, 4, 0, 7, receipt, 0, 0},
-			sluice.Result{Allowed: true, Remaining: 4, ResetAfter: 7 * time.Microsecond, OverrideInvalid: true}, nil},
-		{"clock skew", record{2, 0, 0, 0, 0, 0, 0, 0}, sluice.Result{}, sluice.ErrClockSkew},
-		{"allowed out of range", record{3, 0, 0, 0, 0, receipt, 0, 0}, sluice.Result{}, ErrReply},
-		{"negative remaining", record{1, 0, -1, 0, 0, receipt, 0, 0}, sluice.Result{}, ErrReply},
-		{"negative retry", record{0, 0, 0, -1, 0, receipt, 0, 0}, sluice.Result{}, ErrReply},
-		{"negative reset", record{1, 0, 0, 0, -1, receipt, 0, 0}, sluice.Result{}, ErrReply},
-		{"no receipt", record{1, 0, 0, 0, 0, 0, 0, 0}, sluice.Result{}, ErrReply},
-		{"status out of range", record{1, 3, 0, 0, 0, receipt, 0, 0}, sluice.Result{}, ErrReply},
-		{"applied without a limit", record{1, 1, 0, 0, 0, receipt, 0, 0}, sluice.Result{}, ErrReply},
-		{"a limit without an override", record{1, 0, 0, 0, 0, receipt, 5, 0}, sluice.Result{}, ErrReply},
+			driver.Result{Allowed: true, Remaining: 4, ResetAfter: 7 * time.Microsecond, OverrideInvalid: true}, nil},
+		{"clock skew", record{2, 0, 0, 0, 0, 0, 0, 0}, driver.Result{}, driver.ErrClockSkew},
+		{"allowed out of range", record{3, 0, 0, 0, 0, receipt, 0, 0}, driver.Result{}, ErrReply},
+		{"negative remaining", record{1, 0, -1, 0, 0, receipt, 0, 0}, driver.Result{}, ErrReply},
+		{"negative retry", record{0, 0, 0, -1, 0, receipt, 0, 0}, driver.Result{}, ErrReply},
+		{"negative reset", record{1, 0, 0, 0, -1, receipt, 0, 0}, driver.Result{}, ErrReply},
+		{"no receipt", record{1, 0, 0, 0, 0, 0, 0, 0}, driver.Result{}, ErrReply},
+		{"status out of range", record{1, 3, 0, 0, 0, receipt, 0, 0}, driver.Result{}, ErrReply},
+		{"applied without a limit", record{1, 1, 0, 0, 0, receipt, 0, 0}, driver.Result{}, ErrReply},
+		{"a limit without an override", record{1, 0, 0, 0, 0, receipt, 5, 0}, driver.Result{}, ErrReply},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// The record between two good ones: each is read at its own
@@ -59,13 +59,13 @@ func TestDecodeCall(t *testing.T) {
 			good := record{1, 0, 1, 0, 1, 1, 0, 0}
 			reply := good.bytes() + tc.rec.bytes() + good.bytes()
 			calls := 0
-			err := DecodeCall(reply, 3, func(j int, res sluice.Result, r int64, err error) {
+			err := DecodeCall(reply, 3, func(j int, res driver.Result, r int64, err error) {
 				if j != calls {
 					t.Fatalf("decision %d passed as %d", calls, j)
 				}
 				calls++
 				if j != 1 {
-					if err != nil || res != (sluice.Result{Allowed: true, Remaining: 1, ResetAfter: time.Microsecond}) || r != 1 {
+					if err != nil || res != (driver.Result{Allowed: true, Remaining: 1, ResetAfter: time.Microsecond}) || r != 1 {
 						t.Errorf("decision %d: %+v %d %v", j, res, r, err)
 					}
 					return
@@ -97,7 +97,7 @@ func TestDecodeCallLength(t *testing.T) {
 		{good + "x", 1},
 		{"x", 0},
 	} {
-		err := DecodeCall(tc.reply, tc.n, func(int, sluice.Result, int64, error) {
+		err := DecodeCall(tc.reply, tc.n, func(int, driver.Result, int64, error) {
 			t.Fatalf("a decision passed from a reply of %d bytes for %d", len(tc.reply), tc.n)
 		})
 		if !errors.Is(err, ErrReply) {
@@ -120,10 +120,10 @@ func FuzzDecodeCall(f *testing.F) {
 			return
 		}
 		calls := 0
-		err := DecodeCall(reply, n, func(j int, res sluice.Result, receipt int64, err error) {
+		err := DecodeCall(reply, n, func(j int, res driver.Result, receipt int64, err error) {
 			calls++
 			if err == nil && (res.Remaining < 0 || res.RetryAfter < 0 || res.ResetAfter < 0 || receipt <= 0 ||
-				(res.Source == sluice.SourceOverride) != (res.Limit > 0)) {
+				res.Override != (res.OverrideLimit > 0)) {
 				t.Fatalf("decision %d out of range: %+v receipt %d", j, res, receipt)
 			}
 		})
@@ -159,12 +159,12 @@ func TestFillCall(t *testing.T) {
 		{"wrong length", good.bytes(), nil, nil, [2]error{ErrReply, ErrReply}, "store: gcra script: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			batch := make([]sluice.Op, 5)
-			FillCall(batch, idx, "store", sluice.AlgorithmGCRA, tc.reply, tc.callErr, tc.replyErr)
+			batch := make([]driver.Op, 5)
+			FillCall(batch, idx, "store", driver.AlgorithmGCRA, tc.reply, tc.callErr, tc.replyErr)
 			for j, i := range idx {
 				op := batch[i]
 				if want := tc.wantErr[j]; want == nil {
-					if op.Err != nil || op.Receipt != 7 || op.Result != (sluice.Result{Allowed: true, Remaining: 1, ResetAfter: time.Microsecond}) {
+					if op.Err != nil || op.Receipt != 7 || op.Result != (driver.Result{Allowed: true, Remaining: 1, ResetAfter: time.Microsecond}) {
 						t.Errorf("batch[%d] = %+v", i, op)
 					}
 					continue
@@ -173,7 +173,7 @@ func TestFillCall(t *testing.T) {
 				}
 			}
 			for _, i := range []int{1, 2, 4} {
-				if batch[i] != (sluice.Op{}) {
+				if batch[i] != (driver.Op{}) {
 					t.Errorf("batch[%d], not in the call, was touched: %+v", i, batch[i])
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/luascript"
 	"github.com/sluicehq/sluice/valkeytest"
 )
@@ -21,14 +22,14 @@ func TestScriptReply(t *testing.T) {
 	c := valkeytest.Start(t).Client(t)
 	ctx := context.Background()
 	const now = 1_764_000_000_000_000
-	rule := sluice.Rule{Algorithm: sluice.AlgorithmGCRA, Limit: 2, Interval: time.Millisecond}
+	rule := sluice.Rule{Algorithm: driver.AlgorithmGCRA, Limit: 2, Interval: time.Millisecond}
 	keys := []string{"{t}a", "{t}b", "{t}a", "{t}a"}
 	var args []byte
 	for range keys {
-		op := sluice.Op{Key: "k", Rule: rule, Cost: 1, Now: time.UnixMicro(now)}
+		op := driver.Op{Key: "k", Rule: rule, Cost: 1, Now: time.UnixMicro(now)}
 		args = luascript.AppendArgs(args, &op, 0, time.Time{})
 	}
-	sc := luascript.For(sluice.AlgorithmGCRA)
+	sc := luascript.For(driver.AlgorithmGCRA)
 	reply, err := c.Do(ctx, c.B().Eval().Script(sc.Src).Numkeys(int64(len(keys))).Key(keys...).Arg(string(args)).Build()).ToString()
 	if err != nil {
 		t.Fatal(err)
@@ -36,16 +37,16 @@ func TestScriptReply(t *testing.T) {
 	// GCRA, burst 2, a token every millisecond, all at one instant: a
 	// takes its two, b its first, a's third is refused.
 	want := []struct {
-		res     sluice.Result
+		res     driver.Result
 		receipt int64
 	}{
-		{sluice.Result{Allowed: true, Remaining: 1, ResetAfter: time.Millisecond}, now + 1000},
-		{sluice.Result{Allowed: true, Remaining: 1, ResetAfter: time.Millisecond}, now + 1000},
-		{sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 2 * time.Millisecond}, now + 2000},
-		{sluice.Result{RetryAfter: time.Millisecond, ResetAfter: 2 * time.Millisecond}, now + 2000},
+		{driver.Result{Allowed: true, Remaining: 1, ResetAfter: time.Millisecond}, now + 1000},
+		{driver.Result{Allowed: true, Remaining: 1, ResetAfter: time.Millisecond}, now + 1000},
+		{driver.Result{Allowed: true, Remaining: 0, ResetAfter: 2 * time.Millisecond}, now + 2000},
+		{driver.Result{RetryAfter: time.Millisecond, ResetAfter: 2 * time.Millisecond}, now + 2000},
 	}
 	n := 0
-	err = luascript.DecodeCall(reply, len(keys), func(j int, res sluice.Result, receipt int64, err error) {
+	err = luascript.DecodeCall(reply, len(keys), func(j int, res driver.Result, receipt int64, err error) {
 		n++
 		if err != nil || res != want[j].res || receipt != want[j].receipt {
 			t.Errorf("decision %d: %+v receipt %d %v, want %+v receipt %d", j, res, receipt, err, want[j].res, want[j].receipt)
@@ -82,7 +83,7 @@ func TestStateLayout(t *testing.T) {
 	} {
 		t.Run(tc.rule.String(), func(t *testing.T) {
 			key := "{state}" + tc.rule.String()
-			op := sluice.Op{Key: key, Rule: tc.rule, Cost: 1, Now: time.UnixMicro(now)}
+			op := driver.Op{Key: key, Rule: tc.rule, Cost: 1, Now: time.UnixMicro(now)}
 			sc := luascript.ForRule(&tc.rule)
 			if err := c.Do(ctx, c.B().Eval().Script(sc.Src).Numkeys(1).Key(key).Arg(string(luascript.AppendArgs(nil, &op, 0, time.Time{}))).Build()).Error(); err != nil {
 				t.Fatal(err)
@@ -110,13 +111,13 @@ func TestStateLayout(t *testing.T) {
 // TestDecodeStateBad: a state of the wrong length, or of an algorithm that
 // does not pack one, is an error, never a misread.
 func TestDecodeStateBad(t *testing.T) {
-	tb := sluice.Rule{Algorithm: sluice.AlgorithmTokenBucket, Limit: 5, Interval: time.Second}
+	tb := sluice.Rule{Algorithm: driver.AlgorithmTokenBucket, Limit: 5, Interval: time.Second}
 	for _, v := range []string{"", "1234567", string(make([]byte, 24))} {
 		if m, err := luascript.DecodeState(&tb, v); err == nil {
 			t.Errorf("DecodeState(%q) = %v, want an error", v, m)
 		}
 	}
-	for _, alg := range []sluice.Algorithm{sluice.AlgorithmSlidingLog, sluice.AlgorithmGCRA} {
+	for _, alg := range []driver.Algorithm{driver.AlgorithmSlidingLog, driver.AlgorithmGCRA} {
 		r := sluice.Rule{Algorithm: alg, Limit: 5, Interval: time.Second}
 		if luascript.StateFields(&r) != nil {
 			t.Errorf("%v: StateFields = %v, want nil", alg, luascript.StateFields(&r))

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // StateFields names the integers a key of r holds, in the order the
@@ -14,11 +15,11 @@ import (
 // a decimal string.
 func StateFields(r *sluice.Rule) []string {
 	switch r.Algorithm {
-	case sluice.AlgorithmFixedWindow:
+	case driver.AlgorithmFixedWindow:
 		return []string{"w", "c"} // window (its number, or a calendar period's first instant), count
-	case sluice.AlgorithmSlidingWindow:
+	case driver.AlgorithmSlidingWindow:
 		return []string{"w", "c", "p"} // window number, its count, the previous window's
-	case sluice.AlgorithmTokenBucket:
+	case driver.AlgorithmTokenBucket:
 		return []string{"u", "ts"} // microseconds of credit, their time
 	}
 	return nil

@@ -3,7 +3,7 @@ package memstore
 import (
 	"slices"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // inFlight is the Go twin of luascript/scripts/inflight.lua: s.leases maps
@@ -13,7 +13,7 @@ import (
 // holds at most limit leases; the key is deleted once it holds none, and
 // otherwise lives until its latest lease ends (plus the margin), from its
 // last write.
-func inFlight(s *state, now, limit, lease, cost int64, renew bool, id sluice.LeaseID) (r reply, write, del bool) {
+func inFlight(s *state, now, limit, lease, cost int64, renew bool, id driver.LeaseID) (r reply, write, del bool) {
 	for k, end := range s.leases {
 		if end <= now {
 			delete(s.leases, k)
@@ -38,7 +38,7 @@ func inFlight(s *state, now, limit, lease, cost int64, renew bool, id sluice.Lea
 		r.allowed = true
 		if cost > 0 {
 			if s.leases == nil {
-				s.leases = make(map[sluice.LeaseID]int64)
+				s.leases = make(map[driver.LeaseID]int64)
 			}
 			if !held {
 				count++

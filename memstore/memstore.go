@@ -1,4 +1,4 @@
-// Package memstore is an in-process sluice.Store with the same semantics as
+// Package memstore is an in-process driver.Store with the same semantics as
 // package valkeystore: the same algorithms, the same arithmetic and the same
 // key expiry, so a program can develop against it and move to Valkey
 // unchanged.
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/luascript"
 )
 
@@ -26,13 +27,14 @@ const shardCount = 64
 // expired keys.
 const sweepEvery = 1024
 
-// Store is an in-process sluice.Store. The zero value is not usable; call
+// Store is an in-process driver.Store. The zero value is not usable; call
 // New. It is safe for concurrent use.
 type Store struct {
 	clock  func() time.Time
 	seed   maphash.Seed
 	shards [shardCount]shard
 	ovs    overrides
+	rsv    records // reservations; see settle.go
 	watch  watchers
 }
 
@@ -79,8 +81,8 @@ func (s *Store) shard(key string) *shard {
 	return &s.shards[maphash.String(s.seed, key)%shardCount]
 }
 
-// Do implements sluice.Store. Each Op is decided under its shard's lock.
-func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
+// Do implements driver.Store. Each Op is decided under its shard's lock.
+func (s *Store) Do(ctx context.Context, batch []driver.Op) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -94,9 +96,9 @@ func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
 // decide decides op under its shard's lock: it reads the key's state,
 // applies the key's override, runs the algorithm, and keeps or deletes
 // the state as the algorithm says.
-func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
+func (s *Store) decide(op *driver.Op) (driver.Result, error) {
 	if err := op.Validate(); err != nil {
-		return sluice.Result{}, err
+		return driver.Result{}, err
 	}
 	sh := s.shard(op.Key)
 	sh.mu.Lock()
@@ -104,20 +106,17 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	// The clock is read under the lock, as Valkey's TIME is inside the
 	// script: decisions on one key see time move forward.
 	clockNow := s.clock()
-	now := op.Now
-	if now.IsZero() {
-		now = clockNow
-	}
+	now := opNow(op, clockNow)
 	us := now.UnixMicro()
 
 	var st state
 	it, err := sh.load(op.Key, op.Rule.Algorithm, clockNow, &st)
 	if err != nil {
-		return sluice.Result{}, err
+		return driver.Result{}, err
 	}
-	r, src, ovInvalid, until := s.applyOverride(op, now, clockNow)
+	r, over, ovInvalid, until := s.applyOverride(op, now, clockNow)
 	cost, receipt := op.Cost, op.Receipt
-	overLimit := src == sluice.SourceOverride && cost > r.Limit
+	overLimit := over && cost > r.Limit
 	if overLimit {
 		// More than the override allows: refused, taking nothing, until
 		// the override lapses (the plan's limit admits the cost).
@@ -125,42 +124,67 @@ func (s *Store) decide(op *sluice.Op) (sluice.Result, error) {
 	}
 	var rep reply
 	var write, del bool
-	if r.Algorithm == sluice.AlgorithmInFlight {
+	if r.Algorithm == driver.AlgorithmInFlight {
 		rep, write, del = inFlight(&st, us, r.Limit, r.Param(), op.Cost, op.Renew, op.Lease)
 	} else if rep, write, del, err = runAlgorithm(&st, it != nil, us, now, &r, cost, receipt); err != nil {
-		return sluice.Result{}, err
+		return driver.Result{}, err
 	}
 	if overLimit {
 		rep.allowed, rep.retry = false, until.UnixMicro()-us
 	}
+	sh.settle(op.Key, it, &st, write, del, clockNow)
+	op.Receipt = rep.receiptOr(us)
+	return rep.result(over, ovInvalid, &r), nil
+}
+
+// opNow is the time op is decided at: its own, or the store's clock.
+func opNow(op *driver.Op, clockNow time.Time) time.Time {
+	if op.Now.IsZero() {
+		return clockNow
+	}
+	return op.Now
+}
+
+// settle deletes key or keeps st under it, as the algorithm said. The
+// caller holds sh.mu.
+func (sh *shard) settle(key string, it *item, st *state, write, del bool, clockNow time.Time) {
 	switch {
 	case del:
-		delete(sh.m, op.Key)
+		delete(sh.m, key)
 	case write:
-		sh.keep(op.Key, it, &st, clockNow)
+		sh.keep(key, it, st, clockNow)
 	}
-	op.Receipt = us
+}
+
+// receiptOr is the receipt the reply names, or us (the time of the
+// decision) when it names none.
+func (rep *reply) receiptOr(us int64) int64 {
 	if rep.receipt != 0 {
-		op.Receipt = rep.receipt
+		return rep.receipt
 	}
-	res := sluice.Result{
+	return us
+}
+
+// result is the Result of rep, decided by rule r, overridden when over.
+func (rep *reply) result(over, ovInvalid bool, r *driver.Rule) driver.Result {
+	res := driver.Result{
 		Allowed:         rep.allowed,
 		Remaining:       rep.remaining,
 		RetryAfter:      time.Duration(rep.retry) * time.Microsecond,
 		ResetAfter:      time.Duration(rep.reset) * time.Microsecond,
-		Source:          src,
+		Override:        over,
 		OverrideInvalid: ovInvalid,
 	}
-	if src == sluice.SourceOverride {
-		res.Limit, res.OverrideParam = r.Limit, r.Param() // 0 for calendar periods
+	if over {
+		res.OverrideLimit, res.OverrideParam = r.Limit, r.Param() // 0 for calendar periods
 	}
-	return res, nil
+	return res
 }
 
 // load returns the live item of key (nil when there is none: an expired
 // one is deleted) and sets st to the state an algorithm starts from,
 // refusing state of another algorithm. The caller holds sh.mu.
-func (sh *shard) load(key string, alg sluice.Algorithm, clockNow time.Time, st *state) (*item, error) {
+func (sh *shard) load(key string, alg driver.Algorithm, clockNow time.Time, st *state) (*item, error) {
 	it, ok := sh.m[key]
 	if ok && !clockNow.Before(it.expires) {
 		delete(sh.m, key)
@@ -183,24 +207,29 @@ func (sh *shard) load(key string, alg sluice.Algorithm, clockNow time.Time, st *
 // or delete the key.
 func runAlgorithm(st *state, exists bool, us int64, now time.Time, r *sluice.Rule, cost, receipt int64) (rep reply, write, del bool, err error) {
 	switch r.Algorithm {
-	case sluice.AlgorithmFixedWindow:
+	case driver.AlgorithmFixedWindow:
 		if !r.Calendar.IsZero() {
-			var in bool
-			rep, write, del, in = calendarWindow(st, exists, us, luascript.CalendarBounds(r, now), r.Limit, cost, r.CountRejected, receipt)
-			if !in {
-				return rep, false, false, fmt.Errorf("memstore: %w", sluice.ErrClockSkew)
-			}
-			return rep, write, del, nil
+			return calendarRun(st, exists, us, now, r, cost, receipt)
 		}
 		rep, write, del = fixedWindow(st, exists, us, r.Limit, r.Param(), cost, r.CountRejected, receipt)
-	case sluice.AlgorithmSlidingLog:
+	case driver.AlgorithmSlidingLog:
 		rep, write, del = slidingLog(st, exists, us, r.Limit, r.Param(), cost, r.CountRejected, receipt)
-	case sluice.AlgorithmSlidingWindow:
+	case driver.AlgorithmSlidingWindow:
 		rep, write, del = slidingWindow(st, exists, us, r.Limit, r.Param(), cost, receipt)
-	case sluice.AlgorithmTokenBucket:
+	case driver.AlgorithmTokenBucket:
 		rep, write, del = tokenBucket(st, exists, us, r.Limit, r.Param(), cost, receipt)
-	case sluice.AlgorithmGCRA:
+	case driver.AlgorithmGCRA:
 		rep, write, del = gcra(st, exists, us, r.Limit, r.Param(), cost, receipt)
+	}
+	return rep, write, del, nil
+}
+
+// calendarRun runs a fixed window over r's calendar periods; now outside
+// the periods around it is clock skew.
+func calendarRun(st *state, exists bool, us int64, now time.Time, r *sluice.Rule, cost, receipt int64) (reply, bool, bool, error) {
+	rep, write, del, in := calendarWindow(st, exists, us, luascript.CalendarBounds(r, now), r.Limit, cost, r.CountRejected, receipt)
+	if !in {
+		return rep, false, false, fmt.Errorf("memstore: %w", driver.ErrClockSkew)
 	}
 	return rep, write, del, nil
 }
@@ -210,7 +239,7 @@ func runAlgorithm(st *state, exists bool, us int64, now time.Time, r *sluice.Rul
 // the margin. Every sweepEvery writes it sweeps the shard. The caller
 // holds sh.mu.
 func (sh *shard) keep(key string, it *item, st *state, clockNow time.Time) {
-	ttl := time.Duration((st.ttlMicro+999)/1000)*time.Millisecond + sluice.KeyTTLMargin
+	ttl := time.Duration((st.ttlMicro+999)/1000)*time.Millisecond + driver.KeyTTLMargin
 	if it == nil {
 		it = &item{}
 		sh.m[key] = it
@@ -230,7 +259,7 @@ func (sh *shard) sweep(now time.Time) {
 	}
 }
 
-// Delete implements sluice.Store.
+// Delete implements driver.Store.
 func (s *Store) Delete(ctx context.Context, keys ...string) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -4,10 +4,10 @@ import (
 	"context"
 	"sync"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
-// watchers are the Store's delete watchers (sluice.DeleteNotifier). The
+// watchers are the Store's delete watchers (driver.DeleteNotifier). The
 // store lives in one process, so a notice is a call, made before
 // DeleteNotify returns: a limiter's deny cache on a memstore never refuses a
 // key after its Reset returned.
@@ -16,9 +16,9 @@ type watchers struct {
 	by map[string]map[*watcher]bool // prefix → its watchers
 }
 
-type watcher struct{ w sluice.DeleteWatcher }
+type watcher struct{ w driver.DeleteWatcher }
 
-// DeleteNotify implements sluice.DeleteNotifier: it deletes keys, then
+// DeleteNotify implements driver.DeleteNotifier: it deletes keys, then
 // calls every watcher of prefix with each. It returns 1 when any limiter
 // watches prefix (the store's one process heard it), else 0.
 func (s *Store) DeleteNotify(ctx context.Context, prefix string, keys ...string) (int, error) {
@@ -36,9 +36,9 @@ func (s *Store) DeleteNotify(ctx context.Context, prefix string, keys ...string)
 	return min(len(ws), 1), nil
 }
 
-// WatchDeletes implements sluice.DeleteNotifier. w is told Watching(true)
+// WatchDeletes implements driver.DeleteNotifier. w is told Watching(true)
 // before WatchDeletes returns: every notice reaches it.
-func (s *Store) WatchDeletes(prefix string, w sluice.DeleteWatcher) (stop func()) {
+func (s *Store) WatchDeletes(prefix string, w driver.DeleteWatcher) (stop func()) {
 	s.watch.mu.Lock()
 	defer s.watch.mu.Unlock()
 	if s.watch.by == nil {

@@ -8,9 +8,10 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
-// overrides are the Store's key overrides (sluice.OverrideStore), read by
+// overrides are the Store's key overrides (driver.OverrideStore), read by
 // every decision whose Op names one. As valkeystore keeps them: a record
 // is held for Expires - Set of the store's clock (rounded up to the
 // millisecond, as Valkey's PEXPIRE), and applies to a decision made before
@@ -25,7 +26,7 @@ type overrides struct {
 
 // held is a record and when the store drops it, on the store's clock.
 type held struct {
-	rec  sluice.OverrideRecord
+	rec  driver.OverrideRecord
 	gone time.Time
 }
 
@@ -37,22 +38,22 @@ func (o *overrides) init() {
 
 // lookup returns the record under key, held at clock (the store's) and
 // live at now (the decision's).
-func (o *overrides) lookup(key string, now, clock time.Time) (sluice.OverrideRecord, bool) {
+func (o *overrides) lookup(key string, now, clock time.Time) (driver.OverrideRecord, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	h, ok := o.recs[key]
 	if !ok || !clock.Before(h.gone) || !now.Before(h.rec.Expires) {
-		return sluice.OverrideRecord{}, false
+		return driver.OverrideRecord{}, false
 	}
 	return h.rec, true
 }
 
-// PutOverride implements sluice.OverrideStore.
-func (s *Store) PutOverride(ctx context.Context, index, key string, rec sluice.OverrideRecord) error {
+// PutOverride implements driver.OverrideStore.
+func (s *Store) PutOverride(ctx context.Context, index, key string, rec driver.OverrideRecord) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := sluice.CheckRecord(rec); err != nil {
+	if err := driver.CheckRecord(rec); err != nil {
 		return fmt.Errorf("memstore: put override: %w", err)
 	}
 	o := &s.ovs
@@ -97,22 +98,22 @@ func (o *overrides) remove(key, identity string) {
 	delete(o.in, key)
 }
 
-// GetOverride implements sluice.OverrideStore.
-func (s *Store) GetOverride(ctx context.Context, key string) (sluice.OverrideRecord, bool, error) {
+// GetOverride implements driver.OverrideStore.
+func (s *Store) GetOverride(ctx context.Context, key string) (driver.OverrideRecord, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return sluice.OverrideRecord{}, false, err
+		return driver.OverrideRecord{}, false, err
 	}
 	o := &s.ovs
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	h, ok := o.recs[key]
 	if !ok || !s.clock().Before(h.gone) {
-		return sluice.OverrideRecord{}, false, nil
+		return driver.OverrideRecord{}, false, nil
 	}
 	return h.rec, true, nil
 }
 
-// DeleteOverride implements sluice.OverrideStore.
+// DeleteOverride implements driver.OverrideStore.
 func (s *Store) DeleteOverride(ctx context.Context, index, key, identity string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -125,8 +126,8 @@ func (s *Store) DeleteOverride(ctx context.Context, index, key, identity string)
 	return nil
 }
 
-// ListOverrides implements sluice.OverrideStore.
-func (s *Store) ListOverrides(ctx context.Context, index string, keyOf func(string) string) ([]sluice.OverrideRecord, error) {
+// ListOverrides implements driver.OverrideStore.
+func (s *Store) ListOverrides(ctx context.Context, index string, keyOf func(string) string) ([]driver.OverrideRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -134,7 +135,7 @@ func (s *Store) ListOverrides(ctx context.Context, index string, keyOf func(stri
 	o := &s.ovs
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var out []sluice.OverrideRecord
+	var out []driver.OverrideRecord
 	for id := range o.index[index] {
 		h, ok := o.recs[keyOf(id)]
 		if !ok || !clock.Before(h.gone) {
@@ -148,20 +149,20 @@ func (s *Store) ListOverrides(ctx context.Context, index string, keyOf func(stri
 
 // applyOverride returns the rule op decides under at now: its Rule, or
 // the Rule with the key's override held at clock (the store's) and live at
-// now; invalid reports an override that
+// now; over reports that the override applies, invalid an override that
 // is not a valid rule (ignored).
 // until is the override's expiry when one applies.
-func (s *Store) applyOverride(op *sluice.Op, now, clock time.Time) (r sluice.Rule, src sluice.LimitSource, invalid bool, until time.Time) {
+func (s *Store) applyOverride(op *driver.Op, now, clock time.Time) (r sluice.Rule, over, invalid bool, until time.Time) {
 	if op.Override == "" {
-		return op.Rule, sluice.SourcePolicy, false, until
+		return op.Rule, false, false, until
 	}
 	rec, ok := s.ovs.lookup(op.Override, now, clock)
 	if !ok {
-		return op.Rule, sluice.SourcePolicy, false, until
+		return op.Rule, false, false, until
 	}
 	eff, err := op.Rule.Overridden(rec.Limit, rec.Param)
 	if err != nil {
-		return op.Rule, sluice.SourcePolicy, true, until
+		return op.Rule, false, true, until
 	}
-	return eff, sluice.SourceOverride, false, rec.Expires
+	return eff, true, false, rec.Expires
 }

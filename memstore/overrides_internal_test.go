@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // TestOverridesBounded: lapsed overrides and their index entries are
@@ -17,12 +17,12 @@ func TestOverridesBounded(t *testing.T) {
 	ctx := context.Background()
 	for i := range 100 {
 		id := fmt.Sprint(i)
-		if err := s.PutOverride(ctx, "idx", "k:"+id, sluice.OverrideRecord{Identity: id, Limit: 1, Expires: now.Add(time.Minute)}); err != nil {
+		if err := s.PutOverride(ctx, "idx", "k:"+id, driver.OverrideRecord{Identity: id, Limit: 1, Expires: now.Add(time.Minute)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	now = now.Add(time.Minute)
-	if err := s.PutOverride(ctx, "idx", "k:live", sluice.OverrideRecord{Identity: "live", Limit: 1, Expires: now.Add(time.Minute)}); err != nil {
+	if err := s.PutOverride(ctx, "idx", "k:live", driver.OverrideRecord{Identity: "live", Limit: 1, Expires: now.Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	if len(s.ovs.recs) != 1 || len(s.ovs.in) != 1 || len(s.ovs.index["idx"]) != 1 {

@@ -1,4 +1,4 @@
-// Package redisstore is the sluice.Store on a go-redis v9 client: a
+// Package redisstore is the driver.Store on a go-redis v9 client: a
 // standalone, Sentinel (failover) or Cluster client, as
 // redis.NewUniversalClient makes them, talking to Valkey or Redis.
 //
@@ -23,11 +23,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/luascript"
 )
 
-// Store is a sluice.Store on a go-redis client. It is safe for concurrent
+// Store is a driver.Store on a go-redis client. It is safe for concurrent
 // use.
 type Store struct {
 	client   redis.UniversalClient
@@ -65,28 +65,11 @@ func Options(opt *redis.UniversalOptions) *redis.UniversalOptions {
 // failover) or a *redis.ClusterClient with ContextTimeoutEnabled. The Store
 // does not own the client: closing it is the caller's job.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
-	s := &Store{client: client, maxBatch: 64}
-	switch c := client.(type) {
-	case *redis.Client:
-		if c == nil {
-			return nil, fmt.Errorf("%w: nil client", ErrClient)
-		}
-		if !c.Options().ContextTimeoutEnabled {
-			return nil, fmt.Errorf("%w: ContextTimeoutEnabled is false, so go-redis would ignore each decision's deadline; set it (redisstore.Options does)", ErrClient)
-		}
-	case *redis.ClusterClient:
-		if c == nil {
-			return nil, fmt.Errorf("%w: nil client", ErrClient)
-		}
-		if !c.Options().ContextTimeoutEnabled {
-			return nil, fmt.Errorf("%w: ContextTimeoutEnabled is false, so go-redis would ignore each decision's deadline; set it (redisstore.Options does)", ErrClient)
-		}
-		s.cluster = true
-	case nil:
-		return nil, fmt.Errorf("%w: nil client", ErrClient)
-	default:
-		return nil, fmt.Errorf("%w: %T (want *redis.Client or *redis.ClusterClient; a Ring spreads keys by its own hashing, which the scripts' keys do not follow)", ErrClient, client)
+	cluster, err := checkClient(client)
+	if err != nil {
+		return nil, err
 	}
+	s := &Store{client: client, maxBatch: 64, cluster: cluster}
 	for _, o := range opts {
 		o.apply(s)
 	}
@@ -94,6 +77,35 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: max keys per call must be positive, got %d", s.maxBatch)
 	}
 	return s, nil
+}
+
+// checkClient refuses a client New cannot use, and reports whether it is
+// a cluster's.
+func checkClient(client redis.UniversalClient) (cluster bool, err error) {
+	switch c := client.(type) {
+	case *redis.Client:
+		if c == nil {
+			return false, fmt.Errorf("%w: nil client", ErrClient)
+		}
+		return false, checkTimeouts(c.Options().ContextTimeoutEnabled)
+	case *redis.ClusterClient:
+		if c == nil {
+			return false, fmt.Errorf("%w: nil client", ErrClient)
+		}
+		return true, checkTimeouts(c.Options().ContextTimeoutEnabled)
+	case nil:
+		return false, fmt.Errorf("%w: nil client", ErrClient)
+	default:
+		return false, fmt.Errorf("%w: %T (want *redis.Client or *redis.ClusterClient; a Ring spreads keys by its own hashing, which the scripts' keys do not follow)", ErrClient, client)
+	}
+}
+
+// checkTimeouts refuses a client without ContextTimeoutEnabled.
+func checkTimeouts(enabled bool) error {
+	if !enabled {
+		return fmt.Errorf("%w: ContextTimeoutEnabled is false, so go-redis would ignore each decision's deadline; set it (redisstore.Options does)", ErrClient)
+	}
+	return nil
 }
 
 // scriptCmd is a script call that go-redis must never retry: a call sent
@@ -104,21 +116,18 @@ func (scriptCmd) NoRetry() bool { return true }
 
 // call is one script call: the indices of the Ops it decides.
 type call struct {
-	alg sluice.Algorithm
+	alg driver.Algorithm
 	sc  *luascript.Script
 	ops []int
 }
 
-// Do implements sluice.Store.
-func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
+// Do implements driver.Store.
+func (s *Store) Do(ctx context.Context, batch []driver.Op) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	if dl := earliest(batch); !dl.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl)
-		defer cancel()
-	}
+	ctx, cancel := withEarliest(ctx, batch)
+	defer cancel()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -131,28 +140,48 @@ func (s *Store) Do(ctx context.Context, batch []sluice.Op) error {
 		cmds[i] = command(ctx, batch, c, true)
 	}
 	s.run(ctx, cmds)
-	// A server that lost its scripts (restart, SCRIPT FLUSH) answers
-	// NOSCRIPT without running anything: send those calls again in full.
+	s.rerunNoScript(ctx, batch, calls, cmds)
+	for i, c := range calls {
+		decode(batch, c, cmds[i])
+	}
+	return nil
+}
+
+// withEarliest bounds ctx by the earliest Deadline of batch, if any.
+func withEarliest(ctx context.Context, batch []driver.Op) (context.Context, context.CancelFunc) {
+	if dl := earliest(batch); !dl.IsZero() {
+		return context.WithDeadline(ctx, dl)
+	}
+	return ctx, func() {}
+}
+
+// rerunNoScript sends again in full, by EVAL, the calls whose commands
+// cmds a server that lost its scripts (restart, SCRIPT FLUSH) answered
+// NOSCRIPT, without running anything.
+func (s *Store) rerunNoScript(ctx context.Context, batch []driver.Op, calls []call, cmds []scriptCmd) {
+	again := noScripts(cmds)
+	if len(again) == 0 {
+		return
+	}
+	re := make([]scriptCmd, len(again))
+	for j, i := range again {
+		re[j] = command(ctx, batch, calls[i], false)
+	}
+	s.run(ctx, re)
+	for j, i := range again {
+		cmds[i] = re[j]
+	}
+}
+
+// noScripts is the indexes of the commands answered NOSCRIPT.
+func noScripts(cmds []scriptCmd) []int {
 	var again []int
 	for i := range cmds {
 		if isNoScript(cmds[i].Err()) {
 			again = append(again, i)
 		}
 	}
-	if len(again) > 0 {
-		re := make([]scriptCmd, len(again))
-		for j, i := range again {
-			re[j] = command(ctx, batch, calls[i], false)
-		}
-		s.run(ctx, re)
-		for j, i := range again {
-			cmds[i] = re[j]
-		}
-	}
-	for i, c := range calls {
-		decode(batch, c, cmds[i])
-	}
-	return nil
+	return again
 }
 
 // run sends cmds: one alone, several in one pipeline (go-redis splits it
@@ -174,7 +203,7 @@ func isNoScript(err error) bool {
 }
 
 // earliest returns the earliest Deadline of batch, zero if none has one.
-func earliest(batch []sluice.Op) time.Time {
+func earliest(batch []driver.Op) time.Time {
 	var dl time.Time
 	for i := range batch {
 		if d := batch[i].Deadline; !d.IsZero() && (dl.IsZero() || d.Before(dl)) {
@@ -187,7 +216,7 @@ func earliest(batch []sluice.Op) time.Time {
 // plan groups the valid Ops of batch into script calls: one per script
 // (an algorithm's, or the calendar one) (and on a cluster per hash tag, so that a call's keys share a slot),
 // split at maxBatch keys. Invalid Ops get their error.
-func (s *Store) plan(batch []sluice.Op) []call {
+func (s *Store) plan(batch []driver.Op) []call {
 	type group struct {
 		sc  *luascript.Script
 		tag string
@@ -229,7 +258,7 @@ func hashTag(key string) string {
 
 // command builds the EVALSHA (or EVAL) of one call: its keys and one
 // string of the decisions' records (luascript.AppendArgs).
-func command(ctx context.Context, batch []sluice.Op, c call, sha bool) scriptCmd {
+func command(ctx context.Context, batch []driver.Op, c call, sha bool) scriptCmd {
 	sc := c.sc
 	n := len(c.ops)
 	args := make([]any, 0, 4+n)
@@ -253,7 +282,7 @@ func command(ctx context.Context, batch []sluice.Op, c call, sha bool) scriptCmd
 }
 
 // decode fills in the Results of one call from its reply.
-func decode(batch []sluice.Op, c call, cmd scriptCmd) {
+func decode(batch []driver.Op, c call, cmd scriptCmd) {
 	callErr := cmd.Err()
 	var reply string
 	var replyErr error
@@ -263,7 +292,7 @@ func decode(batch []sluice.Op, c call, cmd scriptCmd) {
 	luascript.FillCall(batch, c.ops, "redisstore", c.alg, reply, callErr, replyErr)
 }
 
-// Delete implements sluice.Store: one DEL per key, pipelined (keys of
+// Delete implements driver.Store: one DEL per key, pipelined (keys of
 // different slots cannot share a command on a cluster).
 func (s *Store) Delete(ctx context.Context, keys ...string) error {
 	if len(keys) == 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/valkeytest"
@@ -126,9 +127,9 @@ func TestScriptFlush(t *testing.T) {
 			if err := c.Do(ctx, "SCRIPT", "FLUSH").Err(); err != nil {
 				t.Fatal(err)
 			}
-			ops := []sluice.Op{
-				{Key: sluice.Key("flush", "a", r, "k"), Rule: r, Cost: 1},
-				{Key: sluice.Key("flush", "a", r, "j"), Rule: r, Cost: 1},
+			ops := []driver.Op{
+				{Key: driver.Key("flush", "a", r, "k"), Rule: r, Cost: 1},
+				{Key: driver.Key("flush", "a", r, "j"), Rule: r, Cost: 1},
 			}
 			if err := st.Do(ctx, ops); err != nil || ops[0].Err != nil || ops[1].Err != nil || !ops[0].Result.Allowed {
 				t.Fatalf("%v after SCRIPT FLUSH: %v %v %v %+v", r, err, ops[0].Err, ops[1].Err, ops[0].Result)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluiceprom"
 )
@@ -72,7 +73,7 @@ func check(t *testing.T, got map[string]float64, want map[string]float64) {
 // failing is a Store that fails every decision with err.
 type failing struct{ err error }
 
-func (f failing) Do(_ context.Context, batch []sluice.Op) error {
+func (f failing) Do(_ context.Context, batch []driver.Op) error {
 	for i := range batch {
 		batch[i].Err = f.err
 	}
@@ -92,7 +93,7 @@ func TestOutcomes(t *testing.T) {
 	}
 	ctx := context.Background()
 	policy := sluice.FixedWindow{Limit: 2, Window: time.Hour}
-	newLimiter := func(s sluice.Store, name string, opts ...sluice.Option) *sluice.Limiter {
+	newLimiter := func(s driver.Store, name string, opts ...sluice.Option) *sluice.Limiter {
 		l, err := sluice.New(s, policy, append([]sluice.Option{sluice.WithName(name), sluice.WithObserver(m), quiet}, opts...)...)
 		if err != nil {
 			t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // A CalendarCase is one calendar period checked by RunCalendar: the period
@@ -18,7 +19,7 @@ import (
 type CalendarCase struct {
 	Name       string
 	Zone       string
-	Unit       sluice.CalendarUnit
+	Unit       driver.CalendarUnit
 	RenewalDay int
 	At         string // RFC 3339
 	Start, End string // RFC 3339, with the zone's offsets
@@ -87,7 +88,7 @@ func checkPeriodTTL(t *testing.T, h Harness, key string, left time.Duration) {
 	if !ok {
 		return
 	}
-	want := left.Truncate(time.Millisecond) + sluice.KeyTTLMargin
+	want := left.Truncate(time.Millisecond) + driver.KeyTTLMargin
 	if left%time.Millisecond != 0 {
 		want += time.Millisecond
 	}
@@ -130,11 +131,11 @@ func RunCalendar(t *testing.T, h Harness) {
 			step("second", 1, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: left})
 			step("over the limit", 1, sluice.Result{RetryAfter: left, ResetAfter: left})
 			// Refund a take of the previous period: nothing comes back.
-			refund(t, h, l, clock.Now(), start.Add(-time.Microsecond).UnixMicro(), sluice.Result{Allowed: true, ResetAfter: left})
+			refund(t, h, l, clock.Now(), start.Add(-time.Microsecond).UnixMicro(), driver.Result{Allowed: true, ResetAfter: left})
 			// Refund one of this period's takes.
-			refund(t, h, l, clock.Now(), at.UnixMicro(), sluice.Result{Allowed: true, Remaining: 1, ResetAfter: left})
+			refund(t, h, l, clock.Now(), at.UnixMicro(), driver.Result{Allowed: true, Remaining: 1, ResetAfter: left})
 			step("after the refund", 1, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: left})
-			checkPeriodTTL(t, h, l.Key("k"), left)
+			checkPeriodTTL(t, h, storeKey(l, "k"), left)
 			clock.Set(end.Add(-time.Microsecond).Sub(Epoch))
 			step("last microsecond", 1, sluice.Result{RetryAfter: time.Microsecond, ResetAfter: time.Microsecond})
 			clock.Set(end.Sub(Epoch))
@@ -151,9 +152,9 @@ func RunCalendar(t *testing.T, h Harness) {
 }
 
 // refund gives back one unit of the take whose receipt is receipt, at now.
-func refund(t *testing.T, h Harness, l *sluice.Limiter, now time.Time, receipt int64, want sluice.Result) {
+func refund(t *testing.T, h Harness, l *sluice.Limiter, now time.Time, receipt int64, want driver.Result) {
 	t.Helper()
-	ops := []sluice.Op{{Key: l.Key("k"), Rule: l.Rule(), Cost: -1, Receipt: receipt, Now: now}}
+	ops := []driver.Op{{Key: storeKey(l, "k"), Rule: l.Rule(), Cost: -1, Receipt: receipt, Now: now}}
 	if err := h.Store.Do(context.Background(), ops); err != nil || ops[0].Err != nil {
 		t.Fatalf("refund: %v %v", err, ops[0].Err)
 	}
@@ -189,7 +190,7 @@ func RunDifferentialCalendar(t *testing.T, h Harness) {
 		_, start, end := cc.Times(t)
 		now := start.Add(-time.Hour)
 		for i := range 60 {
-			key := sluice.Key(prefix, fmt.Sprintf("c%d", ci), rule, fmt.Sprint(rng.IntN(2)))
+			key := driver.Key(prefix, fmt.Sprintf("c%d", ci), rule, fmt.Sprint(rng.IntN(2)))
 			switch rng.IntN(4) {
 			case 0:
 				now = now.Add(time.Microsecond)
@@ -206,7 +207,7 @@ func RunDifferentialCalendar(t *testing.T, h Harness) {
 				receipt = d.Receipt(key, rng.IntN(8)-1, now)
 			}
 			d.Step(fmt.Sprintf("%s op %d (%v, cost %d, at %v)", cc.Name, i, rule, cost, now),
-				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now, Receipt: receipt})
+				driver.Op{Key: key, Rule: rule, Cost: cost, Now: now, Receipt: receipt})
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -24,7 +25,7 @@ import (
 func RunClocks(t *testing.T, h Harness) {
 	t.Run("Range", func(t *testing.T) { runTimeRange(t, h) })
 	t.Run("LimiterClock", func(t *testing.T) { runLimiterClockRange(t, h) })
-	if _, ok := h.Store.(sluice.OverrideStore); ok {
+	if _, ok := h.Store.(driver.OverrideStore); ok {
 		t.Run("OverrideClock", func(t *testing.T) { runOverrideClock(t, h) })
 	}
 }
@@ -33,11 +34,11 @@ func runTimeRange(t *testing.T, h Harness) {
 	ctx := context.Background()
 	prefix := Prefix(t)
 	mem := memstore.New()
-	for _, at := range []time.Time{time.Unix(-1, 0), time.Unix(0, 0), time.Unix(0, 999), time.Date(1969, 7, 20, 20, 17, 0, 0, time.UTC), sluice.MaxTime.Add(time.Microsecond)} {
-		for _, st := range []sluice.Store{mem, h.Store} {
+	for _, at := range []time.Time{time.Unix(-1, 0), time.Unix(0, 0), time.Unix(0, 999), time.Date(1969, 7, 20, 20, 17, 0, 0, time.UTC), driver.MaxTime.Add(time.Microsecond)} {
+		for _, st := range []driver.Store{mem, h.Store} {
 			for alg := range 5 {
 				r := RandomRule(rand.New(rand.NewPCG(uint64(alg), 1)), alg)
-				ops := []sluice.Op{{Key: sluice.Key(prefix, "range", r, "k"), Rule: r, Cost: 1, Now: at}}
+				ops := []driver.Op{{Key: driver.Key(prefix, "range", r, "k"), Rule: r, Cost: 1, Now: at}}
 				if err := st.Do(ctx, ops); err != nil {
 					t.Fatalf("%T at %v: %v", st, at, err)
 				}
@@ -48,19 +49,19 @@ func runTimeRange(t *testing.T, h Harness) {
 		}
 	}
 	d := NewDiffer(t, h.Store)
-	for i, at := range []time.Time{sluice.MinTime, sluice.MinTime.Add(time.Hour), sluice.MaxTime.Add(-time.Hour), sluice.MaxTime} {
+	for i, at := range []time.Time{driver.MinTime, driver.MinTime.Add(time.Hour), driver.MaxTime.Add(-time.Hour), driver.MaxTime} {
 		for alg := range 5 {
 			r := RandomRule(rand.New(rand.NewPCG(uint64(alg), 2)), alg)
-			key := sluice.Key(prefix, fmt.Sprintf("edge%d", i), r, "k")
-			d.Step(fmt.Sprintf("%v at %v", r, at.UTC()), sluice.Op{Key: key, Rule: r, Cost: 1, Now: at})
-			d.Step(fmt.Sprintf("%v at %v, again", r, at.UTC()), sluice.Op{Key: key, Rule: r, Cost: 1, Now: at})
+			key := driver.Key(prefix, fmt.Sprintf("edge%d", i), r, "k")
+			d.Step(fmt.Sprintf("%v at %v", r, at.UTC()), driver.Op{Key: key, Rule: r, Cost: 1, Now: at})
+			d.Step(fmt.Sprintf("%v at %v, again", r, at.UTC()), driver.Op{Key: key, Rule: r, Cost: 1, Now: at})
 		}
 	}
 }
 
 func runLimiterClockRange(t *testing.T, h Harness) {
 	ctx := context.Background()
-	for _, at := range []time.Time{time.Unix(0, 0), time.Unix(-86400, 0), sluice.MaxTime.Add(time.Second)} {
+	for _, at := range []time.Time{time.Unix(0, 0), time.Unix(-86400, 0), driver.MaxTime.Add(time.Second)} {
 		l := h.NewLimiter(t, sluice.FixedWindow{Limit: 5, Window: time.Minute}, sluice.WithClock(func() time.Time { return at }))
 		res, err := l.Allow(ctx, "k")
 		if !errors.Is(err, sluice.ErrInvalidTime) || res.Degraded {
@@ -71,7 +72,7 @@ func runLimiterClockRange(t *testing.T, h Harness) {
 
 func runOverrideClock(t *testing.T, h Harness) {
 	ctx := context.Background()
-	ovs := h.Store.(sluice.OverrideStore)
+	ovs := h.Store.(driver.OverrideStore)
 	// The limiter's clock is in the past of every host that runs this, and
 	// another one in the future.
 	for _, start := range []time.Time{time.Date(2010, 3, 1, 12, 0, 0, 0, time.UTC), time.Now().Add(400 * 24 * time.Hour).Truncate(time.Hour)} {
@@ -80,14 +81,14 @@ func runOverrideClock(t *testing.T, h Harness) {
 	// What a store cannot keep is refused by every store, not rounded.
 	mem := memstore.New()
 	now := time.Now()
-	for _, rec := range []sluice.OverrideRecord{
+	for _, rec := range []driver.OverrideRecord{
 		{Identity: "a", Limit: 1, Expires: now.Truncate(time.Microsecond).Add(time.Hour + time.Nanosecond)},
 		{Identity: "a", Limit: 1, Expires: time.Unix(-60, 0)},
-		{Identity: "a", Limit: 1, Expires: sluice.MaxTime.Add(time.Microsecond)},
+		{Identity: "a", Limit: 1, Expires: driver.MaxTime.Add(time.Microsecond)},
 		{Identity: "a", Limit: 1, Expires: time.Unix(1_800_000_000, 0), Set: time.Unix(1_800_000_000, 0)},
 		{Identity: "a", Limit: 1, Expires: time.Unix(1_800_000_000, 0), Set: time.Unix(0, 0)},
 	} {
-		for _, st := range []sluice.OverrideStore{mem, ovs} {
+		for _, st := range []driver.OverrideStore{mem, ovs} {
 			if err := st.PutOverride(ctx, Prefix(t)+":idx", Prefix(t)+":ov", rec); !errors.Is(err, sluice.ErrInvalidOverride) {
 				t.Errorf("%T: PutOverride of expires %v, set %v: %v, want ErrInvalidOverride", st, rec.Expires, rec.Set, err)
 			}
@@ -121,16 +122,23 @@ func overrideOnLimiterClock(t *testing.T, h Harness, start time.Time) {
 // decided under.
 func overrideHeldOnClock(t *testing.T, l *sluice.Limiter, start, expires time.Time) {
 	ctx := context.Background()
+	overrideReadOnClock(t, ctx, l, start, expires)
+	res, err := l.AllowN(ctx, "k", 3)
+	if err != nil || res != (sluice.Result{Allowed: true, Limit: 6, Remaining: 3, ResetAfter: time.Hour, Source: sluice.SourceOverride, OverrideParam: time.Hour.Microseconds()}) {
+		t.Fatalf("clock at %v: a decision under the override: %+v %v", start, res, err)
+	}
+}
+
+// overrideReadOnClock checks, on the limiter's clock at start, that
+// GetOverride reads the override just set on "k" (limit 6 until expires)
+// and Overrides lists it.
+func overrideReadOnClock(t *testing.T, ctx context.Context, l *sluice.Limiter, start, expires time.Time) {
 	o, ok, err := l.GetOverride(ctx, "k")
 	if err != nil || !ok || !o.Expires.Equal(expires) || o.Limit != 6 {
 		t.Fatalf("clock at %v: GetOverride just after setting it: %+v %v %v, want limit 6 until %v", start, o, ok, err, expires)
 	}
 	if list, err := l.Overrides(ctx); err != nil || len(list) != 1 || !list[0].Expires.Equal(expires) {
 		t.Fatalf("clock at %v: Overrides: %+v %v", start, list, err)
-	}
-	res, err := l.AllowN(ctx, "k", 3)
-	if err != nil || res != (sluice.Result{Allowed: true, Limit: 6, Remaining: 3, ResetAfter: time.Hour, Source: sluice.SourceOverride, OverrideParam: time.Hour.Microseconds()}) {
-		t.Fatalf("clock at %v: a decision under the override: %+v %v", start, res, err)
 	}
 }
 
@@ -144,14 +152,21 @@ func overrideLapsedOnClock(t *testing.T, l *sluice.Limiter, clock *Clock, start,
 		t.Fatalf("clock at %v: GetOverride at the override's last microsecond: %v %v", start, ok, err)
 	}
 	clock.Set(expires.Sub(Epoch))
+	overrideGoneOnClock(t, ctx, l, start)
+	res, err := l.Allow(ctx, "k")
+	if err != nil || res.Source != sluice.SourcePolicy || res.Allowed {
+		t.Fatalf("clock at %v: after the override's expiry: %+v %v, want the policy's refusal", start, res, err)
+	}
+}
+
+// overrideGoneOnClock checks, on the limiter's clock at the override's
+// expiry, that GetOverride reads no override on "k" and Overrides lists
+// none.
+func overrideGoneOnClock(t *testing.T, ctx context.Context, l *sluice.Limiter, start time.Time) {
 	if o, ok, err := l.GetOverride(ctx, "k"); ok || err != nil {
 		t.Fatalf("clock at %v: GetOverride at the override's expiry (on the limiter's clock): %+v %v %v, want none", start, o, ok, err)
 	}
 	if list, err := l.Overrides(ctx); err != nil || len(list) != 0 {
 		t.Fatalf("clock at %v: Overrides after the expiry: %+v %v, want none", start, list, err)
-	}
-	res, err := l.Allow(ctx, "k")
-	if err != nil || res.Source != sluice.SourcePolicy || res.Allowed {
-		t.Fatalf("clock at %v: after the override's expiry: %+v %v, want the policy's refusal", start, res, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // RunEdges checks the edges where rounding and refunds used to go wrong:
@@ -105,9 +106,9 @@ func RunRefundAcrossWindowEdge(t *testing.T, h Harness) {
 }
 
 // doAt decides one op of key under rule at at after Epoch on h.Store.
-func doAt(t *testing.T, h Harness, key string, rule sluice.Rule, at time.Duration, cost, receipt int64) sluice.Op {
+func doAt(t *testing.T, h Harness, key string, rule sluice.Rule, at time.Duration, cost, receipt int64) driver.Op {
 	t.Helper()
-	ops := []sluice.Op{{Key: key, Rule: rule, Cost: cost, Receipt: receipt, Now: Epoch.Add(at)}}
+	ops := []driver.Op{{Key: key, Rule: rule, Cost: cost, Receipt: receipt, Now: Epoch.Add(at)}}
 	if err := h.Store.Do(context.Background(), ops); err != nil || ops[0].Err != nil {
 		t.Fatal(err, ops[0].Err)
 	}
@@ -118,8 +119,8 @@ func doAt(t *testing.T, h Harness, key string, rule sluice.Rule, at time.Duratio
 // has ended gives nothing back to the new window.
 func lateRefundInNewWindow(t *testing.T, h Harness, p sluice.Policy) {
 	l := h.NewLimiter(t, p)
-	rule, key := l.Rule(), l.Key("k")
-	do := func(at time.Duration, cost, receipt int64) sluice.Op { return doAt(t, h, key, rule, at, cost, receipt) }
+	rule, key := l.Rule(), storeKey(l, "k")
+	do := func(at time.Duration, cost, receipt int64) driver.Op { return doAt(t, h, key, rule, at, cost, receipt) }
 	take := do(999*ms, 1, 0) // the last millisecond of the first window
 	if !take.Result.Allowed {
 		t.Fatalf("take: %+v", take.Result)
@@ -150,8 +151,8 @@ func lateRefundInNewWindow(t *testing.T, h Harness, p sluice.Policy) {
 func bucketRefund(t *testing.T, h Harness, p sluice.Policy) {
 	l := h.NewLimiter(t, p)
 	rule := l.Rule()
-	do := func(key string, at time.Duration, cost, receipt int64) sluice.Op {
-		return doAt(t, h, l.Key(key), rule, at, cost, receipt)
+	do := func(key string, at time.Duration, cost, receipt int64) driver.Op {
+		return doAt(t, h, storeKey(l, key), rule, at, cost, receipt)
 	}
 	a := do("alone", 0, 2, 0)
 	if r := do("alone", 10*ms, -2, a.Receipt); r.Result.Remaining != 3 || r.Result.ResetAfter != 0 {
@@ -168,8 +169,8 @@ func bucketRefund(t *testing.T, h Harness, p sluice.Policy) {
 // entries, not newer ones.
 func slidingLogRefundOwnEntries(t *testing.T, h Harness) {
 	l := h.NewLimiter(t, sluice.SlidingLog{Limit: 3, Window: time.Second})
-	rule, key := l.Rule(), l.Key("k")
-	do := func(at time.Duration, cost, receipt int64) sluice.Op { return doAt(t, h, key, rule, at, cost, receipt) }
+	rule, key := l.Rule(), storeKey(l, "k")
+	do := func(at time.Duration, cost, receipt int64) driver.Op { return doAt(t, h, key, rule, at, cost, receipt) }
 	first := do(0, 1, 0)
 	do(500*ms, 2, 0)
 	do(600*ms, -1, first.Receipt) // gives back the entry at 0, not one at 500ms
@@ -195,7 +196,18 @@ func RunAlgorithmChangeUnderOneName(t *testing.T, h Harness) {
 		sluice.TokenBucket{Capacity: 3, Rate: 3, Per: time.Minute},
 		sluice.GCRA{Rate: 3, Per: time.Minute, Burst: 3},
 	}
-	clock := NewClock()
+	ls := limitersUnderOneName(t, h, policies, NewClock())
+	allowed := interleave(t, ctx, ls)
+	for i, n := range allowed {
+		if n != 3 {
+			t.Errorf("%v under the shared name: %d of 5 allowed, want 3", ls[i].Rule(), n)
+		}
+	}
+}
+
+// limitersUnderOneName makes a limiter of each of policies, all named
+// "api" under one prefix, on clock.
+func limitersUnderOneName(t *testing.T, h Harness, policies []sluice.Policy, clock *Clock) []*sluice.Limiter {
 	prefix := Prefix(t)
 	var ls []*sluice.Limiter
 	for _, p := range policies {
@@ -206,7 +218,13 @@ func RunAlgorithmChangeUnderOneName(t *testing.T, h Harness) {
 		}
 		ls = append(ls, l)
 	}
-	// Interleaved, as two versions of a service would send them.
+	return ls
+}
+
+// interleave sends five requests for "user" to each of ls, interleaved as
+// two versions of a service would send them, failing on an error or a
+// degraded decision, and returns how many each allowed.
+func interleave(t *testing.T, ctx context.Context, ls []*sluice.Limiter) []int {
 	allowed := make([]int, len(ls))
 	for range 5 {
 		for i, l := range ls {
@@ -219,9 +237,5 @@ func RunAlgorithmChangeUnderOneName(t *testing.T, h Harness) {
 			}
 		}
 	}
-	for i, n := range allowed {
-		if n != 3 {
-			t.Errorf("%v under the shared name: %d of 5 allowed, want 3", ls[i].Rule(), n)
-		}
-	}
+	return allowed
 }

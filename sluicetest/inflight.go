@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // RunInFlight runs the in-flight limit's tests: random timelines against an
@@ -30,7 +31,7 @@ func RunInFlight(t *testing.T, h Harness) {
 // lease; a release removes an existing one.
 type leaseModel struct {
 	limit, lease int64
-	ends         map[sluice.LeaseID]int64
+	ends         map[driver.LeaseID]int64
 }
 
 // live returns the ends of the leases that exist at now.
@@ -44,14 +45,14 @@ func (m *leaseModel) live(now int64) []int64 {
 	return out
 }
 
-func (m *leaseModel) exists(id sluice.LeaseID, now int64) bool {
+func (m *leaseModel) exists(id driver.LeaseID, now int64) bool {
 	e, ok := m.ends[id]
 	return ok && now < e
 }
 
 // want returns the Result and receipt the model gives op at now, and
 // applies op.
-func (m *leaseModel) want(op sluice.Op, now int64) (sluice.Result, int64) {
+func (m *leaseModel) want(op driver.Op, now int64) (driver.Result, int64) {
 	allowed := false
 	receipt := now
 	switch {
@@ -75,7 +76,7 @@ func (m *leaseModel) want(op sluice.Op, now int64) (sluice.Result, int64) {
 		}
 	}
 	live := m.live(now)
-	res := sluice.Result{Allowed: allowed, Remaining: max(0, m.limit-int64(len(live)))}
+	res := driver.Result{Allowed: allowed, Remaining: max(0, m.limit-int64(len(live)))}
 	if !allowed && !op.Renew && op.Cost >= 0 {
 		// The first instant at which fewer than limit leases exist.
 		sort.Slice(live, func(i, j int) bool { return live[i] < live[j] })
@@ -138,33 +139,33 @@ func RunInFlightTimelines(t *testing.T, h Harness) {
 			rng := rand.New(rand.NewPCG(seed, 26))
 			limit := int64(1 + rng.IntN(4))
 			lease := time.Duration(2_000_000+rng.IntN(2_000_000)) * time.Microsecond
-			rule := sluice.Rule{Algorithm: sluice.AlgorithmInFlight, Limit: limit, Window: lease}
+			rule := sluice.Rule{Algorithm: driver.AlgorithmInFlight, Limit: limit, Window: lease}
 			prefix := Prefix(t)
 			keys := []string{
-				sluice.Key(prefix, "if", rule, "a"),
-				sluice.Key(prefix, "if", rule, "b"),
-				sluice.Key(prefix, "if", rule, "c"),
+				driver.Key(prefix, "if", rule, "a"),
+				driver.Key(prefix, "if", rule, "b"),
+				driver.Key(prefix, "if", rule, "c"),
 			}
 			models := map[string]*leaseModel{}
 			var known []struct {
 				key string
-				id  sluice.LeaseID
+				id  driver.LeaseID
 			}
 			for _, k := range keys {
-				models[k] = &leaseModel{limit: limit, lease: lease.Microseconds(), ends: map[sluice.LeaseID]int64{}}
+				models[k] = &leaseModel{limit: limit, lease: lease.Microseconds(), ends: map[driver.LeaseID]int64{}}
 			}
 			clock := newDriftClock()
-			randomID := func() sluice.LeaseID {
-				var id sluice.LeaseID
+			randomID := func() driver.LeaseID {
+				var id driver.LeaseID
 				for i := range id {
 					id[i] = byte(rng.IntN(256))
 				}
 				return id
 			}
 			// pickOp returns a random Op for key at now.
-			pickOp := func(key string) (sluice.Op, string) {
-				op := sluice.Op{Key: key, Rule: rule}
-				pickID := func() (sluice.LeaseID, string) {
+			pickOp := func(key string) (driver.Op, string) {
+				op := driver.Op{Key: key, Rule: rule}
+				pickID := func() (driver.LeaseID, string) {
 					switch r := rng.IntN(10); {
 					case r < 7 && len(known) > 0:
 						k := known[rng.IntN(len(known))]
@@ -221,7 +222,7 @@ func RunInFlightTimelines(t *testing.T, h Harness) {
 					n = len(keys)
 				}
 				perm := rng.Perm(len(keys))[:n]
-				batch := make([]sluice.Op, n)
+				batch := make([]driver.Op, n)
 				descs := make([]string, n)
 				for j, ki := range perm {
 					batch[j], descs[j] = pickOp(keys[ki])
@@ -244,7 +245,7 @@ func RunInFlightTimelines(t *testing.T, h Harness) {
 					if op.Cost == 1 && op.Result.Allowed {
 						known = append(known, struct {
 							key string
-							id  sluice.LeaseID
+							id  driver.LeaseID
 						}{op.Key, op.Lease})
 					}
 				}
@@ -361,7 +362,7 @@ func RunInFlightLimiter(t *testing.T, h Harness) {
 	e := acquire(t, l, "emptied", sluice.Result{Allowed: true, Remaining: 2, ResetAfter: lease})
 	release(t, e, true)
 	if h.TTLs != nil {
-		if keys := h.TTLs(t, l.Key("emptied")); len(keys) != 0 {
+		if keys := h.TTLs(t, storeKey(l, "emptied")); len(keys) != 0 {
 			t.Errorf("a key emptied by releases is still stored: %v", keys)
 		}
 	}

@@ -9,6 +9,10 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+
+	"github.com/sluicehq/sluice/driver"
+
+	"github.com/sluicehq/sluice/internal/ruleview"
 )
 
 // RunPlans checks plans on h.Store: a key that moves to another plan keeps
@@ -47,7 +51,7 @@ func RunPlans(t *testing.T, h Harness) {
 }
 
 // RunOverrides checks key overrides on h.Store, which must implement
-// sluice.OverrideStore (a store that does not must make New refuse
+// driver.OverrideStore (a store that does not must make New refuse
 // WithOverrides): an override applies to the key's existing state, takes
 // precedence over the plan, lapses by itself at its expiry, and can be
 // read, listed and deleted; bad overrides are refused.
@@ -58,7 +62,7 @@ func RunOverrides(t *testing.T, h Harness) {
 	opts := []sluice.Option{sluice.WithPrefix(Prefix(t)), sluice.WithTimeout(5 * time.Second), sluice.WithClock(clock.Now),
 		sluice.WithOverrides(true), sluice.WithPlan("pro", sluice.FixedWindow{Limit: 4, Window: time.Hour})}
 	l, err := sluice.New(h.Store, policy, opts...)
-	if _, ok := h.Store.(sluice.OverrideStore); !ok {
+	if _, ok := h.Store.(driver.OverrideStore); !ok {
 		if err == nil {
 			t.Fatal("WithOverrides accepted by a store that keeps no overrides")
 		}
@@ -168,7 +172,7 @@ func overrideWindow(t *testing.T, ctx context.Context, l *sluice.Limiter, clock 
 		t.Fatalf("override with a window: %+v %v, want limit 3 and parameter 600000000µs", res, err)
 	}
 	pro, _ := l.PlanRule("pro")
-	if in := pro.InForce(res); in.Limit != 3 || in.Window != 10*time.Minute || in.Algorithm != pro.Algorithm {
+	if in := ruleview.InForce(pro, res); in.Limit != 3 || in.Window != 10*time.Minute || in.Algorithm != pro.Algorithm {
 		t.Fatalf("InForce of an override with a window: %+v, want limit 3 per 10m", in)
 	}
 }
@@ -193,7 +197,7 @@ func badOverrides(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *C
 }
 
 // rateOverride: a rate override of a token bucket: its interval applies.
-func rateOverride(t *testing.T, ctx context.Context, store sluice.Store, opts []sluice.Option, clock *Clock) {
+func rateOverride(t *testing.T, ctx context.Context, store driver.Store, opts []sluice.Option, clock *Clock) {
 	tb, err := sluice.New(store, sluice.TokenBucket{Capacity: 2, Rate: 1, Per: time.Second}, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +210,7 @@ func rateOverride(t *testing.T, ctx context.Context, store sluice.Store, opts []
 		res.OverrideParam != 250_000 {
 		t.Fatalf("token bucket with a rate override: %+v %v, want 4 taken, full again after 1s (4/s: an interval of 250000µs)", res, err)
 	}
-	if in := tb.Rule().InForce(res); in.Interval != 250*time.Millisecond || in.Limit != 4 || in.Period() != time.Second {
+	if in := ruleview.InForce(tb.Rule(), res); in.Interval != 250*time.Millisecond || in.Limit != 4 || in.Period() != time.Second {
 		t.Fatalf("InForce of a rate override: %+v, want 4 per 1s", in)
 	}
 }
@@ -223,12 +227,12 @@ func contains(s, sub string) bool {
 // RunDifferentialOverrides runs random operations with plans (rules of
 // other limits and rates on the same keys) and key overrides that are set,
 // deleted and lapse mid-timeline, on memstore and on h.Store, which must
-// implement sluice.OverrideStore: every Result, its Source and Limit
+// implement driver.OverrideStore: every Result, its Source and Limit
 // included, must be identical.
 func RunDifferentialOverrides(t *testing.T, h Harness) {
-	ovs, ok := h.Store.(sluice.OverrideStore)
+	ovs, ok := h.Store.(driver.OverrideStore)
 	if !ok {
-		t.Fatalf("%T does not implement sluice.OverrideStore", h.Store)
+		t.Fatalf("%T does not implement driver.OverrideStore", h.Store)
 	}
 	d := NewDiffer(t, h.Store)
 	ctx := context.Background()
@@ -242,15 +246,15 @@ func RunDifferentialOverrides(t *testing.T, h Harness) {
 		w := base.Period()
 		for i := range 120 {
 			id := fmt.Sprint(rng.IntN(2))
-			key := sluice.Key(prefix, name, base, id)
-			ovKey := sluice.OverrideKey(prefix, name, id)
-			stores := []sluice.OverrideStore{d.mem, ovs}
-			randomOverrideChange(t, ctx, rng, stores, sluice.OverrideIndex(prefix, name), ovKey, id, now, w)
+			key := driver.Key(prefix, name, base, id)
+			ovKey := driver.OverrideKey(prefix, name, id)
+			stores := []driver.OverrideStore{d.mem, ovs}
+			randomOverrideChange(t, ctx, rng, stores, driver.OverrideIndex(prefix, name), ovKey, id, now, w)
 			now = randomAdvance(rng, now, w)
 			rule := plans[rng.IntN(len(plans))]
 			cost := int64(rng.IntN(int(rule.Limit) + 1))
 			d.Step(fmt.Sprintf("seed %d op %d (%v, cost %d, at +%v)", seed, i, rule, cost, now.Sub(Epoch)),
-				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now, Override: ovKey})
+				driver.Op{Key: key, Rule: rule, Cost: cost, Now: now, Override: ovKey})
 		}
 	}
 }
@@ -259,10 +263,10 @@ func RunDifferentialOverrides(t *testing.T, h Harness) {
 // id (at ovKey under index) on every store, lapsing within two windows w
 // of now and sometimes with a parameter that may be out of bounds; one
 // time in twelve it deletes it; otherwise it leaves the overrides alone.
-func randomOverrideChange(t *testing.T, ctx context.Context, rng *rand.Rand, stores []sluice.OverrideStore, index, ovKey, id string, now time.Time, w time.Duration) {
+func randomOverrideChange(t *testing.T, ctx context.Context, rng *rand.Rand, stores []driver.OverrideStore, index, ovKey, id string, now time.Time, w time.Duration) {
 	switch rng.IntN(12) {
 	case 0: // set an override on both stores, lapsing within a few windows
-		rec := sluice.OverrideRecord{Identity: id, Limit: int64(1 + rng.IntN(12)),
+		rec := driver.OverrideRecord{Identity: id, Limit: int64(1 + rng.IntN(12)),
 			Expires: now.Add(time.Duration(rng.Int64N(int64(2*w)/1000+1)) * time.Microsecond)}
 		if rng.IntN(3) == 0 {
 			rec.Param = int64(rng.IntN(3_000_000)) // maybe out of bounds: then ignored
@@ -299,7 +303,7 @@ func randomPlans(rng *rand.Rand, base sluice.Rule) []sluice.Rule {
 		if base.Algorithm.Rated() && rng.IntN(2) == 0 {
 			p, err = base.Overridden(int64(1+rng.IntN(12)), int64(1+rng.IntN(400_000)))
 		}
-		if err == nil && p.Algorithm != sluice.AlgorithmSlidingLog || err == nil && p.Limit <= sluice.MaxSlidingLogLimit {
+		if err == nil && p.Algorithm != driver.AlgorithmSlidingLog || err == nil && p.Limit <= driver.MaxSlidingLogLimit {
 			plans = append(plans, p)
 		}
 	}

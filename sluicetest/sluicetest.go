@@ -1,4 +1,4 @@
-// Package sluicetest is the conformance suite every sluice.Store must pass:
+// Package sluicetest is the conformance suite every driver.Store must pass:
 // the algorithms' timelines under a fake clock, exact recovery after
 // RetryAfter, window boundaries, peeks, refunds, resets, concurrency and the
 // key-expiry invariant. Packages memstore and valkeystore run it; so can any
@@ -16,13 +16,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // Harness is what the suite needs of a Store.
 type Harness struct {
 	// Store is the store under test. Tests share it, each under its own key
 	// prefix.
-	Store sluice.Store
+	Store driver.Store
 	// TTLs returns every key that starts with prefix and its time to live
 	// (negative for a key that never expires).
 	TTLs func(t testing.TB, prefix string) map[string]time.Duration
@@ -69,11 +70,26 @@ func (h Harness) NewLimiter(t testing.TB, p sluice.Policy, opts ...sluice.Option
 		t.Fatalf("sluice.New(%#v): %v", p, err)
 	}
 	t.Cleanup(func() { h.CheckTTLs(t, prefix, l.Rule()) })
+	prefixes.Store(l, prefix)
 	return l
 }
 
+// prefixes holds the key prefix of each limiter NewLimiter made, for
+// storeKey.
+var prefixes sync.Map // *sluice.Limiter → string
+
+// storeKey returns the store key of identity under l, a limiter of
+// NewLimiter, as l's decisions send it.
+func storeKey(l *sluice.Limiter, identity string) string {
+	prefix, ok := prefixes.Load(l)
+	if !ok {
+		panic("sluicetest: storeKey of a limiter NewLimiter did not make")
+	}
+	return driver.Key(prefix.(string), l.Name(), l.Rule(), identity)
+}
+
 // TTLBound is the longest time to live a key of rule may have: what the
-// algorithm needs, in whole milliseconds, plus sluice.KeyTTLMargin.
+// algorithm needs, in whole milliseconds, plus driver.KeyTTLMargin.
 func TTLBound(r sluice.Rule) time.Duration { return r.TTL() }
 
 // CheckTTLs fails t unless every key under prefix expires, within
@@ -267,11 +283,7 @@ func recoverAtRetryAfter(t *testing.T, h Harness, p sluice.Policy, cost int64) {
 // (failing after a hundred allowed), and returns the refusal.
 func exhaustAdvancing(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *Clock, cost int64) sluice.Result {
 	for i := 0; ; i++ {
-		res, err := l.AllowN(ctx, "k", cost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !res.Allowed {
+		if res := allowN(t, ctx, l, "k", cost); !res.Allowed {
 			return res
 		}
 		if i > 100 {
@@ -291,10 +303,7 @@ func recoveryRound(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *
 	}
 	wait := res.RetryAfter
 	clock.Advance(wait - time.Microsecond)
-	early, err := l.AllowN(ctx, "k", cost)
-	if err != nil {
-		t.Fatal(err)
-	}
+	early := allowN(t, ctx, l, "k", cost)
 	if early.Allowed {
 		t.Fatalf("round %d: allowed 1µs before RetryAfter %v", round, wait)
 	}
@@ -303,20 +312,25 @@ func recoveryRound(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *
 		return early
 	}
 	clock.Advance(time.Microsecond)
-	got, err := l.AllowN(ctx, "k", cost)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := allowN(t, ctx, l, "k", cost)
 	if !got.Allowed {
 		t.Fatalf("round %d: refused after waiting RetryAfter %v: %+v", round, wait, got)
 	}
 	// Exhaust again for the next round.
 	for got.Allowed {
-		if got, err = l.AllowN(ctx, "k", cost); err != nil {
-			t.Fatal(err)
-		}
+		got = allowN(t, ctx, l, "k", cost)
 	}
 	return got
+}
+
+// allowN is l.AllowN, failing t on an error.
+func allowN(t testing.TB, ctx context.Context, l *sluice.Limiter, key string, cost int64) sluice.Result {
+	t.Helper()
+	res, err := l.AllowN(ctx, key, cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 func ruleOf(t testing.TB, p sluice.Policy) sluice.Rule {
@@ -443,10 +457,15 @@ func peekAndReset(t *testing.T, l *sluice.Limiter) {
 	if res, _ := l.Peek(ctx, "p"); res.Allowed || res.RetryAfter <= 0 {
 		t.Fatalf("peek on an exhausted key: %+v", res)
 	}
-	if err := l.Reset(ctx, "p"); err != nil {
+	resetAndPeek(t, ctx, l, "p")
+}
+
+// resetAndPeek resets key and checks that Peek then shows the whole limit.
+func resetAndPeek(t *testing.T, ctx context.Context, l *sluice.Limiter, key string) {
+	if err := l.Reset(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := l.Peek(ctx, "p"); !res.Allowed || res.Remaining != limit {
+	if res, _ := l.Peek(ctx, key); !res.Allowed || res.Remaining != l.Rule().Limit {
 		t.Fatalf("peek after Reset: %+v", res)
 	}
 }
@@ -571,16 +590,7 @@ func RunRealTime(t *testing.T, h Harness) {
 // refusal's RetryAfter is within a second, sleeps it, and expects the
 // next request to be allowed.
 func sleepRetryAfter(t *testing.T, ctx context.Context, l *sluice.Limiter) {
-	var res sluice.Result
-	for i := 0; i < 100; i++ {
-		var err error
-		if res, err = l.Allow(ctx, "k"); err != nil {
-			t.Fatal(err)
-		}
-		if !res.Allowed {
-			break
-		}
-	}
+	res := allowUntilRefused(t, ctx, l, "k")
 	if res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > time.Second {
 		t.Fatalf("refusal %+v", res)
 	}
@@ -588,4 +598,16 @@ func sleepRetryAfter(t *testing.T, ctx context.Context, l *sluice.Limiter) {
 	if res, err := l.Allow(ctx, "k"); err != nil || !res.Allowed {
 		t.Fatalf("after sleeping RetryAfter: %+v, %v", res, err)
 	}
+}
+
+// allowUntilRefused sends requests for key until one is refused, at most
+// a hundred, and returns the last Result.
+func allowUntilRefused(t *testing.T, ctx context.Context, l *sluice.Limiter, key string) sluice.Result {
+	var res sluice.Result
+	for i := 0; i < 100; i++ {
+		if res = allowN(t, ctx, l, key, 1); !res.Allowed {
+			break
+		}
+	}
+	return res
 }

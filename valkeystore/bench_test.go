@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/sluicehq/sluice/valkeytest"
 	"github.com/valkey-io/valkey-go"
@@ -22,7 +23,7 @@ import (
 // past that many units in its 10s window it measures refusals by Valkey).
 var benchPolicies = []sluice.Policy{
 	sluice.FixedWindow{Limit: 1 << 30, Window: time.Hour},
-	sluice.SlidingLog{Limit: sluice.MaxSlidingLogLimit, Window: 10 * time.Second},
+	sluice.SlidingLog{Limit: driver.MaxSlidingLogLimit, Window: 10 * time.Second},
 	sluice.SlidingWindow{Limit: 1 << 30, Window: time.Hour},
 	sluice.TokenBucket{Capacity: 1 << 30, Rate: 1e6, Per: time.Second},
 	sluice.GCRA{Rate: 1e6, Per: time.Second, Burst: 1 << 30},
@@ -187,18 +188,18 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 					b.Fatal(err)
 				}
 				before := memoryUsed(b, c)
-				ops := make([]sluice.Op, 0, 1000)
+				ops := make([]driver.Op, 0, 1000)
 				for i := 0; i < benchKeys; i += 1000 {
 					ops = ops[:0]
 					for j := i; j < i+1000; j++ {
-						ops = append(ops, sluice.Op{Key: l.Key("user:" + strconv.Itoa(j)), Rule: l.Rule(), Cost: 1})
+						ops = append(ops, driver.Op{Key: driver.Key(sluice.DefaultPrefix, l.Name(), l.Rule(), "user:"+strconv.Itoa(j)), Rule: l.Rule(), Cost: 1})
 					}
 					if err := s.Do(ctx, ops); err != nil {
 						b.Fatal(err)
 					}
 				}
 				after := memoryUsed(b, c)
-				usage, err := c.Do(ctx, c.B().MemoryUsage().Key(l.Key("user:1")).Build()).AsInt64()
+				usage, err := c.Do(ctx, c.B().MemoryUsage().Key(driver.Key(sluice.DefaultPrefix, l.Name(), l.Rule(), "user:1")).Build()).AsInt64()
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -261,7 +262,7 @@ func BenchmarkReplicaAck(b *testing.B) {
 }
 
 // BenchmarkSlidingLogMaxCost measures one sliding-log decision that takes
-// sluice.MaxSlidingLogLimit units at once on a fresh key (the worst a
+// driver.MaxSlidingLogLimit units at once on a fresh key (the worst a
 // client-chosen cost can ask of Valkey: the script runs while Valkey serves
 // nobody else), and the memory of the resulting key per entry (MEMORY
 // USAGE, and used_memory's delta).
@@ -272,7 +273,7 @@ func BenchmarkSlidingLogMaxCost(b *testing.B) {
 	c := srv.Client(b)
 	s, _ := valkeystore.New(c)
 	ctx := context.Background()
-	const n = sluice.MaxSlidingLogLimit
+	const n = driver.MaxSlidingLogLimit
 	l, err := sluice.New(s, sluice.SlidingLog{Limit: n, Window: time.Hour}, sluice.WithTimeout(10*time.Second))
 	if err != nil {
 		b.Fatal(err)
@@ -285,13 +286,13 @@ func BenchmarkSlidingLogMaxCost(b *testing.B) {
 		b.StopTimer()
 		before := memoryUsed(b, c)
 		b.StartTimer()
-		ops := []sluice.Op{{Key: l.Key(key), Rule: l.Rule(), Cost: n}}
+		ops := []driver.Op{{Key: driver.Key(sluice.DefaultPrefix, l.Name(), l.Rule(), key), Rule: l.Rule(), Cost: n}}
 		if err := s.Do(ctx, ops); err != nil || ops[0].Err != nil || !ops[0].Result.Allowed {
 			b.Fatal(err, ops[0].Err, ops[0].Result)
 		}
 		b.StopTimer()
 		used += memoryUsed(b, c) - before
-		usage, err := c.Do(ctx, c.B().MemoryUsage().Key(l.Key(key)).Samples(0).Build()).AsInt64()
+		usage, err := c.Do(ctx, c.B().MemoryUsage().Key(driver.Key(sluice.DefaultPrefix, l.Name(), l.Rule(), key)).Samples(0).Build()).AsInt64()
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/sluicehq/sluice/valkeytest"
@@ -45,22 +46,22 @@ func keysByPrimary(t *testing.T, cl *valkeytest.Cluster, n int) [][]string {
 	return keys
 }
 
-var budgetRule = sluice.Rule{Algorithm: sluice.AlgorithmFixedWindow, Limit: 1 << 40, Window: time.Hour}
+var budgetRule = sluice.Rule{Algorithm: driver.AlgorithmFixedWindow, Limit: 1 << 40, Window: time.Hour}
 
 // warmUp loads both scripts of budgetRule on every primary: one call of
 // keys of several slots per primary, and a lone decision per primary.
 func warmUp(t *testing.T, s *valkeystore.Store, keys [][]string) {
-	var all []sluice.Op
+	var all []driver.Op
 	for _, ks := range keys {
 		for _, k := range ks {
-			all = append(all, sluice.Op{Key: k, Rule: budgetRule, Cost: 1})
+			all = append(all, driver.Op{Key: k, Rule: budgetRule, Cost: 1})
 		}
 	}
 	if err := s.Do(context.Background(), all); err != nil {
 		t.Fatal(err)
 	}
 	for _, ks := range keys {
-		lone := []sluice.Op{{Key: ks[0], Rule: budgetRule, Cost: 1}}
+		lone := []driver.Op{{Key: ks[0], Rule: budgetRule, Cost: 1}}
 		if err := s.Do(context.Background(), lone); err != nil || lone[0].Err != nil {
 			t.Fatalf("warm-up: %v %v", err, lone[0].Err)
 		}
@@ -75,7 +76,7 @@ func decideLater(t *testing.T, s *valkeystore.Store, wg *sync.WaitGroup, k strin
 		defer wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		op := []sluice.Op{{Key: k, Rule: budgetRule, Cost: 1}}
+		op := []driver.Op{{Key: k, Rule: budgetRule, Cost: 1}}
 		if err := s.Do(ctx, op); err != nil || op[0].Err != nil || !op[0].Result.Allowed {
 			t.Errorf("%s: %+v %v %v", k, op[0].Result, op[0].Err, err)
 		}
@@ -181,10 +182,10 @@ func TestBudgetHungPrimary(t *testing.T) {
 		wg             sync.WaitGroup
 		decided        atomic.Int64
 	)
-	decide := func(k string, timeout time.Duration) (sluice.Op, error, time.Duration) {
+	decide := func(k string, timeout time.Duration) (driver.Op, error, time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		op := []sluice.Op{{Key: k, Rule: budgetRule, Cost: 1}}
+		op := []driver.Op{{Key: k, Rule: budgetRule, Cost: 1}}
 		start := time.Now()
 		err := s.Do(ctx, op)
 		return op[0], err, time.Since(start)

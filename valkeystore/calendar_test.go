@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/sluicehq/sluice/valkeytest"
@@ -58,14 +59,14 @@ func TestCalendarClockSkew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := sluice.Key(sluicetest.Prefix(t), "skew", rule, "k")
+	key := driver.Key(sluicetest.Prefix(t), "skew", rule, "k")
 	// A client three days ahead is played through the bounds it sends.
-	ops := []sluice.Op{{Key: key, Rule: rule, Cost: 1}}
+	ops := []driver.Op{{Key: key, Rule: rule, Cost: 1}}
 	skewed := valkeystore.SkewedDo(t, s, ops, 3*24*time.Hour)
-	if !errors.Is(skewed, sluice.ErrClockSkew) {
+	if !errors.Is(skewed, driver.ErrClockSkew) {
 		t.Fatalf("a client 3 days ahead: %v, want ErrClockSkew", skewed)
 	}
-	ops = []sluice.Op{{Key: key, Rule: rule, Cost: 1}}
+	ops = []driver.Op{{Key: key, Rule: rule, Cost: 1}}
 	if err := valkeystore.SkewedDo(t, s, ops, 12*time.Hour); err != nil {
 		t.Fatalf("a client 12 hours ahead (within a period): %v", err)
 	}

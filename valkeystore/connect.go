@@ -10,8 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/sluicehq/sluice/driver"
 )
 
 // ErrNotConnected is the error of a Lazy's calls until its first
@@ -42,7 +43,7 @@ func WithConnectError(explain func(error) error) Option {
 	return optionFunc(func(e *engine) { e.connectExplain = explain })
 }
 
-// A Lazy is a sluice.Store on Valkey that connects in the background, so
+// A Lazy is a driver.Store on Valkey that connects in the background, so
 // that a service starts, and decides by its limiters' fail modes, while
 // Valkey is unreachable (a restart during an outage is then no crash loop).
 // Until the first connection every call fails at once with an error
@@ -106,6 +107,9 @@ func (l *Lazy) connect(ctx context.Context, opt valkey.ClientOption, opts []Opti
 	delay := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		client, err := valkey.NewClient(opt)
+		if err == nil && e0.wrapClient != nil {
+			client = e0.wrapClient(client)
+		}
 		if err == nil {
 			e, _ := configure(opts) // checked by Connect
 			st := e.start(client)
@@ -145,27 +149,32 @@ func (l *Lazy) failed(err error, explain func(error) error, addrs []string, atte
 	if explain != nil {
 		err = explain(err)
 	}
-	if reply {
-		e := fmt.Errorf("%w: %w", ErrNotConnected, err)
-		l.refused.Store(&e)
-	} else {
-		l.refused.Store(nil)
-	}
+	l.noteRefusal(err, reply)
 	if attempt != 1 && attempt%10 != 0 {
 		return
 	}
-	if auth {
+	switch {
+	case auth:
 		log.Error("valkey refused to authenticate; deciding by each limiter's fail mode until the credentials are fixed",
 			"addresses", addrs, "attempt", attempt, "err", err.Error())
-		return
-	}
-	if reply {
+	case reply:
 		log.Error("valkey refused the connection; deciding by each limiter's fail mode until its settings are fixed",
 			"addresses", addrs, "attempt", attempt, "err", err.Error())
+	default:
+		log.Warn("cannot connect to valkey yet; deciding by each limiter's fail mode",
+			"addresses", addrs, "attempt", attempt, "err", err)
+	}
+}
+
+// noteRefusal keeps err as the calls' error when Valkey refused the
+// connection (a reply), and forgets the last refusal otherwise.
+func (l *Lazy) noteRefusal(err error, reply bool) {
+	if !reply {
+		l.refused.Store(nil)
 		return
 	}
-	log.Warn("cannot connect to valkey yet; deciding by each limiter's fail mode",
-		"addresses", addrs, "attempt", attempt, "err", err)
+	e := fmt.Errorf("%w: %w", ErrNotConnected, err)
+	l.refused.Store(&e)
 }
 
 // notConnected is the calls' error before the first connection.
@@ -200,8 +209,8 @@ func (l *Lazy) Wait(ctx context.Context) (*Store, error) {
 	}
 }
 
-// Do implements sluice.Store.
-func (l *Lazy) Do(ctx context.Context, batch []sluice.Op) error {
+// Do implements driver.Store.
+func (l *Lazy) Do(ctx context.Context, batch []driver.Op) error {
 	st := l.store.Load()
 	if st == nil {
 		return l.notConnected()
@@ -209,7 +218,7 @@ func (l *Lazy) Do(ctx context.Context, batch []sluice.Op) error {
 	return st.Do(ctx, batch)
 }
 
-// Delete implements sluice.Store.
+// Delete implements driver.Store.
 func (l *Lazy) Delete(ctx context.Context, keys ...string) error {
 	st := l.store.Load()
 	if st == nil {
@@ -236,7 +245,7 @@ func (l *Lazy) Breakers() map[string]BreakerState {
 	return st.Breakers()
 }
 
-// DeleteNotify implements sluice.DeleteNotifier.
+// DeleteNotify implements driver.DeleteNotifier.
 func (l *Lazy) DeleteNotify(ctx context.Context, prefix string, keys ...string) (int, error) {
 	st := l.store.Load()
 	if st == nil {
@@ -247,14 +256,14 @@ func (l *Lazy) DeleteNotify(ctx context.Context, prefix string, keys ...string) 
 
 type pendingWatch struct {
 	prefix string
-	w      sluice.DeleteWatcher
+	w      driver.DeleteWatcher
 	stop   func() // the store's, once connected
 }
 
-// WatchDeletes implements sluice.DeleteNotifier. Before the connection is
+// WatchDeletes implements driver.DeleteNotifier. Before the connection is
 // made the watcher is not watching (a deny cache answers nothing); it is
 // registered with the store once connected.
-func (l *Lazy) WatchDeletes(prefix string, w sluice.DeleteWatcher) (stop func()) {
+func (l *Lazy) WatchDeletes(prefix string, w driver.DeleteWatcher) (stop func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if st := l.store.Load(); st != nil {
@@ -276,8 +285,8 @@ func (l *Lazy) WatchDeletes(prefix string, w sluice.DeleteWatcher) (stop func())
 	}
 }
 
-// PutOverride implements sluice.OverrideStore.
-func (l *Lazy) PutOverride(ctx context.Context, index, key string, rec sluice.OverrideRecord) error {
+// PutOverride implements driver.OverrideStore.
+func (l *Lazy) PutOverride(ctx context.Context, index, key string, rec driver.OverrideRecord) error {
 	st := l.store.Load()
 	if st == nil {
 		return l.notConnected()
@@ -285,16 +294,16 @@ func (l *Lazy) PutOverride(ctx context.Context, index, key string, rec sluice.Ov
 	return st.PutOverride(ctx, index, key, rec)
 }
 
-// GetOverride implements sluice.OverrideStore.
-func (l *Lazy) GetOverride(ctx context.Context, key string) (sluice.OverrideRecord, bool, error) {
+// GetOverride implements driver.OverrideStore.
+func (l *Lazy) GetOverride(ctx context.Context, key string) (driver.OverrideRecord, bool, error) {
 	st := l.store.Load()
 	if st == nil {
-		return sluice.OverrideRecord{}, false, l.notConnected()
+		return driver.OverrideRecord{}, false, l.notConnected()
 	}
 	return st.GetOverride(ctx, key)
 }
 
-// DeleteOverride implements sluice.OverrideStore.
+// DeleteOverride implements driver.OverrideStore.
 func (l *Lazy) DeleteOverride(ctx context.Context, index, key, identity string) error {
 	st := l.store.Load()
 	if st == nil {
@@ -303,8 +312,8 @@ func (l *Lazy) DeleteOverride(ctx context.Context, index, key, identity string) 
 	return st.DeleteOverride(ctx, index, key, identity)
 }
 
-// ListOverrides implements sluice.OverrideStore.
-func (l *Lazy) ListOverrides(ctx context.Context, index string, keyOf func(string) string) ([]sluice.OverrideRecord, error) {
+// ListOverrides implements driver.OverrideStore.
+func (l *Lazy) ListOverrides(ctx context.Context, index string, keyOf func(string) string) ([]driver.OverrideRecord, error) {
 	st := l.store.Load()
 	if st == nil {
 		return nil, l.notConnected()
@@ -325,7 +334,7 @@ func (l *Lazy) Close() {
 }
 
 var (
-	_ sluice.Store          = (*Lazy)(nil)
-	_ sluice.OverrideStore  = (*Lazy)(nil)
-	_ sluice.DeleteNotifier = (*Lazy)(nil)
+	_ driver.Store          = (*Lazy)(nil)
+	_ driver.OverrideStore  = (*Lazy)(nil)
+	_ driver.DeleteNotifier = (*Lazy)(nil)
 )

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/sluicehq/sluice/valkeytest"
@@ -38,7 +39,7 @@ func TestClusterFailoverBatchPerNode(t *testing.T) {
 		keys = append(keys, fmt.Sprintf("%s:%d", prefix, i))
 	}
 	ownerAt := func(k string) int { return cl.PrimaryOf(valkeytest.Slot(k)) }
-	rule := sluice.Rule{Algorithm: sluice.AlgorithmFixedWindow, Limit: 1 << 40, Window: time.Hour}
+	rule := sluice.Rule{Algorithm: driver.AlgorithmFixedWindow, Limit: 1 << 40, Window: time.Hour}
 	type tally struct{ allowed, unknown, failed int64 }
 	var (
 		mu     sync.Mutex
@@ -50,9 +51,9 @@ func TestClusterFailoverBatchPerNode(t *testing.T) {
 	}
 	calls0 := probe.CrossCalls()
 	stop := loop(6, func(w, i int) bool {
-		ops := make([]sluice.Op, 24)
+		ops := make([]driver.Op, 24)
 		for j := range ops {
-			ops[j] = sluice.Op{Key: keys[(w*13+i*24+j)%len(keys)], Rule: rule, Cost: 1, Deadline: time.Now().Add(500 * time.Millisecond)}
+			ops[j] = driver.Op{Key: keys[(w*13+i*24+j)%len(keys)], Rule: rule, Cost: 1, Deadline: time.Now().Add(500 * time.Millisecond)}
 		}
 		_ = s.Do(context.Background(), ops)
 		mu.Lock()
@@ -102,9 +103,9 @@ func TestClusterFailoverBatchPerNode(t *testing.T) {
 	if probe.CrossCalls() == calls0 {
 		t.Fatal("no call spanned several slots: batching per node was not exercised")
 	}
-	peek := make([]sluice.Op, len(keys))
+	peek := make([]driver.Op, len(keys))
 	for i, k := range keys {
-		peek[i] = sluice.Op{Key: k, Rule: rule}
+		peek[i] = driver.Op{Key: k, Rule: rule}
 	}
 	if err := s.Do(context.Background(), peek); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeytest"
 	"github.com/valkey-io/valkey-go"
 )
@@ -28,7 +28,7 @@ func errorReply(t *testing.T, msg string) valkey.ValkeyResult {
 // others keep their replies; a call that timed out is never listed, so it
 // stays as it was.
 func TestSplit(t *testing.T) {
-	var batch []sluice.Op
+	var batch []driver.Op
 	keyOf := map[uint16][]int{}
 	for i := 0; len(keyOf) < 3 || len(batch) < 8; i++ {
 		k := fmt.Sprint("k", i)
@@ -37,7 +37,7 @@ func TestSplit(t *testing.T) {
 			continue
 		}
 		keyOf[sl] = append(keyOf[sl], len(batch))
-		batch = append(batch, sluice.Op{Key: k})
+		batch = append(batch, driver.Op{Key: k})
 	}
 	all := make([]int, len(batch))
 	for i := range all {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/luascript"
 	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/valkeytest"
@@ -66,19 +67,19 @@ func TestCrossRefusesBeforeWriting(t *testing.T) {
 		if !n.crossOK() {
 			t.Fatalf("%s: no cross calls to %s", name, n.name)
 		}
-		send := func(batch []sluice.Op) error {
+		send := func(batch []driver.Op) error {
 			c := call{alg: rule.Algorithm, sc: luascript.ForRule(&rule), ops: []int{0, 1}, cross: true}
 			return n.clientFor(&c).Do(ctx, e.command(batch, c, false)).Error()
 		}
 		for _, tc := range []struct {
 			what  string
-			batch []sluice.Op
+			batch []driver.Op
 		}{
-			{"a key of another primary", []sluice.Op{
+			{"a key of another primary", []driver.Op{
 				{Key: served, Rule: rule, Cost: 1},
 				{Key: keyOf(1, ""), Rule: rule, Cost: 1},
 			}},
-			{"an override key of another primary", []sluice.Op{
+			{"an override key of another primary", []driver.Op{
 				{Key: served, Rule: rule, Cost: 1},
 				{Key: keyOf(0, served), Rule: rule, Cost: 1, Override: keyOf(2, "")},
 			}},
@@ -91,7 +92,7 @@ func TestCrossRefusesBeforeWriting(t *testing.T) {
 				t.Errorf("%s, %s: the served key was written by a call that replied %v", name, tc.what, err)
 			}
 		}
-		both := []sluice.Op{{Key: served, Rule: rule, Cost: 1}, {Key: keyOf(0, served), Rule: rule, Cost: 1}}
+		both := []driver.Op{{Key: served, Rule: rule, Cost: 1}, {Key: keyOf(0, served), Rule: rule, Cost: 1}}
 		if err := send(both); err != nil {
 			t.Errorf("%s, two slots of one primary: %v", name, err)
 		}

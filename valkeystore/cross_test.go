@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/sluicehq/sluice/valkeytest"
@@ -68,10 +69,10 @@ func TestBatchPerNode(t *testing.T) {
 	}
 	const perRule = 90 // 30 per primary: fewer than 64, one call each
 	run := func(round int) {
-		var ops []sluice.Op
+		var ops []driver.Op
 		for ri, r := range rules {
 			for k := range perRule {
-				ops = append(ops, sluice.Op{Key: fmt.Sprintf("%s:r%d:k%d", prefix, ri, k), Rule: r, Cost: 1})
+				ops = append(ops, driver.Op{Key: fmt.Sprintf("%s:r%d:k%d", prefix, ri, k), Rule: r, Cost: 1})
 			}
 		}
 		if err := s.Do(context.Background(), ops); err != nil {
@@ -107,7 +108,7 @@ func TestBatchPerNode(t *testing.T) {
 	// A lone decision is one call of its own slot, not a cross call (the
 	// first loads the script of one slot on its node; the second counts).
 	lone := func(k string) {
-		op := []sluice.Op{{Key: k, Rule: rules[0], Cost: 1}}
+		op := []driver.Op{{Key: k, Rule: rules[0], Cost: 1}}
 		if err := s.Do(context.Background(), op); err != nil || op[0].Err != nil || !op[0].Result.Allowed {
 			t.Fatalf("lone decision: %+v, %v, %v", op[0].Result, op[0].Err, err)
 		}
@@ -155,16 +156,16 @@ func TestBatchPerNodeReshard(t *testing.T) {
 			moved++
 		}
 	}
-	rule := sluice.Rule{Algorithm: sluice.AlgorithmFixedWindow, Limit: 1 << 40, Window: time.Hour}
+	rule := sluice.Rule{Algorithm: driver.AlgorithmFixedWindow, Limit: 1 << 40, Window: time.Hour}
 	before := probe.CrossSplits()
 	var (
 		mu    sync.Mutex
 		takes = map[string]int64{}
 	)
 	stop := loop(4, func(w, i int) bool {
-		ops := make([]sluice.Op, 16)
+		ops := make([]driver.Op, 16)
 		for j := range ops {
-			ops[j] = sluice.Op{Key: keys[(w*7+i*16+j)%len(keys)], Rule: rule, Cost: 1}
+			ops[j] = driver.Op{Key: keys[(w*7+i*16+j)%len(keys)], Rule: rule, Cost: 1}
 		}
 		if err := s.Do(context.Background(), ops); err != nil {
 			t.Error(err)
@@ -188,9 +189,9 @@ func TestBatchPerNodeReshard(t *testing.T) {
 	if probe.CrossSplits() == before {
 		t.Error("no call was split: the reshard never met a call spanning moved and kept slots")
 	}
-	peek := make([]sluice.Op, len(keys))
+	peek := make([]driver.Op, len(keys))
 	for i, k := range keys {
-		peek[i] = sluice.Op{Key: k, Rule: rule, Cost: 0}
+		peek[i] = driver.Op{Key: k, Rule: rule, Cost: 0}
 	}
 	if err := s.Do(context.Background(), peek); err != nil {
 		t.Fatal(err)
@@ -215,9 +216,9 @@ func TestBatchPerNodeReplicaAck(t *testing.T) {
 	}
 	prefix := sluicetest.Prefix(t)
 	r, _ := sluice.FixedWindow{Limit: 10, Window: time.Minute}.Rule()
-	ops := make([]sluice.Op, 30)
+	ops := make([]driver.Op, 30)
 	for i := range ops {
-		ops[i] = sluice.Op{Key: fmt.Sprintf("%s:%d", prefix, i), Rule: r, Cost: 1, Deadline: time.Now().Add(100 * time.Millisecond)}
+		ops[i] = driver.Op{Key: fmt.Sprintf("%s:%d", prefix, i), Rule: r, Cost: 1, Deadline: time.Now().Add(100 * time.Millisecond)}
 	}
 	cross := probe.CrossCalls()
 	if err := s.Do(context.Background(), ops); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/sluicehq/sluice/valkeytest"
 	"github.com/valkey-io/valkey-go"
@@ -349,9 +350,9 @@ func TestDeadlineDedicatedPipeline(t *testing.T) {
 	batch := func(timeout time.Duration) (error, time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		var ops []sluice.Op
+		var ops []driver.Op
 		for i, r := range rules {
-			ops = append(ops, sluice.Op{Key: sluice.Key("deadline:"+t.Name(), fmt.Sprint(i), r, "id"), Rule: r, Cost: 1})
+			ops = append(ops, driver.Op{Key: driver.Key("deadline:"+t.Name(), fmt.Sprint(i), r, "id"), Rule: r, Cost: 1})
 		}
 		begin := time.Now()
 		err := s.Do(ctx, ops)

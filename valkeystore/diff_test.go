@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/valkeytest"
@@ -47,7 +47,7 @@ func FuzzDifferential(f *testing.F) {
 		rng := rand.New(rand.NewPCG(uint64(data[0]), uint64(data[1])<<8|uint64(data[2])))
 		rule := sluicetest.RandomRule(rng, int(data[0]%5))
 		d := sluicetest.NewDifferWith(t, mem, vk)
-		key := sluice.Key(fmt.Sprintf("%s-%d-%d", base, os.Getpid(), run), "f", rule, "k")
+		key := driver.Key(fmt.Sprintf("%s-%d-%d", base, os.Getpid(), run), "f", rule, "k")
 		now := sluicetest.Epoch
 		for i := 3; i+1 < len(data) && i < 3+2*200; i += 2 {
 			cost := int64(data[i]%byte(rule.Limit+2)) - 1 // -1 .. limit
@@ -57,7 +57,7 @@ func FuzzDifferential(f *testing.F) {
 				receipt = d.Receipt(key, int(data[i]/16)-1, now)
 			}
 			d.Step(fmt.Sprintf("op %d (%v, cost %d, receipt %d, at +%v)", i, rule, cost, receipt, now.Sub(sluicetest.Epoch)),
-				sluice.Op{Key: key, Rule: rule, Cost: cost, Now: now, Receipt: receipt})
+				driver.Op{Key: key, Rule: rule, Cost: cost, Now: now, Receipt: receipt})
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -81,7 +82,7 @@ func (e *engine) durable(ctx context.Context, cmd valkey.Completed) valkey.Valke
 
 // roundDurable is round with WithReplicaAck: each call on a connection of
 // its own, concurrently.
-func (n *node) roundDurable(ctx context.Context, batch []sluice.Op, calls []call, resps []valkey.ValkeyResult, only []int, sha bool) {
+func (n *node) roundDurable(ctx context.Context, batch []driver.Op, calls []call, resps []valkey.ValkeyResult, only []int, sha bool) {
 	e := n.e
 	if only == nil {
 		only = make([]int, len(calls))

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // Probe is what a test injects into a Store and observes of it.
@@ -19,7 +19,7 @@ func WithProbe(p *Probe) Option {
 // SkewedDo decides ops on s, a Store with a probe, with calendar bounds
 // computed as if this host's clock were skew ahead of the server's, and
 // returns the first Op's error.
-func SkewedDo(t testing.TB, s *Store, ops []sluice.Op, skew time.Duration) error {
+func SkewedDo(t testing.TB, s *Store, ops []driver.Op, skew time.Duration) error {
 	t.Helper()
 	if s.e.probe == nil {
 		t.Fatal("SkewedDo: the Store has no probe (WithProbe)")

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/sluicehq/sluice/valkeytest"
 	"github.com/valkey-io/valkey-go"
@@ -594,7 +595,7 @@ func TestBreakerServerErrors(t *testing.T) {
 	ctx := context.Background()
 	// A list where the limiter keeps a string: every decision on it is
 	// WRONGTYPE.
-	if err := c.Do(ctx, c.B().Rpush().Key(l.Key("k")).Element("x").Build()).Error(); err != nil {
+	if err := c.Do(ctx, c.B().Rpush().Key(driver.Key("fail:"+t.Name(), l.Name(), l.Rule(), "k")).Element("x").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	for range 20 {

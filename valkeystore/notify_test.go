@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeytest"
 	"github.com/valkey-io/valkey-go"
 )
@@ -22,7 +23,7 @@ func cachedRefusal(t *testing.T, l *sluice.Limiter, raw valkey.Client, key strin
 		if res, _ := l.Allow(ctx, key); res.Allowed {
 			t.Fatalf("the second request within a burst of 1 was allowed: %+v", res)
 		}
-		if err := raw.Do(ctx, raw.B().Del().Key(l.Key(key)).Build()).Error(); err != nil {
+		if err := raw.Do(ctx, raw.B().Del().Key(driver.Key(sluice.DefaultPrefix, l.Name(), l.Rule(), key)).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
 		if res, _ := l.Allow(ctx, key); !res.Allowed {
@@ -102,7 +103,7 @@ func TestNoticeSubscriptionKilled(t *testing.T) {
 	}
 	cachedRefusal(t, a, raw, "k")
 	// The state is deleted with no notice, and the subscription killed.
-	if err := raw.Do(ctx, raw.B().Del().Key(a.Key("k")).Build()).Error(); err != nil {
+	if err := raw.Do(ctx, raw.B().Del().Key(driver.Key(sluice.DefaultPrefix, a.Name(), a.Rule(), "k")).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := raw.Do(ctx, raw.B().ClientKill().TypePubsub().Build()).AsInt64(); err != nil || n < 1 {
@@ -160,7 +161,7 @@ func TestNoticeChannelSlotMoved(t *testing.T) {
 	from := c.PrimaryOf(slot)
 	to := (from + 1) % len(c.Primaries)
 	// The state is deleted with no notice, and the channel's slot moved.
-	if err := c2.Do(ctx, c2.B().Del().Key(a.Key("k")).Build()).Error(); err != nil {
+	if err := c2.Do(ctx, c2.B().Del().Key(driver.Key(sluice.DefaultPrefix, a.Name(), a.Rule(), "k")).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	c.MoveSlots(t, c.Primaries[from], c.Primaries[to], slot, slot)

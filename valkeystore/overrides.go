@@ -6,11 +6,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/sluicehq/sluice/driver"
 )
 
-// Key overrides (sluice.OverrideStore). An override is a hash under its
+// Key overrides (driver.OverrideStore). An override is a hash under its
 // key (limit, param and until, which the scripts read in the decision's
 // call; info and id, for listing), expiring after until - set of Valkey's
 // time (PEXPIRE; at until by PEXPIREAT when the record has no set time),
@@ -23,9 +24,9 @@ import (
 // an identity whose hash is gone. Whether a record read has lapsed is the
 // reader's to say, by its clock (sluice.Limiter.GetOverride).
 
-// PutOverride implements sluice.OverrideStore.
-func (s *Store) PutOverride(ctx context.Context, index, key string, rec sluice.OverrideRecord) error {
-	if err := sluice.CheckRecord(rec); err != nil {
+// PutOverride implements driver.OverrideStore.
+func (s *Store) PutOverride(ctx context.Context, index, key string, rec driver.OverrideRecord) error {
+	if err := driver.CheckRecord(rec); err != nil {
 		return fmt.Errorf("valkeystore: put override: %w", err)
 	}
 	c := s.e.client
@@ -62,42 +63,45 @@ func (s *Store) PutOverride(ctx context.Context, index, key string, rec sluice.O
 	return nil
 }
 
-// GetOverride implements sluice.OverrideStore: the record under key, until
+// GetOverride implements driver.OverrideStore: the record under key, until
 // Valkey drops it. A record the scripts would not read is an error.
-func (s *Store) GetOverride(ctx context.Context, key string) (sluice.OverrideRecord, bool, error) {
+func (s *Store) GetOverride(ctx context.Context, key string) (driver.OverrideRecord, bool, error) {
 	c := s.e.client
 	return readOverride(c.Do(ctx, c.B().Hmget().Key(key).Field("limit", "param", "until", "info", "id").Build()), key)
 }
 
-func readOverride(r valkey.ValkeyResult, key string) (sluice.OverrideRecord, bool, error) {
+func readOverride(r valkey.ValkeyResult, key string) (driver.OverrideRecord, bool, error) {
 	vals, err := r.ToArray()
 	if err != nil {
-		return sluice.OverrideRecord{}, false, fmt.Errorf("valkeystore: get override %s: %w", key, err)
+		return driver.OverrideRecord{}, false, fmt.Errorf("valkeystore: get override %s: %w", key, err)
 	}
-	var f [5]string
-	var present int
-	for i := range f {
-		if i < len(vals) {
-			if v, err := vals[i].ToString(); err == nil {
-				f[i] = v
-				present++
-			}
-		}
-	}
+	f, present := overrideFields(vals)
 	if present == 0 {
-		return sluice.OverrideRecord{}, false, nil
+		return driver.OverrideRecord{}, false, nil
 	}
 	limit, err1 := strconv.ParseInt(f[0], 10, 64)
 	param, err2 := strconv.ParseInt(f[1], 10, 64)
 	until, err3 := strconv.ParseInt(f[2], 10, 64)
 	if err1 != nil || err2 != nil || err3 != nil {
-		return sluice.OverrideRecord{}, false, fmt.Errorf("valkeystore: malformed override %s: limit %q, param %q, until %q", key, f[0], f[1], f[2])
+		return driver.OverrideRecord{}, false, fmt.Errorf("valkeystore: malformed override %s: limit %q, param %q, until %q", key, f[0], f[1], f[2])
 	}
 	exp := time.UnixMicro(until)
-	return sluice.OverrideRecord{Identity: f[4], Limit: limit, Param: param, Expires: exp, Info: f[3]}, true, nil
+	return driver.OverrideRecord{Identity: f[4], Limit: limit, Param: param, Expires: exp, Info: f[3]}, true, nil
 }
 
-// DeleteOverride implements sluice.OverrideStore.
+// overrideFields are the strings of the HMGET reply vals (limit, param,
+// until, info, id), and how many were present.
+func overrideFields(vals []valkey.ValkeyMessage) (f [5]string, present int) {
+	for i := range min(len(f), len(vals)) {
+		if v, err := vals[i].ToString(); err == nil {
+			f[i] = v
+			present++
+		}
+	}
+	return f, present
+}
+
+// DeleteOverride implements driver.OverrideStore.
 func (s *Store) DeleteOverride(ctx context.Context, index, key, identity string) error {
 	c := s.e.client
 	for _, r := range c.DoMulti(ctx, c.B().Del().Key(key).Build(), c.B().Zrem().Key(index).Member(identity).Build()) {
@@ -108,10 +112,10 @@ func (s *Store) DeleteOverride(ctx context.Context, index, key, identity string)
 	return nil
 }
 
-// ListOverrides implements sluice.OverrideStore: the records listed in
+// ListOverrides implements driver.OverrideStore: the records listed in
 // index whose hash Valkey still holds. A malformed record is left out and
 // reported in the error, after the others are read.
-func (s *Store) ListOverrides(ctx context.Context, index string, keyOf func(string) string) ([]sluice.OverrideRecord, error) {
+func (s *Store) ListOverrides(ctx context.Context, index string, keyOf func(string) string) ([]driver.OverrideRecord, error) {
 	c := s.e.client
 	ids, err := c.Do(ctx, c.B().Zrange().Key(index).Min("0").Max("-1").Build()).AsStrSlice()
 	if err != nil {
@@ -124,7 +128,7 @@ func (s *Store) ListOverrides(ctx context.Context, index string, keyOf func(stri
 	for i, id := range ids {
 		cmds[i] = c.B().Hmget().Key(keyOf(id)).Field("limit", "param", "until", "info", "id").Build()
 	}
-	var out []sluice.OverrideRecord
+	var out []driver.OverrideRecord
 	var bad error
 	for i, r := range c.DoMulti(ctx, cmds...) {
 		rec, ok, err := readOverride(r, keyOf(ids[i]))

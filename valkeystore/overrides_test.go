@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/valkeytest"
 )
@@ -37,7 +38,7 @@ func TestMalformedOverride(t *testing.T) {
 		{"string"},
 	} {
 		key := sluice.Identity("m", itoa(int64(i)))
-		ok := sluice.OverrideKey(prefix, l.Name(), key)
+		ok := driver.OverrideKey(prefix, l.Name(), key)
 		if fields[0] == "string" {
 			c.Do(ctx, c.B().Set().Key(ok).Value("x").Build())
 		} else {
@@ -54,12 +55,12 @@ func TestMalformedOverride(t *testing.T) {
 	}
 	// A well-formed one applies.
 	key := "good"
-	c.Do(ctx, c.B().Hset().Key(sluice.OverrideKey(prefix, l.Name(), key)).FieldValue().FieldValue("limit", "7").FieldValue("param", "0").FieldValue("until", itoa(far)).Build())
+	c.Do(ctx, c.B().Hset().Key(driver.OverrideKey(prefix, l.Name(), key)).FieldValue().FieldValue("limit", "7").FieldValue("param", "0").FieldValue("until", itoa(far)).Build())
 	res, err := l.Allow(ctx, key)
 	if err != nil || res.Source != sluice.SourceOverride || res.Limit != 7 || res.Remaining != 6 || res.OverrideInvalid {
 		t.Errorf("well-formed override: %+v %v", res, err)
 	}
-	c.Do(ctx, c.B().Del().Key(sluice.OverrideKey(prefix, l.Name(), key)).Build())
+	c.Do(ctx, c.B().Del().Key(driver.OverrideKey(prefix, l.Name(), key)).Build())
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/valkeytest"
 )
@@ -22,9 +23,9 @@ func TestRefundAfterWindowEdgeValkeyClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	prefix := sluicetest.Prefix(t)
-	do := func(key string, cost, receipt int64) sluice.Op {
+	do := func(key string, cost, receipt int64) driver.Op {
 		t.Helper()
-		ops := []sluice.Op{{Key: key, Rule: rule, Cost: cost, Receipt: receipt}} // Now: Valkey's TIME
+		ops := []driver.Op{{Key: key, Rule: rule, Cost: cost, Receipt: receipt}} // Now: Valkey's TIME
 		if err := s.Do(ctx, ops); err != nil || ops[0].Err != nil {
 			t.Fatal(err, ops[0].Err)
 		}
@@ -32,12 +33,12 @@ func TestRefundAfterWindowEdgeValkeyClock(t *testing.T) {
 	}
 	window := func(receipt int64) int64 { return receipt / w.Microseconds() }
 	for attempt := range 5 {
-		key := sluice.Key(prefix, "fw", rule, string(rune('a'+attempt)))
+		key := driver.Key(prefix, "fw", rule, string(rune('a'+attempt)))
 		take := do(key, 1, 0)
 		// Valkey runs on this machine's clock: wait for the next window.
 		end := time.UnixMicro((window(take.Receipt) + 1) * w.Microseconds())
 		time.Sleep(time.Until(end) + 5*time.Millisecond)
-		var fill []sluice.Op
+		var fill []driver.Op
 		for range 3 {
 			fill = append(fill, do(key, 1, 0))
 		}

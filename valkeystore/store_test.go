@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/sluicehq/sluice/valkeytest"
@@ -86,12 +87,12 @@ func TestBatch(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := newStore(t, c)
 			prefix := sluicetest.Prefix(t)
-			var ops []sluice.Op
+			var ops []driver.Op
 			for pi, p := range sluicetest.Policies() {
 				r, _ := p.Rule()
 				for k := range 40 {
-					key := sluice.Key(prefix, fmt.Sprintf("p%d-%d", pi, k%7), r, "id"+strconv.Itoa(k%13))
-					ops = append(ops, sluice.Op{Key: key, Rule: r, Cost: 1, Now: sluicetest.Epoch})
+					key := driver.Key(prefix, fmt.Sprintf("p%d-%d", pi, k%7), r, "id"+strconv.Itoa(k%13))
+					ops = append(ops, driver.Op{Key: key, Rule: r, Cost: 1, Now: sluicetest.Epoch})
 				}
 			}
 			if err := s.Do(context.Background(), ops); err != nil {

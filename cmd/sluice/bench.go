@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
 )
@@ -75,50 +76,70 @@ func parseBench(args []string, stdout io.Writer) (*benchConfig, error) {
 	batching := fs.Int("batching", 4, "script calls in flight, across the nodes of a cluster (valkeystore.WithBatching; 0: no batching)")
 	username := fs.String("username", "", "Valkey ACL `user` (default: the default user)")
 	passwordEnv := fs.String("password-env", "", "the environment `variable` holding Valkey's password")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			printUsage(fs, benchUsage, stdout)
-			return nil, nil
-		}
+	if help, err := parseBenchFlags(fs, args, stdout); help || err != nil {
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
 	c := &benchConfig{algorithm: *alg, concurrency: *conc, keys: *keys, duration: *duration, cost: *cost, timeout: *timeout, batching: *batching,
-		username: *username, passwordEnv: *passwordEnv}
-	for _, a := range strings.Split(*addrs, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			c.addrs = append(c.addrs, a)
-		}
+		username: *username, passwordEnv: *passwordEnv, addrs: splitAddrs(*addrs)}
+	if err := c.check(); err != nil {
+		return nil, err
 	}
-	switch {
-	case len(c.addrs) == 0:
-		return nil, errors.New("--valkey: an address is required")
-	case c.concurrency < 1:
-		return nil, fmt.Errorf("--concurrency must be at least 1, got %d", c.concurrency)
-	case c.keys < 1:
-		return nil, fmt.Errorf("--keys must be at least 1, got %d", c.keys)
-	case c.duration <= 0:
-		return nil, fmt.Errorf("--duration must be positive, got %v", c.duration)
-	case c.cost < 0:
-		return nil, fmt.Errorf("--cost must not be negative, got %d", c.cost)
-	case c.batching < 0:
-		return nil, fmt.Errorf("--batching must not be negative, got %d", c.batching)
-	}
-	a, err := sluice.ParseAlgorithm(*alg)
-	if err != nil {
-		return nil, fmt.Errorf("--algorithm: %w", err)
-	}
-	params := sluice.Params{Limit: *limit, Window: *window}
-	if a.Rated() { // limit per window
-		params = sluice.Params{Limit: *limit, Rate: float64(*limit), Per: *window}
-	}
-	c.policy, err = a.Policy(params)
-	if err != nil {
+	var err error
+	if c.policy, err = benchPolicy(*alg, *limit, *window); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// parseBenchFlags parses bench's flags; help is true when -h was asked
+// for (usage is then printed on stdout), and no argument may remain.
+func parseBenchFlags(fs *flag.FlagSet, args []string, stdout io.Writer) (help bool, err error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(fs, benchUsage, stdout)
+			return true, nil
+		}
+		return false, err
+	}
+	if fs.NArg() > 0 {
+		return false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return false, nil
+}
+
+// check refuses a bench run without an address or with a count out of
+// range.
+func (c *benchConfig) check() error {
+	switch {
+	case len(c.addrs) == 0:
+		return errors.New("--valkey: an address is required")
+	case c.concurrency < 1:
+		return fmt.Errorf("--concurrency must be at least 1, got %d", c.concurrency)
+	case c.keys < 1:
+		return fmt.Errorf("--keys must be at least 1, got %d", c.keys)
+	case c.duration <= 0:
+		return fmt.Errorf("--duration must be positive, got %v", c.duration)
+	case c.cost < 0:
+		return fmt.Errorf("--cost must not be negative, got %d", c.cost)
+	case c.batching < 0:
+		return fmt.Errorf("--batching must not be negative, got %d", c.batching)
+	}
+	return nil
+}
+
+// benchPolicy is the policy of algorithm alg allowing limit units per
+// window (for the rated algorithms: a burst of limit, refilled at limit
+// per window).
+func benchPolicy(alg string, limit int64, window time.Duration) (sluice.Policy, error) {
+	a, err := driver.ParseAlgorithm(alg)
+	if err != nil {
+		return nil, fmt.Errorf("--algorithm: %w", err)
+	}
+	params := driver.Params{Limit: limit, Window: window}
+	if a.Rated() { // limit per window
+		params = driver.Params{Limit: limit, Rate: float64(limit), Per: window}
+	}
+	return config.PolicyOf(a, params)
 }
 
 // runBench is "sluice bench": see benchUsage.
@@ -139,33 +160,57 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return code
 	}
 	defer conn.Close()
-	client := conn.Client
-	lim, err := sluice.New(conn.Store, cfg.policy,
-		sluice.WithPrefix("sluice-bench"), sluice.WithName("bench-"+cfg.algorithm), sluice.WithTimeout(cfg.timeout),
-		sluice.WithLogger(slog.New(slog.NewTextHandler(stderr, nil))))
+	lim, err := newBenchLimiter(conn, cfg, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
 		return 2
 	}
-	mode := "standalone"
-	if client.Mode() == valkey.ClientModeCluster {
-		mode = fmt.Sprintf("cluster, %d nodes", len(client.Nodes()))
-	}
 	fmt.Fprintf(stdout, "sluice bench: %v on %s (%s), %d goroutines, %d keys, cost %d, %v\n",
-		lim.Rule(), strings.Join(cfg.addrs, ","), mode, cfg.concurrency, cfg.keys, cfg.cost, cfg.duration)
-
-	before, err := readScriptStats(ctx, client)
+		lim.Rule(), strings.Join(cfg.addrs, ","), benchMode(conn.Client), cfg.concurrency, cfg.keys, cfg.cost, cfg.duration)
+	decided, err := benchMeasured(ctx, conn.Client, lim, cfg, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
 		return 1
+	}
+	return benchExit(ctx, decided, stderr)
+}
+
+// newBenchLimiter is the limiter bench decides with: cfg's policy under
+// the prefix sluice-bench, logging to stderr.
+func newBenchLimiter(conn *store.Conn, cfg *benchConfig, stderr io.Writer) (*sluice.Limiter, error) {
+	return sluice.New(conn.Store, cfg.policy,
+		sluice.WithPrefix("sluice-bench"), sluice.WithName("bench-"+cfg.algorithm), sluice.WithTimeout(cfg.timeout),
+		sluice.WithLogger(slog.New(slog.NewTextHandler(stderr, nil))))
+}
+
+// benchMode names client's deployment: standalone, or a cluster and its
+// number of nodes.
+func benchMode(client valkey.Client) string {
+	if client.Mode() == valkey.ClientModeCluster {
+		return fmt.Sprintf("cluster, %d nodes", len(client.Nodes()))
+	}
+	return "standalone"
+}
+
+// benchMeasured runs the load between two reads of the servers' script
+// statistics, prints the report on stdout and returns the decisions
+// Valkey made.
+func benchMeasured(ctx context.Context, client valkey.Client, lim *sluice.Limiter, cfg *benchConfig, stdout, stderr io.Writer) (int64, error) {
+	before, err := readScriptStats(ctx, client)
+	if err != nil {
+		return 0, err
 	}
 	tot := benchLoad(ctx, lim, cfg, stderr)
 	after, err := readScriptStats(ctx, client)
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
-		return 1
+		return 0, err
 	}
-	decided := printBenchReport(stdout, cfg, tot, before, after)
+	return printBenchReport(stdout, cfg, tot, before, after), nil
+}
+
+// benchExit is bench's exit code once the report is printed: 1 when the
+// run was interrupted or Valkey made no decision.
+func benchExit(ctx context.Context, decided int64, stderr io.Writer) int {
 	if ctx.Err() != nil {
 		fmt.Fprintln(stderr, "sluice bench: interrupted")
 		return 1
@@ -274,30 +319,42 @@ func benchLoad(ctx context.Context, lim *sluice.Limiter, cfg *benchConfig, progr
 func (w *benchWorker) run(ctx context.Context, lim *sluice.Limiter, keys []string, cost int64, stop *atomic.Bool, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0xb3))
 	for !stop.Load() {
-		key := keys[0]
-		if len(keys) > 1 {
-			key = keys[rng.IntN(len(keys))]
-		}
+		key := pickKey(rng, keys)
 		t0 := time.Now()
 		res, err := lim.AllowN(ctx, key, cost)
 		if err != nil && ctx.Err() != nil {
 			break // interrupted mid-decision: not a failure
 		}
 		w.latency.record(time.Since(t0))
-		switch {
-		case err != nil:
-			w.errors++
-			if w.firstErr == nil {
-				w.firstErr = err
-			}
-		case res.Degraded:
-			w.degraded++
-		case res.Allowed:
-			w.allowed++
-		default:
-			w.denied++
-		}
+		w.tally(res, err)
 		w.done.Add(1)
+	}
+}
+
+// pickKey is one of keys at random (the one, without drawing, when
+// there is one).
+func pickKey(rng *rand.Rand, keys []string) string {
+	if len(keys) > 1 {
+		return keys[rng.IntN(len(keys))]
+	}
+	return keys[0]
+}
+
+// tally counts one decision's outcome: an error (the first kept), a
+// degraded decision, an allowed or a denied one.
+func (w *benchWorker) tally(res sluice.Result, err error) {
+	switch {
+	case err != nil:
+		w.errors++
+		if w.firstErr == nil {
+			w.firstErr = err
+		}
+	case res.Degraded:
+		w.degraded++
+	case res.Allowed:
+		w.allowed++
+	default:
+		w.denied++
 	}
 }
 

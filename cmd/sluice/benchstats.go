@@ -47,26 +47,48 @@ func parseScriptStats(info string) (scriptStats, error) {
 		if !ok || name != "cmdstat_evalsha" && name != "cmdstat_eval" {
 			continue
 		}
-		var seen int
-		for _, f := range strings.Split(fields, ",") {
-			k, v, _ := strings.Cut(f, "=")
-			if k != "calls" && k != "usec" {
-				continue
-			}
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 {
-				return scriptStats{}, fmt.Errorf("%s: malformed %s %q", name, k, v)
-			}
-			if k == "calls" {
-				st.calls += n
-			} else {
-				st.usec += n
-			}
-			seen++
+		n, err := parseCmdstat(name, fields)
+		if err != nil {
+			return scriptStats{}, err
 		}
-		if seen != 2 {
-			return scriptStats{}, fmt.Errorf("%s: no calls and usec in %q", name, fields)
+		st.calls += n.calls
+		st.usec += n.usec
+	}
+	return st, nil
+}
+
+// counter is st's counter of the cmdstat field k (calls or usec); nil
+// for another field.
+func (st *scriptStats) counter(k string) *int64 {
+	switch k {
+	case "calls":
+		return &st.calls
+	case "usec":
+		return &st.usec
+	}
+	return nil
+}
+
+// parseCmdstat reads the calls and usec of one cmdstat line's fields
+// (calls=N,usec=N,...) of the command name; both must be there.
+func parseCmdstat(name, fields string) (scriptStats, error) {
+	var st scriptStats
+	var seen int
+	for _, f := range strings.Split(fields, ",") {
+		k, v, _ := strings.Cut(f, "=")
+		dst := st.counter(k)
+		if dst == nil {
+			continue
 		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return scriptStats{}, fmt.Errorf("%s: malformed %s %q", name, k, v)
+		}
+		*dst += n
+		seen++
+	}
+	if seen != 2 {
+		return scriptStats{}, fmt.Errorf("%s: no calls and usec in %q", name, fields)
 	}
 	return st, nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -32,11 +31,8 @@ func runDoctor(ctx context.Context, args []string, env func(string) (string, boo
 	of := addOpsFlags(fs)
 	samples := fs.Int("samples", 200, "decisions timed for the latency check")
 	asJSON := fs.Bool("json", false, "print the findings as JSON")
-	if code, ok := parseFlags(fs, doctorUsage, args, stdout, stderr); !ok {
+	if code, ok := parseNoArgs(fs, doctorUsage, args, stdout, stderr); !ok {
 		return code
-	}
-	if fs.NArg() > 0 {
-		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(0))
 	}
 	if *samples < 1 {
 		return usageError(fs, stderr, "--samples must be at least 1")
@@ -51,13 +47,7 @@ func runDoctor(ctx context.Context, args []string, env func(string) (string, boo
 		fmt.Fprintf(stderr, "sluice doctor: %v\n", err)
 		return 1
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(rep)
-	} else {
-		rep.WriteText(stdout)
-	}
+	writeOutput(stdout, rep, *asJSON, (*doctor.Report).WriteText)
 	if rep.Worst >= doctor.Warning {
 		return 1
 	}

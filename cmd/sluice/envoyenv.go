@@ -1,10 +1,18 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/valkeystore"
 
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/envoy"
@@ -20,44 +28,67 @@ import (
 // 0 to go on.
 func (f *serveFlags) readEnvironment(env func(string) (string, bool), stderr io.Writer) int {
 	if f.configPath == "" && envoy.InEnv(env) {
-		e, err := envoy.ReadEnv(env)
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice serve: %v\n", err)
-			return 2
-		}
-		f.envoy, f.configPath = e, e.Dir
-		// The environment's addresses count as given: they win over the
-		// defaults (flags given explicitly still win over them).
-		if !f.set["listen"] {
-			f.listen, f.set["listen"] = e.HTTPAddr, true
-		}
-		if !f.set["grpc-listen"] {
-			f.grpcListen, f.set["grpc-listen"] = e.GRPCAddr, true
-		}
-		if !f.set["log-level"] {
-			f.logLevel = e.LogLevel
-		}
-		if e.Prefix != "" && !envoy.ValidPrefix(e.Prefix) {
-			fmt.Fprintf(stderr, "sluice serve: CACHE_KEY_PREFIX=%q: 1 to 64 characters without braces or spaces\n", e.Prefix)
-			return 2
+		if code := f.readEnvoyEnv(env, stderr); code != 0 {
+			return code
 		}
 	}
-	if f.configPath != "" {
-		if st, err := os.Stat(f.configPath); err == nil && st.IsDir() {
-			o := config.DirOptions{}
-			if f.envoy != nil {
-				o = f.envoy.DirOptions
-			} else {
-				e, err := envoy.ReadDirOptions(env)
-				if err != nil {
-					fmt.Fprintf(stderr, "sluice serve: %v\n", err)
-					return 2
-				}
-				o = e
-			}
-			f.dirOpts = &o
-		}
+	return f.readDirOptions(env, stderr)
+}
+
+// readEnvoyEnv reads envoyproxy/ratelimit's environment into f: its
+// configuration directory, and its addresses and log level where no flag
+// set them. It returns an exit code, 0 to go on.
+func (f *serveFlags) readEnvoyEnv(env func(string) (string, bool), stderr io.Writer) int {
+	e, err := envoy.ReadEnv(env)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 2
 	}
+	f.envoy, f.configPath = e, e.Dir
+	f.applyEnvoyDefaults(e)
+	if e.Prefix != "" && !envoy.ValidPrefix(e.Prefix) {
+		fmt.Fprintf(stderr, "sluice serve: CACHE_KEY_PREFIX=%q: 1 to 64 characters without braces or spaces\n", e.Prefix)
+		return 2
+	}
+	return 0
+}
+
+// applyEnvoyDefaults takes the environment's listen addresses and log
+// level for the flags not given explicitly. The addresses then count as
+// given: they win over the defaults.
+func (f *serveFlags) applyEnvoyDefaults(e *envoy.Env) {
+	if !f.set["listen"] {
+		f.listen, f.set["listen"] = e.HTTPAddr, true
+	}
+	if !f.set["grpc-listen"] {
+		f.grpcListen, f.set["grpc-listen"] = e.GRPCAddr, true
+	}
+	if !f.set["log-level"] {
+		f.logLevel = e.LogLevel
+	}
+}
+
+// readDirOptions notes how a --config directory is read: as the
+// envoyproxy/ratelimit environment in use says, else as its variables
+// (when set) say. It returns an exit code, 0 to go on.
+func (f *serveFlags) readDirOptions(env func(string) (string, bool), stderr io.Writer) int {
+	if f.configPath == "" {
+		return 0
+	}
+	if st, err := os.Stat(f.configPath); err != nil || !st.IsDir() {
+		return 0
+	}
+	if f.envoy != nil {
+		o := f.envoy.DirOptions
+		f.dirOpts = &o
+		return 0
+	}
+	o, err := envoy.ReadDirOptions(env)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 2
+	}
+	f.dirOpts = &o
 	return 0
 }
 
@@ -87,6 +118,9 @@ func (f *serveFlags) serverOptions(cfg *config.Config, env func(string) (string,
 		opts.Envoy.ResponseDynamicMetadata = e.Options.ResponseDynamicMetadata
 		opts.Envoy.NearLimitRatio = e.Options.NearLimitRatio
 		opts.Envoy.QuotaMode = e.Options.QuotaMode
+		opts.Envoy.MaxConnectionAge, opts.Envoy.MaxConnectionAgeGrace = e.Options.MaxConnectionAge, e.Options.MaxConnectionAgeGrace
+		opts.Envoy.ExtraLabels = e.Options.ExtraLabels
+		opts.Envoy.LocalCacheBytes = e.Options.LocalCacheBytes
 		opts.Adjust = e.Adjust
 		for _, n := range e.Notes {
 			logger.Warn("envoyproxy/ratelimit environment: " + n)
@@ -97,4 +131,46 @@ func (f *serveFlags) serverOptions(cfg *config.Config, env func(string) (string,
 		opts.ValkeyAddresses = cfg.Valkey.Addresses
 	}
 	return opts
+}
+
+// envoyStartup starts as envoyproxy/ratelimit does, under its environment:
+// no port opens before the store's first connection (so that
+// /healthcheck and the gRPC health service say serving only once Valkey
+// answers), waiting at most REDIS_STARTUP_MAX_ELAPSED_TIME (0: until
+// SIGTERM); and with REDIS_HEALTH_CHECK_ACTIVE_CONNECTION, both say not
+// serving while the store does not answer a PING. It returns an exit code,
+// 0 to go on.
+func (f *serveFlags) envoyStartup(ctx context.Context, st driver.Store, opts *server.Options, logger *slog.Logger) (code int, stop bool) {
+	if f.envoy == nil {
+		return 0, false
+	}
+	if lz, ok := st.(interface {
+		Wait(context.Context) (*valkeystore.Store, error)
+	}); ok {
+		ctx, cancel := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+		defer cancel()
+		if d := f.envoy.StartupMaxElapsed; d > 0 {
+			var c context.CancelFunc
+			ctx, c = context.WithTimeout(ctx, d)
+			defer c()
+		}
+		logger.Info("waiting for the first connection to valkey before opening the ports")
+		if _, err := lz.Wait(ctx); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				logger.Error("valkey not connected within REDIS_STARTUP_MAX_ELAPSED_TIME", "wait", f.envoy.StartupMaxElapsed.String())
+				return 1, true
+			}
+			return 0, true // stopped by a signal before serving
+		}
+	}
+	if f.envoy.HealthCheckActiveConnection {
+		if p, ok := st.(interface{ Ping(context.Context) error }); ok {
+			opts.Envoy.StoreHealth = func(ctx context.Context) error {
+				ctx, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				return p.Ping(ctx)
+			}
+		}
+	}
+	return 0, false
 }

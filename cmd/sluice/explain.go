@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -59,19 +59,9 @@ func runExplain(_ context.Context, args []string, _ func(string) (string, bool),
 	fs := newFlags("explain")
 	of := addOpsFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if code, ok := parseFlags(fs, explainUsage, args, stdout, stderr); !ok {
+	entries, code, ok := parseExplainArgs(fs, args, stdout, stderr)
+	if !ok {
 		return code
-	}
-	if fs.NArg() < 2 {
-		return usageError(fs, stderr, "want a DOMAIN and at least one KEY=VALUE entry")
-	}
-	var entries []config.Entry
-	for _, a := range fs.Args()[1:] {
-		k, v, ok := strings.Cut(a, "=")
-		if !ok || k == "" {
-			return usageError(fs, stderr, "entry %q: want KEY=VALUE", a)
-		}
-		entries = append(entries, config.Entry{Key: k, Value: v})
 	}
 	cfg, err := of.load(false)
 	if err != nil {
@@ -80,25 +70,54 @@ func runExplain(_ context.Context, args []string, _ func(string) (string, bool),
 	}
 	dom := cfg.Domain(fs.Arg(0))
 	if dom == nil {
-		var names []string
-		for _, d := range cfg.Domains {
-			names = append(names, d.Name)
-		}
-		fmt.Fprintf(stderr, "sluice explain: unknown domain %q: %s defines %s\n", fs.Arg(0), cfg.Source, orNone(names))
+		fmt.Fprintf(stderr, "sluice explain: unknown domain %q: %s defines %s\n", fs.Arg(0), cfg.Source, orNone(domainNames(cfg)))
 		return 2
 	}
 	ex := explain(cfg, dom, entries)
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(ex)
-	} else {
-		writeExplanation(stdout, ex)
-	}
+	writeOutput(stdout, ex, *asJSON, (*explanation).write)
 	if !ex.Matched {
 		return 1
 	}
 	return 0
+}
+
+// parseExplainArgs parses explain's command line into fs and returns
+// the descriptor's entries; ok is false, with the exit code, when the
+// command is not to run.
+func parseExplainArgs(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) ([]config.Entry, int, bool) {
+	if code, ok := parseFlags(fs, explainUsage, args, stdout, stderr); !ok {
+		return nil, code, false
+	}
+	if fs.NArg() < 2 {
+		return nil, usageError(fs, stderr, "want a DOMAIN and at least one KEY=VALUE entry"), false
+	}
+	entries, bad := parseEntries(fs.Args()[1:])
+	if bad != "" {
+		return nil, usageError(fs, stderr, "entry %q: want KEY=VALUE", bad), false
+	}
+	return entries, 0, true
+}
+
+// parseEntries parses KEY=VALUE arguments into descriptor entries; bad
+// is the first argument that is not one (no "=", or an empty key).
+func parseEntries(args []string) (entries []config.Entry, bad string) {
+	for _, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || k == "" {
+			return nil, a
+		}
+		entries = append(entries, config.Entry{Key: k, Value: v})
+	}
+	return entries, ""
+}
+
+// domainNames are the names of cfg's domains, in order.
+func domainNames(cfg *config.Config) []string {
+	var names []string
+	for _, d := range cfg.Domains {
+		names = append(names, d.Name)
+	}
+	return names
 }
 
 func orNone(names []string) string {
@@ -147,26 +166,31 @@ func explainLevels(top []*config.Descriptor, path []*config.Descriptor, entries 
 	for i, e := range entries {
 		l := explainLevel{Entry: e.Key + "=" + e.Value}
 		if i < len(path) {
-			node := path[i]
-			l.Matched, l.Line = describeNode(node), node.Line
-			switch {
-			case node.Value == "":
-				l.Why = "key only: any value"
-			case node.Value == e.Value:
-				l.Why = "exact value"
-			default:
-				l.Why = "wildcard value"
-			}
-			for _, c := range level {
-				if c != node && c.Key == e.Key {
-					l.Others = append(l.Others, describeNode(c))
-				}
-			}
-			level = node.Children
+			l.describe(level, path[i], e)
+			level = path[i].Children
 		}
 		out = append(out, l)
 	}
 	return out
+}
+
+// describe notes in l the descriptor node of level that matched e, why,
+// and the other descriptors of level with e's key.
+func (l *explainLevel) describe(level []*config.Descriptor, node *config.Descriptor, e config.Entry) {
+	l.Matched, l.Line = describeNode(node), node.Line
+	switch {
+	case node.Value == "":
+		l.Why = "key only: any value"
+	case node.Value == e.Value:
+		l.Why = "exact value"
+	default:
+		l.Why = "wildcard value"
+	}
+	for _, c := range level {
+		if c != node && c.Key == e.Key {
+			l.Others = append(l.Others, describeNode(c))
+		}
+	}
 }
 
 // whyStopped says why path, shorter than entries, matched no further.
@@ -192,21 +216,30 @@ func explainApplies(ex *explanation, cfg *config.Config, dom *config.Domain, pat
 	case node.Deny:
 		ex.Applies = "requests_per_unit 0: always refused"
 	case node.Policy != "":
-		ex.Policy = node.Policy
-		ex.Applies = "policy " + node.Policy
-		for _, c := range config.CountedAs(path, entries) {
-			ex.CountedAs = append(ex.CountedAs, c.Key+"="+c.Value)
-		}
-		ex.Key, ex.Plan = envoy.CountedKey(dom.Name, path, entries)
-		if p := cfg.Policy(node.Policy); p != nil {
-			rule, _ := p.Policy.Rule()
-			ex.Applies += ": " + rule.String()
-			if p.Envoy && node.Limit != nil {
-				ex.Applies += fmt.Sprintf(" (rate_limit %d per %d %s)", node.Limit.RequestsPerUnit, node.Limit.Multiplier, strings.ToLower(node.Limit.Unit))
-			}
-		}
+		ex.appliesPolicy(cfg, dom, path, entries)
 	default:
 		ex.Applies = "no limit at this descriptor (it only groups deeper ones): allowed, not counted"
+	}
+}
+
+// appliesPolicy fills in the policy of path's last descriptor, the
+// entries and key the request is counted as, and the policy's rule.
+func (ex *explanation) appliesPolicy(cfg *config.Config, dom *config.Domain, path []*config.Descriptor, entries []config.Entry) {
+	node := path[len(path)-1]
+	ex.Policy = node.Policy
+	ex.Applies = "policy " + node.Policy
+	for _, c := range config.CountedAs(path, entries) {
+		ex.CountedAs = append(ex.CountedAs, c.Key+"="+c.Value)
+	}
+	ex.Key, ex.Plan = envoy.CountedKey(dom.Name, path, entries)
+	p := cfg.Policy(node.Policy)
+	if p == nil {
+		return
+	}
+	rule, _ := p.Policy.Rule()
+	ex.Applies += ": " + rule.String()
+	if p.Envoy && node.Limit != nil {
+		ex.Applies += fmt.Sprintf(" (rate_limit %d per %d %s)", node.Limit.RequestsPerUnit, node.Limit.Multiplier, strings.ToLower(node.Limit.Unit))
 	}
 }
 
@@ -243,22 +276,38 @@ func keysOf(level []*config.Descriptor) string {
 	return orNone(out)
 }
 
-func writeExplanation(w io.Writer, ex *explanation) {
+// write writes ex as text: a line a level, then what applies.
+func (ex *explanation) write(w io.Writer) {
 	fmt.Fprintf(w, "domain %s\n", ex.Domain)
 	for i, l := range ex.Levels {
-		if l.Matched == "" {
-			fmt.Fprintf(w, "  %d. %-30s no match\n", i+1, l.Entry)
-			continue
-		}
-		fmt.Fprintf(w, "  %d. %-30s matched %s (%s, line %d)\n", i+1, l.Entry, l.Matched, l.Why, l.Line)
-		if len(l.Others) > 0 {
-			fmt.Fprintf(w, "     %-30s not chosen: %s (the most specific wins: exact value, then wildcard, then key only)\n", "", strings.Join(l.Others, ", "))
-		}
+		l.write(w, i+1)
 	}
 	if ex.Stopped != "" {
 		fmt.Fprintf(w, "no match: %s\n", ex.Stopped)
 	}
 	fmt.Fprintf(w, "applies: %s\n", ex.Applies)
+	writeCounted(w, ex)
+	for _, n := range ex.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
+// write writes level n: its entry and what it matched, and the
+// descriptors not chosen.
+func (l explainLevel) write(w io.Writer, n int) {
+	if l.Matched == "" {
+		fmt.Fprintf(w, "  %d. %-30s no match\n", n, l.Entry)
+		return
+	}
+	fmt.Fprintf(w, "  %d. %-30s matched %s (%s, line %d)\n", n, l.Entry, l.Matched, l.Why, l.Line)
+	if len(l.Others) > 0 {
+		fmt.Fprintf(w, "     %-30s not chosen: %s (the most specific wins: exact value, then wildcard, then key only)\n", "", strings.Join(l.Others, ", "))
+	}
+}
+
+// writeCounted writes what ex's request is counted as, under which key
+// and plan, each when known.
+func writeCounted(w io.Writer, ex *explanation) {
 	if len(ex.CountedAs) > 0 {
 		fmt.Fprintf(w, "counted as: %s\n", strings.Join(ex.CountedAs, ", "))
 	}
@@ -268,19 +317,24 @@ func writeExplanation(w io.Writer, ex *explanation) {
 	if ex.Plan != "" {
 		fmt.Fprintf(w, "plan: %s\n", ex.Plan)
 	}
-	for _, n := range ex.Notes {
-		fmt.Fprintf(w, "note: %s\n", n)
-	}
 }
 
 // shellQuote quotes s for a POSIX shell when it holds anything but
 // letters, digits and -_.:/@=+, (a key with \ or a space, say).
 func shellQuote(s string) string {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_.:/@=+,", c) >= 0) {
+		if !shellSafe(s[i]) {
 			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 		}
 	}
 	return s
 }
+
+// shellSafe reports whether c stands for itself in a POSIX shell word:
+// a letter, a digit or one of -_.:/@=+,
+func shellSafe(c byte) bool {
+	return strings.IndexByte(shellSafeBytes, c) >= 0
+}
+
+// shellSafeBytes are the bytes shellSafe accepts.
+const shellSafeBytes = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:/@=+,"

@@ -38,7 +38,7 @@ func parseFlags(fs *flag.FlagSet, usage string, args []string, stdout, stderr io
 		if len(rest) == 0 {
 			break
 		}
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+		if afterDoubleDash(args, rest) {
 			pos = append(pos, rest...) // after "--": all positional
 			break
 		}
@@ -49,6 +49,25 @@ func parseFlags(fs *flag.FlagSet, usage string, args []string, stdout, stderr io
 	// Leave the positional arguments in fs.Args(), setting no flag.
 	fs.Parse(append([]string{"--"}, pos...))
 	return 0, true
+}
+
+// parseNoArgs is parseFlags for a command that takes no positional
+// argument: one left over is a usage error.
+func parseNoArgs(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	if code, ok := parseFlags(fs, usage, args, stdout, stderr); !ok {
+		return code, false
+	}
+	if fs.NArg() > 0 {
+		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(0)), false
+	}
+	return 0, true
+}
+
+// afterDoubleDash reports whether the parse of args stopped at rest
+// because of a "--".
+func afterDoubleDash(args, rest []string) bool {
+	n := len(args) - len(rest)
+	return n > 0 && args[n-1] == "--"
 }
 
 // printUsage writes usage and fs's flags to w.

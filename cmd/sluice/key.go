@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
@@ -74,27 +73,26 @@ func runKey(_ context.Context, args []string, env func(string) (string, bool), s
 	}
 	info, err := countedKeyOf(cfg, fs.Arg(0), fs.Args()[1:])
 	if err != nil {
-		var u keyUsageError
-		var c keyExitError
-		switch {
-		case errors.As(err, &u):
-			return usageError(fs, stderr, "%v", err)
-		case errors.As(err, &c):
-			fmt.Fprintf(stderr, "sluice key: %v\n", err)
-			return c.code
-		}
-		fmt.Fprintf(stderr, "sluice key: %v\n", err)
-		return 1
+		return keyErrorCode(fs, err, stderr)
 	}
 	info.shownAs(cfg, env)
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(info)
-		return 0
-	}
-	info.print(stdout)
+	writeOutput(stdout, &info, *asJSON, (*keyInfo).print)
 	return 0
+}
+
+// keyErrorCode reports why sluice key made no key and returns the exit
+// code: 2 for a misuse (with a pointer to -h), an error's own code, else 1.
+func keyErrorCode(fs *flag.FlagSet, err error, stderr io.Writer) int {
+	var u keyUsageError
+	if errors.As(err, &u) {
+		return usageError(fs, stderr, "%v", err)
+	}
+	fmt.Fprintf(stderr, "sluice key: %v\n", err)
+	var c keyExitError
+	if errors.As(err, &c) {
+		return c.code
+	}
+	return 1
 }
 
 // keyUsageError is a misuse of sluice key's arguments.
@@ -121,6 +119,13 @@ func countedKeyOf(cfg *config.Config, source string, rest []string) (keyInfo, er
 	case "envoy":
 		return envoyKey(cfg, rest)
 	}
+	return forwardAuthKeyOf(cfg, source, rest)
+}
+
+// forwardAuthKeyOf is the key forward_auth counts the value in rest
+// under, from the key source named source (client_ip, header:NAME...).
+func forwardAuthKeyOf(cfg *config.Config, source string, rest []string) (keyInfo, error) {
+	var info keyInfo
 	src, err := config.ParseKeySource(source)
 	if err != nil {
 		return info, keyUsageError{fmt.Errorf("%v (or key, or envoy)", err)}
@@ -141,19 +146,11 @@ func envoyKey(cfg *config.Config, rest []string) (keyInfo, error) {
 	}
 	dom := cfg.Domain(rest[0])
 	if dom == nil {
-		var names []string
-		for _, d := range cfg.Domains {
-			names = append(names, d.Name)
-		}
-		return info, keyExitError{fmt.Errorf("unknown domain %q: %s defines %s", rest[0], cfg.Source, orNone(names)), 2}
+		return info, keyExitError{fmt.Errorf("unknown domain %q: %s defines %s", rest[0], cfg.Source, orNone(domainNames(cfg))), 2}
 	}
-	var entries []config.Entry
-	for _, a := range rest[1:] {
-		k, v, ok := strings.Cut(a, "=")
-		if !ok || k == "" {
-			return info, keyUsageError{fmt.Errorf("entry %q: want KEY=VALUE", a)}
-		}
-		entries = append(entries, config.Entry{Key: k, Value: v})
+	entries, bad := parseEntries(rest[1:])
+	if bad != "" {
+		return info, keyUsageError{fmt.Errorf("entry %q: want KEY=VALUE", bad)}
 	}
 	ex := explain(cfg, dom, entries)
 	if ex.Key == "" {

@@ -8,12 +8,13 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
-// TestIdentityOf: identityOf undoes sluice.Key's escaping for any key
+// TestIdentityOf: identityOf undoes driver.Key's escaping for any key
 // short enough to be kept verbatim, and says so for a long key's digest.
 func TestIdentityOf(t *testing.T) {
-	rule := sluice.Rule{Algorithm: sluice.AlgorithmFixedWindow, Limit: 1, Window: 60e9}
+	rule := sluice.Rule{Algorithm: driver.AlgorithmFixedWindow, Limit: 1, Window: 60e9}
 	alphabet := []byte("ab:%{}# \\\x00\x7f\xc3\xa9-/")
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 5000 {
@@ -22,7 +23,7 @@ func TestIdentityOf(t *testing.T) {
 			b[i] = alphabet[rng.IntN(len(alphabet))]
 		}
 		id := string(b)
-		sk := sluice.Key("rl:v1", "api.fixed_window", rule, id)
+		sk := driver.Key("rl:v1", "api.fixed_window", rule, id)
 		parts := strings.SplitN(strings.TrimPrefix(sk, "rl:v1:"), ":", 3)
 		got, ok := identityOf(parts[2])
 		long := strings.Contains(sk, "{#")

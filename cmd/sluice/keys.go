@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,6 +24,10 @@ import (
 	"github.com/sluicehq/sluice/luascript"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/sluicehq/sluice/driver"
+
+	"github.com/sluicehq/sluice/httplimit"
 )
 
 // The key commands: keys, inspect and reset.
@@ -144,14 +147,8 @@ type keyGroup struct {
 func runKeys(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
 	fs := newFlags("keys")
 	f := defineKeysFlags(fs)
-	if code, ok := parseFlags(fs, keysUsage, args, stdout, stderr); !ok {
+	if code, ok := f.parse(fs, args, stdout, stderr); !ok {
 		return code
-	}
-	if fs.NArg() > 0 {
-		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(0))
-	}
-	if err := f.check(); err != nil {
-		return usageError(fs, stderr, "%v", err)
 	}
 	k, err := openKeyEnv(ctx, f.ops, env)
 	if err != nil {
@@ -159,9 +156,55 @@ func runKeys(ctx context.Context, args []string, env func(string) (string, bool)
 		return 1
 	}
 	defer k.Close()
+	c, code := f.census(k, env, stderr)
+	if c == nil {
+		return code
+	}
+	if err := c.scan(ctx, k.client, f.only); err != nil {
+		fmt.Fprintf(stderr, "sluice keys: %v\n", err)
+		return 1
+	}
+	if c.list != nil {
+		return printNamed(stdout, stderr, f.asJSON, c.list.keys, f.find, c.seen, c.truncated)
+	}
+	printCensus(ctx, stdout, k, c, f.asJSON)
+	return 0
+}
+
+// printCensus writes the census's groups, as JSON or as a table under a
+// line naming the prefix and the Valkey.
+func printCensus(ctx context.Context, stdout io.Writer, k *keyEnv, c *keyCensus, asJSON bool) {
+	out := c.result()
+	if asJSON {
+		writeJSON(stdout, map[string]any{"prefix": k.cfg.Prefix, "groups": out, "examined": c.seen, "truncated": c.truncated})
+		return
+	}
+	fmt.Fprintf(stdout, "prefix %s on %s (%s)\n\n", k.cfg.Prefix, valkeyops.Describe(k.cfg.Valkey), valkeyops.Mode(ctx, k.client))
+	printKeyGroups(stdout, out)
+	if c.truncated {
+		fmt.Fprintf(stdout, "\nstopped after %d keys (--limit): the counts are lower bounds\n", c.seen)
+	}
+}
+
+// parse parses sluice keys's command line into f; ok is false, with the
+// exit code, when the command is not to run.
+func (f *keysFlags) parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (int, bool) {
+	if code, ok := parseNoArgs(fs, keysUsage, args, stdout, stderr); !ok {
+		return code, false
+	}
+	if err := f.check(); err != nil {
+		return usageError(fs, stderr, "%v", err), false
+	}
+	return 0, true
+}
+
+// census returns the census the flags ask for over k's configuration
+// (listing keys with --names or --find), or nil and the exit code when
+// --find has no secret or --policy names no policy.
+func (f *keysFlags) census(k *keyEnv, env func(string) (string, bool), stderr io.Writer) (*keyCensus, int) {
 	secret, code := findSecret(k.cfg, f.find, env, stderr)
 	if code != 0 {
-		return code
+		return nil, code
 	}
 	c := newKeyCensus(k.cfg, f.only, f.limit)
 	if f.names || secret != nil {
@@ -170,31 +213,9 @@ func runKeys(ctx context.Context, args []string, env func(string) (string, bool)
 	if f.only != "" && len(c.order) == 0 {
 		_, err := k.policy(f.only)
 		fmt.Fprintf(stderr, "sluice keys: %v\n", err)
-		return 2
+		return nil, 2
 	}
-	err = valkeyops.Scan(ctx, k.client, c.pattern(k.cfg.Prefix, f.only), func(node valkey.Client, keys []string) (bool, error) {
-		return c.scanBatch(ctx, node, keys)
-	})
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice keys: %v\n", err)
-		return 1
-	}
-	if c.list != nil {
-		return printNamed(stdout, stderr, f.asJSON, c.list.keys, f.find, c.seen, c.truncated)
-	}
-	out := c.result()
-	if f.asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(map[string]any{"prefix": k.cfg.Prefix, "groups": out, "examined": c.seen, "truncated": c.truncated})
-		return 0
-	}
-	fmt.Fprintf(stdout, "prefix %s on %s (%s)\n\n", k.cfg.Prefix, valkeyops.Describe(k.cfg.Valkey), valkeyops.Mode(ctx, k.client))
-	printKeyGroups(stdout, out)
-	if c.truncated {
-		fmt.Fprintf(stdout, "\nstopped after %d keys (--limit): the counts are lower bounds\n", c.seen)
-	}
-	return 0
+	return c, 0
 }
 
 // keysFlags are the flags of sluice keys.
@@ -292,6 +313,14 @@ func (c *keyCensus) pattern(prefix, only string) string {
 		return valkeyops.Glob(prefix+":"+c.order[0]+":") + "*"
 	}
 	return valkeyops.Glob(prefix+":") + "*"
+}
+
+// scan walks the keys of the census's pattern on every primary of
+// client, counting them batch by batch.
+func (c *keyCensus) scan(ctx context.Context, client valkey.Client, only string) error {
+	return valkeyops.Scan(ctx, client, c.pattern(c.prefix, only), func(node valkey.Client, keys []string) (bool, error) {
+		return c.scanBatch(ctx, node, keys)
+	})
 }
 
 // scanBatch counts one batch of keys SCAN returned from node, asking the
@@ -407,13 +436,13 @@ type namedKey struct {
 	Key      string `json:"key"`
 	StoreKey string `json:"store_key"`
 	// Recoverable is false for a key stored as its SHA-256 (longer than
-	// sluice.MaxIdentityLen escaped): Key is then that digest.
+	// driver.MaxIdentityLen escaped): Key is then that digest.
 	Recoverable bool    `json:"recoverable"`
 	TTLMS       float64 `json:"ttl_ms"`
 }
 
 // identityOf returns the key a store key's last part ({escaped key})
-// holds, undoing sluice.Key's escaping; ok is false when it is not one,
+// holds, undoing driver.Key's escaping; ok is false when it is not one,
 // or is a long key's SHA-256 ("#...").
 func identityOf(tagged string) (key string, ok bool) {
 	if len(tagged) < 2 || tagged[0] != '{' || tagged[len(tagged)-1] != '}' {
@@ -423,6 +452,12 @@ func identityOf(tagged string) (key string, ok bool) {
 	if strings.HasPrefix(esc, "#") {
 		return esc, false
 	}
+	return unescapeKey(esc), true
+}
+
+// unescapeKey undoes driver.Key's escaping: each %XX becomes the byte XX
+// (hexadecimal); any other byte stands for itself.
+func unescapeKey(esc string) string {
 	var b strings.Builder
 	for i := 0; i < len(esc); i++ {
 		if esc[i] == '%' && i+2 < len(esc) {
@@ -434,44 +469,62 @@ func identityOf(tagged string) (key string, ok bool) {
 		}
 		b.WriteByte(esc[i])
 	}
-	return b.String(), true
+	return b.String()
 }
 
+// printNamed writes the keys --names or --find listed, as JSON or as a
+// table; exit code 1 when --find found none.
 func printNamed(stdout, stderr io.Writer, asJSON bool, listed []namedKey, find string, seen int, truncated bool) int {
 	if asJSON {
-		if listed == nil {
-			listed = []namedKey{}
-		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(map[string]any{"keys": listed, "examined": seen, "truncated": truncated})
+		printNamedJSON(stdout, listed, seen, truncated)
 	} else {
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "POLICY\tKEY\tTTL")
-		for _, nk := range listed {
-			pol, key := nk.Policy, shellQuote(nk.Key)
-			if pol == "" {
-				pol = "(not configured)"
-			}
-			if !nk.Recoverable {
-				key = nk.StoreKey + " (stored as its SHA-256: not recoverable)"
-			}
-			ttl := "never expires"
-			if nk.TTLMS >= 0 {
-				ttl = time.Duration(nk.TTLMS * 1e6).String()
-			}
-			fmt.Fprintln(tw, pol+"\t"+key+"\t"+ttl)
-		}
-		tw.Flush()
-		if truncated {
-			fmt.Fprintf(stdout, "\nstopped after %d keys (--limit): there may be more\n", seen)
-		}
+		printNamedTable(stdout, listed, seen, truncated)
 	}
 	if find != "" && len(listed) == 0 {
-		fmt.Fprintf(stderr, "sluice keys: no stored key is shown as %s (expired, reset, keyed with another admin token, or longer than %d bytes)\n", find, sluice.MaxIdentityLen)
+		fmt.Fprintf(stderr, "sluice keys: no stored key is shown as %s (expired, reset, keyed with another admin token, or longer than %d bytes)\n", find, driver.MaxIdentityLen)
 		return 1
 	}
 	return 0
+}
+
+// printNamedJSON writes the listed keys as one JSON object (an empty
+// array when there are none).
+func printNamedJSON(w io.Writer, listed []namedKey, seen int, truncated bool) {
+	if listed == nil {
+		listed = []namedKey{}
+	}
+	writeJSON(w, map[string]any{"keys": listed, "examined": seen, "truncated": truncated})
+}
+
+// printNamedTable writes the listed keys as a table, and says when the
+// walk stopped at --limit.
+func printNamedTable(w io.Writer, listed []namedKey, seen int, truncated bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POLICY\tKEY\tTTL")
+	for _, nk := range listed {
+		fmt.Fprintln(tw, nk.row())
+	}
+	tw.Flush()
+	if truncated {
+		fmt.Fprintf(w, "\nstopped after %d keys (--limit): there may be more\n", seen)
+	}
+}
+
+// row is nk's line of the --names table: policy, key (shell-quoted, or
+// the store key of a digest) and time to live, tab-separated.
+func (nk namedKey) row() string {
+	pol, key := nk.Policy, shellQuote(nk.Key)
+	if pol == "" {
+		pol = "(not configured)"
+	}
+	if !nk.Recoverable {
+		key = nk.StoreKey + " (stored as its SHA-256: not recoverable)"
+	}
+	ttl := "never expires"
+	if nk.TTLMS >= 0 {
+		ttl = time.Duration(nk.TTLMS * 1e6).String()
+	}
+	return pol + "\t" + key + "\t" + ttl
 }
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -553,11 +606,8 @@ func runInspect(ctx context.Context, args []string, env func(string) (string, bo
 	of := addOpsFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	plan := fs.String("plan", "", "inspect under this `plan` of the policy, as a check naming it is decided")
-	if code, ok := parseFlags(fs, inspectUsage, args, stdout, stderr); !ok {
+	if code, ok := parsePolicyKey(fs, inspectUsage, args, stdout, stderr); !ok {
 		return code
-	}
-	if fs.NArg() != 2 || fs.Arg(1) == "" {
-		return usageError(fs, stderr, "want POLICY and a non-empty KEY, got %q", fs.Args())
 	}
 	k, p, l, code := keyArgs(ctx, "inspect", of, fs.Args(), env, stderr)
 	if k == nil {
@@ -574,19 +624,35 @@ func runInspect(ctx context.Context, args []string, env func(string) (string, bo
 		fmt.Fprintf(stderr, "sluice inspect: %v\n", err)
 		return 1
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(st)
-	} else {
-		printKeyState(stdout, st)
-	}
+	writeKeyState(stdout, st, *asJSON)
 	if !st.Exists {
 		fmt.Fprintf(stderr, "sluice inspect: no state for key %q of policy %s (never used, expired or reset): its next request gets the whole limit of %d (%s)\n",
 			key, p.Name, st.Limit, inForceOf(st))
 		return 1
 	}
 	return 0
+}
+
+// parsePolicyKey parses the command line of a command taking POLICY KEY
+// (inspect, reset); ok is false, with the exit code, when the command is
+// not to run.
+func parsePolicyKey(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer) (int, bool) {
+	if code, ok := parseFlags(fs, usage, args, stdout, stderr); !ok {
+		return code, false
+	}
+	if fs.NArg() != 2 || fs.Arg(1) == "" {
+		return usageError(fs, stderr, "want POLICY and a non-empty KEY, got %q", fs.Args()), false
+	}
+	return 0, true
+}
+
+// writeKeyState writes what inspect found, as JSON or as text.
+func writeKeyState(w io.Writer, st *keyState, asJSON bool) {
+	if !asJSON {
+		printKeyState(w, st)
+		return
+	}
+	writeJSON(w, st)
 }
 
 // printKeyState writes what inspect found, as text.
@@ -611,14 +677,19 @@ func printKeyState(w io.Writer, st *keyState) {
 	}
 	fmt.Fprintln(w)
 	if st.Leases != nil {
-		fmt.Fprintf(w, "leases     %d held\n", len(st.Leases))
-		for i, ls := range st.Leases {
-			if i == 20 {
-				fmt.Fprintf(w, "           ... and %d more (--json lists them all)\n", len(st.Leases)-i)
-				break
-			}
-			fmt.Fprintf(w, "           %s ends in %v\n", ls.ID, time.Duration(ls.EndsInMS*1e6).Round(time.Millisecond))
+		printLeases(w, st.Leases)
+	}
+}
+
+// printLeases shows an in_flight key's leases, at most 20 of them.
+func printLeases(w io.Writer, leases []leaseState) {
+	fmt.Fprintf(w, "leases     %d held\n", len(leases))
+	for i, ls := range leases {
+		if i == 20 {
+			fmt.Fprintf(w, "           ... and %d more (--json lists them all)\n", len(leases)-i)
+			return
 		}
+		fmt.Fprintf(w, "           %s ends in %v\n", ls.ID, time.Duration(ls.EndsInMS*1e6).Round(time.Millisecond))
 	}
 }
 
@@ -644,32 +715,35 @@ func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter
 	if key == "" {
 		return nil, errors.New("the key is empty")
 	}
-	sk := l.Key(key)
-	st := &keyState{Policy: p.Name, Key: key, StoreKey: sk, Rule: l.Rule().String(), Plan: plan}
-	c := k.client
-	typ, err := c.Do(ctx, c.B().Type().Key(sk).Build()).ToString()
-	if err != nil {
-		return nil, err
-	}
-	st.Type = typ
-	if typ == "none" {
-		if _, err := peekInForce(ctx, l, st, plan); err != nil {
-			return nil, err
-		}
-		return st, nil
-	}
-	st.Exists = true
+	st := &keyState{Policy: p.Name, Key: key, StoreKey: driver.Key(k.cfg.Prefix, l.Name(), l.Rule(), key), Rule: l.Rule().String(), Plan: plan}
 	// The raw state first: Peek may tidy it (a sliding log drops old entries).
-	if err := readRawState(ctx, c, l, st); err != nil {
+	if err := readState(ctx, k.client, l, st); err != nil {
 		return nil, err
 	}
 	res, err := peekInForce(ctx, l, st, plan)
 	if err != nil {
 		return nil, err
 	}
-	st.Allowed, st.Remaining = res.Allowed, res.Remaining
-	st.RetryAfterMS, st.ResetAfterMS = msOf(res.RetryAfter), msOf(res.ResetAfter)
+	if st.Exists {
+		st.Allowed, st.Remaining = res.Allowed, res.Remaining
+		st.RetryAfterMS, st.ResetAfterMS = msOf(res.RetryAfter), msOf(res.ResetAfter)
+	}
 	return st, nil
+}
+
+// readState reads the type of st's store key and, when it exists, its
+// raw state.
+func readState(ctx context.Context, c valkey.Client, l *sluice.Limiter, st *keyState) error {
+	typ, err := c.Do(ctx, c.B().Type().Key(st.StoreKey).Build()).ToString()
+	if err != nil {
+		return err
+	}
+	st.Type = typ
+	if typ == "none" {
+		return nil
+	}
+	st.Exists = true
+	return readRawState(ctx, c, l, st)
 }
 
 // peekInForce decides st's key under the rule in force, as a check of the
@@ -683,7 +757,7 @@ func peekInForce(ctx context.Context, l *sluice.Limiter, st *keyState, plan stri
 	if res.Degraded {
 		return res, errors.New("Valkey did not answer the peek in time")
 	}
-	in := planRule.InForce(res)
+	in := httplimit.InForce(planRule, res)
 	st.Source, st.InForce, st.WindowMS, st.Limit = res.Source.String(), in.String(), in.Period().Milliseconds(), in.Limit
 	if res.Source == sluice.SourceOverride {
 		if o, ok, err := l.GetOverride(ctx, st.Key); err == nil && ok {
@@ -697,35 +771,17 @@ func peekInForce(ctx context.Context, l *sluice.Limiter, st *keyState, plan stri
 // string's decoded fields, or a sorted set's size and oldest entries; and
 // its time to live.
 func readRawState(ctx context.Context, c valkey.Client, l *sluice.Limiter, st *keyState) error {
-	sk := st.StoreKey
 	var err error
 	switch st.Type {
 	case "string":
-		v, err := c.Do(ctx, c.B().Get().Key(sk).Build()).ToString()
-		if err != nil {
-			return err
-		}
-		rule := l.Rule()
-		if luascript.StateFields(&rule) == nil {
-			st.Fields = map[string]string{"value": v}
-		} else if st.Fields, err = luascript.DecodeState(&rule, v); err != nil {
-			return err
-		}
+		err = readStringState(ctx, c, l, st)
 	case "zset":
-		if st.EntryCount, err = c.Do(ctx, c.B().Zcard().Key(sk).Build()).AsInt64(); err != nil {
-			return err
-		}
-		if l.Rule().Algorithm == sluice.AlgorithmInFlight {
-			if st.Leases, err = readLeases(ctx, c, sk); err != nil {
-				return err
-			}
-			break
-		}
-		if st.Entries, err = c.Do(ctx, c.B().Zrange().Key(sk).Min("0").Max("9").Build()).AsStrSlice(); err != nil {
-			return err
-		}
+		err = readZsetState(ctx, c, l, st)
 	}
-	ttl, err := c.Do(ctx, c.B().Pttl().Key(sk).Build()).AsInt64()
+	if err != nil {
+		return err
+	}
+	ttl, err := c.Do(ctx, c.B().Pttl().Key(st.StoreKey).Build()).AsInt64()
 	if err != nil {
 		return err
 	}
@@ -749,11 +805,43 @@ func readLeases(ctx context.Context, c valkey.Client, sk string) ([]leaseState, 
 	now := sec*1_000_000 + usec
 	out := make([]leaseState, 0, len(zs))
 	for _, z := range zs {
-		var id sluice.LeaseID
+		var id driver.LeaseID
 		copy(id[:], z.Member)
 		out = append(out, leaseState{ID: "h" + id.String(), EndsInMS: (z.Score - float64(now)) / 1000})
 	}
 	return out, nil
+}
+
+// readStringState reads st's string state into st.Fields, decoded into
+// the fields of l's algorithm (one "value" for an algorithm without any).
+func readStringState(ctx context.Context, c valkey.Client, l *sluice.Limiter, st *keyState) error {
+	v, err := c.Do(ctx, c.B().Get().Key(st.StoreKey).Build()).ToString()
+	if err != nil {
+		return err
+	}
+	rule := l.Rule()
+	if luascript.StateFields(&rule) == nil {
+		st.Fields = map[string]string{"value": v}
+		return nil
+	}
+	st.Fields, err = luascript.DecodeState(&rule, v)
+	return err
+}
+
+// readZsetState reads the size and the ten oldest entries of st's sorted
+// set, or for an in_flight key its leases.
+func readZsetState(ctx context.Context, c valkey.Client, l *sluice.Limiter, st *keyState) error {
+	sk := st.StoreKey
+	var err error
+	if st.EntryCount, err = c.Do(ctx, c.B().Zcard().Key(sk).Build()).AsInt64(); err != nil {
+		return err
+	}
+	if l.Rule().Algorithm == driver.AlgorithmInFlight {
+		st.Leases, err = readLeases(ctx, c, sk)
+		return err
+	}
+	st.Entries, err = c.Do(ctx, c.B().Zrange().Key(sk).Min("0").Max("9").Build()).AsStrSlice()
+	return err
 }
 
 // openAuditLog returns where reset's audit lines go: stderr, and the
@@ -783,11 +871,8 @@ func runReset(ctx context.Context, args []string, env func(string) (string, bool
 	fs := newFlags("reset")
 	of := addOpsFlags(fs)
 	auditPath := fs.String("audit-log", "", "also append the audit line to this `file`")
-	if code, ok := parseFlags(fs, resetUsage, args, stdout, stderr); !ok {
+	if code, ok := parsePolicyKey(fs, resetUsage, args, stdout, stderr); !ok {
 		return code
-	}
-	if fs.NArg() != 2 || fs.Arg(1) == "" {
-		return usageError(fs, stderr, "want POLICY and a non-empty KEY, got %q", fs.Args())
 	}
 	audit, closeAudit, err := openAuditLog(*auditPath, stderr)
 	if err != nil {
@@ -800,36 +885,76 @@ func runReset(ctx context.Context, args []string, env func(string) (string, bool
 		return code
 	}
 	defer k.Close()
-	key := fs.Arg(1)
-	sk := l.Key(key)
-	n, err := k.client.Do(ctx, k.client.B().Exists().Key(sk).Build()).AsInt64()
-	notified := 0
-	if err == nil {
-		notified, err = l.ResetNotify(ctx, key)
+	r := &resetRun{k: k, p: p, l: l, key: fs.Arg(1)}
+	r.reset(ctx)
+	r.audit(audit)
+	return r.report(ctx, stdout, stderr)
+}
+
+// resetRun is one sluice reset of a key of a policy, and what came of it.
+type resetRun struct {
+	k        *keyEnv
+	p        *config.Policy
+	l        *sluice.Limiter
+	key      string
+	existed  int64 // EXISTS of the store key before the reset
+	notified int   // the processes the notice reached
+	err      error
+}
+
+// storeKey is the store key of the key reset.
+func (r *resetRun) storeKey() string {
+	return driver.Key(r.k.cfg.Prefix, r.l.Name(), r.l.Rule(), r.key)
+}
+
+// reset deletes the key's state when it exists, and tells every process.
+func (r *resetRun) reset(ctx context.Context) {
+	c := r.k.client
+	r.existed, r.err = c.Do(ctx, c.B().Exists().Key(r.storeKey()).Build()).AsInt64()
+	if r.err == nil {
+		r.notified, r.err = r.l.ResetNotify(ctx, r.key)
 	}
+}
+
+// result is the reset's outcome, as the audit line says it.
+func (r *resetRun) result() string {
+	switch {
+	case r.err != nil:
+		return "failed: " + r.err.Error()
+	case r.existed == 0:
+		return "no state"
+	}
+	return "reset"
+}
+
+// audit writes the reset's JSON audit line to w.
+func (r *resetRun) audit(w io.Writer) {
 	who, host := operator()
-	result := "reset"
+	slog.New(slog.NewJSONHandler(w, nil)).Info("sluice reset", "audit", true, "policy", r.p.Name, "key", r.key,
+		"store_key", r.storeKey(), "had_state", r.existed > 0, "result", r.result(), "notified", r.notified, "user", who, "host", host, "valkey", valkeyops.Describe(r.k.cfg.Valkey))
+}
+
+// report tells the operator what the reset did, and returns the exit
+// code: 1 when it failed or there was no state.
+func (r *resetRun) report(ctx context.Context, stdout, stderr io.Writer) int {
 	switch {
-	case err != nil:
-		result = "failed: " + err.Error()
-	case n == 0:
-		result = "no state"
-	}
-	slog.New(slog.NewJSONHandler(audit, nil)).Info("sluice reset", "audit", true, "policy", p.Name, "key", key,
-		"store_key", sk, "had_state", n > 0, "result", result, "notified", notified, "user", who, "host", host, "valkey", valkeyops.Describe(k.cfg.Valkey))
-	switch {
-	case err != nil:
-		fmt.Fprintf(stderr, "sluice reset: %v\n", err)
+	case r.err != nil:
+		fmt.Fprintf(stderr, "sluice reset: %v\n", r.err)
 		return 1
-	case n == 0:
-		fmt.Fprintf(stderr, "sluice reset: no state for key %q of policy %s (never used, expired or reset already): nothing to reset\n", key, p.Name)
+	case r.existed == 0:
+		fmt.Fprintf(stderr, "sluice reset: no state for key %q of policy %s (never used, expired or reset already): nothing to reset\n", r.key, r.p.Name)
 		return 1
-	}
-	limit := fmt.Sprintf("%d (the policy's)", l.Rule().Limit)
-	if res, err := l.Peek(ctx, key); err == nil && !res.Degraded {
-		limit = fmt.Sprintf("%d (the %s's)", res.Limit, res.Source)
 	}
 	fmt.Fprintf(stdout, "reset %s %q: state deleted; the notice reached %d subscribed sluice process(es), and every process on this Valkey stops refusing the key from its deny cache within %v: from then its next request gets the whole limit of %s\n",
-		p.Name, key, notified, valkeystore.NoticeBound, limit)
+		r.p.Name, r.key, r.notified, valkeystore.NoticeBound, r.limitBack(ctx))
 	return 0
+}
+
+// limitBack names the limit the key gets back: the rule in force's when
+// a peek answers, else the policy's.
+func (r *resetRun) limitBack(ctx context.Context) string {
+	if res, err := r.l.Peek(ctx, r.key); err == nil && !res.Degraded {
+		return fmt.Sprintf("%d (the %s's)", res.Limit, res.Source)
+	}
+	return fmt.Sprintf("%d (the policy's)", r.l.Rule().Limit)
 }

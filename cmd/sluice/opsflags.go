@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
 )
@@ -26,21 +25,12 @@ func addOpsFlags(fs *flag.FlagSet) *opsFlags {
 // load reads the configuration as sluice serve would and applies --valkey.
 // With needValkey, a configuration without Valkey addresses is an error.
 func (o *opsFlags) load(needValkey bool) (*config.Config, error) {
-	var cfg *config.Config
-	var err error
-	if o.configPath != "" {
-		cfg, err = config.Load(o.configPath)
-	} else {
-		cfg, err = config.Default()
-	}
+	cfg, err := o.read()
 	if err != nil {
 		return nil, err
 	}
 	if addrs := splitAddrs(o.valkey); len(addrs) > 0 {
-		if cfg.Valkey == nil {
-			cfg.Valkey = &config.Valkey{Timeout: sluice.DefaultTimeout, ConnectTimeout: config.DefaultConnectTimeout}
-		}
-		cfg.Valkey.Addresses = addrs
+		setValkeyAddresses(cfg, addrs)
 	}
 	if needValkey && !valkeyops.Configured(cfg.Valkey) {
 		return nil, fmt.Errorf("%s names no Valkey: add a valkey section with addresses (or sentinel), or pass --valkey host:port", cfg.Source)
@@ -53,3 +43,11 @@ type stringList []string
 
 func (l *stringList) String() string     { return fmt.Sprint(*l) }
 func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+
+// read reads the --config file, else the embedded example.
+func (o *opsFlags) read() (*config.Config, error) {
+	if o.configPath != "" {
+		return config.Load(o.configPath)
+	}
+	return config.Default()
+}

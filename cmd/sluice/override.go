@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os/user"
@@ -38,13 +37,8 @@ flags:
 // runOverride is sluice override set|get|list|rm. Exit code 0 on success,
 // 1 when the store fails or get or rm finds no override, 2 for bad input.
 func runOverride(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
-		if len(args) == 0 {
-			fmt.Fprint(stderr, overrideUsage)
-			return 2
-		}
-		fmt.Fprint(stdout, overrideUsage)
-		return 0
+	if code, done := subcommandHelp(args, overrideUsage, stdout, stderr); done {
+		return code
 	}
 	c, code := parseOverrideArgs(args, stdout, stderr)
 	if c == nil {
@@ -61,16 +55,24 @@ func runOverride(ctx context.Context, args []string, env func(string) (string, b
 		return code
 	}
 	ov := &overrideRun{l: l, policy: p.Name, key: c.key, stdout: stdout, stderr: stderr}
-	switch c.verb {
-	case "set":
-		return ov.set(ctx, c.o)
-	case "get":
-		return ov.get(ctx, c.asJSON)
-	case "list":
-		return ov.list(ctx, c.asJSON)
-	default: // "rm"
-		return ov.rm(ctx)
+	return ov.run(ctx, c)
+}
+
+// subcommandHelp handles a command made of subcommands before its flags
+// are parsed: without arguments it prints usage on stderr (exit code 2),
+// with -h, -help or --help first on stdout (exit code 0). done is false
+// when the command is to run.
+func subcommandHelp(args []string, usage string, stdout, stderr io.Writer) (code int, done bool) {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2, true
 	}
+	switch args[0] {
+	case "-h", "--help", "-help":
+		fmt.Fprint(stdout, usage)
+		return 0, true
+	}
+	return 0, false
 }
 
 // overrideCommand is a parsed sluice override command line.
@@ -144,6 +146,20 @@ type overrideRun struct {
 	stdout, stderr io.Writer
 }
 
+// run runs c's subcommand and returns its exit code.
+func (r *overrideRun) run(ctx context.Context, c *overrideCommand) int {
+	switch c.verb {
+	case "set":
+		return r.set(ctx, c.o)
+	case "get":
+		return r.get(ctx, c.asJSON)
+	case "list":
+		return r.list(ctx, c.asJSON)
+	default: // "rm"
+		return r.rm(ctx)
+	}
+}
+
 func (r *overrideRun) set(ctx context.Context, o sluice.Override) int {
 	if err := r.l.SetOverride(ctx, r.key, o); err != nil {
 		fmt.Fprintf(r.stderr, "sluice override set: %v\n", err)
@@ -165,9 +181,7 @@ func (r *overrideRun) get(ctx context.Context, asJSON bool) int {
 	}
 	if asJSON {
 		// One override: one object, as GET /v1/overrides/POLICY/KEY answers.
-		enc := json.NewEncoder(r.stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(server.ToOverrideJSON(r.policy, r.key, got))
+		writeJSON(r.stdout, server.ToOverrideJSON(r.policy, r.key, got))
 		return 0
 	}
 	printOverrides(r.stdout, r.policy, false, []sluice.KeyOverride{{Key: r.key, Override: got}})
@@ -208,54 +222,83 @@ func overrideFlags(limit int64, expires, forD, window, rate, reason, actor strin
 	if limit <= 0 {
 		return o, fmt.Errorf("--limit is missing or not positive")
 	}
+	var err error
+	if o.Expires, err = overrideExpiry(expires, forD); err != nil {
+		return o, err
+	}
+	if err := overrideParams(&o, window, rate); err != nil {
+		return o, err
+	}
+	if o.Actor == "" {
+		o.Actor = currentUser()
+	}
+	return o, nil
+}
+
+// overrideExpiry is when an override lapses, from exactly one of
+// --expires (an RFC 3339 time) and --for (a positive duration from now).
+func overrideExpiry(expires, forD string) (time.Time, error) {
 	switch {
 	case expires != "" && forD != "":
-		return o, fmt.Errorf("give --expires or --for, not both")
+		return time.Time{}, fmt.Errorf("give --expires or --for, not both")
 	case expires != "":
-		t, err := time.Parse(time.RFC3339, expires)
-		if err != nil {
-			return o, fmt.Errorf("--expires %q is not an RFC 3339 time (such as 2030-01-31T00:00:00Z)", expires)
-		}
-		o.Expires = t
+		return parseExpires(expires)
 	case forD != "":
-		d, err := config.ParseDuration(forD)
-		if err != nil || d <= 0 {
-			return o, fmt.Errorf("--for %q is not a positive duration (72h, 7d)", forD)
-		}
-		o.Expires = time.Now().Add(d)
-	default:
-		return o, fmt.Errorf("--expires or --for is required: an override lapses by itself")
+		return parseFor(forD)
 	}
+	return time.Time{}, fmt.Errorf("--expires or --for is required: an override lapses by itself")
+}
+
+// parseExpires parses --expires: an RFC 3339 time.
+func parseExpires(expires string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339, expires)
+	if err != nil {
+		return t, fmt.Errorf("--expires %q is not an RFC 3339 time (such as 2030-01-31T00:00:00Z)", expires)
+	}
+	return t, nil
+}
+
+// parseFor parses --for, a positive duration, into the time it ends from
+// now.
+func parseFor(forD string) (time.Time, error) {
+	d, err := config.ParseDuration(forD)
+	if err != nil || d <= 0 {
+		return time.Time{}, fmt.Errorf("--for %q is not a positive duration (72h, 7d)", forD)
+	}
+	return time.Now().Add(d), nil
+}
+
+// overrideParams sets o's window and rate from --window and --rate, each
+// only when given.
+func overrideParams(o *sluice.Override, window, rate string) error {
 	var err error
 	if window != "" {
 		if o.Window, err = config.ParseDuration(window); err != nil {
-			return o, fmt.Errorf("--window: %v", err)
+			return fmt.Errorf("--window: %v", err)
 		}
 	}
 	if rate != "" {
 		if o.Rate, o.Per, err = config.ParseRate(rate); err != nil {
-			return o, fmt.Errorf("--rate: %v", err)
+			return fmt.Errorf("--rate: %v", err)
 		}
 	}
-	if o.Actor == "" {
-		if u, err := user.Current(); err == nil {
-			o.Actor = u.Username
-		}
+	return nil
+}
+
+// currentUser is the operating-system user's name, or "" when it cannot
+// be read.
+func currentUser() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
 	}
-	return o, nil
+	return ""
 }
 
 // printOverrides prints list as a table, or with asJSON as the array of
 // GET /v1/overrides/POLICY (windows and rates as text, never nanoseconds).
 func printOverrides(w io.Writer, policy string, asJSON bool, list []sluice.KeyOverride) {
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		out := make([]server.OverrideJSON, 0, len(list))
-		for _, ko := range list {
-			out = append(out, server.ToOverrideJSON(policy, ko.Key, ko.Override))
-		}
-		enc.Encode(out)
+		printOverridesJSON(w, policy, list)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -269,4 +312,13 @@ func printOverrides(w io.Writer, policy string, asJSON bool, list []sluice.KeyOv
 		fmt.Fprintln(tw, ko.Key+"\t"+strconv.FormatInt(ko.Limit, 10)+"\t"+param+"\t"+ko.Expires.UTC().Format(time.RFC3339)+"\t"+ko.Actor+"\t"+ko.Reason)
 	}
 	tw.Flush()
+}
+
+// printOverridesJSON prints list as the array of GET /v1/overrides/POLICY.
+func printOverridesJSON(w io.Writer, policy string, list []sluice.KeyOverride) {
+	out := make([]server.OverrideJSON, 0, len(list))
+	for _, ko := range list {
+		out = append(out, server.ToOverrideJSON(policy, ko.Key, ko.Override))
+	}
+	writeJSON(w, out)
 }

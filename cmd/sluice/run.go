@@ -74,11 +74,19 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	case "-version", "--version":
 		name = "version"
 	}
-	for _, c := range commands() {
-		if c.name == name {
-			return c.run(ctx, rest, env, stdout, stderr)
-		}
+	if c, ok := findCommand(name); ok {
+		return c.run(ctx, rest, env, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", name, usage())
 	return 2
+}
+
+// findCommand returns the command called name.
+func findCommand(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
 }

@@ -71,17 +71,43 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	}
 	_, stopGC := tuneGC(env, logger)
 	defer stopGC()
+	tel, code := startTelemetry(env, logger, stderr)
+	if tel == nil {
+		return code
+	}
+	defer tel.shutdown(logger)
 	cfg, data, code := loadServeConfig(f, logger, stderr)
 	if cfg == nil {
 		return code
 	}
 	opts := f.serverOptions(cfg, env, logger)
-	st, storeName, closeStore, err := store.Serve(cfg, opts.Env, logger)
+	st, storeName, closeStore, err := store.Serve(cfg, opts.Env, logger, tel.storeOptions()...)
 	if err != nil {
 		return 1
 	}
 	defer closeStore()
 	opts.Store, opts.StoreName = st, storeName
+	opts.Observer = tel.observer(st, logger)
+	if code, stop := f.envoyStartup(ctx, st, &opts, logger); stop {
+		return code
+	}
+	srv, err := f.newServer(cfg, data, opts, stderr)
+	if err != nil {
+		return 1
+	}
+	l, err := listen(srv, cfg, f, logger)
+	if err != nil {
+		return 1
+	}
+	tel.instrument(l, srv)
+	return l.serve(ctx, srv, cfg, f, opts.StoreName, logger)
+}
+
+// newServer builds the server of cfg, noting data as the configuration
+// loaded (its sum for a directory); an error when the server refuses the
+// configuration, logged and printed on stderr.
+func (f *serveFlags) newServer(cfg *config.Config, data []byte, opts server.Options, stderr io.Writer) (*server.Server, error) {
+	logger := opts.Logger
 	if f.configPath == "" {
 		logger.Warn("no --config given: serving the embedded example configuration (examples/sluice.yaml)")
 	}
@@ -89,18 +115,14 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	if err != nil {
 		logger.Error("configuration rejected", "err", err.Error())
 		fmt.Fprintln(stderr, err)
-		return 1
+		return nil, err
 	}
 	if f.dirOpts != nil {
 		srv.SetLoadedSum(data)
 	} else {
 		srv.SetLoaded(data)
 	}
-	l, err := listen(srv, cfg, f, logger)
-	if err != nil {
-		return 1
-	}
-	return l.serve(ctx, srv, cfg, f, opts.StoreName, logger)
+	return srv, nil
 }
 
 // parseServeFlags parses the command line; nil and an exit code when the
@@ -116,11 +138,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, int)
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "time to finish requests in flight on SIGTERM")
 	fs.IntVar(&f.maxDescriptors, "max-descriptors", envoy.DefaultMaxDescriptors, "most descriptors in one Envoy call (more: INVALID_ARGUMENT)")
 	fs.IntVar(&f.maxOverrides, "max-overrides", server.DefaultMaxOverrides, "most limiters cached for Envoy's per-request limit overrides (least recently used evicted)")
-	if code, ok := parseFlags(fs, serveUsage, args, stdout, stderr); !ok {
+	if code, ok := parseNoArgs(fs, serveUsage, args, stdout, stderr); !ok {
 		return nil, code
-	}
-	if fs.NArg() > 0 {
-		return nil, usageError(fs, stderr, "unexpected argument %q", fs.Arg(0))
 	}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	return f, 0
@@ -129,44 +148,64 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, int)
 // loadServeConfig reads the configuration (the file, or the embedded
 // example) and applies --valkey; nil and an exit code when it is refused.
 func loadServeConfig(f *serveFlags, logger *slog.Logger, stderr io.Writer) (*config.Config, []byte, int) {
-	var cfg *config.Config
-	var data []byte
-	var err error
-	if f.dirOpts != nil {
-		cfg, data, err = config.LoadDir(f.configPath, *f.dirOpts)
-		if err == nil && f.envoy != nil {
-			f.envoy.Adjust(cfg)
-		}
-	} else if f.configPath != "" {
-		data, err = os.ReadFile(f.configPath)
-		if err == nil {
-			cfg, err = config.Parse(f.configPath, data)
-		}
-	} else {
-		data = config.DefaultYAML()
-		cfg, err = config.Default()
-	}
+	cfg, data, err := f.readConfig()
 	if err != nil {
 		logger.Error("configuration rejected", "err", err.Error())
 		fmt.Fprintln(stderr, err)
 		return nil, nil, 1
 	}
-	if f.set["valkey"] {
-		addrs := splitAddrs(f.valkeyAddrs)
-		if len(addrs) == 0 {
-			fmt.Fprintln(stderr, "sluice serve: --valkey: no address given")
-			return nil, nil, 2
-		}
-		if cfg.Valkey == nil {
-			cfg.Valkey = &config.Valkey{Timeout: sluice.DefaultTimeout, ConnectTimeout: config.DefaultConnectTimeout}
-		}
-		cfg.Valkey.Addresses = addrs
+	if f.set["valkey"] && !f.applyValkeyFlag(cfg, stderr) {
+		return nil, nil, 2
 	}
 	if cfg.Valkey != nil && len(cfg.Valkey.Addresses) == 0 && cfg.Valkey.Sentinel == nil {
 		fmt.Fprintf(stderr, "sluice serve: %s: the valkey section lists no addresses; add addresses or pass --valkey host:port\n", cfg.Source)
 		return nil, nil, 2
 	}
 	return cfg, data, 0
+}
+
+// applyValkeyFlag makes --valkey's addresses cfg's; false, reported on
+// stderr, when it names none.
+func (f *serveFlags) applyValkeyFlag(cfg *config.Config, stderr io.Writer) bool {
+	addrs := splitAddrs(f.valkeyAddrs)
+	if len(addrs) == 0 {
+		fmt.Fprintln(stderr, "sluice serve: --valkey: no address given")
+		return false
+	}
+	setValkeyAddresses(cfg, addrs)
+	return true
+}
+
+// readConfig reads the configuration --config names (a directory, as
+// its options and the envoyproxy/ratelimit environment say; or a file),
+// else the embedded example, and returns it with the bytes read.
+func (f *serveFlags) readConfig() (*config.Config, []byte, error) {
+	switch {
+	case f.dirOpts != nil:
+		cfg, data, err := config.LoadDir(f.configPath, *f.dirOpts)
+		if err == nil && f.envoy != nil {
+			f.envoy.Adjust(cfg)
+		}
+		return cfg, data, err
+	case f.configPath != "":
+		data, err := os.ReadFile(f.configPath)
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg, err := config.Parse(f.configPath, data)
+		return cfg, data, err
+	}
+	cfg, err := config.Default()
+	return cfg, config.DefaultYAML(), err
+}
+
+// setValkeyAddresses makes addrs the Valkey addresses of cfg, adding a
+// valkey section with the default timeouts when it has none.
+func setValkeyAddresses(cfg *config.Config, addrs []string) {
+	if cfg.Valkey == nil {
+		cfg.Valkey = &config.Valkey{Timeout: sluice.DefaultTimeout, ConnectTimeout: config.DefaultConnectTimeout}
+	}
+	cfg.Valkey.Addresses = addrs
 }
 
 // listeners are the HTTP and gRPC servers with their sockets; grpc is nil
@@ -192,37 +231,69 @@ func listen(srv *server.Server, cfg *config.Config, f *serveFlags, logger *slog.
 		logger.Error("cannot listen for HTTP", "addr", httpAddr, "err", err.Error())
 		return nil, err
 	}
-	l := &listeners{httpL: hl, shutdown: f.shutdownTimeout, http: &http.Server{
-		Handler:           srv.Handler(),
+	l := &listeners{httpL: hl, shutdown: f.shutdownTimeout, http: newHTTPServer(srv.Handler(), logger)}
+	if err := l.listenGRPC(srv, grpcAddr, logger); err != nil {
+		l.closeSockets()
+		return nil, err
+	}
+	if f.envoy != nil {
+		if err := l.listenDebug(srv, f.envoy.DebugAddr, logger); err != nil {
+			l.closeSockets()
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// newHTTPServer is the HTTP server of handler, with the service's
+// timeouts and header limit, logging its own errors to logger.
+func newHTTPServer(handler http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      15 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    server.HeaderReadLimit, // the handler answers past server.MaxHeaderBytes
 		ErrorLog:          log.New(slogWriter{logger}, "", 0),
-	}}
-	if grpcAddr != "off" {
-		l.grpcL, err = net.Listen("tcp", grpcAddr)
-		if err != nil {
-			hl.Close()
-			logger.Error("cannot listen for gRPC", "addr", grpcAddr, "err", err.Error())
-			return nil, err
-		}
-		l.grpc = srv.NewGRPCServer()
 	}
-	if f.envoy != nil {
-		if l.debugL, err = net.Listen("tcp", f.envoy.DebugAddr); err != nil {
-			hl.Close()
-			if l.grpcL != nil {
-				l.grpcL.Close()
-			}
-			logger.Error("cannot listen for the debug port", "addr", f.envoy.DebugAddr, "err", err.Error())
-			return nil, err
-		}
-		l.debug = &http.Server{Handler: srv.DebugHandler(), ReadHeaderTimeout: 5 * time.Second,
-			ErrorLog: log.New(slogWriter{logger}, "", 0)}
+}
+
+// listenGRPC opens the gRPC socket at addr and makes the gRPC server;
+// nothing when addr is "off".
+func (l *listeners) listenGRPC(srv *server.Server, addr string, logger *slog.Logger) error {
+	if addr == "off" {
+		return nil
 	}
-	return l, nil
+	gl, err := net.Listen("tcp", addr)
+	if err != nil {
+		logger.Error("cannot listen for gRPC", "addr", addr, "err", err.Error())
+		return err
+	}
+	l.grpcL, l.grpc = gl, srv.NewGRPCServer()
+	return nil
+}
+
+// listenDebug opens envoyproxy/ratelimit's debug port at addr and makes
+// its server.
+func (l *listeners) listenDebug(srv *server.Server, addr string, logger *slog.Logger) error {
+	dl, err := net.Listen("tcp", addr)
+	if err != nil {
+		logger.Error("cannot listen for the debug port", "addr", addr, "err", err.Error())
+		return err
+	}
+	l.debugL = dl
+	l.debug = &http.Server{Handler: srv.DebugHandler(), ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: log.New(slogWriter{logger}, "", 0)}
+	return nil
+}
+
+// closeSockets closes the sockets opened so far, when listening failed.
+func (l *listeners) closeSockets() {
+	l.httpL.Close()
+	if l.grpcL != nil {
+		l.grpcL.Close()
+	}
 }
 
 // serve runs until SIGTERM, SIGINT or a server error, reloading the
@@ -286,13 +357,7 @@ func (l *listeners) wait(ctx context.Context, hup <-chan os.Signal, errc <-chan 
 func (l *listeners) stop(logger *slog.Logger) {
 	sctx, cancel := context.WithTimeout(context.Background(), l.shutdown)
 	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		if l.grpc != nil {
-			l.grpc.GracefulStop()
-		}
-		close(done)
-	}()
+	done := l.stopGRPC()
 	if l.debug != nil {
 		l.debug.Close()
 	}
@@ -305,6 +370,19 @@ func (l *listeners) stop(logger *slog.Logger) {
 		l.grpc.Stop()
 	}
 	logger.Info("stopped")
+}
+
+// stopGRPC stops the gRPC server (when there is one) gracefully, in the
+// background; the channel is closed once it has.
+func (l *listeners) stopGRPC() <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		if l.grpc != nil {
+			l.grpc.GracefulStop()
+		}
+		close(done)
+	}()
+	return done
 }
 
 // pick chooses the flag's value when it was given, else the config's, else

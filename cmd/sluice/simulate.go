@@ -47,61 +47,100 @@ Flags:
 func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("simulate")
 	f := defineSimulateFlags(fs)
-	if code, ok := parseFlags(fs, simulateUsage, args, stdout, stderr); !ok {
+	if code, ok := parseNoArgs(fs, simulateUsage, args, stdout, stderr); !ok {
 		return code
 	}
-	if fs.NArg() > 0 {
-		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(0))
+	return simulateExit(fs, f.run(ctx, stdout), stderr)
+}
+
+// simulateUsageError is a misuse of sluice simulate's flags.
+type simulateUsageError struct{ error }
+
+// simulateExit reports err (nil: success) and returns the exit code: 2,
+// with a pointer to -h, for a misuse; 1 for a failure.
+func simulateExit(fs *flag.FlagSet, err error, stderr io.Writer) int {
+	var u simulateUsageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &u):
+		return usageError(fs, stderr, "%v", u.error)
 	}
-	fail := func(err error) int {
-		fmt.Fprintln(stderr, "sluice simulate:", err)
-		return 1
-	}
-	usage := func(err error) int {
-		return usageError(fs, stderr, "%v", err)
-	}
+	fmt.Fprintln(stderr, "sluice simulate:", err)
+	return 1
+}
+
+// run is sluice simulate once its flags are parsed: a replay with
+// --replay, else a simulation. Misuses are simulateUsageErrors.
+func (f *simulateFlags) run(ctx context.Context, stdout io.Writer) error {
 	policies, err := simulatePolicies(f.configFile, f.only, f.policySpecs)
 	if err != nil {
-		return usage(err)
+		return simulateUsageError{err}
 	}
 	if f.replay != "" {
 		if err := f.checkReplay(); err != nil {
-			return usage(err)
+			return simulateUsageError{err}
 		}
-		return runReplay(ctx, f.replay, f.configFile, policies, f.top, f.out, stdout, stderr)
+		return runReplay(ctx, f.replay, f.configFile, policies, f.top, f.out, stdout)
 	}
-	opts, err := f.options(policies)
+	return f.simulate(ctx, policies, stdout)
+}
+
+// simulate runs the simulation of policies the flags describe, and
+// writes its files.
+func (f *simulateFlags) simulate(ctx context.Context, policies []*config.Policy, stdout io.Writer) error {
+	opts, want, err := f.prepare(policies)
 	if err != nil {
-		return usage(err)
-	}
-	want, err := parseFormats(f.formats)
-	if err != nil {
-		return usage(err)
+		return simulateUsageError{err}
 	}
 	logFile, err := openDecisionLog(f.decisions, &opts)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	defer logFile.Close() // a nil *os.File: an error, ignored
-	plan, err := simulate.NewPlan(opts)
+	plan, err := newSimulatePlan(opts)
 	if err != nil {
-		var tl *simulate.TooLongError
-		if errors.As(err, &tl) {
-			return fail(err)
-		}
-		return usage(err)
+		return err
 	}
 	res, err := runPlan(ctx, plan, len(policies), logFile, stdout)
 	if err != nil {
-		return fail(err)
+		return err
 	}
+	return f.writeFiles(stdout, want, res, logFile != nil)
+}
+
+// prepare returns the simulation's options and the set of files to
+// write, from the flags.
+func (f *simulateFlags) prepare(policies []*config.Policy) (simulate.Options, map[string]bool, error) {
+	opts, err := f.options(policies)
+	if err != nil {
+		return opts, nil, err
+	}
+	want, err := parseFormats(f.formats)
+	return opts, want, err
+}
+
+// newSimulatePlan plans the run of opts; a plan refused for anything
+// but its length is a misuse (a simulateUsageError).
+func newSimulatePlan(opts simulate.Options) (*simulate.Plan, error) {
+	plan, err := simulate.NewPlan(opts)
+	var tl *simulate.TooLongError
+	if err != nil && !errors.As(err, &tl) {
+		return nil, simulateUsageError{err}
+	}
+	return plan, err
+}
+
+// writeFiles writes the files of res that want holds, and names the
+// decision log when one was written.
+func (f *simulateFlags) writeFiles(stdout io.Writer, want map[string]bool, res *simulate.Result, logged bool) error {
 	if err := writeSimulateFiles(stdout, f.out, want, res); err != nil {
-		return fail(err)
+		return err
 	}
-	if logFile != nil {
+	if logged {
 		fmt.Fprintf(stdout, "wrote %s\n", f.decisions)
 	}
-	return 0
+	return nil
 }
 
 // simulateFlags are the flags of sluice simulate.
@@ -169,12 +208,9 @@ func (f *simulateFlags) checkReplay() error {
 // traffic and the durations of the flags.
 func (f *simulateFlags) options(policies []*config.Policy) (simulate.Options, error) {
 	opts := simulate.Options{Policies: policies, Trace: f.trace, Seed: f.seed, Watch: f.watch, MaxDecisions: f.maxDecisions}
-	for _, s := range f.trafficSpecs {
-		t, err := simulate.ParseTraffic(s)
-		if err != nil {
-			return opts, err
-		}
-		opts.Traffic = append(opts.Traffic, t)
+	var err error
+	if opts.Traffic, err = parseTraffics(f.trafficSpecs); err != nil {
+		return opts, err
 	}
 	for _, d := range []struct {
 		flag string
@@ -191,6 +227,19 @@ func (f *simulateFlags) options(policies []*config.Policy) (simulate.Options, er
 		*d.dst = v
 	}
 	return opts, nil
+}
+
+// parseTraffics parses the --traffic values, in order.
+func parseTraffics(specs []string) ([]simulate.Traffic, error) {
+	var out []simulate.Traffic
+	for _, s := range specs {
+		t, err := simulate.ParseTraffic(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
 }
 
 // parseFormats returns the set of files --format asks for.
@@ -270,59 +319,50 @@ func printSimulateSummary(w io.Writer, res *simulate.Result) {
 // writeSimulateFiles writes PREFIX.csv, PREFIX.svg and PREFIX.png, those
 // of them that want holds, saying each on w.
 func writeSimulateFiles(w io.Writer, prefix string, want map[string]bool, res *simulate.Result) error {
-	write := func(ext string, fn func(io.Writer) error) error {
-		name := prefix + "." + ext
-		f, err := os.Create(name)
-		if err != nil {
-			return err
+	for _, ext := range []string{"csv", simulate.SVG, simulate.PNG} {
+		if !want[ext] {
+			continue
 		}
-		if err := fn(f); err != nil {
-			f.Close()
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		if err := f.Close(); err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "wrote %s\n", name)
-		return nil
-	}
-	if want["csv"] {
-		if err := write("csv", func(w io.Writer) error { return simulate.WriteCSV(w, res) }); err != nil {
+		if err := writeSimulateFile(w, prefix+"."+ext, simulateWriter(res, ext)); err != nil {
 			return err
 		}
 	}
-	for _, f := range []string{simulate.SVG, simulate.PNG} {
-		if want[f] {
-			if err := write(f, func(w io.Writer) error { return simulate.WritePicture(w, res, f) }); err != nil {
-				return err
-			}
-		}
+	return nil
+}
+
+// simulateWriter writes res as the file of extension ext: CSV, or a
+// picture (svg, png).
+func simulateWriter(res *simulate.Result, ext string) func(io.Writer) error {
+	if ext == "csv" {
+		return func(w io.Writer) error { return simulate.WriteCSV(w, res) }
 	}
+	return func(w io.Writer) error { return simulate.WritePicture(w, res, ext) }
+}
+
+// writeSimulateFile creates the file name, writes it with fn and says so
+// on w.
+func writeSimulateFile(w io.Writer, name string, fn func(io.Writer) error) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if err := fn(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "wrote %s\n", name)
 	return nil
 }
 
 // simulatePolicies returns the policies of the config file (only those
 // named in only, when set) and of the --policy values.
 func simulatePolicies(file, only string, specs []string) ([]*config.Policy, error) {
-	var out []*config.Policy
-	if file != "" {
-		cfg, err := config.Load(file)
-		if err != nil {
-			return nil, err
-		}
-		out = cfg.Policies
-		if only != "" {
-			out = nil
-			for _, name := range strings.Split(only, ",") {
-				p := cfg.Policy(strings.TrimSpace(name))
-				if p == nil {
-					return nil, fmt.Errorf("--only: %s has no policy %q", file, name)
-				}
-				out = append(out, p)
-			}
-		}
-	} else if only != "" {
-		return nil, errors.New("--only selects policies of --config")
+	out, err := configPolicies(file, only)
+	if err != nil {
+		return nil, err
 	}
 	if len(specs) > 0 {
 		ps, err := simulate.ParsePolicies(specs)
@@ -337,13 +377,39 @@ func simulatePolicies(file, only string, specs []string) ([]*config.Policy, erro
 	return out, nil
 }
 
+// configPolicies returns the policies of the config file, only those
+// named in only (comma-separated) when set; none without a file.
+func configPolicies(file, only string) ([]*config.Policy, error) {
+	if file == "" {
+		if only != "" {
+			return nil, errors.New("--only selects policies of --config")
+		}
+		return nil, nil
+	}
+	cfg, err := config.Load(file)
+	if err != nil {
+		return nil, err
+	}
+	if only == "" {
+		return cfg.Policies, nil
+	}
+	var out []*config.Policy
+	for _, name := range strings.Split(only, ",") {
+		p := cfg.Policy(strings.TrimSpace(name))
+		if p == nil {
+			return nil, fmt.Errorf("--only: %s has no policy %q", file, name)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
 // runReplay is sluice simulate --replay: it decides the decisions of log
 // again under policies and reports those that flip.
-func runReplay(ctx context.Context, log, configFile string, policies []*config.Policy, top int, out string, stdout, stderr io.Writer) int {
+func runReplay(ctx context.Context, log, configFile string, policies []*config.Policy, top int, out string, stdout io.Writer) error {
 	res, err := simulate.Replay(ctx, log, policies)
 	if err != nil {
-		fmt.Fprintln(stderr, "sluice simulate:", err)
-		return 1
+		return err
 	}
 	fmt.Fprintf(stdout, "replayed %d decisions of %s under %s\n", res.Decisions, log, configFile)
 	printReplayTable(stdout, res)
@@ -353,11 +419,10 @@ func runReplay(ctx context.Context, log, configFile string, policies []*config.P
 	printMissingPolicies(stdout, configFile, res.Missing)
 	name := out + "-flips.csv"
 	if err := writeFlipsFile(name, res); err != nil {
-		fmt.Fprintln(stderr, "sluice simulate:", err)
-		return 1
+		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s\n", name)
-	return 0
+	return nil
 }
 
 // printReplayTable writes a table of what each policy decided before and
@@ -391,10 +456,7 @@ func printPolicyFlips(w io.Writer, p *simulate.ReplayPolicy, top int) {
 	fmt.Fprintf(w, "\npolicy %s, keys with the most flips:\n", p.Name)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "key\tallow→deny\tdeny→allow\t")
-	for i, k := range p.Keys {
-		if i == top {
-			break
-		}
+	for _, k := range p.Keys[:min(top, len(p.Keys))] {
 		fmt.Fprintf(tw, "%q\t%d\t%d\t\n", k.Key, k.ToDeny, k.ToAllow)
 	}
 	tw.Flush()

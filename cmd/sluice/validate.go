@@ -44,38 +44,59 @@ func runValidate(_ context.Context, args []string, env func(string) (string, boo
 	}
 	code := 0
 	for _, name := range fs.Args() {
-		cfg, err := config.Load(name)
-		if st, serr := os.Stat(name); serr == nil && st.IsDir() {
-			cfg, _, err = config.LoadDir(name, config.DirOptions{Merge: *merge})
-		}
-		if err != nil {
-			fmt.Fprintln(stderr, err)
+		if !validateOne(name, *merge, *secrets, env, stdout, stderr) {
 			code = 1
-			continue
 		}
-		store := "in-process store (limits per process)"
-		if cfg.Valkey != nil {
-			store = fmt.Sprintf("valkey %v", cfg.Valkey.Addresses)
-			if len(cfg.Valkey.Addresses) == 0 {
-				store = "valkey (addresses from --valkey)"
-			}
-		}
-		if *secrets {
-			if errs := startChecks(cfg, env); len(errs) > 0 {
-				for _, err := range errs {
-					fmt.Fprintf(stderr, "sluice serve would refuse to start: %v\n", err)
-				}
-				code = 1
-				continue
-			}
-			store += ", secrets readable"
-		}
-		for _, w := range cfg.ForwardAuth.Warnings(cfg.Source) {
-			fmt.Fprintln(stderr, "warning: "+w)
-		}
-		fmt.Fprintf(stdout, "%s: ok: %d policies, %d domains, %s\n", name, len(cfg.Policies), len(cfg.Domains), store)
 	}
 	return code
+}
+
+// validateOne checks one configuration file or directory, reporting its
+// problems on stderr, or its warnings on stderr and a summary on stdout;
+// false when it is not valid.
+func validateOne(name string, merge, secrets bool, env func(string) (string, bool), stdout, stderr io.Writer) bool {
+	cfg, err := loadValidated(name, merge)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return false
+	}
+	store := storeSummary(cfg.Valkey)
+	if secrets {
+		if errs := startChecks(cfg, env); len(errs) > 0 {
+			for _, err := range errs {
+				fmt.Fprintf(stderr, "sluice serve would refuse to start: %v\n", err)
+			}
+			return false
+		}
+		store += ", secrets readable"
+	}
+	for _, w := range cfg.ForwardAuth.Warnings(cfg.Source) {
+		fmt.Fprintln(stderr, "warning: "+w)
+	}
+	fmt.Fprintf(stdout, "%s: ok: %d policies, %d domains, %s\n", name, len(cfg.Policies), len(cfg.Domains), store)
+	return true
+}
+
+// loadValidated loads name as serve would: a directory as
+// envoyproxy/ratelimit's configuration directory, else a file.
+func loadValidated(name string, merge bool) (*config.Config, error) {
+	if st, err := os.Stat(name); err == nil && st.IsDir() {
+		cfg, _, err := config.LoadDir(name, config.DirOptions{Merge: merge})
+		return cfg, err
+	}
+	return config.Load(name)
+}
+
+// storeSummary names the store a configuration with Valkey section v
+// decides with.
+func storeSummary(v *config.Valkey) string {
+	switch {
+	case v == nil:
+		return "in-process store (limits per process)"
+	case len(v.Addresses) == 0:
+		return "valkey (addresses from --valkey)"
+	}
+	return fmt.Sprintf("valkey %v", v.Addresses)
 }
 
 // startChecks runs what sluice serve runs on a configuration when it

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/cmd/sluice/internal/verify"
 )
@@ -54,17 +54,11 @@ func runVerify(ctx context.Context, args []string, env func(string) (string, boo
 	wait := fs.Duration("blackhole-wait", verify.DefaultBlackholeWait, "longest a decision may take against a server that never answers")
 	margin := fs.Duration("margin", verify.DefaultMargin, "what a degraded decision may take beyond the policy's timeout")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	if code, ok := parseFlags(fs, verifyUsage, args, stdout, stderr); !ok {
+	if code, ok := parseNoArgs(fs, verifyUsage, args, stdout, stderr); !ok {
 		return code
 	}
-	if fs.NArg() > 0 {
-		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(0))
-	}
-	if *processes < 1 || *goroutines < 1 {
-		return usageError(fs, stderr, "--processes and --goroutines must be at least 1")
-	}
-	if *wait <= 0 || *margin <= 0 {
-		return usageError(fs, stderr, "--blackhole-wait and --margin must be positive")
+	if msg := verifyCountsProblem(*processes, *goroutines, *wait, *margin); msg != "" {
+		return usageError(fs, stderr, "%s", msg)
 	}
 	cfg, err := of.load(true)
 	if err != nil {
@@ -77,18 +71,36 @@ func runVerify(ctx context.Context, args []string, env func(string) (string, boo
 	})
 	if err != nil && rep == nil {
 		fmt.Fprintf(stderr, "sluice verify: %v\n", err)
-		if errors.Is(err, verify.ErrUnknownPolicy) {
-			return 2
-		}
-		return 1
+		return verifyErrorCode(err)
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(rep)
-	} else {
-		rep.WriteText(stdout)
+	writeOutput(stdout, rep, *asJSON, (*verify.Report).WriteText)
+	return verifyVerdict(rep, err, stderr)
+}
+
+// verifyCountsProblem says what is wrong with verify's counts and
+// durations, "" when nothing is.
+func verifyCountsProblem(processes, goroutines int, wait, margin time.Duration) string {
+	switch {
+	case processes < 1 || goroutines < 1:
+		return "--processes and --goroutines must be at least 1"
+	case wait <= 0 || margin <= 0:
+		return "--blackhole-wait and --margin must be positive"
 	}
+	return ""
+}
+
+// verifyErrorCode is the exit code of a run that made no report: 2 for
+// an unknown policy, else 1.
+func verifyErrorCode(err error) int {
+	if errors.Is(err, verify.ErrUnknownPolicy) {
+		return 2
+	}
+	return 1
+}
+
+// verifyVerdict is the exit code of a run that made report rep (err: it
+// stopped early): 1, naming the failed checks, unless every check passed.
+func verifyVerdict(rep *verify.Report, err error, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice verify: %v\n", err)
 		return 1

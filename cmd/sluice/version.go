@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -22,17 +21,12 @@ flags:
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("version")
 	asJSON := fs.Bool("json", false, "print JSON: module, version, revision, time, modified, go")
-	if code, ok := parseFlags(fs, versionUsage, args, stdout, stderr); !ok {
+	if code, ok := parseNoArgs(fs, versionUsage, args, stdout, stderr); !ok {
 		return code
-	}
-	if fs.NArg() > 0 {
-		return usageError(fs, stderr, "unexpected argument %q", fs.Arg(0))
 	}
 	bi := buildinfo.Read()
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(bi)
+		writeJSON(stdout, bi)
 		return 0
 	}
 	fmt.Fprintln(stdout, bi)

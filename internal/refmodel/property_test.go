@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/refmodel"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
@@ -50,7 +51,7 @@ type take struct {
 // than real time (a fake clock that runs ahead of it changes nothing).
 type timeline struct {
 	t      *testing.T
-	store  sluice.Store
+	store  driver.Store
 	prefix string
 	deny   bool
 	rng    *rand.Rand
@@ -150,19 +151,19 @@ func (tl *timeline) run(alg, steps int) {
 			}
 			tk := takes[rng.IntN(len(takes))]
 			n := 1 + rng.Int64N(tk.cost)
-			ops := []sluice.Op{{Key: l.Key(tk.key), Rule: rule, Cost: -n, Receipt: tk.receipt, Now: tl.clock.Now()}}
+			ops := []driver.Op{{Key: driver.Key(tl.prefix, l.Name(), l.Rule(), tk.key), Rule: rule, Cost: -n, Receipt: tk.receipt, Now: tl.clock.Now()}}
 			if err := tl.store.Do(ctx, ops); err != nil || ops[0].Err != nil {
 				t.Fatal(err, ops[0].Err)
 			}
-			got := ops[0].Result
-			got.Limit = rule.Limit
+			s := ops[0].Result
+			got := sluice.Result{Allowed: s.Allowed, Limit: rule.Limit, Remaining: s.Remaining, RetryAfter: s.RetryAfter, ResetAfter: s.ResetAfter}
 			check(fmt.Sprintf("refund of %d of %+v", n, tk), got, m.Refund(tk.key, now, n, tk.receipt))
 		}
 	}
 }
 
-// noNotices hides a store's delete notices (sluice.DeleteNotifier).
-type noNotices struct{ sluice.Store }
+// noNotices hides a store's delete notices (driver.DeleteNotifier).
+type noNotices struct{ driver.Store }
 
 // TestProperty compares memstore and Valkey, with the deny cache on and
 // off, with the reference model on random timelines of every algorithm:

@@ -61,7 +61,7 @@ local function decide(key, now, cap, interval, cost, _, receipt)
       states[key], pending[key] = { credit, now }, math.ceil(reset / 1000) + TTL_MARGIN_MS
     end
   end
-  return allowed, idiv(credit, interval), retry, reset
+  return allowed, idiv(math.max(0, credit), interval), retry, reset -- none while in debt (settle.lua)
 end
 
 local function flush() flushPacked('<i8i8', states, pending) end

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
 )
@@ -60,16 +61,16 @@ func run(addr string, cluster bool, perCall, conc int, dur time.Duration, tags i
 	if err != nil {
 		return err
 	}
-	rule := sluice.Rule{Algorithm: sluice.AlgorithmGCRA, Limit: 1_000_000, Interval: interval}
+	rule := sluice.Rule{Algorithm: driver.AlgorithmGCRA, Limit: 1_000_000, Interval: interval}
 	key := func(i int) string {
 		if tags > 0 {
 			return "callcost:{" + strconv.Itoa(i%tags) + "}:" + strconv.Itoa(i)
 		}
 		return "callcost:" + strconv.Itoa(i)
 	}
-	decide := func(ops []sluice.Op) error {
+	decide := func(ops []driver.Op) error {
 		for j := range ops {
-			ops[j] = sluice.Op{Key: key(rand.IntN(keySpace)), Rule: rule, Cost: 1}
+			ops[j] = driver.Op{Key: key(rand.IntN(keySpace)), Rule: rule, Cost: 1}
 		}
 		if err := s.Do(context.Background(), ops); err != nil {
 			return err
@@ -81,7 +82,7 @@ func run(addr string, cluster bool, perCall, conc int, dur time.Duration, tags i
 		}
 		return nil
 	}
-	warm := make([]sluice.Op, perCall)
+	warm := make([]driver.Op, perCall)
 	for range keySpace / perCall { // the keys exist, and the script is loaded
 		if err := decide(warm); err != nil {
 			return err
@@ -101,7 +102,7 @@ func run(addr string, cluster bool, perCall, conc int, dur time.Duration, tags i
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ops := make([]sluice.Op, perCall)
+			ops := make([]driver.Op, perCall)
 			for time.Now().Before(end) {
 				if err := decide(ops); err != nil {
 					first.CompareAndSwap(nil, err)

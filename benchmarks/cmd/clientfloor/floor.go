@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/benchmarks"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/luascript"
 )
 
@@ -52,7 +53,7 @@ type decideFunc func(batch []*request)
 type floor struct {
 	reqs    chan *request
 	maxKeys int
-	prefix  string // of the store keys, as sluice.AppendKey builds them
+	prefix  string // of the store keys, as driver.AppendKey builds them
 	name    string
 	rule    sluice.Rule
 	sends   bool // one EVALSHA per batch: the server counts them
@@ -76,7 +77,7 @@ func newFloor(prefix, name string, rule sluice.Rule, maxKeys int, workers []deci
 // Allow hands one decision to the workers and waits for its answer.
 func (f *floor) Allow(_ context.Context, id string) (benchmarks.Outcome, error) {
 	r := requestPool.Get().(*request)
-	r.key = sluice.AppendKey(r.key[:0], f.prefix, f.name, f.rule, id)
+	r.key = driver.AppendKey(r.key[:0], f.prefix, f.name, f.rule, id)
 	f.reqs <- r
 	<-r.done
 	out, err := benchmarks.Denied, r.err
@@ -161,7 +162,7 @@ func openValkeyFloor(addr string, rule sluice.Rule, maxKeys, workers int) (*floo
 		client.Close()
 		return nil, err
 	}
-	op := sluice.Op{Rule: rule, Cost: 1} // Now zero: the server's TIME decides
+	op := driver.Op{Rule: rule, Cost: 1} // Now zero: the server's TIME decides
 	ds := make([]decideFunc, workers)
 	for i := range ds {
 		keys := make([]string, 0, maxKeys)
@@ -189,7 +190,7 @@ func openValkeyFloor(addr string, rule sluice.Rule, maxKeys, workers int) (*floo
 // call that decided them, or the call's error.
 func settle(batch []*request, reply string, err error) {
 	if err == nil {
-		err = luascript.DecodeCall(reply, len(batch), func(j int, res sluice.Result, _ int64, err error) {
+		err = luascript.DecodeCall(reply, len(batch), func(j int, res driver.Result, _ int64, err error) {
 			batch[j].allowed, batch[j].err = res.Allowed, err
 		})
 	}
@@ -227,7 +228,7 @@ func openRawFloor(addr string, rule sluice.Rule, maxKeys, workers int) (*floor, 
 		closeAll()
 		return nil, err
 	}
-	op := sluice.Op{Rule: rule, Cost: 1}
+	op := driver.Op{Rule: rule, Cost: 1}
 	ds := make([]decideFunc, workers)
 	for i, c := range conns {
 		args := make([]string, 0, 4+maxKeys)

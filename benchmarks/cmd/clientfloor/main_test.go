@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/benchmarks"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // TestClientfloorSmoke runs every kind of target briefly against a
@@ -113,10 +114,10 @@ func TestValkeyFloorDecides(t *testing.T) {
 	srv := startServer(t)
 	for _, tc := range []struct {
 		open func(string, sluice.Rule, int, int) (*floor, error)
-		alg  sluice.Algorithm
-	}{{openValkeyFloor, sluice.AlgorithmGCRA}, {openValkeyFloor, sluice.AlgorithmTokenBucket}, {openRawFloor, sluice.AlgorithmGCRA}} {
+		alg  driver.Algorithm
+	}{{openValkeyFloor, driver.AlgorithmGCRA}, {openValkeyFloor, driver.AlgorithmTokenBucket}, {openRawFloor, driver.AlgorithmGCRA}} {
 		alg := tc.alg
-		policy, err := alg.Policy(sluice.Params{Limit: 3, Rate: 1, Per: time.Hour})
+		policy, err := benchmarks.PolicyOf(alg, driver.Params{Limit: 3, Rate: 1, Per: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}

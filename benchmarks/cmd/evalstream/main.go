@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/luascript"
 	"github.com/sluicehq/sluice/valkeytest"
 )
@@ -66,7 +67,7 @@ func main() {
 }
 
 func run(w *bufio.Writer, form string, calls, perCall, tags int, slots string, interval time.Duration, load, warm bool, seed uint64) error {
-	sc := luascript.For(sluice.AlgorithmGCRA)
+	sc := luascript.For(driver.AlgorithmGCRA)
 	if load {
 		writeCommand(w, "SCRIPT", "LOAD", sc.Src)
 		writeCommand(w, "SCRIPT", "LOAD", sc.Cross.Src)
@@ -136,8 +137,8 @@ func run(w *bufio.Writer, form string, calls, perCall, tags int, slots string, i
 // argument): each takes 1 of a GCRA rule of 1,000,000 per interval, at the
 // server's TIME.
 func callRecords(n int, interval time.Duration) []byte {
-	rule := sluice.Rule{Algorithm: sluice.AlgorithmGCRA, Limit: 1_000_000, Interval: interval}
-	op := sluice.Op{Rule: rule, Cost: 1} // Now zero: the server's TIME decides
+	rule := sluice.Rule{Algorithm: driver.AlgorithmGCRA, Limit: 1_000_000, Interval: interval}
+	op := driver.Op{Rule: rule, Cost: 1} // Now zero: the server's TIME decides
 	var rec []byte
 	for range n {
 		rec = luascript.AppendArgs(rec, &op, 0, time.Time{})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/luascript"
 	"github.com/sluicehq/sluice/valkeytest"
 )
@@ -65,8 +66,8 @@ func stream(t *testing.T, form string, calls, keys, tags int, slots string, warm
 // TestStreamAsValkeystoreSends: each form's calls are valkeystore's, with
 // records luascript writes, keys of the slots asked for.
 func TestStreamAsValkeystoreSends(t *testing.T) {
-	sc := luascript.For(sluice.AlgorithmGCRA)
-	op := sluice.Op{Rule: sluice.Rule{Algorithm: sluice.AlgorithmGCRA, Limit: 1_000_000, Interval: time.Microsecond}, Cost: 1}
+	sc := luascript.For(driver.AlgorithmGCRA)
+	op := driver.Op{Rule: sluice.Rule{Algorithm: driver.AlgorithmGCRA, Limit: 1_000_000, Interval: time.Microsecond}, Cost: 1}
 	var rec []byte
 	for range 16 {
 		rec = luascript.AppendArgs(rec, &op, 0, time.Time{})

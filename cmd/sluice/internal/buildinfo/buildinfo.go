@@ -45,42 +45,67 @@ func fromBuildInfo(bi *debug.BuildInfo) Info {
 		i.Version = "(devel)"
 	}
 	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			i.Revision = s.Value
-		case "vcs.time":
-			i.Time = s.Value
-		case "vcs.modified":
-			i.Modified = s.Value == "true"
+		if set := vcsSettings[s.Key]; set != nil {
+			set(&i, s.Value)
 		}
 	}
 	return i
+}
+
+// vcsSettings note the build settings of version control the toolchain
+// records: the revision, its time, and whether the work tree was modified.
+var vcsSettings = map[string]func(i *Info, value string){
+	"vcs.revision": func(i *Info, value string) { i.Revision = value },
+	"vcs.time":     func(i *Info, value string) { i.Time = value },
+	"vcs.modified": func(i *Info, value string) { i.Modified = value == "true" },
 }
 
 // Short is the one word that best names the build: the module version when
 // it is a release or pseudo-version, else the revision (12 characters, with
 // "+dirty" when modified), else "(devel)".
 func (i Info) Short() string {
-	if i.Version != "(devel)" && i.Version != "(unknown)" && i.Version != "" {
+	if i.released() {
 		return i.Version
 	}
 	if i.Revision != "" {
-		r := i.Revision
-		if len(r) > 12 {
-			r = r[:12]
-		}
-		if i.Modified {
-			r += "+dirty"
-		}
-		return r
+		return i.shortRevision()
 	}
 	return i.Version
+}
+
+// released reports whether the version is a release or pseudo-version,
+// not "(devel)", "(unknown)" or empty.
+func (i Info) released() bool {
+	return i.Version != "(devel)" && i.Version != "(unknown)" && i.Version != ""
+}
+
+// shortRevision is the revision's first 12 characters, with "+dirty"
+// when the work tree was modified.
+func (i Info) shortRevision() string {
+	r := i.Revision
+	if len(r) > 12 {
+		r = r[:12]
+	}
+	if i.Modified {
+		r += "+dirty"
+	}
+	return r
 }
 
 // String is the line sluice version prints, such as
 //
 //	sluice v1.2.0 (github.com/sluicehq/sluice, revision 0123abcd..., 2026-11-30T10:00:00Z) go1.26.8
 func (i Info) String() string {
+	s := "sluice " + i.Version
+	if parts := i.details(); len(parts) > 0 {
+		s += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return fmt.Sprintf("%s %s", s, i.GoVersion)
+}
+
+// details are what String says in parentheses: the module path, the
+// revision and its time, those known.
+func (i Info) details() []string {
 	var parts []string
 	if i.Path != "" {
 		parts = append(parts, i.Path)
@@ -95,9 +120,5 @@ func (i Info) String() string {
 	if i.Time != "" {
 		parts = append(parts, i.Time)
 	}
-	s := "sluice " + i.Version
-	if len(parts) > 0 {
-		s += " (" + strings.Join(parts, ", ") + ")"
-	}
-	return fmt.Sprintf("%s %s", s, i.GoVersion)
+	return parts
 }

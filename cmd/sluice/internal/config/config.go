@@ -91,14 +91,24 @@ func Load(name string) (*Config, error) {
 	if st.IsDir() {
 		return nil, fmt.Errorf("%s is a directory, want a YAML file", name)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	data, err := readAtMost(f, name)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(name, data)
+}
+
+// readAtMost reads all of r, the file name, refusing more than
+// MaxFileSize bytes.
+func readAtMost(r io.Reader, name string) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if len(data) > MaxFileSize {
 		return nil, fmt.Errorf("%s: larger than %d bytes", name, MaxFileSize)
 	}
-	return Parse(name, data)
+	return data, nil
 }
 
 // Parse validates data, the contents of the file named file (used in error
@@ -106,31 +116,42 @@ func Load(name string) (*Config, error) {
 // one per line, each as file:line:column: message.
 func Parse(file string, data []byte) (*Config, error) {
 	d := &decoder{file: file}
-	root := d.parseDocument(data)
-	if root == nil {
-		return nil, d.err()
-	}
-	root = d.resolve(root)
+	root := d.root(data)
 	if root == nil {
 		return nil, d.err()
 	}
 	c := &Config{Source: file, Prefix: sluice.DefaultPrefix}
-	if root.Kind == yaml.MappingNode && hasKey(root, "domain") {
-		f := d.fields(root, "envoyproxy/ratelimit config", domainSection)
-		c.Domains = append(c.Domains, d.domain(c, root, f, true))
-	} else {
-		d.sluice(c, root)
-	}
+	d.decodeRoot(c, root)
 	if err := d.err(); err != nil {
 		return nil, err
 	}
 	if len(c.Policies) == 0 && len(c.Domains) == 0 {
 		d.errorf(root, "no policies and no domains: nothing to limit")
-	}
-	if err := d.err(); err != nil {
-		return nil, err
+		return nil, d.err()
 	}
 	return c, nil
+}
+
+// root is the root node of the one YAML document data holds, aliases
+// followed; nil when there is none (the errors say why).
+func (d *decoder) root(data []byte) *yaml.Node {
+	root := d.parseDocument(data)
+	if root == nil {
+		return nil
+	}
+	return d.resolve(root)
+}
+
+// decodeRoot decodes the file's root into c: one domain of
+// envoyproxy/ratelimit's format (a top-level domain key), else sluice's
+// own format.
+func (d *decoder) decodeRoot(c *Config, root *yaml.Node) {
+	if root.Kind == yaml.MappingNode && hasKey(root, "domain") {
+		f := d.fields(root, "envoyproxy/ratelimit config", domainSection)
+		c.Domains = append(c.Domains, d.domain(c, root, f, true))
+		return
+	}
+	d.sluice(c, root)
 }
 
 func hasKey(m *yaml.Node, key string) bool {
@@ -150,34 +171,30 @@ func (d *decoder) sluice(c *Config, root *yaml.Node) {
 	if f == nil {
 		return
 	}
-	if v, ok := f["prefix"]; ok {
-		c.Prefix = d.prefix(v.val)
+	decodeFields(d, f, c, topDecoders)
+}
+
+// topDecoders decode the top-level sections of sluice's format, in the
+// order a later one may refer to an earlier one (policies take valkey's
+// timeout, domains and routes name policies).
+var topDecoders = []fieldDecoder[*Config]{
+	{"prefix", func(d *decoder, c *Config, n *yaml.Node) { c.Prefix = d.prefix(n) }},
+	{"listen", func(d *decoder, c *Config, n *yaml.Node) { c.Listen = d.address(n, "listen") }},
+	{"grpc_listen", func(d *decoder, c *Config, n *yaml.Node) { c.GRPCListen = d.address(n, "grpc_listen") }},
+	{"valkey", func(d *decoder, c *Config, n *yaml.Node) { c.Valkey = d.valkey(n) }},
+	{"admin", func(d *decoder, c *Config, n *yaml.Node) { c.Admin = d.admin(n) }},
+	{"policies", func(d *decoder, c *Config, n *yaml.Node) { d.policies(c, n, c.valkeyTimeout()) }},
+	{"domains", func(d *decoder, c *Config, n *yaml.Node) { d.domains(c, n) }},
+	{"forward_auth", func(d *decoder, c *Config, n *yaml.Node) { c.ForwardAuth = d.forwardAuth(n, c) }},
+}
+
+// valkeyTimeout is the valkey section's timeout, the policies' default;
+// 0 without the section.
+func (c *Config) valkeyTimeout() time.Duration {
+	if c.Valkey == nil {
+		return 0
 	}
-	if v, ok := f["listen"]; ok {
-		c.Listen = d.address(v.val, "listen")
-	}
-	if v, ok := f["grpc_listen"]; ok {
-		c.GRPCListen = d.address(v.val, "grpc_listen")
-	}
-	var defaultTimeout time.Duration
-	if v, ok := f["valkey"]; ok {
-		c.Valkey = d.valkey(v.val)
-		if c.Valkey != nil {
-			defaultTimeout = c.Valkey.Timeout
-		}
-	}
-	if v, ok := f["admin"]; ok {
-		c.Admin = d.admin(v.val)
-	}
-	if v, ok := f["policies"]; ok {
-		d.policies(c, v.val, defaultTimeout)
-	}
-	if v, ok := f["domains"]; ok {
-		d.domains(c, v.val)
-	}
-	if v, ok := f["forward_auth"]; ok {
-		c.ForwardAuth = d.forwardAuth(v.val, c)
-	}
+	return c.Valkey.Timeout
 }
 
 // prefix decodes the key prefix: 1 to its row's Max characters, without

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 func TestDefaultMatchesExample(t *testing.T) {
@@ -27,7 +28,7 @@ func TestDefaultMatchesExample(t *testing.T) {
 		t.Error("the default must run without Valkey and without admin routes")
 	}
 	api := c.Policy("api")
-	if api == nil || api.Algorithm != sluice.AlgorithmTokenBucket || api.Limit != 20 || api.FailMode != sluice.FailOpen {
+	if api == nil || api.Algorithm != driver.AlgorithmTokenBucket || api.Limit != 20 || api.FailMode != sluice.FailOpen {
 		t.Fatalf("api policy = %+v", api)
 	}
 	if api.Limiter != "api.token_bucket" {

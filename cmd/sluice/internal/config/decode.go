@@ -27,22 +27,31 @@ func (d *decoder) valkey(n *yaml.Node) *Valkey {
 	v := &Valkey{Timeout: sluice.DefaultTimeout, ConnectTimeout: DefaultConnectTimeout}
 	v.Addresses = d.valkeyAddresses(f)
 	v.Username, v.PasswordEnv, v.PasswordFile = d.credentials(f, "valkey")
-	if x, ok := f["tls"]; ok {
-		v.TLS = d.tls(x.val)
-	}
-	if x, ok := f["timeout"]; ok {
-		v.Timeout = d.durationField(x.val, "valkey.timeout", valkeySection.Field("timeout"))
-	}
-	if x, ok := f["connect_timeout"]; ok {
-		v.ConnectTimeout = d.durationField(x.val, "valkey.connect_timeout", valkeySection.Field("connect_timeout"))
-	}
+	decodeFields(d, f, v, valkeyDecoders)
 	if x, ok := f["sentinel"]; ok {
-		v.Sentinel = d.sentinel(x.val)
-		if len(v.Addresses) > 0 {
-			d.errorf(x.key, "valkey: set address(es) or sentinel, not both (with sentinel, the Sentinels name the master)")
-		}
+		d.valkeySentinel(x, v)
 	}
 	return v
+}
+
+// valkeyDecoders decode valkey's tls and timeouts.
+var valkeyDecoders = []fieldDecoder[*Valkey]{
+	{"tls", func(d *decoder, v *Valkey, n *yaml.Node) { v.TLS = d.tls(n) }},
+	{"timeout", func(d *decoder, v *Valkey, n *yaml.Node) {
+		v.Timeout = d.durationField(n, "valkey.timeout", valkeySection.Field("timeout"))
+	}},
+	{"connect_timeout", func(d *decoder, v *Valkey, n *yaml.Node) {
+		v.ConnectTimeout = d.durationField(n, "valkey.connect_timeout", valkeySection.Field("connect_timeout"))
+	}},
+}
+
+// valkeySentinel decodes valkey.sentinel into v, which then names no
+// addresses of its own.
+func (d *decoder) valkeySentinel(x field, v *Valkey) {
+	v.Sentinel = d.sentinel(x.val)
+	if len(v.Addresses) > 0 {
+		d.errorf(x.key, "valkey: set address(es) or sentinel, not both (with sentinel, the Sentinels name the master)")
+	}
 }
 
 func (d *decoder) sentinel(n *yaml.Node) *Sentinel {
@@ -51,16 +60,12 @@ func (d *decoder) sentinel(n *yaml.Node) *Sentinel {
 		return nil
 	}
 	s := &Sentinel{}
-	if x, ok := f["master_set"]; ok {
-		s.MasterSet = d.str(x.val, "valkey.sentinel.master_set")
-	}
+	s.MasterSet = d.optString(f, "master_set", "valkey.sentinel.master_set")
 	if s.MasterSet == "" {
 		d.errorf(n, "valkey.sentinel: master_set is required (the name the Sentinels monitor, such as mymaster)")
 	}
 	if x, ok := f["addresses"]; ok {
-		for _, a := range d.sequence(x.val, "valkey.sentinel.addresses") {
-			s.Addresses = append(s.Addresses, d.address(a, "valkey.sentinel.addresses item"))
-		}
+		s.Addresses = d.addresses(x.val, "valkey.sentinel.addresses")
 	}
 	if len(s.Addresses) == 0 {
 		d.errorf(n, "valkey.sentinel: addresses must list at least one Sentinel (host:port)")
@@ -79,9 +84,16 @@ func (d *decoder) valkeyAddresses(f map[string]field) []string {
 		if _, both := f["address"]; both {
 			d.errorf(a.key, "valkey: set address or addresses, not both")
 		}
-		for _, x := range d.sequence(a.val, "valkey.addresses") {
-			out = append(out, d.address(x, "valkey.addresses item"))
-		}
+		out = append(out, d.addresses(a.val, "valkey.addresses")...)
+	}
+	return out
+}
+
+// addresses decodes the list what of host:port addresses.
+func (d *decoder) addresses(n *yaml.Node, what string) []string {
+	var out []string
+	for _, x := range d.sequence(n, what) {
+		out = append(out, d.address(x, what+" item"))
 	}
 	return out
 }
@@ -102,12 +114,8 @@ func (d *decoder) credentials(f map[string]field, path string) (username, passwo
 }
 
 func (d *decoder) tls(n *yaml.Node) *TLS {
-	n2 := d.resolve(n)
-	if n2 != nil && n2.Kind == yaml.ScalarNode && n2.ShortTag() == "!!bool" {
-		if d.boolean(n2, "valkey.tls") {
-			return &TLS{}
-		}
-		return nil
+	if n2 := d.resolve(n); isBool(n2) {
+		return d.tlsSwitch(n2)
 	}
 	f := d.fields(n, "valkey.tls", tlsSection)
 	if f == nil {
@@ -124,18 +132,28 @@ func (d *decoder) tls(n *yaml.Node) *TLS {
 	return t
 }
 
+// isBool reports whether n is a boolean scalar.
+func isBool(n *yaml.Node) bool {
+	return n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool"
+}
+
+// tlsSwitch decodes "tls: true" (TLS with the system's roots) or "tls:
+// false" (none).
+func (d *decoder) tlsSwitch(n *yaml.Node) *TLS {
+	if d.boolean(n, "valkey.tls") {
+		return &TLS{}
+	}
+	return nil
+}
+
 func (d *decoder) admin(n *yaml.Node) *Admin {
 	f := d.fields(n, "admin", adminSection)
 	if f == nil {
 		return nil
 	}
 	a := &Admin{}
-	if x, ok := f["token_env"]; ok {
-		a.TokenEnv = d.str(x.val, "admin.token_env")
-	}
-	if x, ok := f["token_file"]; ok {
-		a.TokenFile = d.str(x.val, "admin.token_file")
-	}
+	a.TokenEnv = d.optString(f, "token_env", "admin.token_env")
+	a.TokenFile = d.optString(f, "token_file", "admin.token_file")
 	if (a.TokenEnv == "") == (a.TokenFile == "") {
 		d.errorf(n, "admin: set exactly one of token_env and token_file (never the token itself)")
 	}
@@ -173,4 +191,20 @@ func (d *decoder) duration(n *yaml.Node, what string, lo, hi time.Duration) time
 		return 0
 	}
 	return v
+}
+
+// fieldDecoder decodes the field name of a section into dst.
+type fieldDecoder[T any] struct {
+	name   string
+	decode func(d *decoder, dst T, n *yaml.Node)
+}
+
+// decodeFields runs, in order, the decoder of each field of decoders that
+// f holds, on the field's value.
+func decodeFields[T any](d *decoder, f map[string]field, dst T, decoders []fieldDecoder[T]) {
+	for _, s := range decoders {
+		if v, ok := f[s.name]; ok {
+			s.decode(d, dst, v.val)
+		}
+	}
 }

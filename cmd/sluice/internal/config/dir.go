@@ -42,21 +42,30 @@ func LoadDir(dir string, o DirOptions) (*Config, []byte, error) {
 		return nil, sum, err
 	}
 	c := &Config{Source: dir, Prefix: sluice.DefaultPrefix}
-	var errs []string
-	for _, f := range files {
-		d := &decoder{file: f.path}
-		d.domainFile(c, f.data, o.Merge)
-		if err := d.err(); err != nil {
-			errs = append(errs, err.Error())
-		}
-	}
-	if len(errs) > 0 {
-		return nil, sum, fmt.Errorf("%s", strings.Join(errs, "\n"))
+	if err := decodeDirFiles(c, files, o.Merge); err != nil {
+		return nil, sum, err
 	}
 	if len(c.Domains) == 0 {
 		return nil, sum, fmt.Errorf("%s: no configuration files: nothing to limit", dir)
 	}
 	return c, sum, nil
+}
+
+// decodeDirFiles decodes each file of a directory into c; the error
+// lists every file's problems.
+func decodeDirFiles(c *Config, files []dirFile, merge bool) error {
+	var errs []string
+	for _, f := range files {
+		d := &decoder{file: f.path}
+		d.domainFile(c, f.data, merge)
+		if err := d.err(); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "\n"))
+	}
+	return nil
 }
 
 // DirFingerprint returns what LoadDir would return as its fingerprint,
@@ -82,47 +91,64 @@ func readDir(dir string, o DirOptions) ([]dirFile, []byte, error) {
 	for _, e := range entries {
 		name := e.Name()
 		path := filepath.Join(dir, name)
-		st, err := os.Stat(path) // follows links
+		read, err := dirEntryRead(path, name, o)
 		if err != nil {
 			return nil, nil, err
 		}
-		if st.IsDir() {
-			if strings.HasPrefix(name, ".") {
-				continue
-			}
-			return nil, nil, fmt.Errorf("%s: a directory inside the configuration directory is not read; move its files up", path)
-		}
-		if o.IgnoreDotfiles && strings.HasPrefix(name, ".") {
+		if !read {
 			continue
 		}
 		if len(files) == MaxDirFiles {
 			return nil, nil, fmt.Errorf("%s: more than %d files", dir, MaxDirFiles)
 		}
-		data, err := readLimited(path)
+		data, err := readHashed(h, path, name)
 		if err != nil {
 			return nil, nil, err
 		}
-		fmt.Fprintf(h, "%s\x00%d\x00", name, len(data))
-		h.Write(data)
 		files = append(files, dirFile{path: path, data: data})
 	}
 	return files, h.Sum(nil), nil
 }
 
+// dirEntryRead reports whether the entry name (at path, links followed)
+// of a configuration directory is read: a dot directory, and a dotfile
+// with IgnoreDotfiles, are not; another directory is an error.
+func dirEntryRead(path, name string, o DirOptions) (bool, error) {
+	st, err := os.Stat(path) // follows links
+	if err != nil {
+		return false, err
+	}
+	dot := strings.HasPrefix(name, ".")
+	switch {
+	case st.IsDir() && dot:
+		return false, nil
+	case st.IsDir():
+		return false, fmt.Errorf("%s: a directory inside the configuration directory is not read; move its files up", path)
+	}
+	return !(o.IgnoreDotfiles && dot), nil
+}
+
+// readHashed reads the file at path and adds its name, length and
+// contents to the fingerprint h.
+func readHashed(h io.Writer, path, name string) ([]byte, error) {
+	data, err := readLimited(path)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(h, "%s\x00%d\x00", name, len(data))
+	h.Write(data)
+	return data, nil
+}
+
+// readLimited reads the file at path, refusing more than MaxFileSize
+// bytes.
 func readLimited(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, MaxFileSize)
-	}
-	return data, nil
+	return readAtMost(f, path)
 }
 
 // domainFile decodes one file of a configuration directory into c: a new
@@ -154,11 +180,8 @@ func (d *decoder) domainFile(c *Config, data []byte, merge bool) {
 // domainRoot parses a file of a configuration directory: the mapping of its
 // domain, or nil (reported) when it holds none.
 func (d *decoder) domainRoot(data []byte) *yaml.Node {
-	root := d.parseDocument(data)
+	root := d.root(data)
 	if root == nil {
-		return nil
-	}
-	if root = d.resolve(root); root == nil {
 		return nil
 	}
 	if root.Kind != yaml.MappingNode || !hasKey(root, "domain") {

@@ -4,10 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -123,30 +126,43 @@ func (d *decoder) domain(c *Config, n *yaml.Node, f map[string]field, envoyForma
 	if envoyFormat {
 		dom.Counting = CountEach
 	}
-	if x, ok := f["domain"]; ok {
-		dom.Name = d.str(x.val, "domain")
-		if dom.Name == "" {
-			d.errorf(x.val, "domain must not be empty")
-		} else if prev := c.Domain(dom.Name); prev != nil {
-			d.errorf(x.val, "domain %q is already defined at %s:%d", dom.Name, prev.File, prev.Line)
-		}
-	} else {
-		d.errorf(n, "domain is missing")
-	}
+	dom.Name = d.domainName(n, f, c)
 	if x, ok := f["counting"]; ok {
-		switch s := d.str(x.val, "counting"); s {
-		case "each":
-			dom.Counting = CountEach
-		case "all_or_nothing":
-			dom.Counting = CountAllOrNothing
-		default:
-			d.errorf(x.val, "counting must be each or all_or_nothing, got %q", s)
-		}
+		dom.Counting = d.counting(x.val, dom.Counting)
 	}
 	if x, ok := f["descriptors"]; ok {
 		dom.Descriptors = d.descriptors(c, dom, x.val, nil)
 	}
 	return dom
+}
+
+// domainName decodes a domain's name, which must be set, not empty and
+// unused.
+func (d *decoder) domainName(n *yaml.Node, f map[string]field, c *Config) string {
+	x, name, ok := d.requiredString(n, f, "domain", "domain", "domain is missing")
+	if !ok {
+		return ""
+	}
+	if name == "" {
+		d.errorf(x.val, "domain must not be empty")
+	} else if prev := c.Domain(name); prev != nil {
+		d.errorf(x.val, "domain %q is already defined at %s:%d", name, prev.File, prev.Line)
+	}
+	return name
+}
+
+// countings are the values of a domain's counting.
+var countings = map[string]Counting{"each": CountEach, "all_or_nothing": CountAllOrNothing}
+
+// counting decodes a domain's counting; def when it is not one.
+func (d *decoder) counting(n *yaml.Node, def Counting) Counting {
+	s := d.str(n, "counting")
+	c, ok := countings[s]
+	if !ok {
+		d.errorf(n, "counting must be each or all_or_nothing, got %q", s)
+		return def
+	}
+	return c
 }
 
 func (d *decoder) descriptors(c *Config, dom *Domain, n *yaml.Node, path []string) []*Descriptor {
@@ -241,7 +257,7 @@ func (d *decoder) descriptorLimit(c *Config, dom *Domain, f map[string]field, de
 			d.errorf(x.key, "descriptor: set policy or rate_limit, not both")
 		} else if p := c.Policy(desc.Policy); p == nil || p.Envoy {
 			d.errorf(x.val, "descriptor: unknown policy %q (define it under policies, before domains)", desc.Policy)
-		} else if p.Algorithm == sluice.AlgorithmInFlight {
+		} else if p.Algorithm == driver.AlgorithmInFlight {
 			d.errorf(x.val, "descriptor: policy %q is in_flight: Envoy's rate-limit service has no release, so a lease could never be given back (use a rate policy)", desc.Policy)
 		}
 	}
@@ -258,32 +274,37 @@ func (d *decoder) planEntry(c *Config, f map[string]field, desc *Descriptor) {
 	if !ok || !desc.PlanEntry {
 		return
 	}
+	if msg := planEntryProblem(c, desc); msg != "" {
+		d.errorf(x.key, "%s", msg)
+	}
+}
+
+// planEntryProblem says why desc cannot be a plan entry: no policy, a
+// value, or a policy without plans; "" when it can.
+func planEntryProblem(c *Config, desc *Descriptor) string {
 	switch p := c.Policy(desc.Policy); {
 	case desc.Policy == "":
-		d.errorf(x.key, "plan_entry needs policy on the same descriptor (the policy whose plan the value names)")
+		return "plan_entry needs policy on the same descriptor (the policy whose plan the value names)"
 	case desc.Value != "":
-		d.errorf(x.key, "plan_entry: the request's value names the plan, so the descriptor has no value (got %q)", desc.Value)
+		return fmt.Sprintf("plan_entry: the request's value names the plan, so the descriptor has no value (got %q)", desc.Value)
 	case p != nil && len(p.Plans) == 0:
-		d.errorf(x.key, "plan_entry: policy %q has no plans", desc.Policy)
+		return fmt.Sprintf("plan_entry: policy %q has no plans", desc.Policy)
 	}
+	return ""
 }
 
 // rateLimit decodes a descriptor's rate_limit into its Limit and, unless it
 // is unlimited or denies everything, a generated fixed-window policy named
 // after path.
 func (d *decoder) rateLimit(c *Config, dom *Domain, desc *Descriptor, n *yaml.Node, path []string) {
-	if r := d.resolve(n); r != nil && r.Kind == yaml.ScalarNode && r.ShortTag() == "!!null" {
+	if isNull(d.resolve(n)) {
 		return // "rate_limit:" with nothing: no limit, as envoyproxy/ratelimit reads it
 	}
 	f := d.fields(n, "rate_limit", rateLimitSection)
 	if f == nil {
 		return
 	}
-	lim := &EnvoyLimit{Multiplier: 1}
-	lim.Name = d.optString(f, "name", "rate_limit name")
-	if x, ok := f["replaces"]; ok {
-		lim.Replaces = d.replaces(x.val, lim.Name)
-	}
+	lim := d.limitName(f)
 	if d.unlimited(f, desc, lim) {
 		return
 	}
@@ -298,6 +319,17 @@ func (d *decoder) rateLimit(c *Config, dom *Domain, desc *Descriptor, n *yaml.No
 		return
 	}
 	d.envoyPolicy(c, dom, desc, n, path, lim)
+}
+
+// limitName starts the limit of a rate_limit's fields f: its name and
+// the limits it replaces.
+func (d *decoder) limitName(f map[string]field) *EnvoyLimit {
+	lim := &EnvoyLimit{Multiplier: 1}
+	lim.Name = d.optString(f, "name", "rate_limit name")
+	if x, ok := f["replaces"]; ok {
+		lim.Replaces = d.replaces(x.val, lim.Name)
+	}
+	return lim
 }
 
 // unlimited reports a rate_limit with unlimited: true, which makes desc
@@ -348,9 +380,9 @@ func (d *decoder) limitRate(n *yaml.Node, f map[string]field, lim *EnvoyLimit) t
 // found under path in dom, and makes it desc's policy.
 func (d *decoder) envoyPolicy(c *Config, dom *Domain, desc *Descriptor, n *yaml.Node, path []string, lim *EnvoyLimit) {
 	p := &Policy{
-		Algorithm:  sluice.AlgorithmFixedWindow,
+		Algorithm:  driver.AlgorithmFixedWindow,
 		Policy:     EnvoyWindow(lim.RequestsPerUnit, lim.Window, dom.Counting),
-		Params:     sluice.Params{Limit: lim.RequestsPerUnit, Window: lim.Window, CountRejected: dom.Counting != CountAllOrNothing},
+		Params:     driver.Params{Limit: lim.RequestsPerUnit, Window: lim.Window, CountRejected: dom.Counting != CountAllOrNothing},
 		Limit:      lim.RequestsPerUnit,
 		Shadow:     desc.Shadow,
 		Headers:    HeadersAll,
@@ -396,10 +428,7 @@ func (d *decoder) replaces(n *yaml.Node, own string) []string {
 		if f == nil {
 			continue
 		}
-		name := ""
-		if x, ok := f["name"]; ok {
-			name = d.str(x.val, "replaces name")
-		}
+		name := d.optString(f, "name", "replaces name")
 		switch {
 		case name == "":
 			d.errorf(item, "rate_limit: a replaces entry needs a name")
@@ -445,21 +474,21 @@ func plainValue(v any, depth int) error {
 	case nil, string, bool, int, int64, uint64, float64:
 		return nil
 	case []any:
-		for _, e := range x {
-			if err := plainValue(e, depth+1); err != nil {
-				return err
-			}
-		}
-		return nil
+		return plainValues(x, depth+1)
 	case map[string]any:
-		for _, e := range x {
-			if err := plainValue(e, depth+1); err != nil {
-				return err
-			}
-		}
-		return nil
+		return plainValues(slices.Collect(maps.Values(x)), depth+1)
 	}
 	return fmt.Errorf("%v (%T) is not a string, number, boolean, list or mapping", v, v)
+}
+
+// plainValues checks each of values with plainValue, at depth.
+func plainValues(values []any, depth int) error {
+	for _, e := range values {
+		if err := plainValue(e, depth); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // envoyName derives a readable, unique policy name for an Envoy limit, such

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // The field table: every section of sluice's configuration format and its
@@ -55,7 +56,7 @@ type Field struct {
 	Section *Section
 	// Algorithms lists the algorithms that take the field (policies and
 	// plans); nil: every algorithm. RequiredBy lists those that need it.
-	Algorithms, RequiredBy []sluice.Algorithm
+	Algorithms, RequiredBy []driver.Algorithm
 	// Desc is the one-line description.
 	Desc string
 	// Schema is the JSON Schema of a KindCustom field, Type its type as the
@@ -106,14 +107,14 @@ func (s *Section) Field(name string) *Field {
 }
 
 // takes reports whether algorithm a takes field f.
-func (f *Field) takes(a sluice.Algorithm) bool {
+func (f *Field) takes(a driver.Algorithm) bool {
 	return f.Algorithms == nil || hasAlgorithm(f.Algorithms, a)
 }
 
 // requiredBy reports whether algorithm a needs field f.
-func (f *Field) requiredBy(a sluice.Algorithm) bool { return hasAlgorithm(f.RequiredBy, a) }
+func (f *Field) requiredBy(a driver.Algorithm) bool { return hasAlgorithm(f.RequiredBy, a) }
 
-func hasAlgorithm(list []sluice.Algorithm, a sluice.Algorithm) bool {
+func hasAlgorithm(list []driver.Algorithm, a driver.Algorithm) bool {
 	for _, x := range list {
 		if x == a {
 			return true
@@ -124,7 +125,7 @@ func hasAlgorithm(list []sluice.Algorithm, a sluice.Algorithm) bool {
 
 // fieldsFor lists the algorithm-specific fields of sec that a takes, in
 // the table's order.
-func fieldsFor(sec *Section, a sluice.Algorithm) []string {
+func fieldsFor(sec *Section, a driver.Algorithm) []string {
 	var out []string
 	for _, f := range sec.Fields {
 		if f.Algorithms != nil && f.takes(a) {
@@ -135,19 +136,19 @@ func fieldsFor(sec *Section, a sluice.Algorithm) []string {
 }
 
 var (
-	fixed    = sluice.AlgorithmFixedWindow
-	sliding  = sluice.AlgorithmSlidingWindow
-	slog     = sluice.AlgorithmSlidingLog
-	tbucket  = sluice.AlgorithmTokenBucket
-	gcra     = sluice.AlgorithmGCRA
-	inflight = sluice.AlgorithmInFlight
+	fixed    = driver.AlgorithmFixedWindow
+	sliding  = driver.AlgorithmSlidingWindow
+	slog     = driver.AlgorithmSlidingLog
+	tbucket  = driver.AlgorithmTokenBucket
+	gcra     = driver.AlgorithmGCRA
+	inflight = driver.AlgorithmInFlight
 )
 
 // algorithms lists the algorithms in the order the reference shows them.
-var algorithms = []sluice.Algorithm{fixed, slog, sliding, tbucket, gcra, inflight}
+var algorithms = []driver.Algorithm{fixed, slog, sliding, tbucket, gcra, inflight}
 
 // rateAlgorithms are the algorithms of rate limits (all but in_flight).
-var rateAlgorithms = []sluice.Algorithm{fixed, slog, sliding, tbucket, gcra}
+var rateAlgorithms = []driver.Algorithm{fixed, slog, sliding, tbucket, gcra}
 
 func str(name, desc string) *Field { return &Field{Name: name, Kind: KindString, Desc: desc} }
 func boolean(name, def, desc string) *Field {
@@ -215,37 +216,37 @@ var adminSection = &Section{Path: "admin", Def: "admin", Fields: []*Field{
 // plansSection is a plan's fields: the numbers that differ from its
 // policy's.
 var plansSection = &Section{Path: "policies[].plans.NAME", Def: "plan", Fields: []*Field{
-	{Name: "limit", Kind: KindInt, Min: 1, Max: sluice.MaxLimit, Algorithms: []sluice.Algorithm{fixed, slog, sliding},
-		RequiredBy: []sluice.Algorithm{fixed, slog, sliding}, Desc: "the plan's limit (required for fixed_window, sliding_log, sliding_window)"},
-	{Name: "burst", Kind: KindInt, Min: 1, Max: sluice.MaxLimit, Algorithms: []sluice.Algorithm{tbucket, gcra},
-		RequiredBy: []sluice.Algorithm{tbucket, gcra}, Desc: "the plan's burst (required for token_bucket, gcra)"},
-	{Name: "rate", Kind: KindRate, Algorithms: []sluice.Algorithm{tbucket, gcra}, Desc: "the plan's rate (default: the policy's)"},
+	{Name: "limit", Kind: KindInt, Min: 1, Max: driver.MaxLimit, Algorithms: []driver.Algorithm{fixed, slog, sliding},
+		RequiredBy: []driver.Algorithm{fixed, slog, sliding}, Desc: "the plan's limit (required for fixed_window, sliding_log, sliding_window)"},
+	{Name: "burst", Kind: KindInt, Min: 1, Max: driver.MaxLimit, Algorithms: []driver.Algorithm{tbucket, gcra},
+		RequiredBy: []driver.Algorithm{tbucket, gcra}, Desc: "the plan's burst (required for token_bucket, gcra)"},
+	{Name: "rate", Kind: KindRate, Algorithms: []driver.Algorithm{tbucket, gcra}, Desc: "the plan's rate (default: the policy's)"},
 }, Rules: []string{"the plan's numbers must make a valid policy with the policy's window or period"}}
 
 var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field{
 	{Name: "name", Kind: KindString, Required: true, Pattern: policyNamePattern,
 		Desc: fmt.Sprintf("unique name, 1 to %d of [A-Za-z0-9_.-]", maxPolicyName)},
 	{Name: "algorithm", Kind: KindEnum, Required: true, Enum: algorithmNames(), Desc: "the algorithm (docs/algorithms.md)"},
-	{Name: "limit", Kind: KindInt, Min: 1, Max: sluice.MaxLimit, Algorithms: []sluice.Algorithm{fixed, slog, sliding, inflight},
-		RequiredBy: []sluice.Algorithm{fixed, slog, sliding, inflight},
+	{Name: "limit", Kind: KindInt, Min: 1, Max: driver.MaxLimit, Algorithms: []driver.Algorithm{fixed, slog, sliding, inflight},
+		RequiredBy: []driver.Algorithm{fixed, slog, sliding, inflight},
 		Desc: fmt.Sprintf("requests allowed per window (sliding_log: at most %d); in_flight: leases at once per key (at most %d)",
-			sluice.MaxSlidingLogLimit, sluice.MaxInFlightLimit)},
-	{Name: "window", Kind: KindDuration, MinDur: sluice.MinWindow, MaxDur: sluice.MaxWindow, Algorithms: []sluice.Algorithm{fixed, slog, sliding},
-		RequiredBy: []sluice.Algorithm{slog, sliding},
+			driver.MaxSlidingLogLimit, driver.MaxInFlightLimit)},
+	{Name: "window", Kind: KindDuration, MinDur: driver.MinWindow, MaxDur: driver.MaxWindow, Algorithms: []driver.Algorithm{fixed, slog, sliding},
+		RequiredBy: []driver.Algorithm{slog, sliding},
 		Desc:       "the window (fixed_window: or period)"},
-	{Name: "lease", Kind: KindDuration, MinDur: sluice.MinWindow, MaxDur: sluice.MaxWindow, Algorithms: []sluice.Algorithm{inflight},
-		RequiredBy: []sluice.Algorithm{inflight},
+	{Name: "lease", Kind: KindDuration, MinDur: driver.MinWindow, MaxDur: driver.MaxWindow, Algorithms: []driver.Algorithm{inflight},
+		RequiredBy: []driver.Algorithm{inflight},
 		Desc:       "in_flight: a lease ends this long after it was acquired or last renewed, unless released first"},
-	{Name: "period", Kind: KindEnum, Enum: []string{"day", "week", "month"}, Algorithms: []sluice.Algorithm{fixed},
+	{Name: "period", Kind: KindEnum, Enum: []string{"day", "week", "month"}, Algorithms: []driver.Algorithm{fixed},
 		Desc: "a calendar period instead of window, with zone"},
-	{Name: "zone", Kind: KindString, Algorithms: []sluice.Algorithm{fixed},
+	{Name: "zone", Kind: KindString, Algorithms: []driver.Algorithm{fixed},
 		Desc: "IANA time zone of the period (America/Los_Angeles, UTC), required with period"},
-	{Name: "renewal_day", Kind: KindInt, Default: "1", Min: 1, Max: 31, Algorithms: []sluice.Algorithm{fixed},
+	{Name: "renewal_day", Kind: KindInt, Default: "1", Min: 1, Max: 31, Algorithms: []driver.Algorithm{fixed},
 		Desc: "period: month only: the day it renews, clamped to the month's end"},
-	{Name: "burst", Kind: KindInt, Min: 1, Max: sluice.MaxLimit, Algorithms: []sluice.Algorithm{tbucket, gcra},
-		RequiredBy: []sluice.Algorithm{tbucket, gcra}, Desc: "bucket capacity / burst"},
-	{Name: "rate", Kind: KindRate, Algorithms: []sluice.Algorithm{tbucket, gcra}, RequiredBy: []sluice.Algorithm{tbucket, gcra}, Desc: "refill rate: N/s, N/m, N/h or N/d (N may be a decimal)"},
-	{Name: "count_rejected", Kind: KindBool, Default: "false", Algorithms: []sluice.Algorithm{slog},
+	{Name: "burst", Kind: KindInt, Min: 1, Max: driver.MaxLimit, Algorithms: []driver.Algorithm{tbucket, gcra},
+		RequiredBy: []driver.Algorithm{tbucket, gcra}, Desc: "bucket capacity / burst"},
+	{Name: "rate", Kind: KindRate, Algorithms: []driver.Algorithm{tbucket, gcra}, RequiredBy: []driver.Algorithm{tbucket, gcra}, Desc: "refill rate: N/s, N/m, N/h or N/d (N may be a decimal)"},
+	{Name: "count_rejected", Kind: KindBool, Default: "false", Algorithms: []driver.Algorithm{slog},
 		Desc: "refused attempts count too (a lockout)"},
 	enum("on_failure", "allow", "when Valkey cannot decide in time: allow or deny", "allow", "deny"),
 	boolean("shadow", "false", "never refuse: report \"shadow\": true instead"),
@@ -260,11 +261,13 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 	str("description", "free text shown by GET /v1/policies"),
 	enum("show_keys", "hashed", "how keys appear among the top refused: hashed, truncated or raw", "hashed", "truncated", "raw"),
 	{Name: "overrides", Kind: KindBool, Default: "false", Algorithms: rateAlgorithms, Desc: "read key overrides (PUT /v1/overrides/POLICY/KEY)"},
+	{Name: "max_debt", Kind: KindInt, Default: "the limit", Min: 0, Max: driver.MaxLimit, Algorithms: []driver.Algorithm{fixed, tbucket, gcra},
+		Desc: "reservations (POST /v1/reservations/settle): the most a settle above its estimate may leave owed, in units beyond the limit; 0 for none"},
 	{Name: "plans", Kind: KindMap, Section: plansSection, Algorithms: rateAlgorithms, Desc: "named plans: plan name → {limit} or {burst, rate}"},
 	{Name: "deny_cache", Kind: KindBool, Default: "true", Algorithms: rateAlgorithms,
 		Desc: "answer refused keys locally until their retry-after (true is refused with count_rejected, overrides or plans, where it is off)"},
 }, Rules: []string{
-	fmt.Sprintf("token_bucket, gcra: refilling from empty within %s (sluice.MaxWindow)", duration(sluice.MaxWindow)),
+	fmt.Sprintf("token_bucket, gcra: refilling from empty within %s (driver.MaxWindow)", duration(driver.MaxWindow)),
 	"zone is a known IANA time zone; a rate is positive; durations within their bounds",
 	"deny_cache: true is refused with count_rejected, overrides or plans",
 	"policy names are unique",

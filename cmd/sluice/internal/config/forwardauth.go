@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/driver"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -177,13 +177,7 @@ func (d *decoder) forwardAuth(n *yaml.Node, c *Config) *ForwardAuth {
 		return nil
 	}
 	fa := &ForwardAuth{}
-	fa.TrustedProxies = d.trustedProxies(n, f)
-	if x, ok := f["client_ip_header"]; ok {
-		fa.ClientIPHeader = http.CanonicalHeaderKey(d.str(x.val, "forward_auth.client_ip_header"))
-	}
-	if _, err := clientip.New(clientip.Config{TrustedProxies: fa.TrustedProxies, Header: fa.ClientIPHeader}); err != nil && len(fa.TrustedProxies) > 0 {
-		d.errorf(n, "forward_auth: %v", err)
-	}
+	d.clientAddress(n, f, fa)
 	if x, ok := f["path_case"]; ok {
 		fa.PathCaseSensitive = d.pathCase(x.val)
 	}
@@ -195,12 +189,32 @@ func (d *decoder) forwardAuth(n *yaml.Node, c *Config) *ForwardAuth {
 		d.errorf(n, "forward_auth.routes is missing: nothing would be limited")
 		return fa
 	}
-	for i, rn := range d.sequence(x.val, "forward_auth.routes") {
+	fa.Routes = d.routes(x.val, c, fa)
+	return fa
+}
+
+// clientAddress decodes how forward_auth reads the client's address: the
+// trusted proxies and the header they set, refusing what package
+// clientip would refuse.
+func (d *decoder) clientAddress(n *yaml.Node, f map[string]field, fa *ForwardAuth) {
+	fa.TrustedProxies = d.trustedProxies(n, f)
+	if x, ok := f["client_ip_header"]; ok {
+		fa.ClientIPHeader = http.CanonicalHeaderKey(d.str(x.val, "forward_auth.client_ip_header"))
+	}
+	if _, err := clientip.New(clientip.Config{TrustedProxies: fa.TrustedProxies, Header: fa.ClientIPHeader}); err != nil && len(fa.TrustedProxies) > 0 {
+		d.errorf(n, "forward_auth: %v", err)
+	}
+}
+
+// routes decodes forward_auth.routes, leaving out those in error.
+func (d *decoder) routes(n *yaml.Node, c *Config, fa *ForwardAuth) []*Route {
+	var out []*Route
+	for i, rn := range d.sequence(n, "forward_auth.routes") {
 		if r := d.route(rn, c, fa, i+1); r != nil {
-			fa.Routes = append(fa.Routes, r)
+			out = append(out, r)
 		}
 	}
-	return fa
+	return out
 }
 
 // trustedProxies decodes forward_auth.trusted_proxies, which must list at
@@ -265,18 +279,7 @@ func (d *decoder) route(n *yaml.Node, c *Config, fa *ForwardAuth, num int) *Rout
 		r.Name = d.str(x.val, "route name")
 	}
 	what := "forward_auth route " + r.Name
-	if x, ok := f["path_prefix"]; ok {
-		r.PathPrefix = d.pathPrefix(x.val, what, fa.PathCaseSensitive)
-	}
-	if x, ok := f["methods"]; ok {
-		r.Methods = d.methods(x.val, what)
-	}
-	if x, ok := f["host"]; ok {
-		r.Host = strings.ToLower(d.str(x.val, what+": host"))
-		if !validRouteHost(r.Host) {
-			d.errorf(x.val, "%s: host must be a host name without port, or *.domain, got %q", what, r.Host)
-		}
-	}
+	d.routeMatch(f, r, what, fa.PathCaseSensitive)
 	x, ok := f["limits"]
 	if !ok {
 		d.errorf(n, "%s: limits is missing (a list of {policy, key})", what)
@@ -288,6 +291,30 @@ func (d *decoder) route(n *yaml.Node, c *Config, fa *ForwardAuth, num int) *Rout
 		return nil
 	}
 	return r
+}
+
+// routeMatch decodes what route r matches: its path prefix, methods and
+// host, each when set.
+func (d *decoder) routeMatch(f map[string]field, r *Route, what string, caseSensitive bool) {
+	if x, ok := f["path_prefix"]; ok {
+		r.PathPrefix = d.pathPrefix(x.val, what, caseSensitive)
+	}
+	if x, ok := f["methods"]; ok {
+		r.Methods = d.methods(x.val, what)
+	}
+	if x, ok := f["host"]; ok {
+		r.Host = d.routeHost(x.val, what)
+	}
+}
+
+// routeHost decodes a route's host, lower-cased: a host name without
+// port, or *.domain.
+func (d *decoder) routeHost(n *yaml.Node, what string) string {
+	host := strings.ToLower(d.str(n, what+": host"))
+	if !validRouteHost(host) {
+		d.errorf(n, "%s: host must be a host name without port, or *.domain, got %q", what, host)
+	}
+	return host
 }
 
 // pathPrefix decodes a route's path_prefix, which must be a normalised path
@@ -361,29 +388,45 @@ func (d *decoder) routeLimit(n *yaml.Node, c *Config, what string) *RouteLimit {
 		d.errorf(n, "%s: limit without a policy", what)
 		return nil
 	}
-	l.Policy = d.str(x.val, what+": policy")
-	if p := c.Policy(l.Policy); p == nil || p.Envoy {
-		d.errorf(x.val, "%s: policy %q is not defined in policies", what, l.Policy)
-	} else if p.Algorithm == sluice.AlgorithmInFlight {
-		d.errorf(x.val, "%s: policy %q is in_flight: a forward-auth sub-request ends before the request it guards, so its lease could not be held (use POST /v1/leases)", what, l.Policy)
-	}
+	l.Policy = d.limitPolicy(x.val, c, what)
 	k, ok := f["key"]
 	if !ok {
 		d.errorf(n, "%s: limit %s has no key (client_ip, header:NAME or claim:NAME, or a list of them)", what, l.Policy)
 		return nil
 	}
 	l.Line = n.Line
-	items, all, ok := d.keyItems(k.val, what)
-	if !ok {
+	if !d.limitKey(k.val, l, what) {
 		return nil
+	}
+	return l
+}
+
+// limitPolicy decodes a route limit's policy, which must be one of
+// sluice's format (policies, not an Envoy domain's).
+func (d *decoder) limitPolicy(n *yaml.Node, c *Config, what string) string {
+	name := d.str(n, what+": policy")
+	if p := c.Policy(name); p == nil || p.Envoy {
+		d.errorf(n, "%s: policy %q is not defined in policies", what, name)
+	} else if p.Algorithm == driver.AlgorithmInFlight {
+		d.errorf(n, "%s: policy %q is in_flight: a forward-auth sub-request ends before the request it guards, so its lease could not be held (use POST /v1/leases)", what, name)
+	}
+	return name
+}
+
+// limitKey decodes a route limit's key n into l: its sources, and
+// whether each present counts; false when it has none.
+func (d *decoder) limitKey(n *yaml.Node, l *RouteLimit, what string) bool {
+	items, all, ok := d.keyItems(n, what)
+	if !ok {
+		return false
 	}
 	l.All = all
 	l.Keys = d.keySources(items, what)
 	if len(l.Keys) == 0 {
-		d.errorf(k.val, "%s: key is empty: want %s", what, keyForms)
-		return nil
+		d.errorf(n, "%s: key is empty: want %s", what, keyForms)
+		return false
 	}
-	return l
+	return true
 }
 
 // keyItems returns the sources a route limit's key n lists, in any of its
@@ -453,17 +496,16 @@ func parseKeySource(s string) (KeySource, bool) {
 		return KeySource{Kind: KeyClientIP}, true
 	}
 	kind, name, ok := strings.Cut(s, ":")
-	if !ok || !validHeaderName(name) {
+	k, known := namedKeyKinds[kind]
+	if !ok || !known || !validHeaderName(name) {
 		return KeySource{}, false
 	}
-	switch kind {
-	case "header":
-		return KeySource{Kind: KeyHeader, Name: http.CanonicalHeaderKey(name)}, true
-	case "claim":
-		return KeySource{Kind: KeyClaim, Name: http.CanonicalHeaderKey(name)}, true
-	}
-	return KeySource{}, false
+	return KeySource{Kind: k, Name: http.CanonicalHeaderKey(name)}, true
 }
+
+// namedKeyKinds are the kinds of key source that name a header, by the
+// word before the colon.
+var namedKeyKinds = map[string]KeyKind{"header": KeyHeader, "claim": KeyClaim}
 
 // maxHeaderName is the longest header name a key source may name.
 const maxHeaderName = 128
@@ -474,13 +516,15 @@ func validHeaderName(s string) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+		if strings.IndexByte(tokenBytes, s[i]) < 0 {
 			return false
 		}
 	}
 	return true
 }
+
+// tokenBytes are the bytes of an HTTP token (RFC 9110, 5.6.2).
+const tokenBytes = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-.^_`|~"
 
 // ClientChosen reports whether a client can give itself a new identity for
 // this limit on every request, by sending a new value of a header: a list
@@ -513,23 +557,38 @@ func (fa *ForwardAuth) Warnings(file string) []string {
 	}
 	var out []string
 	for _, r := range fa.Routes {
-		chosen := true
-		var srcs []string
-		for _, l := range r.Limits {
-			chosen = chosen && l.ClientChosen()
-			for _, k := range l.Keys {
-				if k.Kind == KeyHeader {
-					srcs = append(srcs, k.String())
-				}
-			}
-		}
-		if !chosen || len(r.Limits) == 0 {
+		if !r.clientChosen() {
 			continue
 		}
+		srcs := r.headerSources()
 		out = append(out, fmt.Sprintf("%s:%d: forward_auth route %s: every limit can be keyed by a header the client chooses (%s): "+
 			"a client that sends a new value on each request is never limited; count per address as well "+
 			"(key: {all: [client_ip, %s]}) or key by a claim the proxy sets after authenticating the client (claim:NAME)",
 			file, r.Line, r.Name, strings.Join(srcs, ", "), srcs[0]))
 	}
 	return out
+}
+
+// clientChosen reports whether r has limits and a client can escape
+// every one of them with a new header value (RouteLimit.ClientChosen).
+func (r *Route) clientChosen() bool {
+	for _, l := range r.Limits {
+		if !l.ClientChosen() {
+			return false
+		}
+	}
+	return len(r.Limits) > 0
+}
+
+// headerSources are the header: key sources of r's limits, as written.
+func (r *Route) headerSources() []string {
+	var srcs []string
+	for _, l := range r.Limits {
+		for _, k := range l.Keys {
+			if k.Kind == KeyHeader {
+				srcs = append(srcs, k.String())
+			}
+		}
+	}
+	return srcs
 }

@@ -34,10 +34,7 @@ func (d *Domain) WalkInto(buf []*Descriptor, entries []Entry) []*Descriptor {
 	if len(entries) == 0 {
 		return nil
 	}
-	path := buf[:0]
-	if cap(path) < len(entries) {
-		path = make([]*Descriptor, 0, len(entries))
-	}
+	path := pathBuffer(buf, len(entries))
 	level := d.Descriptors
 	for i, e := range entries {
 		next := find(level, e)
@@ -56,46 +53,88 @@ func (d *Domain) WalkInto(buf []*Descriptor, entries []Entry) []*Descriptor {
 	return nil
 }
 
+// pathBuffer is buf emptied, or a new buffer when buf holds fewer than n.
+func pathBuffer(buf []*Descriptor, n int) []*Descriptor {
+	if cap(buf) < n {
+		return make([]*Descriptor, 0, n)
+	}
+	return buf[:0]
+}
+
 // CountedAs returns the entries a request is counted under once Walk
 // matched path: its own values, or the wildcard pattern where
 // share_threshold is set.
 func CountedAs(path []*Descriptor, entries []Entry) []Entry {
-	shared := false
-	for i := range entries {
-		if n := path[i]; n.ShareThreshold && n.wildcard != nil {
-			shared = true
-		}
-	}
-	if !shared {
+	if !anyShared(path[:len(entries)]) {
 		return entries // counted as sent: no copy
 	}
 	out := make([]Entry, len(entries))
 	for i, e := range entries {
 		out[i] = e
-		if n := path[i]; n.ShareThreshold && n.wildcard != nil {
+		if n := path[i]; n.shared() {
 			out[i].Value = n.Value
 		}
 	}
 	return out
 }
 
+// anyShared reports whether a descriptor of path shares one counter
+// among the values it matches.
+func anyShared(path []*Descriptor) bool {
+	for _, n := range path {
+		if n.shared() {
+			return true
+		}
+	}
+	return false
+}
+
+// shared reports whether every value n's wildcard matches shares one
+// counter (share_threshold).
+func (n *Descriptor) shared() bool {
+	return n.ShareThreshold && n.wildcard != nil
+}
+
+// find returns the descriptor of level that e matches, the most specific
+// way first (matchKinds), or nil.
 func find(level []*Descriptor, e Entry) *Descriptor {
-	for _, c := range level {
-		if c.Key == e.Key && c.Value == e.Value && c.Value != "" {
-			return c
-		}
-	}
-	for _, c := range level {
-		if c.Key == e.Key && c.wildcard != nil && wildcardMatch(c.wildcard, e.Value) {
-			return c
-		}
-	}
-	for _, c := range level {
-		if c.Key == e.Key && c.Value == "" {
+	for _, matches := range matchKinds {
+		if c := firstMatch(level, e, matches); c != nil {
 			return c
 		}
 	}
 	return nil
+}
+
+// matchKinds are the ways a descriptor matches an entry, the most
+// specific first: an exact key and value, a wildcard value, the key alone.
+var matchKinds = [...]func(*Descriptor, Entry) bool{(*Descriptor).exactFor, (*Descriptor).wildcardFor, (*Descriptor).keyOnlyFor}
+
+// firstMatch returns the first descriptor of level that matches e by
+// matches, or nil.
+func firstMatch(level []*Descriptor, e Entry, matches func(*Descriptor, Entry) bool) *Descriptor {
+	for _, c := range level {
+		if matches(c, e) {
+			return c
+		}
+	}
+	return nil
+}
+
+// exactFor reports whether c names e's key and, exactly, its value.
+func (c *Descriptor) exactFor(e Entry) bool {
+	return c.Key == e.Key && c.Value == e.Value && c.Value != ""
+}
+
+// wildcardFor reports whether c names e's key with a wildcard value that
+// e's value matches.
+func (c *Descriptor) wildcardFor(e Entry) bool {
+	return c.Key == e.Key && c.wildcard != nil && wildcardMatch(c.wildcard, e.Value)
+}
+
+// keyOnlyFor reports whether c names e's key and no value (any value).
+func (c *Descriptor) keyOnlyFor(e Entry) bool {
+	return c.Key == e.Key && c.Value == ""
 }
 
 // wildcardMatch reports whether value matches the pattern whose literal
@@ -110,13 +149,18 @@ func wildcardMatch(parts []string, value string) bool {
 	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
 		return false
 	}
-	rest := value[len(first) : len(value)-len(last)]
-	for _, p := range parts[1 : len(parts)-1] {
-		i := strings.Index(rest, p)
+	return holdsInOrder(value[len(first):len(value)-len(last)], parts[1:len(parts)-1])
+}
+
+// holdsInOrder reports whether s holds each of parts, in order and
+// without overlap.
+func holdsInOrder(s string, parts []string) bool {
+	for _, p := range parts {
+		i := strings.Index(s, p)
 		if i < 0 {
 			return false
 		}
-		rest = rest[i+len(p):]
+		s = s[i+len(p):]
 	}
 	return true
 }

@@ -28,28 +28,13 @@ import (
 // Upper and lower case are left as they are; ForwardAuth.MatchPath folds
 // them unless path_case says sensitive.
 func CleanPath(uri string) (string, error) {
-	if i := strings.IndexAny(uri, "?#"); i >= 0 {
-		uri = uri[:i]
-	}
-	if !strings.HasPrefix(uri, "/") {
-		if i := strings.Index(uri, "://"); i >= 0 {
-			rest := uri[i+3:]
-			if j := strings.IndexByte(rest, '/'); j >= 0 {
-				uri = rest[j:]
-			} else {
-				uri = "/"
-			}
-		}
-	}
+	uri = uriPath(uri)
 	b := make([]byte, 0, len(uri)+1)
 	b = append(b, '/')
 	param := false // inside a ;parameter: dropped up to the next /
 	for i := 0; i < len(uri); i++ {
-		c := uri[i]
-		if c == '%' && i+2 < len(uri) && isHex(uri[i+1]) && isHex(uri[i+2]) {
-			c = unhex(uri[i+1])<<4 | unhex(uri[i+2])
-			i += 2
-		}
+		c, n := decodeByte(uri, i)
+		i += n
 		switch {
 		case c < 0x20 || c == 0x7f:
 			return "", fmt.Errorf("the request path holds the control character %#02x, which backends read in different ways", c)
@@ -65,8 +50,39 @@ func CleanPath(uri string) (string, error) {
 	return path.Clean(string(b)), nil
 }
 
+// uriPath is the path part of a request URI, as written: without the
+// query and fragment, and, of an absolute URI, without the scheme and
+// host ("/" when it has no path).
+func uriPath(uri string) string {
+	if i := strings.IndexAny(uri, "?#"); i >= 0 {
+		uri = uri[:i]
+	}
+	if strings.HasPrefix(uri, "/") {
+		return uri
+	}
+	i := strings.Index(uri, "://")
+	if i < 0 {
+		return uri
+	}
+	rest := uri[i+3:]
+	if j := strings.IndexByte(rest, '/'); j >= 0 {
+		return rest[j:]
+	}
+	return "/"
+}
+
+// decodeByte is the byte of uri at i, decoded when a valid percent-escape
+// starts there; n is the further bytes the escape took (2, else 0).
+func decodeByte(uri string, i int) (c byte, n int) {
+	if uri[i] == '%' && i+2 < len(uri) && isHex(uri[i+1]) && isHex(uri[i+2]) {
+		return unhex(uri[i+1])<<4 | unhex(uri[i+2]), 2
+	}
+	return uri[i], 0
+}
+
+// isHex reports whether c is a hexadecimal digit, of either case.
 func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+	return strings.IndexByte("0123456789abcdefABCDEF", c) >= 0
 }
 
 func unhex(c byte) byte {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -43,12 +44,10 @@ func (d *decoder) policy(n *yaml.Node, c *Config, defaultTimeout time.Duration) 
 
 // policyName decodes the policy's name, which must be valid and unused.
 func (d *decoder) policyName(n *yaml.Node, f map[string]field, c *Config) string {
-	x, ok := f["name"]
+	x, name, ok := d.requiredString(n, f, "name", "policy name", "policy: name is missing")
 	if !ok {
-		d.errorf(n, "policy: name is missing")
 		return ""
 	}
-	name := d.str(x.val, "policy name")
 	if err := checkName(name); err != nil {
 		d.errorf(x.val, "policy name: %v", err)
 	} else if prev := c.Policy(name); prev != nil {
@@ -58,13 +57,13 @@ func (d *decoder) policyName(n *yaml.Node, f map[string]field, c *Config) string
 }
 
 // policyAlgorithm decodes the policy's algorithm, which is required.
-func (d *decoder) policyAlgorithm(n *yaml.Node, f map[string]field, name string) (sluice.Algorithm, bool) {
+func (d *decoder) policyAlgorithm(n *yaml.Node, f map[string]field, name string) (driver.Algorithm, bool) {
 	x, ok := f["algorithm"]
 	if !ok {
 		d.errorf(n, "policy %q: algorithm is missing (fixed_window, sliding_log, sliding_window, token_bucket, gcra or in_flight)", name)
 		return 0, false
 	}
-	alg, err := sluice.ParseAlgorithm(d.str(x.val, "algorithm"))
+	alg, err := driver.ParseAlgorithm(d.str(x.val, "algorithm"))
 	if err != nil {
 		d.errorf(x.val, "policy %q: %s", name, sluice.Reason(err))
 		return 0, false
@@ -74,7 +73,7 @@ func (d *decoder) policyAlgorithm(n *yaml.Node, f map[string]field, name string)
 
 // algorithmFields refuses the fields alg does not take and reports those
 // it needs that are missing, as the field table says.
-func (d *decoder) algorithmFields(n *yaml.Node, f map[string]field, name string, alg sluice.Algorithm) {
+func (d *decoder) algorithmFields(n *yaml.Node, f map[string]field, name string, alg driver.Algorithm) {
 	takes := fieldsFor(policySection, alg)
 	for _, row := range policySection.Fields {
 		if x, ok := f[row.Name]; ok && !row.takes(alg) {
@@ -86,19 +85,25 @@ func (d *decoder) algorithmFields(n *yaml.Node, f map[string]field, name string,
 			d.errorf(n, "policy %q: %s needs %s", name, alg, row.Name)
 		}
 	}
-	if alg == sluice.AlgorithmFixedWindow {
-		_, w := f["window"]
-		_, per := f["period"]
-		if w == per {
-			d.errorf(n, "policy %q: %s needs window (a duration) or period (day, week or month), one of them", name, alg)
-		}
+	if alg == driver.AlgorithmFixedWindow {
+		d.windowOrPeriod(n, f, name, alg)
+	}
+}
+
+// windowOrPeriod reports a fixed window that sets both or neither of
+// window and period.
+func (d *decoder) windowOrPeriod(n *yaml.Node, f map[string]field, name string, alg fmt.Stringer) {
+	_, w := f["window"]
+	_, per := f["period"]
+	if w == per {
+		d.errorf(n, "policy %q: %s needs window (a duration) or period (day, week or month), one of them", name, alg)
 	}
 }
 
 // policyParams decodes the numbers of the policy: limit or burst, window
 // or calendar period, rate, count_rejected.
-func (d *decoder) policyParams(f map[string]field, name string) sluice.Params {
-	var params sluice.Params
+func (d *decoder) policyParams(f map[string]field, name string) driver.Params {
+	var params driver.Params
 	for _, key := range []string{"limit", "burst"} {
 		if x, ok := f[key]; ok {
 			params.Limit, _ = d.intField(x.val, key, policySection.Field(key))
@@ -138,43 +143,49 @@ func (d *decoder) rate(n *yaml.Node) (float64, time.Duration, bool) {
 // the sluice policy: on_failure, shadow, timeout, description, headers,
 // show_keys.
 func (d *decoder) policyOptions(f map[string]field, p *Policy) {
-	if x, ok := f["on_failure"]; ok {
-		switch s := d.str(x.val, "on_failure"); s {
-		case "allow":
-			p.FailMode = sluice.FailOpen
-		case "deny":
-			p.FailMode = sluice.FailClosed
-		default:
-			d.errorf(x.val, "on_failure must be allow or deny, got %q", s)
-		}
+	decodeFields(d, f, p, policyOptionDecoders)
+}
+
+// policyOptionDecoders decode the options of policyOptions.
+var policyOptionDecoders = []fieldDecoder[*Policy]{
+	{"on_failure", (*decoder).onFailure},
+	{"shadow", func(d *decoder, p *Policy, n *yaml.Node) { p.Shadow = d.boolean(n, "shadow") }},
+	{"timeout", func(d *decoder, p *Policy, n *yaml.Node) {
+		p.Timeout = d.durationField(n, "timeout", policySection.Field("timeout"))
+	}},
+	{"description", func(d *decoder, p *Policy, n *yaml.Node) { p.Description = d.str(n, "description") }},
+	{"headers", func(d *decoder, p *Policy, n *yaml.Node) { p.Headers = d.headers(n) }},
+	{"show_keys", (*decoder).showKeys},
+}
+
+// onFailure decodes on_failure into p: allow (fail open) or deny (fail
+// closed).
+func (d *decoder) onFailure(p *Policy, n *yaml.Node) {
+	switch s := d.str(n, "on_failure"); s {
+	case "allow":
+		p.FailMode = sluice.FailOpen
+	case "deny":
+		p.FailMode = sluice.FailClosed
+	default:
+		d.errorf(n, "on_failure must be allow or deny, got %q", s)
 	}
-	if x, ok := f["shadow"]; ok {
-		p.Shadow = d.boolean(x.val, "shadow")
+}
+
+// showKeys decodes show_keys into p: hashed, truncated or raw.
+func (d *decoder) showKeys(p *Policy, n *yaml.Node) {
+	s := d.str(n, "show_keys")
+	k, ok := keyDisplays[s]
+	if !ok {
+		d.errorf(n, "show_keys must be hashed, truncated or raw, got %q", s)
 	}
-	if x, ok := f["timeout"]; ok {
-		p.Timeout = d.durationField(x.val, "timeout", policySection.Field("timeout"))
-	}
-	if x, ok := f["description"]; ok {
-		p.Description = d.str(x.val, "description")
-	}
-	if x, ok := f["headers"]; ok {
-		p.Headers = d.headers(x.val)
-	}
-	if x, ok := f["show_keys"]; ok {
-		s := d.str(x.val, "show_keys")
-		k, ok := keyDisplays[s]
-		if !ok {
-			d.errorf(x.val, "show_keys must be hashed, truncated or raw, got %q", s)
-		}
-		p.ShowKeys = k
-	}
+	p.ShowKeys = k
 }
 
 // buildPolicy makes the sluice policy of params, reporting what the
 // library refuses.
-func (d *decoder) buildPolicy(n *yaml.Node, p *Policy, params sluice.Params) bool {
+func (d *decoder) buildPolicy(n *yaml.Node, p *Policy, params driver.Params) bool {
 	p.Params = params
-	pol, err := p.Algorithm.Policy(params)
+	pol, err := PolicyOf(p.Algorithm, params)
 	if err != nil {
 		d.errorf(n, "policy %q: %s", p.Name, sluice.Reason(err))
 		return false
@@ -195,24 +206,41 @@ func (d *decoder) policyExtras(f map[string]field, p *Policy) {
 	if x, ok := f["plans"]; ok {
 		p.Plans = d.plans(x.val, p)
 	}
-	never := ""
-	switch {
-	case p.Algorithm == sluice.AlgorithmInFlight:
-		never = "in_flight (a release may free a slot at any time)"
-	case p.Params.CountRejected:
-		never = "count_rejected (refused attempts must reach Valkey to be counted)"
-	case p.Overrides:
-		never = "overrides (an override set anywhere must apply at once)"
-	case len(p.Plans) > 0:
-		never = "plans (a refusal under one plan says nothing of another)"
+	if x, ok := f["max_debt"]; ok {
+		if v, ok := d.intField(x.val, "max_debt", policySection.Field("max_debt")); ok {
+			p.MaxDebt = &v
+		}
 	}
+	never := p.denyCacheNever()
 	p.DenyCache = never == ""
 	if x, ok := f["deny_cache"]; ok {
-		if on := d.boolean(x.val, "deny_cache"); on && never != "" {
-			d.errorf(x.val, "policy %q: deny_cache: true cannot apply with %s", p.Name, never)
-		} else {
-			p.DenyCache = on
-		}
+		d.denyCache(x.val, p, never)
+	}
+}
+
+// denyCacheNever names the setting of p under which a deny cache cannot
+// apply, with the reason; "" when it can.
+func (p *Policy) denyCacheNever() string {
+	switch {
+	case p.Algorithm == driver.AlgorithmInFlight:
+		return "in_flight (a release may free a slot at any time)"
+	case p.Params.CountRejected:
+		return "count_rejected (refused attempts must reach Valkey to be counted)"
+	case p.Overrides:
+		return "overrides (an override set anywhere must apply at once)"
+	case len(p.Plans) > 0:
+		return "plans (a refusal under one plan says nothing of another)"
+	}
+	return ""
+}
+
+// denyCache decodes deny_cache into p, refusing true where the setting
+// never forbids it.
+func (d *decoder) denyCache(n *yaml.Node, p *Policy, never string) {
+	if on := d.boolean(n, "deny_cache"); on && never != "" {
+		d.errorf(n, "policy %q: deny_cache: true cannot apply with %s", p.Name, never)
+	} else {
+		p.DenyCache = on
 	}
 }
 
@@ -228,10 +256,7 @@ func (d *decoder) plans(n *yaml.Node, p *Policy) []Plan {
 		d.errorf(r, "policy %q: plans must be a mapping of plan names to their limits, got %s", p.Name, describe(r))
 		return nil
 	}
-	limitField := "limit"
-	if p.Algorithm.Rated() {
-		limitField = "burst"
-	}
+	limitField := planLimitField(p)
 	allowed := fieldsFor(plansSection, p.Algorithm)
 	var out []Plan
 	seen := map[string]bool{}
@@ -246,6 +271,15 @@ func (d *decoder) plans(n *yaml.Node, p *Policy) []Plan {
 		}
 	}
 	return out
+}
+
+// planLimitField is the field of a plan of p that holds its limit: burst
+// for the rated algorithms, else limit.
+func planLimitField(p *Policy) string {
+	if p.Algorithm.Rated() {
+		return "burst"
+	}
+	return "limit"
 }
 
 // planName decodes the name k of a plan of p, which must be a valid name
@@ -279,21 +313,25 @@ func (d *decoder) plan(v *yaml.Node, p *Policy, name, limitField string, allowed
 		return Plan{}, false
 	}
 	params.Limit, _ = d.intField(x.val, limitField, plansSection.Field(limitField))
-	if x, ok := f["rate"]; ok {
-		rate, per, ok := d.rate(x.val)
-		if !ok {
-			return Plan{}, false
-		}
-		if rate != 0 {
-			params.Rate, params.Per = rate, per
-		}
+	if x, ok := f["rate"]; ok && !d.planRate(x.val, &params) {
+		return Plan{}, false
 	}
-	pol, err := p.Algorithm.Policy(params)
+	pol, err := PolicyOf(p.Algorithm, params)
 	if err != nil {
 		d.errorf(v, "policy %q: plan %q: %s", p.Name, name, sluice.Reason(err))
 		return Plan{}, false
 	}
 	return Plan{Name: name, Policy: pol, Limit: params.Limit}, true
+}
+
+// planRate decodes a plan's rate into params, when it sets one; false
+// when it is not a rate.
+func (d *decoder) planRate(n *yaml.Node, params *driver.Params) bool {
+	rate, per, ok := d.rate(n)
+	if ok && rate != 0 {
+		params.Rate, params.Per = rate, per
+	}
+	return ok
 }
 
 // calendar decodes a fixed window's calendar period: period (day, week or
@@ -303,14 +341,10 @@ func (d *decoder) calendar(f map[string]field, policy string) sluice.Calendar {
 	var c sluice.Calendar
 	x, ok := f["period"]
 	if !ok {
-		for _, name := range []string{"zone", "renewal_day"} {
-			if y, ok := f[name]; ok {
-				d.errorf(y.key, "policy %q: %s is for a calendar period: set period (day, week or month)", policy, name)
-			}
-		}
+		d.noPeriod(f, policy)
 		return c
 	}
-	u, err := sluice.ParseCalendarUnit(d.str(x.val, "period"))
+	u, err := driver.ParseCalendarUnit(d.str(x.val, "period"))
 	if err != nil {
 		d.errorf(x.val, "policy %q: period: %s", policy, sluice.Reason(err))
 	}
@@ -320,17 +354,34 @@ func (d *decoder) calendar(f map[string]field, policy string) sluice.Calendar {
 	} else {
 		d.errorf(x.key, "policy %q: a period needs zone (an IANA time zone such as America/Los_Angeles, or UTC)", policy)
 	}
-	if r, ok := f["renewal_day"]; ok {
-		if u != sluice.Month {
-			d.errorf(r.key, "policy %q: renewal_day is only for period: month", policy)
-		} else {
-			day, _ := d.intField(r.val, "renewal_day", policySection.Field("renewal_day"))
-			c.RenewalDay = int(day)
-		}
-	} else if u == sluice.Month {
-		c.RenewalDay = 1
-	}
+	c.RenewalDay = d.renewalDay(f, u == sluice.Month, policy)
 	return c
+}
+
+// noPeriod reports the calendar fields set without a period.
+func (d *decoder) noPeriod(f map[string]field, policy string) {
+	for _, name := range []string{"zone", "renewal_day"} {
+		if y, ok := f[name]; ok {
+			d.errorf(y.key, "policy %q: %s is for a calendar period: set period (day, week or month)", policy, name)
+		}
+	}
+}
+
+// renewalDay decodes the renewal_day of a period (month: whether it is
+// a month): months only, default 1 (0 for other periods).
+func (d *decoder) renewalDay(f map[string]field, month bool, policy string) int {
+	r, ok := f["renewal_day"]
+	switch {
+	case !ok && month:
+		return 1
+	case !ok:
+		return 0
+	case !month:
+		d.errorf(r.key, "policy %q: renewal_day is only for period: month", policy)
+		return 0
+	}
+	day, _ := d.intField(r.val, "renewal_day", policySection.Field("renewal_day"))
+	return int(day)
 }
 
 // zone decodes a calendar period's zone: an IANA time zone name (not
@@ -349,31 +400,32 @@ func (d *decoder) headers(n *yaml.Node) Headers {
 	if r == nil {
 		return 0
 	}
-	known := "x-ratelimit, ietf, retry-after, all or none"
-	one := func(x *yaml.Node) Headers {
-		s := d.str(x, "headers")
-		switch s {
-		case "all":
-			return HeadersAll
-		case "none":
-			return HeadersNone
-		}
-		for _, h := range headerNames {
-			if h.name == s {
-				return h.h
-			}
-		}
-		d.errorf(x, "headers: unknown %q (want %s)", s, known)
-		return 0
-	}
 	if r.Kind == yaml.ScalarNode {
-		return one(r)
+		return d.headerSet(r)
 	}
 	var h Headers
 	for _, x := range d.sequence(r, "headers") {
-		h |= one(x)
+		h |= d.headerSet(x)
 	}
 	return h
+}
+
+// headerSet decodes one value of headers: all, none, or one set's name.
+func (d *decoder) headerSet(x *yaml.Node) Headers {
+	s := d.str(x, "headers")
+	switch s {
+	case "all":
+		return HeadersAll
+	case "none":
+		return HeadersNone
+	}
+	for _, h := range headerNames {
+		if h.name == s {
+			return h.h
+		}
+	}
+	d.errorf(x, "headers: unknown %q (want x-ratelimit, ietf, retry-after, all or none)", s)
+	return 0
 }
 
 // checkName validates a policy name: 1 to maxPolicyName of [A-Za-z0-9_.-].
@@ -392,5 +444,8 @@ func checkName(name string) error {
 // nameChar reports whether a policy name may hold r: an ASCII letter or
 // digit, '_', '.' or '-'.
 func nameChar(r rune) bool {
-	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-'
+	return strings.ContainsRune(nameChars, r)
 }
+
+// nameChars are the characters nameChar accepts.
+const nameChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"

@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // The configuration reference, docs/configuration.md, made from the field
@@ -106,7 +106,7 @@ func jointChecks(s *Section) []string {
 	}
 	if s == policySection {
 		both = append(both, "a field the algorithm does not take is refused, and the algorithm's required fields must be set",
-			fmt.Sprintf("sliding_log: `limit` at most %d (sluice.MaxSlidingLogLimit), in plans too", sluice.MaxSlidingLogLimit),
+			fmt.Sprintf("sliding_log: `limit` at most %d (driver.MaxSlidingLogLimit), in plans too", driver.MaxSlidingLogLimit),
 			"fixed_window: `window` or `period`, one of them; `zone` goes with `period`; `renewal_day` with `period: month`",
 			"plans: `limit` for fixed_window, sliding_log and sliding_window; `burst` (and optionally `rate`) for token_bucket and gcra")
 	}

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // The JSON Schema of the configuration, made from the field table: what
@@ -116,6 +116,8 @@ func describeField(f *Field) string {
 	return d
 }
 
+// sectionSchema is the JSON Schema of one section: its fields, the
+// required ones, and the rules joining several.
 func sectionSchema(sec *Section) map[string]any {
 	props := map[string]any{}
 	var required []string
@@ -129,32 +131,49 @@ func sectionSchema(sec *Section) map[string]any {
 	if len(required) > 0 {
 		s["required"] = required
 	}
+	if all := jointSchema(sec); len(all) > 0 {
+		s["allOf"] = all
+	}
+	return s
+}
+
+// jointSchema are the section's rules on several fields at once: the
+// pairs that exclude each other, the fields of which exactly one is set,
+// the pairs set together, and the section's own.
+func jointSchema(sec *Section) []any {
 	var all []any
 	for _, pair := range sec.Exclusive {
 		all = append(all, map[string]any{"not": map[string]any{"required": pair}})
 	}
 	if len(sec.ExactlyOne) > 0 {
-		var one []any
-		for _, name := range sec.ExactlyOne {
-			one = append(one, map[string]any{"required": []string{name}})
-		}
-		all = append(all, map[string]any{"oneOf": one})
+		all = append(all, exactlyOneSchema(sec.ExactlyOne))
 	}
 	if len(sec.Together) > 0 {
-		dep := map[string]any{}
-		for _, pair := range sec.Together {
-			dep[pair[0]] = []string{pair[1]}
-			dep[pair[1]] = []string{pair[0]}
-		}
-		all = append(all, map[string]any{"dependencies": dep})
+		all = append(all, togetherSchema(sec.Together))
 	}
 	if sec.schema != nil {
 		all = append(all, sec.schema()...)
 	}
-	if len(all) > 0 {
-		s["allOf"] = all
+	return all
+}
+
+// exactlyOneSchema requires exactly one of names.
+func exactlyOneSchema(names []string) map[string]any {
+	var one []any
+	for _, name := range names {
+		one = append(one, map[string]any{"required": []string{name}})
 	}
-	return s
+	return map[string]any{"oneOf": one}
+}
+
+// togetherSchema requires each field of a pair when the other is set.
+func togetherSchema(pairs [][]string) map[string]any {
+	dep := map[string]any{}
+	for _, pair := range pairs {
+		dep[pair[0]] = []string{pair[1]}
+		dep[pair[1]] = []string{pair[0]}
+	}
+	return map[string]any{"dependencies": dep}
 }
 
 // policyRules are the per-algorithm rules of policies: the fields each
@@ -163,49 +182,9 @@ func sectionSchema(sec *Section) map[string]any {
 func policyRules() []any {
 	var out []any
 	for _, a := range algorithms {
-		props := map[string]any{}
-		var req []string
-		for _, f := range policySection.Fields {
-			if !f.takes(a) {
-				props[f.Name] = false
-			}
-			if f.requiredBy(a) {
-				req = append(req, f.Name)
-			}
-		}
-		planProps := map[string]any{}
-		var planReq []string
-		for _, f := range plansSection.Fields {
-			if !f.takes(a) {
-				planProps[f.Name] = false
-			}
-			if f.requiredBy(a) {
-				planReq = append(planReq, f.Name)
-			}
-		}
-		if a == sluice.AlgorithmInFlight {
-			// one sorted-set entry per lease
-			props["limit"] = map[string]any{"maximum": sluice.MaxInFlightLimit}
-		}
-		if a == sluice.AlgorithmSlidingLog {
-			// one sorted-set entry per unit
-			props["limit"] = map[string]any{"maximum": sluice.MaxSlidingLogLimit}
-			planProps["limit"] = map[string]any{"maximum": sluice.MaxSlidingLogLimit}
-		}
-		if policySection.Field("plans").takes(a) {
-			props["plans"] = map[string]any{"additionalProperties": map[string]any{"properties": planProps, "required": planReq}}
-		}
-		then := map[string]any{"properties": props}
-		if len(req) > 0 {
-			then["required"] = req
-		}
-		if a == sluice.AlgorithmFixedWindow {
-			then["oneOf"] = []any{map[string]any{"required": []string{"window"}}, map[string]any{"required": []string{"period"}}}
-			then["dependencies"] = map[string]any{"period": []string{"zone"}, "zone": []string{"period"}, "renewal_day": []string{"period"}}
-		}
 		out = append(out, map[string]any{
 			"if":   map[string]any{"properties": map[string]any{"algorithm": map[string]any{"const": a.String()}}, "required": []string{"algorithm"}},
-			"then": then,
+			"then": algorithmSchema(a),
 		})
 	}
 	out = append(out, map[string]any{
@@ -213,6 +192,49 @@ func policyRules() []any {
 		"then": map[string]any{"properties": map[string]any{"period": map[string]any{"const": "month"}}},
 	})
 	return out
+}
+
+// algorithmSchema is what a policy of algorithm a must satisfy: the
+// fields it takes and needs, and its plans'.
+func algorithmSchema(a driver.Algorithm) map[string]any {
+	props, req := algorithmFields(policySection.Fields, a)
+	planProps, planReq := algorithmFields(plansSection.Fields, a)
+	if a == driver.AlgorithmInFlight {
+		// one sorted-set entry per lease
+		props["limit"] = map[string]any{"maximum": driver.MaxInFlightLimit}
+	}
+	if a == driver.AlgorithmSlidingLog {
+		// one sorted-set entry per unit
+		props["limit"] = map[string]any{"maximum": driver.MaxSlidingLogLimit}
+		planProps["limit"] = map[string]any{"maximum": driver.MaxSlidingLogLimit}
+	}
+	if policySection.Field("plans").takes(a) {
+		props["plans"] = map[string]any{"additionalProperties": map[string]any{"properties": planProps, "required": planReq}}
+	}
+	then := map[string]any{"properties": props}
+	if len(req) > 0 {
+		then["required"] = req
+	}
+	if a == driver.AlgorithmFixedWindow {
+		then["oneOf"] = []any{map[string]any{"required": []string{"window"}}, map[string]any{"required": []string{"period"}}}
+		then["dependencies"] = map[string]any{"period": []string{"zone"}, "zone": []string{"period"}, "renewal_day": []string{"period"}}
+	}
+	return then
+}
+
+// algorithmFields are, of fields, those algorithm a does not take (each
+// false in props) and those it requires.
+func algorithmFields(fields []*Field, a driver.Algorithm) (props map[string]any, req []string) {
+	props = map[string]any{}
+	for _, f := range fields {
+		if !f.takes(a) {
+			props[f.Name] = false
+		}
+		if f.requiredBy(a) {
+			req = append(req, f.Name)
+		}
+	}
+	return props, req
 }
 
 // rateLimitRules: unlimited takes no unit; otherwise unit and

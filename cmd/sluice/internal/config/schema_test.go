@@ -17,6 +17,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -423,8 +424,8 @@ var handRefusals = []struct{ name, yaml string }{
 	{"window on a token bucket", "policies:\n  - {name: a, algorithm: token_bucket, burst: 1, rate: 1/s, window: 1m}\n"},
 	{"count_rejected on a sliding window", "policies:\n  - {name: a, algorithm: sliding_window, limit: 1, window: 1m, count_rejected: true}\n"},
 	{"period on gcra", "policies:\n  - {name: a, algorithm: gcra, burst: 1, rate: 1/s, period: day, zone: UTC}\n"},
-	{"sliding log over MaxSlidingLogLimit", fmt.Sprintf("policies:\n  - {name: a, algorithm: sliding_log, limit: %d, window: 1m}\n", sluice.MaxSlidingLogLimit+1)},
-	{"sliding log plan over MaxSlidingLogLimit", fmt.Sprintf("policies:\n  - {name: a, algorithm: sliding_log, limit: 1, window: 1m, plans: {pro: {limit: %d}}}\n", sluice.MaxSlidingLogLimit+1)},
+	{"sliding log over MaxSlidingLogLimit", fmt.Sprintf("policies:\n  - {name: a, algorithm: sliding_log, limit: %d, window: 1m}\n", driver.MaxSlidingLogLimit+1)},
+	{"sliding log plan over MaxSlidingLogLimit", fmt.Sprintf("policies:\n  - {name: a, algorithm: sliding_log, limit: 1, window: 1m, plans: {pro: {limit: %d}}}\n", driver.MaxSlidingLogLimit+1)},
 	{"token bucket without rate", "policies:\n  - {name: a, algorithm: token_bucket, burst: 1}\n"},
 	{"sliding log without window", "policies:\n  - {name: a, algorithm: sliding_log, limit: 1}\n"},
 	{"fixed window without window or period", "policies:\n  - {name: a, algorithm: fixed_window, limit: 1}\n"},
@@ -528,24 +529,24 @@ func TestFieldTableComplete(t *testing.T) {
 		f        *Field
 		min, max int64
 	}{
-		{policySection.Field("limit"), 1, sluice.MaxLimit},
-		{policySection.Field("burst"), 1, sluice.MaxLimit},
-		{plansSection.Field("limit"), 1, sluice.MaxLimit},
-		{plansSection.Field("burst"), 1, sluice.MaxLimit},
+		{policySection.Field("limit"), 1, driver.MaxLimit},
+		{policySection.Field("burst"), 1, driver.MaxLimit},
+		{plansSection.Field("limit"), 1, driver.MaxLimit},
+		{plansSection.Field("burst"), 1, driver.MaxLimit},
 	} {
 		if c.f.Min != c.min || c.f.Max != c.max {
 			t.Errorf("%s: bounds %d..%d, want %d..%d", c.f.Name, c.f.Min, c.f.Max, c.min, c.max)
 		}
 	}
-	if w := policySection.Field("window"); w.MinDur != sluice.MinWindow || w.MaxDur != sluice.MaxWindow {
+	if w := policySection.Field("window"); w.MinDur != driver.MinWindow || w.MaxDur != driver.MaxWindow {
 		t.Errorf("window: bounds %v..%v", w.MinDur, w.MaxDur)
 	}
 	// The largest limit the table allows is one the library accepts, and
 	// one more is refused by the library too: the bound is the library's.
-	if _, err := (sluice.FixedWindow{Limit: sluice.MaxLimit, Window: sluice.MinWindow}).Rule(); err != nil {
+	if _, err := (sluice.FixedWindow{Limit: driver.MaxLimit, Window: driver.MinWindow}).Rule(); err != nil {
 		t.Errorf("MaxLimit refused by the library: %v", err)
 	}
-	if _, err := (sluice.FixedWindow{Limit: sluice.MaxLimit + 1, Window: sluice.MinWindow}).Rule(); err == nil {
+	if _, err := (sluice.FixedWindow{Limit: driver.MaxLimit + 1, Window: driver.MinWindow}).Rule(); err == nil {
 		t.Error("MaxLimit+1 accepted by the library")
 	}
 }

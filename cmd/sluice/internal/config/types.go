@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // The validated configuration's types.
@@ -101,11 +102,11 @@ type Policy struct {
 	// the policy's name and its algorithm, such as "api.token_bucket", so
 	// that changing a policy's algorithm never meets the old state.
 	Limiter   string
-	Algorithm sluice.Algorithm
+	Algorithm driver.Algorithm
 	// Policy is the sluice policy, validated.
 	Policy sluice.Policy
 	// Params are the numbers Policy was made of.
-	Params sluice.Params
+	Params driver.Params
 	// Limit is the limit, capacity or burst.
 	Limit    int64
 	FailMode sluice.FailMode
@@ -130,6 +131,11 @@ type Policy struct {
 	Overrides bool
 	// Plans are the policy's named plans, in the order given.
 	Plans []Plan
+	// MaxDebt is max_debt: the largest debt a reservation's settle may
+	// leave (sluice.ReserveOptions.MaxDebt); nil for the default, the
+	// limit. Reservations are on for every policy whose algorithm keeps
+	// them (fixed_window, token_bucket, gcra).
+	MaxDebt *int64
 	// DenyCache turns the local deny cache on (sluice.WithDenyCache): the
 	// default where it can apply (not with count_rejected, overrides or
 	// plans). A reset made by any process reaches it through Valkey's

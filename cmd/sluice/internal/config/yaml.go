@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -76,12 +77,7 @@ func (d *decoder) parseDocument(data []byte) *yaml.Node {
 		d.yamlError(err)
 		return nil
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		d.errorf(&extra, "a second YAML document (---) is not allowed: put everything in one document")
-		return nil
-	} else if !errors.Is(err, io.EOF) {
-		d.yamlError(err)
+	if !d.noSecondDocument(dec) {
 		return nil
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
@@ -89,6 +85,22 @@ func (d *decoder) parseDocument(data []byte) *yaml.Node {
 		return nil
 	}
 	return doc.Content[0]
+}
+
+// noSecondDocument reports whether dec holds nothing more, reporting a
+// second document or a syntax error.
+func (d *decoder) noSecondDocument(dec *yaml.Decoder) bool {
+	var extra yaml.Node
+	err := dec.Decode(&extra)
+	switch {
+	case err == nil:
+		d.errorf(&extra, "a second YAML document (---) is not allowed: put everything in one document")
+		return false
+	case !errors.Is(err, io.EOF):
+		d.yamlError(err)
+		return false
+	}
+	return true
 }
 
 // yamlError turns a syntax error of the YAML parser ("yaml: line 3: ...")
@@ -144,34 +156,38 @@ func (d *decoder) mapping(n *yaml.Node, what string, allowed ...string) map[stri
 		if k == nil {
 			return out
 		}
-		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+		if isMergeKey(k) {
 			merges = append(merges, v)
 			continue
 		}
-		if k.Kind != yaml.ScalarNode {
-			d.errorf(k, "%s: keys must be plain names", what)
-			continue
-		}
-		name := k.Value
-		if _, dup := out[name]; dup {
-			d.errorf(k, "%s: %q is set twice", what, name)
-			continue
-		}
-		known := false
-		for _, a := range allowed {
-			if a == name {
-				known = true
-				break
-			}
-		}
-		if !known {
-			d.errorf(k, "%s: unknown field %q%s", what, name, suggest(name, allowed))
-			continue
-		}
-		out[name] = field{key: k, val: v}
+		d.addField(out, k, v, what, allowed)
 	}
 	d.merge(out, merges, what, allowed, 0)
 	return out
+}
+
+// isMergeKey reports whether k is a YAML merge key (<<).
+func isMergeKey(k *yaml.Node) bool {
+	return k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge"
+}
+
+// addField adds the field k: v to out, reporting a key that is no plain
+// name, is set twice or is not one of allowed.
+func (d *decoder) addField(out map[string]field, k, v *yaml.Node, what string, allowed []string) {
+	if k.Kind != yaml.ScalarNode {
+		d.errorf(k, "%s: keys must be plain names", what)
+		return
+	}
+	name := k.Value
+	if _, dup := out[name]; dup {
+		d.errorf(k, "%s: %q is set twice", what, name)
+		return
+	}
+	if !slices.Contains(allowed, name) {
+		d.errorf(k, "%s: unknown field %q%s", what, name, suggest(name, allowed))
+		return
+	}
+	out[name] = field{key: k, val: v}
 }
 
 // merge adds the fields of YAML merge keys ("<<: *base", "<<: [*a, *b]")
@@ -186,25 +202,43 @@ func (d *decoder) merge(out map[string]field, merges []*yaml.Node, what string, 
 		if m == nil {
 			return
 		}
-		srcs := []*yaml.Node{m}
-		if m.Kind == yaml.SequenceNode {
-			srcs = m.Content
+		if !d.mergeFrom(out, mergeSources(m), what, allowed) {
+			return
 		}
-		for _, src := range srcs {
-			src = d.resolve(src)
-			if src == nil {
-				return
-			}
-			if src.Kind != yaml.MappingNode {
-				d.errorf(src, "%s: a merge key (<<) takes a mapping or a list of them, got %s", what, describe(src))
-				continue
-			}
-			fields := d.mapping(src, what, allowed...)
-			for name, f := range fields {
-				if _, set := out[name]; !set {
-					out[name] = f
-				}
-			}
+	}
+}
+
+// mergeSources are the mappings a merge key's value m names: m itself, or
+// the items of a list.
+func mergeSources(m *yaml.Node) []*yaml.Node {
+	if m.Kind == yaml.SequenceNode {
+		return m.Content
+	}
+	return []*yaml.Node{m}
+}
+
+// mergeFrom adds to out the fields of srcs it does not set, the first
+// source first; false when the document's node budget ran out.
+func (d *decoder) mergeFrom(out map[string]field, srcs []*yaml.Node, what string, allowed []string) bool {
+	for _, src := range srcs {
+		src = d.resolve(src)
+		if src == nil {
+			return false
+		}
+		if src.Kind != yaml.MappingNode {
+			d.errorf(src, "%s: a merge key (<<) takes a mapping or a list of them, got %s", what, describe(src))
+			continue
+		}
+		addMissing(out, d.mapping(src, what, allowed...))
+	}
+	return true
+}
+
+// addMissing adds to out the fields of fields it does not hold.
+func addMissing(out, fields map[string]field) {
+	for name, f := range fields {
+		if _, set := out[name]; !set {
+			out[name] = f
 		}
 	}
 }
@@ -240,16 +274,22 @@ func distance(a, b string) int {
 	}
 	for i := 1; i <= len(a); i++ {
 		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
+		distanceRow(a[i-1], b, prev, cur)
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// distanceRow fills cur, the Levenshtein row of one more byte c of the
+// first string against b, from prev, the row before (cur[0] is set).
+func distanceRow(c byte, b string, prev, cur []int) {
+	for j := 1; j <= len(b); j++ {
+		cost := 1
+		if c == b[j-1] {
+			cost = 0
+		}
+		cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+	}
 }
 
 func describe(n *yaml.Node) string {
@@ -273,7 +313,7 @@ func (d *decoder) sequence(n *yaml.Node, what string) []*yaml.Node {
 	if n == nil {
 		return nil
 	}
-	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" && n.Value == "" {
+	if isNull(n) && n.Value == "" {
 		return nil // "key:" with nothing: an empty list, as YAML 1.1 readers take it
 	}
 	if n.Kind != yaml.SequenceNode {
@@ -281,6 +321,12 @@ func (d *decoder) sequence(n *yaml.Node, what string) []*yaml.Node {
 		return nil
 	}
 	return n.Content
+}
+
+// isNull reports whether n is a null scalar ("key:" with nothing, null
+// or ~).
+func isNull(n *yaml.Node) bool {
+	return n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
 }
 
 // scalar returns the text of a scalar node that is not null.
@@ -299,7 +345,7 @@ func (d *decoder) scalar(n *yaml.Node, what string) (string, bool) {
 // str returns the text of a scalar; an empty value ("key:") is "", as
 // envoyproxy/ratelimit's parser reads it.
 func (d *decoder) str(n *yaml.Node, what string) string {
-	if r := d.resolve(n); r != nil && r.Kind == yaml.ScalarNode && r.ShortTag() == "!!null" && r.Value == "" {
+	if r := d.resolve(n); isNull(r) && r.Value == "" {
 		return ""
 	}
 	s, _ := d.scalar(n, what)
@@ -348,6 +394,17 @@ func (d *decoder) flag(f map[string]field, name string, dst *bool) (field, bool)
 		*dst = d.boolean(x.val, name)
 	}
 	return x, ok
+}
+
+// requiredString decodes the string field key of f (what, in messages),
+// reporting missing at n when it is not set.
+func (d *decoder) requiredString(n *yaml.Node, f map[string]field, key, what, missing string) (field, string, bool) {
+	x, ok := f[key]
+	if !ok {
+		d.errorf(n, "%s", missing)
+		return x, "", false
+	}
+	return x, d.str(x.val, what), true
 }
 
 // optString decodes the string field name of f, "" when it is not set.

@@ -41,6 +41,9 @@ func TestMain(m *testing.M) {
 	if build.dir != "" {
 		os.RemoveAll(build.dir)
 	}
+	if kubeSchemas.dir != "" {
+		os.RemoveAll(kubeSchemas.dir)
+	}
 	os.Exit(code)
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
 )
@@ -95,12 +96,7 @@ func (d *doc) eviction(ctx context.Context, addr string, node valkey.Client) {
 // persistence: a restart without AOF forgets every count; that matters
 // for long windows, where it hands out a fresh quota.
 func (d *doc) persistence(ctx context.Context, addr string, node valkey.Client) {
-	var long []string
-	for _, p := range d.cfg.Policies {
-		if w := p.Window(); w >= LongWindow {
-			long = append(long, fmt.Sprintf("%s (%v)", p.Name, w))
-		}
-	}
+	long := longPolicies(d.cfg.Policies)
 	aof, err := configGet(ctx, node, "appendonly")
 	if err != nil {
 		d.couldNot("persistence", addr, "appendonly", err)
@@ -115,13 +111,30 @@ func (d *doc) persistence(ctx context.Context, addr string, node valkey.Client) 
 			"appendonly no: a restart forgets all counts; no policy has a window of %v or more, so that costs at most one window", LongWindow)
 		return
 	}
-	save, _ := configGet(ctx, node, "save")
-	snap := "and no RDB snapshots"
-	if save != "" {
-		snap = fmt.Sprintf("and RDB snapshots (save %q) lose what changed since the last one", save)
-	}
+	snap := snapshots(ctx, node)
 	d.add("persistence", Warning, addr, "appendonly yes (with appendfsync everysec)",
 		"appendonly no %s: a restart hands out fresh quotas for %s", snap, strings.Join(long, ", "))
+}
+
+// longPolicies names the policies with a window of LongWindow or more,
+// each with its window.
+func longPolicies(policies []*config.Policy) []string {
+	var long []string
+	for _, p := range policies {
+		if w := p.Window(); w >= LongWindow {
+			long = append(long, fmt.Sprintf("%s (%v)", p.Name, w))
+		}
+	}
+	return long
+}
+
+// snapshots says what node's RDB snapshots keep, for a server without
+// AOF.
+func snapshots(ctx context.Context, node valkey.Client) string {
+	if save, _ := configGet(ctx, node, "save"); save != "" {
+		return fmt.Sprintf("and RDB snapshots (save %q) lose what changed since the last one", save)
+	}
+	return "and no RDB snapshots"
 }
 
 // replication: replicas, their lag, and min-replicas-to-write.
@@ -237,14 +250,7 @@ func (d *doc) cluster(ctx context.Context) {
 		d.add("cluster", Unknown, "", "", "could not read CLUSTER INFO: %v", err)
 		return
 	}
-	m := fields(s)
-	if m["cluster_state"] != "ok" || m["cluster_slots_ok"] != "16384" {
-		d.add("cluster", Error, "", "assign every slot to a primary that is up (valkey-cli --cluster fix)",
-			"cluster_state %s, %s of 16384 slots ok (%s assigned, %s failing): keys of the missing slots get no decision (on_failure decides)",
-			m["cluster_state"], m["cluster_slots_ok"], m["cluster_slots_assigned"], m["cluster_slots_fail"])
-	} else {
-		d.add("cluster", OK, "", "", "cluster_state ok, 16384 slots covered by %s primaries", m["cluster_size"])
-	}
+	d.clusterState(fields(s))
 	nodes, err := any.Do(ctx, any.B().ClusterNodes().Build()).ToString()
 	if err != nil {
 		d.add("replicas", Unknown, "", "", "could not read CLUSTER NODES: %v", err)
@@ -260,30 +266,23 @@ func (d *doc) cluster(ctx context.Context) {
 	d.add("replicas", OK, "", "", "every primary of %d has a replica", prims)
 }
 
+// clusterState reports the cluster's state and slot coverage, from the
+// fields m of CLUSTER INFO.
+func (d *doc) clusterState(m map[string]string) {
+	if m["cluster_state"] != "ok" || m["cluster_slots_ok"] != "16384" {
+		d.add("cluster", Error, "", "assign every slot to a primary that is up (valkey-cli --cluster fix)",
+			"cluster_state %s, %s of 16384 slots ok (%s assigned, %s failing): keys of the missing slots get no decision (on_failure decides)",
+			m["cluster_state"], m["cluster_slots_ok"], m["cluster_slots_assigned"], m["cluster_slots_fail"])
+		return
+	}
+	d.add("cluster", OK, "", "", "cluster_state ok, 16384 slots covered by %s primaries", m["cluster_size"])
+}
+
 // primariesWithoutReplica reads CLUSTER NODES: the addresses, sorted, of
 // the primaries that serve slots and have no replica that is up, and how
 // many primaries serve slots.
 func primariesWithoutReplica(nodes string) (lonely []string, primaries int) {
-	type primary struct {
-		addr     string
-		replicas int
-	}
-	prims := map[string]*primary{}
-	var replicaOf []string
-	for _, line := range strings.Split(strings.TrimSpace(nodes), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 8 {
-			continue
-		}
-		flags := strings.Split(f[2], ",")
-		addr, _, _ := strings.Cut(f[1], "@")
-		switch {
-		case slices.Contains(flags, "master") && len(f) > 8: // serves slots
-			prims[f[0]] = &primary{addr: addr}
-		case slices.Contains(flags, "slave") && !slices.Contains(flags, "fail"):
-			replicaOf = append(replicaOf, f[3])
-		}
-	}
+	prims, replicaOf := parseClusterNodes(nodes)
 	for _, id := range replicaOf {
 		if p := prims[id]; p != nil {
 			p.replicas++
@@ -296,6 +295,34 @@ func primariesWithoutReplica(nodes string) (lonely []string, primaries int) {
 	}
 	slices.Sort(lonely)
 	return lonely, len(prims)
+}
+
+// clusterPrimary is a primary of CLUSTER NODES that serves slots, and
+// its replicas that are up.
+type clusterPrimary struct {
+	addr     string
+	replicas int
+}
+
+// parseClusterNodes reads CLUSTER NODES: the primaries that serve slots,
+// by node id, and the primary's id of each replica that is up.
+func parseClusterNodes(nodes string) (prims map[string]*clusterPrimary, replicaOf []string) {
+	prims = map[string]*clusterPrimary{}
+	for _, line := range strings.Split(strings.TrimSpace(nodes), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 {
+			continue
+		}
+		flags := strings.Split(f[2], ",")
+		addr, _, _ := strings.Cut(f[1], "@")
+		switch {
+		case slices.Contains(flags, "master") && len(f) > 8: // serves slots
+			prims[f[0]] = &clusterPrimary{addr: addr}
+		case slices.Contains(flags, "slave") && !slices.Contains(flags, "fail"):
+			replicaOf = append(replicaOf, f[3])
+		}
+	}
+	return prims, replicaOf
 }
 
 // probePolicies are one policy per algorithm, to run every script.
@@ -318,28 +345,38 @@ func (d *doc) scripts(ctx context.Context, store *valkeystore.Store) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var gcra *sluice.Limiter
 	for _, p := range probePolicies {
-		rule, _ := p.Rule()
-		l, err := sluice.New(store, p, sluice.WithPrefix(d.cfg.Prefix), sluice.WithName(name+"."+rule.Algorithm.String()),
-			sluice.WithTimeout(5*time.Second), sluice.WithDenyCache(false), sluice.WithLogger(quiet))
-		if err != nil {
-			d.add("scripts", Error, "", "", "%v", err)
+		l, ok := d.probe(ctx, store, p, name, quiet)
+		if !ok {
 			return
 		}
-		res, err := l.Allow(ctx, "probe")
-		if err == nil && res.Degraded {
-			err = fmt.Errorf("degraded decision")
-		}
-		if err != nil || !res.Allowed {
-			d.add("scripts", Error, "", "grant the user the commands the scripts need: +@scripting +@read +@write +time on the key prefix "+d.cfg.Prefix+":*",
-				"the %v script could not decide: %v (allowed %v)", rule.Algorithm, err, res.Allowed)
-			return
-		}
-		if rule.Algorithm == sluice.AlgorithmGCRA {
+		if rule, _ := p.Rule(); rule.Algorithm == driver.AlgorithmGCRA {
 			gcra = l
 		}
 	}
 	d.add("scripts", OK, "", "", "the scripts of all five algorithms load and decide under the prefix %s", d.cfg.Prefix)
 	d.latency(ctx, gcra)
+}
+
+// probe makes one decision with policy p's script, under a limiter named
+// after name and p's algorithm; false, reported, when it cannot.
+func (d *doc) probe(ctx context.Context, store *valkeystore.Store, p sluice.Policy, name string, quiet *slog.Logger) (*sluice.Limiter, bool) {
+	rule, _ := p.Rule()
+	l, err := sluice.New(store, p, sluice.WithPrefix(d.cfg.Prefix), sluice.WithName(name+"."+rule.Algorithm.String()),
+		sluice.WithTimeout(5*time.Second), sluice.WithDenyCache(false), sluice.WithLogger(quiet))
+	if err != nil {
+		d.add("scripts", Error, "", "", "%v", err)
+		return nil, false
+	}
+	res, err := l.Allow(ctx, "probe")
+	if err == nil && res.Degraded {
+		err = fmt.Errorf("degraded decision")
+	}
+	if err != nil || !res.Allowed {
+		d.add("scripts", Error, "", "grant the user the commands the scripts need: +@scripting +@read +@write +time on the key prefix "+d.cfg.Prefix+":*",
+			"the %v script could not decide: %v (allowed %v)", rule.Algorithm, err, res.Allowed)
+		return nil, false
+	}
+	return l, true
 }
 
 // latency times decisions on random keys (spread over the slots) and
@@ -358,11 +395,7 @@ func (d *doc) latency(ctx context.Context, l *sluice.Limiter) {
 	flagged := false
 	suggest := max(3*p99, 10*time.Millisecond).Round(time.Millisecond)
 	for _, t := range timeouts {
-		names := strings.Join(byTimeout[t], ", ")
-		what := "policy " + names
-		if len(byTimeout[t]) > 1 {
-			what = "policies " + names
-		}
+		what := policiesNamed(byTimeout[t])
 		fix := fmt.Sprintf("timeout: %v or more on %s (or valkey.timeout)", suggest, what)
 		switch {
 		case t <= p99:
@@ -377,6 +410,14 @@ func (d *doc) latency(ctx context.Context, l *sluice.Limiter) {
 		d.add("latency", OK, "", "", "decision round trip p50 %v, p99 %v over %d decisions; every policy's timeout is above twice the p99",
 			p50.Round(time.Microsecond), p99.Round(time.Microsecond), n)
 	}
+}
+
+// policiesNamed is "policy NAME" or "policies A, B".
+func policiesNamed(names []string) string {
+	if len(names) > 1 {
+		return "policies " + strings.Join(names, ", ")
+	}
+	return "policy " + strings.Join(names, ", ")
 }
 
 // timeDecisions times n peeks on random keys (spread over the slots) and
@@ -426,18 +467,13 @@ func (d *doc) acl(ctx context.Context) {
 	key := d.cfg.Prefix + ":" + d.prefix + ":{probe}"
 	var denied []string
 	for _, cmd := range [][]string{{"EVALSHA", "0000000000000000000000000000000000000000", "1", key}, {"DEL", key}, {"SCAN", "0"}, {"PTTL", key}, {"MEMORY", "USAGE", key}} {
-		args := append([]string{"DRYRUN", user}, cmd...)
-		s, err := node.Do(ctx, node.B().Arbitrary("ACL").Args(args...).Build()).ToString()
+		why, err := dryRun(ctx, node, user, cmd)
 		if err != nil {
-			if strings.Contains(err.Error(), "NOPERM") && strings.Contains(strings.ToLower(err.Error()), "acl") {
-				d.add("acl", Unknown, "", "", "could not check permissions: user %q may not run ACL DRYRUN (%v); the scripts check above ran real decisions", user, err)
-				return
-			}
-			denied = append(denied, fmt.Sprintf("%s (%v)", cmd[0], err))
-			continue
+			d.add("acl", Unknown, "", "", "could not check permissions: user %q may not run ACL DRYRUN (%v); the scripts check above ran real decisions", user, err)
+			return
 		}
-		if s != "OK" {
-			denied = append(denied, fmt.Sprintf("%s (%s)", strings.Join(cmd[:min(len(cmd), 2)], " "), s))
+		if why != "" {
+			denied = append(denied, why)
 		}
 	}
 	if len(denied) > 0 {
@@ -446,6 +482,22 @@ func (d *doc) acl(ctx context.Context) {
 		return
 	}
 	d.add("acl", OK, "", "", "user %q may run EVALSHA, DEL, SCAN, PTTL and MEMORY USAGE on %s:*", user, d.cfg.Prefix)
+}
+
+// dryRun asks node whether user may run cmd (ACL DRYRUN): "" when it
+// may, else the command and why not; an error when user may not ask.
+func dryRun(ctx context.Context, node valkey.Client, user string, cmd []string) (string, error) {
+	args := append([]string{"DRYRUN", user}, cmd...)
+	s, err := node.Do(ctx, node.B().Arbitrary("ACL").Args(args...).Build()).ToString()
+	switch {
+	case err != nil && strings.Contains(err.Error(), "NOPERM") && strings.Contains(strings.ToLower(err.Error()), "acl"):
+		return "", err
+	case err != nil:
+		return fmt.Sprintf("%s (%v)", cmd[0], err), nil
+	case s != "OK":
+		return fmt.Sprintf("%s (%s)", strings.Join(cmd[:min(len(cmd), 2)], " "), s), nil
+	}
+	return "", nil
 }
 
 // cleanup deletes the probe keys under prefix.

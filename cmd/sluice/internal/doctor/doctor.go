@@ -95,12 +95,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Config == nil {
 		return nil, fmt.Errorf("doctor: no configuration")
 	}
-	if opts.Env == nil {
-		opts.Env = os.LookupEnv
-	}
-	if opts.Samples <= 0 {
-		opts.Samples = 200
-	}
+	opts = opts.withDefaults()
 	conn, err := store.Open(ctx, opts.Config.Valkey, opts.Env)
 	if err != nil {
 		return nil, err
@@ -118,23 +113,46 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep := &Report{Valkey: valkeyops.Describe(opts.Config.Valkey), Mode: valkeyops.Mode(ctx, client)}
 	d.rep = rep
 	d.risks(ctx, conn.Store)
-	for _, addr := range valkeyops.SortedAddrs(prims) {
-		node := prims[addr]
+	d.eachPrimary(ctx)
+	if d.isCluster {
+		d.cluster(ctx)
+	}
+	d.scripts(ctx, conn.Store)
+	d.acl(ctx)
+	rep.setWorst()
+	return rep, nil
+}
+
+// withDefaults is opts with the process environment and 200 samples
+// where they are not set.
+func (opts Options) withDefaults() Options {
+	if opts.Env == nil {
+		opts.Env = os.LookupEnv
+	}
+	if opts.Samples <= 0 {
+		opts.Samples = 200
+	}
+	return opts
+}
+
+// eachPrimary runs the checks of one server on every primary, in address
+// order: version, eviction, persistence, replication and clock.
+func (d *doc) eachPrimary(ctx context.Context) {
+	for _, addr := range valkeyops.SortedAddrs(d.prims) {
+		node := d.prims[addr]
 		d.version(ctx, addr, node)
 		d.eviction(ctx, addr, node)
 		d.persistence(ctx, addr, node)
 		d.replication(ctx, addr, node)
 		d.clock(ctx, addr, node)
 	}
-	if client.Mode() == valkey.ClientModeCluster {
-		d.cluster(ctx)
-	}
-	d.scripts(ctx, conn.Store)
-	d.acl(ctx)
+}
+
+// setWorst notes the worst severity of the findings.
+func (rep *Report) setWorst() {
 	for _, f := range rep.Findings {
 		rep.Worst = max(rep.Worst, f.Severity)
 	}
-	return rep, nil
 }
 
 // doc is the state of one Run.

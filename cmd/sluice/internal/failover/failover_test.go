@@ -33,6 +33,7 @@ import (
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/server"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/sluicehq/sluice/valkeytest"
 )
@@ -58,6 +59,7 @@ type fleet struct {
 	cl       *valkeytest.Cluster
 	store    *valkeystore.Store
 	limiters []*sluice.Limiter
+	prefix   string // of every limiter's keys
 	ids      []string
 
 	mu     sync.Mutex
@@ -77,11 +79,12 @@ type tally struct{ n, degraded int }
 func newFleet(t *testing.T, cl *valkeytest.Cluster, s *valkeystore.Store) *fleet {
 	f := &fleet{t: t, cl: cl, store: s, stop: make(chan struct{}), obs: &errLog{}}
 	prefix := "fo:" + t.Name()
+	f.prefix = prefix
 	quiet := sluice.WithLogger(discardLogger)
 	policies := []sluice.Policy{
 		sluice.FixedWindow{Limit: 1e9, Window: time.Minute},
 		sluice.SlidingWindow{Limit: 1e9, Window: time.Minute},
-		sluice.SlidingLog{Limit: sluice.MaxSlidingLogLimit, Window: time.Second},
+		sluice.SlidingLog{Limit: driver.MaxSlidingLogLimit, Window: time.Second},
 		sluice.TokenBucket{Capacity: 1e6, Rate: 1e6, Per: time.Second},
 		sluice.GCRA{Rate: 1e6, Per: time.Second, Burst: 1e6},
 	}
@@ -101,7 +104,7 @@ func newFleet(t *testing.T, cl *valkeytest.Cluster, s *valkeystore.Store) *fleet
 	moving := 0
 	for i := 0; len(f.ids) < 200; i++ {
 		id := fmt.Sprintf("u%d", i)
-		sl := valkeytest.Slot(f.limiters[0].Key(id))
+		sl := valkeytest.Slot(driver.Key(f.prefix, f.limiters[0].Name(), f.limiters[0].Rule(), id))
 		p := cl.PrimaryOf(sl)
 		lo := 2 * 16384 / 3
 		switch {
@@ -132,7 +135,7 @@ func (f *fleet) remap() {
 	}
 	owner := map[string]string{}
 	for _, id := range f.ids {
-		o, err := live.Owner(valkeytest.Slot(f.limiters[0].Key(id)))
+		o, err := live.Owner(valkeytest.Slot(driver.Key(f.prefix, f.limiters[0].Name(), f.limiters[0].Rule(), id)))
 		if err != nil || o == "" {
 			f.t.Fatalf("owner of %s: %q, %v", id, o, err)
 		}

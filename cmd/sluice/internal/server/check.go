@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // POST /v1/check: one check, or several decided together.
@@ -293,7 +294,7 @@ func (st *state) policy(name, where string) (*policy, error) {
 // rateOnly refuses an in_flight policy in POST /v1/check: a unit taken
 // there could never be released.
 func (p *policy) rateOnly(where string) error {
-	if p.cfg.Algorithm == sluice.AlgorithmInFlight {
+	if p.cfg.Algorithm == driver.AlgorithmInFlight {
 		return bad(http.StatusBadRequest, "%spolicy %q is in_flight: take a lease with POST /v1/leases/acquire, not /v1/check", where, p.cfg.Name)
 	}
 	return nil

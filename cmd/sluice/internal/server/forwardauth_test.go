@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/valkeytest/syncbuf"
 )
@@ -38,7 +38,7 @@ forward_auth:
 `
 
 // fwdServer returns a Server for yaml over store (nil: memstore).
-func fwdServer(t testing.TB, yaml string, store sluice.Store) *Server {
+func fwdServer(t testing.TB, yaml string, store driver.Store) *Server {
 	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
@@ -217,7 +217,7 @@ forward_auth:
 
 type downStore struct{}
 
-func (*downStore) Do(ctx context.Context, batch []sluice.Op) error {
+func (*downStore) Do(ctx context.Context, batch []driver.Op) error {
 	for i := range batch {
 		batch[i].Err = errors.New("store down")
 	}

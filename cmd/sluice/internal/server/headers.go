@@ -45,5 +45,5 @@ func (p *policy) ruleOf(plan string, r sluice.Result) sluice.Rule {
 	if !ok {
 		rule = p.limiter.Rule()
 	}
-	return rule.InForce(r)
+	return httplimit.InForce(rule, r)
 }

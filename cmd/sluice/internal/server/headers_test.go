@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/httplimit/sfvtest"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -173,7 +173,7 @@ func TestServiceHeadersAfterRefund(t *testing.T) {
 // failing is a store that is always unavailable.
 type failing struct{}
 
-func (failing) Do(ctx context.Context, batch []sluice.Op) error {
+func (failing) Do(ctx context.Context, batch []driver.Op) error {
 	for i := range batch {
 		batch[i].Err = errors.New("connection refused")
 	}

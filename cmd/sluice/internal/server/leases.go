@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/httplimit"
 )
 
@@ -71,7 +72,7 @@ func (s *Server) decodeLease(w http.ResponseWriter, r *http.Request, withLease b
 	if err != nil {
 		return nil, req, err
 	}
-	if p.cfg.Algorithm != sluice.AlgorithmInFlight {
+	if p.cfg.Algorithm != driver.AlgorithmInFlight {
 		return nil, req, bad(http.StatusBadRequest, "policy %q is %v, not in_flight: leases are for in_flight policies (use POST /v1/check)", p.cfg.Name, p.cfg.Algorithm)
 	}
 	return p, req, nil

@@ -78,6 +78,10 @@ func TestLeasesContract(t *testing.T) {
 	if resp.StatusCode != 400 || !strings.Contains(string(raw), "POST /v1/leases/acquire") {
 		t.Fatalf("/v1/check on an in_flight policy: %d %s", resp.StatusCode, raw)
 	}
+	resp, raw = send(t, "POST", u+"/v1/reservations/reserve", `{"policy":"exports","key":"k","estimate":1}`, nil)
+	if resp.StatusCode != 400 || !strings.Contains(string(raw), "no estimate to settle; hold a lease instead") {
+		t.Fatalf("/v1/reservations/reserve on an in_flight policy: %d %s", resp.StatusCode, raw)
+	}
 }
 
 // TestLeasesDegraded: with the store down, on_failure allow gives a lease

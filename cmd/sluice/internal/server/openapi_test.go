@@ -426,6 +426,7 @@ func TestOpenAPIResponses(t *testing.T) {
 
 	auth := []string{"Authorization", "Bearer " + testToken}
 	u := ts.URL
+	sid, _ := do(t, "POST", u+"/v1/reservations/reserve", `{"policy":"api","key":"s1","estimate":1}`).body["reservation"].(string)
 	long := strings.Repeat("k", MaxKeyLen+1)
 	many := `{"checks":[` + strings.Repeat(`{"policy":"api","key":"m"},`, MaxChecks) + `{"policy":"api","key":"m"}]}`
 	cases := []apiCase{
@@ -505,6 +506,20 @@ func TestOpenAPIResponses(t *testing.T) {
 		{"GET", u + "/metrics", "/metrics", "", []string{"Accept", "application/openmetrics-text; version=1.0.0"}, 200},
 		{"GET", u + "/ui/index.html", "/ui/{file}", "", nil, 301},
 		{"GET", u + "/openapi.yaml", "/openapi.yaml", "", nil, 200},
+
+		{"POST", u + "/v1/reservations/reserve", "/v1/reservations/reserve", `{"policy":"api","key":"r1","estimate":2}`, nil, 200},
+		{"POST", u + "/v1/reservations/reserve", "/v1/reservations/reserve", `{"reservations":[{"policy":"api","key":"r2","estimate":1},{"policy":"quota","key":"r2","estimate":2}]}`, nil, 200},
+		{"POST", u + "/v1/reservations/reserve", "/v1/reservations/reserve", `{"policy":"api","key":"r1","estimate":2}`, nil, 429},
+		{"POST", u + "/v1/reservations/reserve", "/v1/reservations/reserve", `{"reservations":[{"policy":"quota","key":"r1","estimate":1},{"policy":"api","key":"r1","estimate":3}]}`, nil, 429},
+		{"POST", u + "/v1/reservations/reserve", "/v1/reservations/reserve", `{"policy":"api","key":"r1","estimate":9}`, nil, 400},
+		{"POST", u + "/v1/reservations/reserve", "/v1/reservations/reserve", `{"policy":"login","key":"r1","estimate":1}`, nil, 400},
+		{"POST", u + "/v1/reservations/reserve", "/v1/reservations/reserve", `{"policy":"nope","key":"r1","estimate":1}`, nil, 404},
+		{"POST", u + "/v1/reservations/settle", "/v1/reservations/settle", `{"policy":"api","key":"s1","reservation":"` + sid + `","actual":2}`, nil, 200},
+		{"POST", u + "/v1/reservations/settle", "/v1/reservations/settle", `{"policy":"api","key":"s1","reservation":"` + sid + `","actual":2}`, nil, 200},
+		{"POST", u + "/v1/reservations/settle", "/v1/reservations/settle", `{"settlements":[{"policy":"api","key":"s1","reservation":"` + sid + `","actual":2},{"policy":"api","key":"s1","reservation":"rAAAAAAAAAAAAAAAAAAAAAA","actual":1}]}`, nil, 200},
+		{"POST", u + "/v1/reservations/settle", "/v1/reservations/settle", `{"policy":"api","key":"s1","reservation":"rAAAAAAAAAAAAAAAAAAAAAA","actual":1}`, nil, 404},
+		{"POST", u + "/v1/reservations/settle", "/v1/reservations/settle", `{"policy":"api","key":"s1","reservation":"forged","actual":1}`, nil, 400},
+		{"POST", u + "/v1/reservations/settle", "/v1/reservations/settle", `{"policy":"api","key":"s1","reservation":"` + sid + `","actual":-1}`, nil, 400},
 	}
 	// Leases: a lease taken beforehand renews and releases; a forged
 	// well-formed id renews with 410 and releases nothing.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // The limiters built for Envoy's per-request limit overrides
@@ -90,9 +91,9 @@ func (s *Server) buildOverride(c *config.Config, k overrideKey) (*policy, error)
 	cfg := &config.Policy{
 		Name:       "override",
 		Limiter:    config.EnvoyLimiter(k.window),
-		Algorithm:  sluice.AlgorithmFixedWindow,
+		Algorithm:  driver.AlgorithmFixedWindow,
 		Policy:     config.EnvoyWindow(k.limit, k.window, k.counting),
-		Params:     sluice.Params{Limit: k.limit, Window: k.window, CountRejected: k.counting != config.CountAllOrNothing},
+		Params:     driver.Params{Limit: k.limit, Window: k.window, CountRejected: k.counting != config.CountAllOrNothing},
 		Limit:      k.limit,
 		Headers:    config.HeadersAll,
 		Envoy:      true,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // GET /v1/policies.
@@ -72,7 +73,7 @@ func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
 			info.Plans = append(info.Plans, pi)
 		}
 		switch {
-		case c.Algorithm == sluice.AlgorithmInFlight:
+		case c.Algorithm == driver.AlgorithmInFlight:
 			info.Lease = c.Params.Lease.String()
 		case c.Algorithm.Rated():
 			info.Rate = fmt.Sprintf("%g/%s", c.Params.Rate, unitName(c.Params.Per))

@@ -53,6 +53,8 @@ func (s *Server) routes() []apiRoute {
 	add("POST /v1/leases/acquire", "leases_acquire", s.handleAcquire)
 	add("POST /v1/leases/renew", "leases_renew", s.handleRenew)
 	add("POST /v1/leases/release", "leases_release", s.handleRelease)
+	add("POST /v1/reservations/reserve", "reserve", s.handleReserve)
+	add("POST /v1/reservations/settle", "settle", s.handleSettle)
 	add("GET /v1/policies", "policies", s.handlePolicies)
 	add("GET /v1/keys/{policy}/{key...}", "keys", s.admin(s.handlePeek))
 	add("DELETE /v1/keys/{policy}/{key...}", "keys", s.admin(s.handleReset))

@@ -11,13 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
 )
 
-// Valkey is a sluice.Store on Valkey that connects in the background
+// Valkey is a driver.Store on Valkey that connects in the background
 // (valkeystore.Lazy): the service starts, and answers by its policies'
 // on_failure, while Valkey is still unreachable, then uses it as soon as it
 // answers. Once connected it reads the server settings that cost
@@ -121,9 +121,10 @@ func tlsConfig(t *config.TLS) (*tls.Config, error) {
 // Close is called (valkeystore.Connect). Several addresses make a cluster
 // client (valkey-go detects the mode). explain (nil: none) turns a
 // connection error into the one reported, as ExplainAuth names the
-// settings that fix an authentication refusal.
-func ConnectValkey(opt valkey.ClientOption, log *slog.Logger, explain func(error) error) (*Valkey, error) {
-	lazy, err := valkeystore.Connect(opt, valkeystore.WithLogger(log), valkeystore.WithConnectError(explain))
+// settings that fix an authentication refusal. extra are more options of
+// the store (such as valkeystore.WithClientWrap).
+func ConnectValkey(opt valkey.ClientOption, log *slog.Logger, explain func(error) error, extra ...valkeystore.Option) (*Valkey, error) {
+	lazy, err := valkeystore.Connect(opt, append([]valkeystore.Option{valkeystore.WithLogger(log), valkeystore.WithConnectError(explain)}, extra...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -178,6 +179,6 @@ func (s *Valkey) Close() {
 }
 
 var (
-	_ sluice.Store         = (*Valkey)(nil)
-	_ sluice.OverrideStore = (*Valkey)(nil)
+	_ driver.Store         = (*Valkey)(nil)
+	_ driver.OverrideStore = (*Valkey)(nil)
 )

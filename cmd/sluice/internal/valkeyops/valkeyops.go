@@ -47,18 +47,28 @@ func Primaries(ctx context.Context, c valkey.Client) (map[string]valkey.Client, 
 	}
 	out := make(map[string]valkey.Client, len(nodes))
 	for addr, node := range nodes {
-		role, err := node.Do(ctx, node.B().Role().Build()).ToArray()
+		primary, err := isPrimary(ctx, addr, node)
 		if err != nil {
-			return nil, fmt.Errorf("ROLE on %s: %w", addr, err)
+			return nil, err
 		}
-		if len(role) == 0 {
-			return nil, fmt.Errorf("ROLE on %s: empty reply", addr)
-		}
-		if r, _ := role[0].ToString(); r == "master" {
+		if primary {
 			out[addr] = node
 		}
 	}
 	return out, nil
+}
+
+// isPrimary reports whether node, at addr, says by ROLE it is a primary.
+func isPrimary(ctx context.Context, addr string, node valkey.Client) (bool, error) {
+	role, err := node.Do(ctx, node.B().Role().Build()).ToArray()
+	if err != nil {
+		return false, fmt.Errorf("ROLE on %s: %w", addr, err)
+	}
+	if len(role) == 0 {
+		return false, fmt.Errorf("ROLE on %s: empty reply", addr)
+	}
+	r, _ := role[0].ToString()
+	return r == "master", nil
 }
 
 // SortedAddrs returns the keys of nodes, sorted.
@@ -75,25 +85,38 @@ func Scan(ctx context.Context, c valkey.Client, pattern string, fn func(node val
 		return err
 	}
 	for _, addr := range SortedAddrs(prims) {
-		node := prims[addr]
-		var cursor uint64
-		for {
-			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
-			if err != nil {
-				return fmt.Errorf("SCAN on %s: %w", addr, err)
-			}
-			if len(e.Elements) > 0 {
-				more, err := fn(node, e.Elements)
-				if err != nil || !more {
-					return err
-				}
-			}
-			if cursor = e.Cursor; cursor == 0 {
-				break
-			}
+		more, err := scanNode(ctx, addr, prims[addr], pattern, fn)
+		if err != nil || !more {
+			return err
 		}
 	}
 	return nil
+}
+
+// scanNode calls fn with every key matching pattern on node, at addr, a
+// batch at a time; more is false when fn asked to stop.
+func scanNode(ctx context.Context, addr string, node valkey.Client, pattern string, fn func(node valkey.Client, keys []string) (more bool, err error)) (more bool, err error) {
+	var cursor uint64
+	for {
+		e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			return false, fmt.Errorf("SCAN on %s: %w", addr, err)
+		}
+		if more, err := scanBatch(node, e.Elements, fn); err != nil || !more {
+			return more, err
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			return true, nil
+		}
+	}
+}
+
+// scanBatch calls fn with a batch of keys of node, unless it is empty.
+func scanBatch(node valkey.Client, keys []string, fn func(node valkey.Client, keys []string) (more bool, err error)) (bool, error) {
+	if len(keys) == 0 {
+		return true, nil
+	}
+	return fn(node, keys)
 }
 
 // Glob escapes s for a MATCH pattern: it matches s literally.

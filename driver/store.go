@@ -1,4 +1,4 @@
-package sluice
+package driver
 
 import (
 	"context"
@@ -6,12 +6,6 @@ import (
 	"fmt"
 	"time"
 )
-
-// For store implementers: what a Store receives and what it must do, and
-// the helpers a store needs to do it as the limiters expect (see the
-// package documentation, "For store implementers"). Package sluicetest is
-// the conformance suite every Store must pass; package luascript holds the
-// scripts (and their arguments) of a store on Valkey or Redis.
 
 // A Store keeps the limiters' state and makes each decision atomically.
 // Packages valkeystore and memstore implement it; package sluicetest has
@@ -27,7 +21,7 @@ type Store interface {
 	Do(ctx context.Context, batch []Op) error
 
 	// Delete removes all state kept under the given keys. It tells no deny
-	// cache (see DeleteNotifier): Limiter.Reset does.
+	// cache (see DeleteNotifier): sluice.Limiter.Reset does.
 	Delete(ctx context.Context, keys ...string) error
 }
 
@@ -37,7 +31,7 @@ type Store interface {
 // implements it with Valkey's pub/sub, package memstore in the process.
 //
 // A limiter's deny cache is on by default only on a store that implements
-// it (see WithDenyCache), and answers from the cache only while the store
+// it (see sluice.WithDenyCache), and answers from the cache only while the store
 // reports that notices reach it (DeleteWatcher.Watching).
 type DeleteNotifier interface {
 	// DeleteNotify removes all state under keys, as Delete, and then tells
@@ -97,8 +91,9 @@ type Op struct {
 	// Override is the store key of the key's override (see OverrideKey), or
 	// "" when the limiter reads none. When a live, well-formed override is
 	// stored there, its limit (and parameter) replace the Rule's for this
-	// decision, and the Result's Source is SourceOverride with its Limit; a
-	// malformed one is ignored and reported by OverrideInvalid.
+	// decision, and the Result reports it (Result.Override, with its limit
+	// and parameter); a malformed one is ignored and reported by
+	// Result.OverrideInvalid.
 	Override string
 	// Now is the time of the decision. The zero Time means the store's own
 	// clock (Valkey's TIME).
@@ -120,7 +115,7 @@ type Op struct {
 	// one timer per merged call instead of one per decision.
 	Deadline time.Time
 
-	// Result is filled in by the store (without Limit, Degraded or Shadowed).
+	// Result is filled in by the store.
 	Result Result
 	// Err is the store's error for this Op, if any.
 	Err error
@@ -134,7 +129,7 @@ func (op *Op) Validate() error {
 		return err
 	}
 	if !op.Now.IsZero() {
-		if err := checkTime("now", op.Now); err != nil {
+		if err := CheckTime("now", op.Now); err != nil {
 			return err
 		}
 	}

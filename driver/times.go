@@ -1,4 +1,4 @@
-package sluice
+package driver
 
 import (
 	"errors"
@@ -23,10 +23,10 @@ var MaxTime = time.UnixMicro(1<<53 - 2*MaxWindow.Microseconds()).UTC()
 // have: the first microsecond after the Unix epoch.
 var MinTime = time.UnixMicro(1).UTC()
 
-// checkTime reports whether a store can decide at t: from MinTime to
+// CheckTime reports whether a store can decide at t: from MinTime to
 // MaxTime. It is an error wrapping ErrInvalidTime otherwise; what names t
 // (such as "now" or "expires").
-func checkTime(what string, t time.Time) error {
+func CheckTime(what string, t time.Time) error {
 	if r := timeReason(what, t); r != "" {
 		return fmt.Errorf("%w: %s", ErrInvalidTime, r)
 	}
