@@ -21,7 +21,7 @@ const (
 )
 
 // headerNames lists the headers WriteHeaders may set.
-var headerNames = [...]string{HeaderXLimit, HeaderXRemaining, HeaderXReset, HeaderPolicy, HeaderRateLimit, HeaderRetryAfter}
+var headerNames = [...]string{HeaderXLimit, HeaderXRemaining, HeaderXReset, HeaderPolicy, HeaderRateLimit, HeaderRetryAfter, HeaderWarning}
 
 // HeaderOptions says which rate-limit headers WriteHeaders sets, and how.
 // The zero value sets them all, X-RateLimit-Reset in delta seconds.
@@ -38,6 +38,9 @@ type HeaderOptions struct {
 	ResetEpoch bool
 	// Now is the time of the decision, for ResetEpoch.
 	Now time.Time
+	// Warning sends HeaderWarning on allowed requests that crossed a
+	// limit's warning threshold (default not sent).
+	Warning bool
 }
 
 // WriteHeaders sets on h the rate-limit headers of st. It is the one
@@ -89,6 +92,11 @@ func writeFields(st *Status, o HeaderOptions, set func(name, value string)) {
 	}
 	if !st.Allowed && !o.OmitRetryAfter {
 		set(HeaderRetryAfter, strconv.FormatInt(st.retryAfterSeconds(), 10))
+	}
+	if o.Warning {
+		if v := st.warningField(); v != "" {
+			set(HeaderWarning, v)
+		}
 	}
 }
 

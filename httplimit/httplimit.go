@@ -170,6 +170,11 @@ type Config struct {
 	// Now is the clock for ResetEpoch (default time.Now).
 	Now func() time.Time
 
+	// Warning sends HeaderWarning (X-RateLimit-Warning) on allowed
+	// requests that crossed a limit's warning threshold
+	// (sluice.WithWarning), naming those limits (default not sent).
+	Warning bool
+
 	// Logger receives errors (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -253,6 +258,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			OmitRateLimit:  m.cfg.OmitRateLimit,
 			ResetEpoch:     m.cfg.ResetEpoch,
 			Now:            m.cfg.Now(),
+			Warning:        m.cfg.Warning,
 		})
 		r = r.WithContext(context.WithValue(r.Context(), statusKey{}, st))
 		if !st.Allowed {
