@@ -136,6 +136,11 @@ type Policy struct {
 	// plans). A reset made by any process reaches it through Valkey's
 	// pub/sub (valkeystore.NoticeBound).
 	DenyCache bool
+	// WarnAt is the percent of the limit used from which an allowed
+	// decision warns (sluice.WithWarning); 0 for none. WarningHeader
+	// sends X-RateLimit-Warning with such decisions.
+	WarnAt        int
+	WarningHeader bool
 	// Line is where the policy is defined.
 	Line int
 }

@@ -53,8 +53,10 @@ type Result struct {
 	Rule     string `json:"rule"`
 	WindowMS int64  `json:"window_ms"`
 	// OverrideInvalid reports a key override the store could not use.
-	OverrideInvalid bool              `json:"override_invalid,omitempty"`
-	Headers         map[string]string `json:"headers,omitempty"`
+	OverrideInvalid bool `json:"override_invalid,omitempty"`
+	// Warning reports an allowed decision past the policy's warn_at.
+	Warning bool              `json:"warning,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
 }
 
 // MultiResult is the answer to {"checks":[...]}.
@@ -71,7 +73,7 @@ func toResult(p *policy, key, plan string, cost int64, r sluice.Result) Result {
 		RetryAfterMS: ceilMS(r.RetryAfter), ResetAfterMS: ceilMS(r.ResetAfter),
 		Degraded: r.Degraded, Shadow: r.Shadowed, Headers: headers(p, plan, cost, r),
 		Source: r.Source.String(), Plan: plan, Rule: rule.String(), WindowMS: ceilMS(rule.Period()),
-		OverrideInvalid: r.OverrideInvalid,
+		OverrideInvalid: r.OverrideInvalid, Warning: r.Warning,
 	}
 }
 

@@ -1,0 +1,37 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// beyondBad are policies whose warn_at, warning_header, ... are refused at
+// load, each with the words the error must hold (the field's name first).
+var beyondBad = []struct{ name, policy, want string }{
+	{"warn_at zero", "warn_at: 0", "warn_at must be between 1 and 99"},
+	{"warn_at 100", "warn_at: 100", "warn_at must be between 1 and 99"},
+	{"warn_at a percent sign", "warn_at: 80%", "warn_at must be a whole number"},
+	{"warning_header alone", "warning_header: true", "warning_header needs warn_at"},
+}
+
+// TestBeyondRefused: each bad field is refused at load, naming it.
+func TestBeyondRefused(t *testing.T) {
+	for _, tc := range beyondBad {
+		y := "policies:\n  - {name: p, algorithm: fixed_window, limit: 10, window: 1m, " + tc.policy + "}\n"
+		_, err := Parse("bad.yaml", []byte(y))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestBeyondDecoded: the fields land in Policy.
+func TestBeyondDecoded(t *testing.T) {
+	c, err := Parse("ok.yaml", []byte("policies:\n  - {name: p, algorithm: gcra, burst: 10, rate: 1/s, warn_at: 80, warning_header: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.Policy("p"); p.WarnAt != 80 || !p.WarningHeader {
+		t.Fatalf("%+v", p)
+	}
+}
