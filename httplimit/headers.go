@@ -286,8 +286,9 @@ type Problem struct {
 	ViolatedPolicies []string `json:"violated-policies"`
 }
 
-// WriteProblem answers a refused request with 429 and an
-// application/problem+json body naming the violated policies of st. It
+// WriteProblem answers a refused request with 429 (or its Denier's
+// DenyStatus) and an application/problem+json body naming the violated
+// policies of st. It
 // does not set Retry-After; the Middleware has.
 func WriteProblem(w http.ResponseWriter, st *Status) {
 	p := Problem{
@@ -297,6 +298,7 @@ func WriteProblem(w http.ResponseWriter, st *Status) {
 		ViolatedPolicies: []string{},
 	}
 	if st != nil {
+		p.Status = st.DenyStatusCode()
 		if v := st.Violated(); v != nil {
 			p.ViolatedPolicies = v
 		}
@@ -307,7 +309,7 @@ func WriteProblem(w http.ResponseWriter, st *Status) {
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(http.StatusTooManyRequests)
+	w.WriteHeader(p.Status)
 	w.Write(body)
 }
 
@@ -321,5 +323,5 @@ func secondsText(n int64) string {
 
 func defaultDeny(w http.ResponseWriter, r *http.Request) {
 	st, _ := FromContext(r.Context())
-	WriteProblem(w, st)
+	WriteRefusal(w, st)
 }

@@ -36,7 +36,9 @@
 // body (RFC 9457) of type
 // https://iana.org/assignments/http-problem-types#quota-exceeded whose
 // "violated-policies" member names the refusing limits, unless
-// Config.DenyHandler answers instead.
+// Config.DenyHandler answers instead. A Limit may choose another status
+// (DenyStatus, such as 503) and a JSON body of its own (DenyBody): the
+// refusing limit refused longest answers (Status.Denier).
 //
 // Every response to a request that some Limit applied to carries, unless
 // switched off in Config (WriteHeaders writes them, for sluice serve too):
@@ -83,6 +85,7 @@ package httplimit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -122,6 +125,16 @@ type Limit struct {
 	// enforced, and named in violated-policies when it refuses. Use it for
 	// limits clients should not plan around, such as a global capacity.
 	Hidden bool
+
+	// DenyStatus is the HTTP status of the requests this limit refuses
+	// (default 429; for example 503 for a limit that protects capacity
+	// rather than fairness): 400 to 599. DenyBody, when set, is the JSON
+	// document sent instead of the problem+json body, as
+	// application/json. When several limits refuse one request, the one
+	// refused longest answers (Status.Denier). A Config.DenyHandler
+	// answers instead of both.
+	DenyStatus int
+	DenyBody   json.RawMessage
 }
 
 // Config configures a Middleware.
@@ -214,6 +227,9 @@ func New(cfg Config) (*Middleware, error) {
 		}
 		if err := checkPolicyName(name); err != nil {
 			return nil, fmt.Errorf("httplimit: limit %d: %w", i, err)
+		}
+		if err := checkResponse(l.DenyStatus, l.DenyBody); err != nil {
+			return nil, fmt.Errorf("httplimit: limit %d (%s): %w", i, name, err)
 		}
 		if j, dup := names[name]; dup {
 			return nil, fmt.Errorf("httplimit: limits %d and %d are both named %q; give one a Name", j, i, name)
@@ -311,6 +327,9 @@ func (m *Middleware) Check(r *http.Request) (*Status, error) {
 			Result: d.Results[j],
 			Hidden: l.Hidden,
 			Shadow: l.Limiter.Shadow(),
+
+			DenyStatus: l.DenyStatus,
+			DenyBody:   l.DenyBody,
 		}
 	}
 	return st, nil
@@ -357,6 +376,11 @@ type LimitStatus struct {
 	Result sluice.Result
 	Hidden bool // Limit.Hidden: never shown in headers
 	Shadow bool // the limiter is in shadow mode: never shown in headers
+
+	// DenyStatus and DenyBody are the limit's response to a refusal
+	// (Limit.DenyStatus, Limit.DenyBody; zero: 429 with problem+json).
+	DenyStatus int
+	DenyBody   []byte
 }
 
 // RetryAfter returns the longest RetryAfter of the refusing limits: the
