@@ -2,7 +2,8 @@
 // interceptors that decide each call with Sluice limiters, keyed by the
 // peer's address, a metadata value, the method, or any function of the call.
 //
-// A refused call fails with status RESOURCE_EXHAUSTED carrying a
+// A refused call fails with status RESOURCE_EXHAUSTED (or the refusing
+// limit's Limit.DenyCode) carrying a
 // google.rpc.RetryInfo detail (the delay after which the same call will be
 // allowed, as sluice.Result.RetryAfter) and a google.rpc.QuotaFailure
 // naming the limits that refused. A stream is decided once, when it opens;
@@ -30,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
@@ -107,6 +109,12 @@ type Limit struct {
 	// Methods, when not empty, restricts the limit to these full method
 	// names ("/pkg.Svc/Method"); other calls are not limited by it.
 	Methods []string
+	// DenyCode is the status code of the calls this limit refuses
+	// (default, the zero value: RESOURCE_EXHAUSTED; for example
+	// UNAVAILABLE for a limit that protects capacity rather than
+	// fairness). When several limits refuse a call, the one refused
+	// longest chooses.
+	DenyCode codes.Code
 }
 
 // Config configures the interceptors.
@@ -144,6 +152,9 @@ func New(cfg Config) (*Interceptor, error) {
 		}
 		if l.Missing.kind == fallBack && l.Missing.fallback == nil {
 			return nil, fmt.Errorf("%w: Limits[%d].Missing: FallBack needs a KeyFunc", ErrInvalidConfig, i)
+		}
+		if l.DenyCode > codes.Unauthenticated {
+			return nil, fmt.Errorf("%w: Limits[%d].DenyCode: %d is not a gRPC status code", ErrInvalidConfig, i, l.DenyCode)
 		}
 		var m map[string]bool
 		for _, name := range l.Methods {
@@ -187,6 +198,7 @@ func (in *Interceptor) check(ctx context.Context, fullMethod string) error {
 		return nil
 	}
 	checks := make([]sluice.Check, 0, len(in.cfg.Limits))
+	denyCodes := make([]codes.Code, 0, len(in.cfg.Limits))
 	for i := range in.cfg.Limits {
 		l := &in.cfg.Limits[i]
 		if m := in.methods[i]; m != nil && !m[fullMethod] {
@@ -200,6 +212,7 @@ func (in *Interceptor) check(ctx context.Context, fullMethod string) error {
 			continue
 		}
 		checks = append(checks, sluice.Check{Limiter: l.Limiter, Key: key, Cost: 1})
+		denyCodes = append(denyCodes, l.DenyCode)
 	}
 	if len(checks) == 0 {
 		return nil
@@ -214,16 +227,24 @@ func (in *Interceptor) check(ctx context.Context, fullMethod string) error {
 	if d.Allowed {
 		return nil
 	}
-	return refusal(checks, d)
+	return refusal(checks, denyCodes, d)
 }
 
-// refusal is the RESOURCE_EXHAUSTED status of a refused decision.
-func refusal(checks []sluice.Check, d sluice.Decision) error {
+// refusal is the status of a refused decision: RESOURCE_EXHAUSTED, or
+// the DenyCode (denyCodes[i] for checks[i]) of the limit refused longest.
+func refusal(checks []sluice.Check, denyCodes []codes.Code, d sluice.Decision) error {
 	qf := &errdetails.QuotaFailure{}
 	var names []string
+	code, longest := codes.ResourceExhausted, time.Duration(-1)
 	for i, res := range d.Results {
 		if res.Allowed {
 			continue
+		}
+		if res.RetryAfter > longest {
+			longest, code = res.RetryAfter, codes.ResourceExhausted
+			if c := denyCodes[i]; c != codes.OK {
+				code = c
+			}
 		}
 		name := checks[i].Limiter.Name()
 		names = append(names, name)
@@ -232,7 +253,7 @@ func refusal(checks []sluice.Check, d sluice.Decision) error {
 			Description: fmt.Sprintf("limit %d; retry after %v", res.Limit, res.RetryAfter),
 		})
 	}
-	st := status.New(codes.ResourceExhausted, "rate limited by "+strings.Join(names, ", "))
+	st := status.New(code, "rate limited by "+strings.Join(names, ", "))
 	withDetails, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter())}, qf)
 	if err != nil {
 		return st.Err()
