@@ -1,9 +1,14 @@
 package config
 
-import "go.yaml.in/yaml/v3"
+import (
+	"encoding/json"
+
+	"go.yaml.in/yaml/v3"
+)
 
 // Decoding of what a policy does around its decisions: the warning before
-// the limit (warn_at, warning_header).
+// the limit (warn_at, warning_header) and the response to its refusals
+// (deny_status, deny_body).
 
 // beyondDecoders decode the policy fields of this file, after
 // policyOptionDecoders.
@@ -13,6 +18,38 @@ var beyondDecoders = []fieldDecoder[*Policy]{
 		p.WarnAt = int(v)
 	}},
 	{"warning_header", func(d *decoder, p *Policy, n *yaml.Node) { p.WarningHeader = d.boolean(n, "warning_header") }},
+	{"deny_status", func(d *decoder, p *Policy, n *yaml.Node) {
+		v, _ := d.intField(n, "deny_status", policySection.Field("deny_status"))
+		p.DenyStatus = int(v)
+	}},
+	{"deny_body", (*decoder).denyBody},
+}
+
+// denyBody decodes deny_body into p: any mapping, sent as a JSON document.
+func (d *decoder) denyBody(p *Policy, n *yaml.Node) {
+	r := d.resolve(n)
+	if r == nil {
+		return
+	}
+	if r.Kind != yaml.MappingNode {
+		d.errorf(r, "deny_body must be a mapping (a JSON object), got %s", describe(r))
+		return
+	}
+	var m map[string]any
+	if err := r.Decode(&m); err != nil {
+		d.errorf(r, "deny_body: %v", err)
+		return
+	}
+	if err := plainValue(m, 0); err != nil {
+		d.errorf(r, "deny_body: %v", err)
+		return
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		d.errorf(r, "deny_body: %v", err)
+		return
+	}
+	p.DenyBody = b
 }
 
 // beyondOptions decodes the fields of beyondDecoders into p and refuses

@@ -12,6 +12,10 @@ var beyondBad = []struct{ name, policy, want string }{
 	{"warn_at 100", "warn_at: 100", "warn_at must be between 1 and 99"},
 	{"warn_at a percent sign", "warn_at: 80%", "warn_at must be a whole number"},
 	{"warning_header alone", "warning_header: true", "warning_header needs warn_at"},
+	{"deny_status 200", "deny_status: 200", "deny_status must be between 400 and 599"},
+	{"deny_status text", "deny_status: busy", "deny_status must be a whole number"},
+	{"deny_body a string", "deny_body: busy", "deny_body must be a mapping"},
+	{"deny_body a list", "deny_body: [a]", "deny_body must be a mapping"},
 }
 
 // TestBeyondRefused: each bad field is refused at load, naming it.
@@ -31,7 +35,14 @@ func TestBeyondDecoded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := c.Policy("p"); p.WarnAt != 80 || !p.WarningHeader {
+	if p := c.Policy("p"); p.WarnAt != 80 || !p.WarningHeader || p.DenyStatus != 0 || p.DenyBody != nil {
 		t.Fatalf("%+v", p)
+	}
+	c, err = Parse("ok.yaml", []byte("policies:\n  - {name: p, algorithm: gcra, burst: 10, rate: 1/s, deny_status: 503, deny_body: {error: busy, n: [1, 2]}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.Policy("p"); p.DenyStatus != 503 || string(p.DenyBody) != `{"error":"busy","n":[1,2]}` {
+		t.Fatalf("%d %s", p.DenyStatus, p.DenyBody)
 	}
 }

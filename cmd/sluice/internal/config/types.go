@@ -141,6 +141,11 @@ type Policy struct {
 	// sends X-RateLimit-Warning with such decisions.
 	WarnAt        int
 	WarningHeader bool
+	// DenyStatus is the HTTP status of the policy's refusals (0: 429);
+	// DenyBody, when set, the JSON document sent with them instead of
+	// problem+json.
+	DenyStatus int
+	DenyBody   []byte
 	// Line is where the policy is defined.
 	Line int
 }
