@@ -135,6 +135,16 @@ type Limit struct {
 	// answers instead of both.
 	DenyStatus int
 	DenyBody   json.RawMessage
+
+	// Wait is the longest a request this limit refuses may wait for
+	// admission, all told, instead of being refused (default 0: refused at
+	// once). A waiting request sleeps the refusal's RetryAfter and is
+	// decided again, as sluice.Limiter.Wait does; it is refused at once
+	// when the wait would exceed the least Wait of the limits refusing it,
+	// or when Config.MaxWaiting or MaxWaitingPerKey requests already wait.
+	// It takes nothing while it waits, and a client that goes away leaves
+	// at once. New refuses Wait on a limiter with CountRejected.
+	Wait time.Duration
 }
 
 // Config configures a Middleware.
@@ -190,13 +200,21 @@ type Config struct {
 
 	// Logger receives errors (default slog.Default()).
 	Logger *slog.Logger
+
+	// MaxWaiting bounds the requests waiting for admission at once
+	// (Limit.Wait; default DefaultMaxWaiting), MaxWaitingPerKey those
+	// waiting for one key of one limit (default DefaultMaxWaitingPerKey):
+	// past them a request is refused at once.
+	MaxWaiting, MaxWaitingPerKey int
 }
 
 // A Middleware enforces limits on HTTP requests. It is safe for concurrent
 // use.
 type Middleware struct {
-	cfg    Config
-	limits []limit
+	cfg     Config
+	limits  []limit
+	waits   bool // some limit has a Wait
+	waiters *waiters
 }
 
 type limit struct {
@@ -212,7 +230,16 @@ func New(cfg Config) (*Middleware, error) {
 	if len(cfg.Limits) == 0 {
 		return nil, errors.New("httplimit: no limits")
 	}
-	m := &Middleware{cfg: cfg}
+	if err := checkWaitConfig(&cfg); err != nil {
+		return nil, err
+	}
+	if cfg.MaxWaiting == 0 {
+		cfg.MaxWaiting = DefaultMaxWaiting
+	}
+	if cfg.MaxWaitingPerKey == 0 {
+		cfg.MaxWaitingPerKey = DefaultMaxWaitingPerKey
+	}
+	m := &Middleware{cfg: cfg, waiters: newWaiters(cfg.MaxWaiting, cfg.MaxWaitingPerKey)}
 	names := make(map[string]int, len(cfg.Limits))
 	for i, l := range cfg.Limits {
 		if l.Limiter == nil || l.Key == nil {
@@ -236,6 +263,7 @@ func New(cfg Config) (*Middleware, error) {
 		}
 		names[name] = i
 		m.limits = append(m.limits, limit{Limit: l, name: name})
+		m.waits = m.waits || l.Wait > 0
 	}
 	if m.cfg.Now == nil {
 		m.cfg.Now = time.Now
@@ -260,7 +288,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		st, err := m.Check(r)
+		st, err := m.checkWaiting(r)
 		if err != nil {
 			m.cfg.ErrorHandler(w, r, err)
 			return
@@ -290,14 +318,22 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // It returns a nil Status when no limit applies to r, and a *NoKeyError,
 // counting nothing, when a limit that refuses requests without a key finds
 // none for r.
+// Check never waits (Limit.Wait is the Handler's).
 func (m *Middleware) Check(r *http.Request) (*Status, error) {
+	st, _, err := m.check(r)
+	return st, err
+}
+
+// check is Check, and returns the index in m.limits of each limit of the
+// Status.
+func (m *Middleware) check(r *http.Request) (*Status, []int, error) {
 	checks := make([]sluice.Check, 0, len(m.limits))
 	applied := make([]int, 0, len(m.limits))
 	for i := range m.limits {
 		l := &m.limits[i]
 		key, err := l.keyOf(r)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if key == "" { // Skip
 			continue
@@ -310,11 +346,11 @@ func (m *Middleware) Check(r *http.Request) (*Status, error) {
 		applied = append(applied, i)
 	}
 	if len(checks) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	d, err := sluice.AllowAll(r.Context(), checks)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	st := &Status{Allowed: d.Allowed, Limits: make([]LimitStatus, len(applied))}
 	for j, i := range applied {
@@ -332,7 +368,7 @@ func (m *Middleware) Check(r *http.Request) (*Status, error) {
 			DenyBody:   l.DenyBody,
 		}
 	}
-	return st, nil
+	return st, applied, nil
 }
 
 func (m *Middleware) defaultError(w http.ResponseWriter, r *http.Request, err error) {
