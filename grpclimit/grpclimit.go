@@ -115,6 +115,15 @@ type Limit struct {
 	// fairness). When several limits refuse a call, the one refused
 	// longest chooses.
 	DenyCode codes.Code
+	// Wait is the longest a call this limit refuses may wait for
+	// admission, all told, instead of failing (default 0: it fails at
+	// once). A waiting call sleeps the refusal's RetryAfter and is decided
+	// again, as sluice.Limiter.Wait does; it fails at once when the wait
+	// would exceed the least Wait of the limits refusing it, or when
+	// Config.MaxWaiting or MaxWaitingPerKey calls already wait. It takes
+	// nothing while it waits, and a call whose client cancels leaves at
+	// once. New refuses Wait on a limiter with CountRejected.
+	Wait time.Duration
 }
 
 // Config configures the interceptors.
@@ -126,12 +135,19 @@ type Config struct {
 	// Skip, when set and true for a call, lets it through unchecked (health
 	// checks, reflection).
 	Skip func(ctx context.Context, fullMethod string) bool
+	// MaxWaiting bounds the calls waiting for admission at once
+	// (Limit.Wait; default DefaultMaxWaiting), MaxWaitingPerKey those
+	// waiting for one key of one limit (default DefaultMaxWaitingPerKey):
+	// past them a call fails at once.
+	MaxWaiting, MaxWaitingPerKey int
 }
 
 // Interceptor holds the checked configuration.
 type Interceptor struct {
 	cfg     Config
 	methods []map[string]bool
+	waits   bool // some limit has a Wait
+	waiters *waiters
 }
 
 // ErrInvalidConfig is returned by New for a Config it cannot honour.
@@ -142,8 +158,12 @@ func New(cfg Config) (*Interceptor, error) {
 	if len(cfg.Limits) == 0 {
 		return nil, fmt.Errorf("%w: no limits", ErrInvalidConfig)
 	}
-	in := &Interceptor{cfg: cfg}
+	if err := checkWait(&cfg); err != nil {
+		return nil, err
+	}
+	in := &Interceptor{cfg: cfg, waiters: &waiters{max: cfg.MaxWaiting, maxPerKey: cfg.MaxWaitingPerKey, perKey: map[waitKey]int{}}}
 	for i, l := range cfg.Limits {
+		in.waits = in.waits || l.Wait > 0
 		if l.Limiter == nil {
 			return nil, fmt.Errorf("%w: Limits[%d].Limiter is nil", ErrInvalidConfig, i)
 		}
@@ -199,6 +219,7 @@ func (in *Interceptor) check(ctx context.Context, fullMethod string) error {
 	}
 	checks := make([]sluice.Check, 0, len(in.cfg.Limits))
 	denyCodes := make([]codes.Code, 0, len(in.cfg.Limits))
+	limits := make([]int, 0, len(in.cfg.Limits))
 	for i := range in.cfg.Limits {
 		l := &in.cfg.Limits[i]
 		if m := in.methods[i]; m != nil && !m[fullMethod] {
@@ -213,12 +234,16 @@ func (in *Interceptor) check(ctx context.Context, fullMethod string) error {
 		}
 		checks = append(checks, sluice.Check{Limiter: l.Limiter, Key: key, Cost: 1})
 		denyCodes = append(denyCodes, l.DenyCode)
+		limits = append(limits, i)
 	}
 	if len(checks) == 0 {
 		return nil
 	}
-	d, err := sluice.AllowAll(ctx, checks)
+	d, err := in.decideWaiting(ctx, checks, limits)
 	if err != nil {
+		if _, ok := status.FromError(err); ok {
+			return err // the call's context ended while it waited
+		}
 		if ctx.Err() != nil {
 			return status.FromContextError(ctx.Err()).Err()
 		}
