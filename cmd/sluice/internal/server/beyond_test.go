@@ -122,3 +122,18 @@ func TestDenyServe(t *testing.T) {
 		t.Fatalf("nginx refused/plain: %d %v", w.Code, w.Header())
 	}
 }
+
+// TestPoliciesShowBeyond: GET /v1/policies shows warn_at, deny_status
+// (429 by default) and deny_body.
+func TestPoliciesShowBeyond(t *testing.T) {
+	_, ts := newTestServer(t, denyYAML+"\n")
+	r := do(t, "GET", ts.URL+"/v1/policies", "")
+	if !strings.Contains(r.raw, `"deny_status":503,"deny_body":{"error":"busy"}`) || !strings.Contains(r.raw, `"name":"plain"`) ||
+		strings.Count(r.raw, `"deny_status":429`) != 1 || strings.Count(r.raw, `"deny_status":420`) != 1 {
+		t.Fatalf("%s", r.raw)
+	}
+	_, ts = newTestServer(t, warnYAML)
+	if r := do(t, "GET", ts.URL+"/v1/policies", ""); !strings.Contains(r.raw, `"warn_at":75`) || !strings.Contains(r.raw, `"warn_at":50`) {
+		t.Fatalf("%s", r.raw)
+	}
+}
