@@ -60,3 +60,17 @@ func (d *decoder) beyondOptions(f map[string]field, p *Policy) {
 		d.errorf(x.key, "policy %q: warning_header needs warn_at (the percent of the limit used from which a decision warns)", p.Name)
 	}
 }
+
+// envoyUnhonoured says which field of p Envoy's rate-limit service cannot
+// honour, "" for none: its answers are OK or OVER_LIMIT, and Envoy's
+// rate-limit filter chooses the status and body of a refusal
+// (rate_limited_status) and sends no warning header.
+func envoyUnhonoured(p *Policy) string {
+	switch {
+	case p.DenyStatus != 0 || p.DenyBody != nil:
+		return "deny_status and deny_body do not apply to Envoy's answers (Envoy's rate-limit filter chooses the refusal's status: rate_limited_status); use another policy for Envoy"
+	case p.WarningHeader:
+		return "warning_header does not apply to Envoy's answers; use another policy for Envoy (warn_at alone still counts sluice_warnings_total)"
+	}
+	return ""
+}

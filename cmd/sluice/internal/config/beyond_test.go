@@ -46,3 +46,21 @@ func TestBeyondDecoded(t *testing.T) {
 		t.Fatalf("%d %s", p.DenyStatus, p.DenyBody)
 	}
 }
+
+// TestBeyondEnvoyRefused: a descriptor may not use a policy whose
+// deny_status, deny_body or warning_header Envoy's answers cannot carry;
+// warn_at alone is accepted.
+func TestBeyondEnvoyRefused(t *testing.T) {
+	for _, tc := range []struct{ fields, want string }{
+		{"deny_status: 503", "deny_status and deny_body do not apply to Envoy"},
+		{"deny_body: {a: b}", "deny_status and deny_body do not apply to Envoy"},
+		{"warn_at: 80, warning_header: true", "warning_header does not apply to Envoy"},
+		{"warn_at: 80", ""},
+	} {
+		y := "policies:\n  - {name: p, algorithm: gcra, burst: 5, rate: 5/s, " + tc.fields + "}\ndomains:\n  - domain: d\n    descriptors:\n      - {key: k, policy: p}\n"
+		_, err := Parse("envoy.yaml", []byte(y))
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.fields, err, tc.want)
+		}
+	}
+}

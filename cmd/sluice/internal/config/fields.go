@@ -269,6 +269,7 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 	"zone is a known IANA time zone; a rate is positive; durations within their bounds",
 	"deny_cache: true is refused with count_rejected, overrides or plans",
 	"warning_header needs warn_at",
+	"a policy an Envoy descriptor uses takes no deny_status, deny_body or warning_header (Envoy's filter chooses the refusal)",
 	"policy names are unique",
 }}
 
