@@ -53,8 +53,15 @@ type Result struct {
 	Rule     string `json:"rule"`
 	WindowMS int64  `json:"window_ms"`
 	// OverrideInvalid reports a key override the store could not use.
-	OverrideInvalid bool              `json:"override_invalid,omitempty"`
-	Headers         map[string]string `json:"headers,omitempty"`
+	OverrideInvalid bool `json:"override_invalid,omitempty"`
+	// Warning reports an allowed decision past the policy's warn_at.
+	Warning bool              `json:"warning,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+	// DenyStatus is, on a refusal, the HTTP status to answer the client
+	// with (the policy's deny_status, 429 by default); DenyBody the JSON
+	// body to send, when the policy has a deny_body.
+	DenyStatus int             `json:"deny_status,omitempty"`
+	DenyBody   json.RawMessage `json:"deny_body,omitempty"`
 }
 
 // MultiResult is the answer to {"checks":[...]}.
@@ -62,17 +69,23 @@ type MultiResult struct {
 	Allowed      bool     `json:"allowed"`
 	RetryAfterMS int64    `json:"retry_after_ms"`
 	Results      []Result `json:"results"`
+	// DenyStatus and DenyBody are, on a refusal, those of the result
+	// refused longest: its policy's response.
+	DenyStatus int             `json:"deny_status,omitempty"`
+	DenyBody   json.RawMessage `json:"deny_body,omitempty"`
 }
 
 func toResult(p *policy, key, plan string, cost int64, r sluice.Result) Result {
 	rule := p.ruleOf(plan, r)
-	return Result{
+	out := Result{
 		Policy: p.cfg.Name, Key: key, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
 		RetryAfterMS: ceilMS(r.RetryAfter), ResetAfterMS: ceilMS(r.ResetAfter),
 		Degraded: r.Degraded, Shadow: r.Shadowed, Headers: headers(p, plan, cost, r),
 		Source: r.Source.String(), Plan: plan, Rule: rule.String(), WindowMS: ceilMS(rule.Period()),
-		OverrideInvalid: r.OverrideInvalid,
+		OverrideInvalid: r.OverrideInvalid, Warning: r.Warning,
 	}
+	denyOf(&out, p, r)
+	return out
 }
 
 // decodeCheck reads and validates a POST /v1/check body.
@@ -232,6 +245,9 @@ func (s *Server) checkAll(w http.ResponseWriter, r *http.Request, st *state, req
 	for i, res := range d.Results {
 		s.refused.note(pols[i].cfg, req.Checks[i].Key, res)
 		out.Results[i] = toResult(pols[i], req.Checks[i].Key, req.Checks[i].Plan, *req.Checks[i].Cost, res)
+	}
+	if b := denier(d); b >= 0 {
+		out.DenyStatus, out.DenyBody = out.Results[b].DenyStatus, out.Results[b].DenyBody
 	}
 	writeJSON(w, http.StatusOK, out)
 }

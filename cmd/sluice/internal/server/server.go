@@ -318,6 +318,9 @@ func (s *Server) buildPolicy(cfg *config.Config, p *config.Policy) (*policy, err
 	}
 	opts = append(opts, sluice.WithTimeout(decisionTimeout(p)), sluice.WithOverrides(p.Overrides),
 		sluice.WithDenyCache(p.DenyCache))
+	if p.WarnAt > 0 {
+		opts = append(opts, sluice.WithWarning(p.WarnAt))
+	}
 	for _, pl := range p.Plans {
 		opts = append(opts, sluice.WithPlan(pl.Name, pl.Policy))
 	}
