@@ -82,6 +82,11 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	}
 	defer closeStore()
 	opts.Store, opts.StoreName = st, storeName
+	closePerSecond, err := f.openPerSecond(&opts, logger)
+	if err != nil {
+		return 1
+	}
+	defer closePerSecond()
 	srv, err := f.newServer(cfg, data, opts, stderr)
 	if err != nil {
 		return 1

@@ -27,6 +27,9 @@ type Env struct {
 	DirOptions config.DirOptions
 	// Valkey is the valkey section REDIS_* make.
 	Valkey *config.Valkey
+	// PerSecond is the per-second Valkey REDIS_PERSECOND_* make
+	// (persecond.go), nil unless REDIS_PERSECOND=true.
+	PerSecond *config.Valkey
 	// LookupEnv answers the synthetic variable holding REDIS_AUTH's
 	// password, and the others from the environment.
 	LookupEnv                     func(string) (string, bool)
@@ -73,6 +76,7 @@ func ReadEnv(env func(string) (string, bool)) (*Env, error) {
 	e.Prefix = get("CACHE_KEY_PREFIX", "")
 	e.readOptions(env, boolean, bad)
 	e.readRedis(get, boolean, bad)
+	e.readPerSecond(get, boolean, bad)
 	e.refuseUnsupported(get, boolean, bad)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("envoyproxy/ratelimit environment: %s", strings.Join(errs, "; "))
@@ -256,7 +260,7 @@ func (e *Env) refuseUnsupported(get func(k, def string) string, boolean func(str
 		bad("USE_STATSD=true: statsd is not supported; metrics are served in Prometheus format on /metrics (set USE_STATSD=false)")
 	}
 	e.Options.QuotaMode = boolean("QUOTA_MODE", false)
-	for _, k := range []string{"USE_DOG_STATSD", "REDIS_PERSECOND", "LIMIT_RESPONSE_HEADERS_ENABLED", "GRPC_SERVER_USE_TLS",
+	for _, k := range []string{"USE_DOG_STATSD", "LIMIT_RESPONSE_HEADERS_ENABLED", "GRPC_SERVER_USE_TLS",
 		"TRACING_ENABLED", "FORCE_START_WITHOUT_INITIAL_CONFIG", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"} {
 		if boolean(k, false) {
 			bad("%s=true is not supported by sluice", k)
@@ -307,4 +311,5 @@ func (e *Env) Adjust(c *config.Config) {
 	if e.Prefix != "" {
 		c.Prefix = e.Prefix
 	}
+	e.adjustTimeouts(c)
 }
