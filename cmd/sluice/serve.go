@@ -214,6 +214,9 @@ type listeners struct {
 	debug    *http.Server
 	debugL   net.Listener
 	shutdown time.Duration
+	// certs is the gRPC server's certificate under GRPC_SERVER_USE_TLS
+	// (grpctls.go), watched while serving; nil when not in use.
+	certs *envoy.ServerCerts
 }
 
 // listen opens the sockets: the flag's address when given, else the
@@ -227,7 +230,12 @@ func listen(srv *server.Server, cfg *config.Config, f *serveFlags, logger *slog.
 		return nil, err
 	}
 	l := &listeners{httpL: hl, shutdown: f.shutdownTimeout, http: newHTTPServer(srv.Handler(), logger)}
-	if err := l.listenGRPC(srv, grpcAddr, logger); err != nil {
+	grpcOpts, err := l.grpcTLS(f, logger)
+	if err != nil {
+		l.closeSockets()
+		return nil, err
+	}
+	if err := l.listenGRPC(srv, grpcAddr, logger, grpcOpts...); err != nil {
 		l.closeSockets()
 		return nil, err
 	}
@@ -256,7 +264,7 @@ func newHTTPServer(handler http.Handler, logger *slog.Logger) *http.Server {
 
 // listenGRPC opens the gRPC socket at addr and makes the gRPC server;
 // nothing when addr is "off".
-func (l *listeners) listenGRPC(srv *server.Server, addr string, logger *slog.Logger) error {
+func (l *listeners) listenGRPC(srv *server.Server, addr string, logger *slog.Logger, opts ...grpc.ServerOption) error {
 	if addr == "off" {
 		return nil
 	}
@@ -265,7 +273,7 @@ func (l *listeners) listenGRPC(srv *server.Server, addr string, logger *slog.Log
 		logger.Error("cannot listen for gRPC", "addr", addr, "err", err.Error())
 		return err
 	}
-	l.grpcL, l.grpc = gl, srv.NewGRPCServer()
+	l.grpcL, l.grpc = gl, srv.NewGRPCServer(opts...)
 	return nil
 }
 
@@ -305,6 +313,9 @@ func (l *listeners) serve(ctx context.Context, srv *server.Server, cfg *config.C
 	errc := make(chan error, 3)
 	go func() { errc <- fmt.Errorf("http: %w", l.http.Serve(l.httpL)) }()
 	grpcAddrShown, debugShown := "off", "off"
+	if l.certs != nil {
+		go l.certs.Watch(ctx)
+	}
 	if l.grpc != nil {
 		grpcAddrShown = l.grpcL.Addr().String()
 		go func() { errc <- fmt.Errorf("grpc: %w", l.grpc.Serve(l.grpcL)) }()

@@ -30,6 +30,9 @@ type Env struct {
 	// PerSecond is the per-second Valkey REDIS_PERSECOND_* make
 	// (persecond.go), nil unless REDIS_PERSECOND=true.
 	PerSecond *config.Valkey
+	// GRPCTLS is the gRPC server's TLS (tls.go), nil unless
+	// GRPC_SERVER_USE_TLS=true.
+	GRPCTLS *GRPCTLS
 	// LookupEnv answers the synthetic variable holding REDIS_AUTH's
 	// password, and the others from the environment.
 	LookupEnv                     func(string) (string, bool)
@@ -77,6 +80,7 @@ func ReadEnv(env func(string) (string, bool)) (*Env, error) {
 	e.readOptions(env, boolean, bad)
 	e.readRedis(get, boolean, bad)
 	e.readPerSecond(get, boolean, bad)
+	e.readGRPCTLS(get, boolean, bad)
 	e.refuseUnsupported(get, boolean, bad)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("envoyproxy/ratelimit environment: %s", strings.Join(errs, "; "))
@@ -260,7 +264,7 @@ func (e *Env) refuseUnsupported(get func(k, def string) string, boolean func(str
 		bad("USE_STATSD=true: statsd is not supported; metrics are served in Prometheus format on /metrics (set USE_STATSD=false)")
 	}
 	e.Options.QuotaMode = boolean("QUOTA_MODE", false)
-	for _, k := range []string{"USE_DOG_STATSD", "LIMIT_RESPONSE_HEADERS_ENABLED", "GRPC_SERVER_USE_TLS",
+	for _, k := range []string{"USE_DOG_STATSD", "LIMIT_RESPONSE_HEADERS_ENABLED",
 		"TRACING_ENABLED", "FORCE_START_WITHOUT_INITIAL_CONFIG", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"} {
 		if boolean(k, false) {
 			bad("%s=true is not supported by sluice", k)
