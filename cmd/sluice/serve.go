@@ -55,6 +55,8 @@ type serveFlags struct {
 	envoy *envoy.Env
 	// dirOpts is set when configPath is a directory.
 	dirOpts *config.DirOptions
+	// xds is the configuration's xDS source (xds.go), nil when not in use.
+	xds *xdsSource
 }
 
 func runServe(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
@@ -71,6 +73,11 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	}
 	_, stopGC := tuneGC(env, logger)
 	defer stopGC()
+	xctx, stopXDS := context.WithCancel(ctx)
+	defer stopXDS()
+	if code := f.startXDS(xctx, logger, stderr); code != 0 {
+		return code
+	}
 	cfg, data, code := loadServeConfig(f, logger, stderr)
 	if cfg == nil {
 		return code
@@ -88,6 +95,7 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	}
 	defer closePerSecond()
 	srv, err := f.newServer(cfg, data, opts, stderr)
+	f.xds.served(srv, err)
 	if err != nil {
 		return 1
 	}
@@ -103,7 +111,7 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 // configuration, logged and printed on stderr.
 func (f *serveFlags) newServer(cfg *config.Config, data []byte, opts server.Options, stderr io.Writer) (*server.Server, error) {
 	logger := opts.Logger
-	if f.configPath == "" {
+	if f.configPath == "" && f.xds == nil {
 		logger.Warn("no --config given: serving the embedded example configuration (examples/sluice.yaml)")
 	}
 	srv, err := server.New(cfg, opts)
@@ -176,6 +184,10 @@ func (f *serveFlags) applyValkeyFlag(cfg *config.Config, stderr io.Writer) bool 
 // else the embedded example, and returns it with the bytes read.
 func (f *serveFlags) readConfig() (*config.Config, []byte, error) {
 	switch {
+	case f.xds != nil:
+		cfg := f.xds.firstConfig()
+		f.envoy.Adjust(cfg)
+		return cfg, nil, nil
 	case f.dirOpts != nil:
 		cfg, data, err := config.LoadDir(f.configPath, *f.dirOpts)
 		if err == nil && f.envoy != nil {

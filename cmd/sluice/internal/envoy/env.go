@@ -33,6 +33,10 @@ type Env struct {
 	// GRPCTLS is the gRPC server's TLS (tls.go), nil unless
 	// GRPC_SERVER_USE_TLS=true.
 	GRPCTLS *GRPCTLS
+	// XDS is the management server the configuration comes from under
+	// CONFIG_TYPE=GRPC_XDS_SOTW (xds.go), nil under FILE: Dir is then not
+	// read.
+	XDS *XDS
 	// LookupEnv answers the synthetic variable holding REDIS_AUTH's
 	// password, and the others from the environment.
 	LookupEnv                     func(string) (string, bool)
@@ -81,6 +85,7 @@ func ReadEnv(env func(string) (string, bool)) (*Env, error) {
 	e.readRedis(get, boolean, bad)
 	e.readPerSecond(get, boolean, bad)
 	e.readGRPCTLS(get, boolean, bad)
+	e.readConfigType(get, boolean, bad)
 	e.refuseUnsupported(get, boolean, bad)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("envoyproxy/ratelimit environment: %s", strings.Join(errs, "; "))
@@ -269,9 +274,6 @@ func (e *Env) refuseUnsupported(get func(k, def string) string, boolean func(str
 		if boolean(k, false) {
 			bad("%s=true is not supported by sluice", k)
 		}
-	}
-	if t := strings.ToUpper(get("CONFIG_TYPE", "FILE")); t != "FILE" {
-		bad("CONFIG_TYPE=%q: only FILE is supported (no xDS)", t)
 	}
 	if get("GRPC_UDS", "") != "" {
 		bad("GRPC_UDS: a Unix socket for gRPC is not supported")
