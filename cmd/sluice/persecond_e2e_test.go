@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -89,6 +90,19 @@ func TestEnvoyPerSecondRedis(t *testing.T) {
 	})
 	mk, pk := perSecondCalls(t, p, main.Client(t), ps.Client(t, func(o *valkey.ClientOption) { o.Password = "pspw" }))
 	checkSplit(t, mk, pk)
+	// /readyz checks the per-second Valkey too.
+	ps.Kill(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, _ := httpText(t, "GET", p.HTTP+"/readyz", "")
+		if code == 503 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz answers %d with the per-second Valkey down", code)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // TestEnvoyPerSecondSentinel: REDIS_PERSECOND_TYPE=sentinel finds the

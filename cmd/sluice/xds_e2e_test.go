@@ -113,7 +113,16 @@ func TestEnvoyXDSConfig(t *testing.T) {
 	x := startXDSServer(t, &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: clientCA.pool, ClientAuth: tls.RequireAndVerifyClientCert})
 	cc, ck := clientCA.issue(t, x509.ExtKeyUsageClientAuth, "sluice")
 	const node = "sluice-node"
-	x.push(t, node, "v1", &rlsconf.RateLimitConfig{Name: "first", Domain: "xd", Descriptors: []*rlsconf.RateLimitDescriptor{xdsLimit("k", 2)}})
+	// The first snapshot comes after the service started: it must not
+	// serve (nor open a port) before.
+	var pushedAt time.Time
+	pushed := make(chan struct{})
+	go func() {
+		defer close(pushed)
+		time.Sleep(time.Second)
+		pushedAt = time.Now()
+		x.push(t, node, "v1", &rlsconf.RateLimitConfig{Name: "first", Domain: "xd", Descriptors: []*rlsconf.RateLimitDescriptor{xdsLimit("k", 2)}})
+	}()
 
 	v := valkeytest.Shared(t)
 	p := serve(t, []string{
@@ -126,6 +135,11 @@ func TestEnvoyXDSConfig(t *testing.T) {
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + v.Addr, "USE_STATSD=false", "LOG_FORMAT=json", "LOG_LEVEL=info",
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0", "CACHE_KEY_PREFIX=" + t.Name(),
 	})
+	servedAt := time.Now()
+	<-pushed
+	if servedAt.Before(pushedAt) || !strings.Contains(p.Logs(), "waiting for the first configuration") {
+		t.Fatalf("served before the first snapshot:\n%s", p.Logs())
+	}
 	waitReady(t, p)
 	ack := x.answered(t, "v1")
 	if md := ack.GetNode().GetMetadata().GetFields(); ack.GetNode().GetId() != node || md["cluster"].GetStringValue() != "east" || md["zone"].GetStringValue() != "a" {

@@ -105,3 +105,23 @@ func TestDecodeXDS(t *testing.T) {
 		t.Error("a resource of another type: accepted")
 	}
 }
+
+// TestXDSBackoff: the waits double from the initial interval up to the
+// maximum, within the random factor around it when jittered.
+func TestXDSBackoff(t *testing.T) {
+	b := Backoff{Initial: time.Second, Max: 5 * time.Second}
+	for i, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second} {
+		if got := b.wait(i); got != want {
+			t.Errorf("wait %d: %v, want %v", i, got, want)
+		}
+	}
+	if got := b.wait(100); got != 5*time.Second {
+		t.Errorf("wait 100: %v", got)
+	}
+	b.Jitter, b.Factor = true, 0.5
+	for range 200 {
+		if got := b.wait(1); got < 1500*time.Millisecond || got > 2500*time.Millisecond {
+			t.Fatalf("jittered wait %v outside 2s ±25%%", got)
+		}
+	}
+}
