@@ -50,7 +50,7 @@ func perSecondCalls(t *testing.T, p *proc, main, perSecond valkey.Client) (mainK
 		}
 	}
 	keys := func(c valkey.Client) string {
-		k, err := valkeytest.Keys(t.Context(), c, "*")
+		k, err := valkeytest.Keys(t.Context(), c, "*"+perSecondPrefix(t)+"*")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,6 +58,10 @@ func perSecondCalls(t *testing.T, p *proc, main, perSecond valkey.Client) (mainK
 	}
 	return keys(main), keys(perSecond)
 }
+
+// perSecondPrefix is the test's CACHE_KEY_PREFIX, so that only its keys
+// are looked at on a shared server.
+func perSecondPrefix(t *testing.T) string { return "ps" + strings.ReplaceAll(t.Name(), "/", "_") }
 
 // checkSplit: the SECOND limit's and the SECOND override's counters are
 // on the per-second Valkey, the MINUTE limit's on the main one, and each
@@ -86,7 +90,7 @@ func TestEnvoyPerSecondRedis(t *testing.T) {
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + main.Addr, "USE_STATSD=false", "LOG_FORMAT=json", "LOG_LEVEL=info",
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
 		"REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL=" + ps.Addr,
-		"REDIS_PERSECOND_AUTH=default:pspw", "REDIS_PERSECOND_TIMEOUT=200ms",
+		"REDIS_PERSECOND_AUTH=default:pspw", "REDIS_PERSECOND_TIMEOUT=200ms", "CACHE_KEY_PREFIX=" + perSecondPrefix(t),
 	})
 	mk, pk := perSecondCalls(t, p, main.Client(t), ps.Client(t, func(o *valkey.ClientOption) { o.Password = "pspw" }))
 	checkSplit(t, mk, pk)
@@ -118,8 +122,26 @@ func TestEnvoyPerSecondSentinel(t *testing.T) {
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + main.Addr, "USE_STATSD=false", "LOG_FORMAT=json", "LOG_LEVEL=info",
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
 		"REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_TYPE=sentinel",
-		"REDIS_PERSECOND_URL=" + valkeytest.SentinelMaster + "," + ss.Addrs[0],
+		"REDIS_PERSECOND_URL=" + valkeytest.SentinelMaster + "," + ss.Addrs[0], "CACHE_KEY_PREFIX=" + perSecondPrefix(t),
 	})
 	mk, pk := perSecondCalls(t, p, main.Client(t), primary.Client(t))
+	checkSplit(t, mk, pk)
+}
+
+// TestEnvoyPerSecondCluster: REDIS_PERSECOND_TYPE=cluster puts the
+// per-second counters on a Valkey Cluster (REDIS_PERSECOND_URL its seed
+// addresses), beside a standalone main one.
+func TestEnvoyPerSecondCluster(t *testing.T) {
+	main, cl := valkeytest.Start(t), valkeytest.SharedCluster(t)
+	root := t.TempDir()
+	runtimeTree(t, root, "v1", map[string]string{"ps.yaml": perSecondConfig})
+	p := serve(t, []string{
+		"RUNTIME_ROOT=" + filepath.Join(root, "current"), "RUNTIME_SUBDIRECTORY=ratelimit",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + main.Addr, "USE_STATSD=false", "LOG_FORMAT=json", "LOG_LEVEL=info",
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
+		"REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_TYPE=cluster",
+		"REDIS_PERSECOND_URL=" + strings.Join(cl.Addrs, ","), "CACHE_KEY_PREFIX=" + perSecondPrefix(t),
+	})
+	mk, pk := perSecondCalls(t, p, main.Client(t), cl.Client(t))
 	checkSplit(t, mk, pk)
 }
