@@ -45,8 +45,8 @@ var perSecondConnection = []string{"REDIS_PERSECOND_URL", "REDIS_PERSECOND_TYPE"
 func (e *Env) readPerSecond(get func(k, def string) string, boolean func(string, bool) bool, bad func(string, ...any)) {
 	if !boolean("REDIS_PERSECOND", false) {
 		for _, k := range append(perSecondConnection, perSecondUnused...) {
-			if _, ok := lookup(get, k); ok {
-				e.Notes = append(e.Notes, k+" is not used: REDIS_PERSECOND is not true (as upstream)")
+			if v, ok := lookup(get, k); ok {
+				e.Notes = append(e.Notes, k+"="+v+" is not used: REDIS_PERSECOND is not true (as upstream)")
 			}
 		}
 		return
@@ -83,8 +83,8 @@ func (e *Env) readPerSecond(get func(k, def string) string, boolean func(string,
 		v.Timeout = d
 	}
 	for _, k := range perSecondUnused {
-		if _, ok := lookup(get, k); ok {
-			e.Notes = append(e.Notes, k+" is not used: the Valkey client pipelines over one connection per node")
+		if v, ok := lookup(get, k); ok {
+			e.Notes = append(e.Notes, k+"="+v+" is not used: the Valkey client pipelines over one connection per node")
 		}
 	}
 	e.PerSecond = v

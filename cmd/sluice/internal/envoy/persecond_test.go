@@ -80,7 +80,7 @@ func TestPerSecondEnv(t *testing.T) {
 
 	// Not enabled: no second Valkey, and its variables are said unused.
 	e, err = ReadEnv(mapEnv(envWith("REDIS_PERSECOND_URL", "ps:1")))
-	if err != nil || e.PerSecond != nil || !strings.Contains(strings.Join(e.Notes, " "), "REDIS_PERSECOND_URL is not used") {
+	if err != nil || e.PerSecond != nil || !strings.Contains(strings.Join(e.Notes, " "), "REDIS_PERSECOND_URL=ps:1 is not used") {
 		t.Errorf("REDIS_PERSECOND unset: %+v %v", e, err)
 	}
 }

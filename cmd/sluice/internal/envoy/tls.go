@@ -40,8 +40,8 @@ var grpcTLSVariables = []string{"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "
 func (e *Env) readGRPCTLS(get func(k, def string) string, boolean func(string, bool) bool, bad func(string, ...any)) {
 	if !boolean("GRPC_SERVER_USE_TLS", false) {
 		for _, k := range grpcTLSVariables {
-			if get(k, "") != "" {
-				e.Notes = append(e.Notes, k+" is not used: GRPC_SERVER_USE_TLS is not true (as upstream)")
+			if v := get(k, ""); v != "" {
+				e.Notes = append(e.Notes, k+"="+v+" is not used: GRPC_SERVER_USE_TLS is not true (as upstream)")
 			}
 		}
 		return

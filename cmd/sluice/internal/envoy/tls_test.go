@@ -30,7 +30,7 @@ func TestGRPCTLSEnv(t *testing.T) {
 		}
 	}
 	e, err = ReadEnv(mapEnv(envWith("GRPC_SERVER_TLS_CERT", "/c.pem")))
-	if err != nil || e.GRPCTLS != nil || !strings.Contains(strings.Join(e.Notes, " "), "GRPC_SERVER_TLS_CERT is not used") {
+	if err != nil || e.GRPCTLS != nil || !strings.Contains(strings.Join(e.Notes, " "), "GRPC_SERVER_TLS_CERT=/c.pem is not used") {
 		t.Errorf("without GRPC_SERVER_USE_TLS: %+v %v", e, err)
 	}
 	// A file that does not load refuses the start.

@@ -100,8 +100,8 @@ func (e *Env) readConfigType(get func(k, def string) string, boolean func(string
 	switch t := strings.ToUpper(get("CONFIG_TYPE", "FILE")); t {
 	case "FILE":
 		for _, k := range xdsVariables {
-			if get(k, "") != "" {
-				e.Notes = append(e.Notes, k+" is not used: CONFIG_TYPE is FILE (as upstream)")
+			if v := get(k, ""); v != "" {
+				e.Notes = append(e.Notes, k+"="+v+" is not used: CONFIG_TYPE is FILE (as upstream)")
 			}
 		}
 		return

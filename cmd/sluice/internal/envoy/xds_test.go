@@ -49,7 +49,7 @@ func TestXDSEnv(t *testing.T) {
 		}
 	}
 	e, err = ReadEnv(mapEnv(envWith("CONFIG_GRPC_XDS_SERVER_URL", "cp:1")))
-	if err != nil || e.XDS != nil || !strings.Contains(strings.Join(e.Notes, " "), "CONFIG_GRPC_XDS_SERVER_URL is not used") {
+	if err != nil || e.XDS != nil || !strings.Contains(strings.Join(e.Notes, " "), "CONFIG_GRPC_XDS_SERVER_URL=cp:1 is not used") {
 		t.Errorf("under FILE: %+v %v", e, err)
 	}
 }
