@@ -33,12 +33,12 @@ func perSecondName(k string) string {
 // perSecondUnused are per-second variables of connection pools and
 // pipelining that sluice's Valkey client has no use for.
 var perSecondUnused = []string{"REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT",
-	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR"}
+	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM"}
 
 // perSecondConnection are the variables that say how to reach the
 // per-second Valkey, unused unless REDIS_PERSECOND is true.
 var perSecondConnection = []string{"REDIS_PERSECOND_URL", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS",
-	"REDIS_PERSECOND_SENTINEL_AUTH", "REDIS_PERSECOND_TIMEOUT", "REDIS_PERSECOND_SOCKET_TYPE"}
+	"REDIS_PERSECOND_SENTINEL_AUTH", "REDIS_PERSECOND_TIMEOUT", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR"}
 
 // readPerSecond reads REDIS_PERSECOND and, when it is true, the
 // per-second Valkey's variables into e.PerSecond.
@@ -81,6 +81,9 @@ func (e *Env) readPerSecond(get func(k, def string) string, boolean func(string,
 			bad("REDIS_PERSECOND_TIMEOUT=%q: want a duration up to 1m", t)
 		}
 		v.Timeout = d
+	}
+	if v := get("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", ""); v != "" && !strings.EqualFold(v, "WAIT") {
+		bad("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR=%q: only WAIT (calls queue on the connection; a decision ends by REDIS_PERSECOND_TIMEOUT)", v)
 	}
 	for _, k := range perSecondUnused {
 		if v, ok := lookup(get, k); ok {

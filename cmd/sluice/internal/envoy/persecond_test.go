@@ -71,6 +71,7 @@ func TestPerSecondEnv(t *testing.T) {
 		{[]string{"REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "nohost"}, "REDIS_PERSECOND_URL"},
 		{[]string{"REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "ps:1", "REDIS_PERSECOND_TIMEOUT", "2h"}, "REDIS_PERSECOND_TIMEOUT"},
 		{[]string{"REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "ps:1", "REDIS_PERSECOND_TLS", "yes please"}, "REDIS_PERSECOND_TLS"},
+		{[]string{"REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "ps:1", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "ERROR"}, "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR"},
 	} {
 		_, err := ReadEnv(mapEnv(envWith(append([]string{"REDIS_PERSECOND", "true"}, c.kv...)...)))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
