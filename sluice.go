@@ -172,6 +172,7 @@ type Limiter struct {
 	notify  driver.DeleteNotifier // the store, when it is one
 	plans   map[string]Rule
 	ovs     driver.OverrideStore // nil unless WithOverrides
+	cobs    ContextObserver      // the observer, when it is one
 }
 
 // New returns a Limiter enforcing policy on store. It fails with an error
@@ -222,6 +223,7 @@ func New(store driver.Store, policy Policy, opts ...Option) (*Limiter, error) {
 		l.ovs = ovs
 	}
 	l.notify, _ = store.(driver.DeleteNotifier)
+	l.cobs, _ = cfg.observer.(ContextObserver)
 	if err := l.setDenyCache(); err != nil {
 		return nil, err
 	}
@@ -367,7 +369,7 @@ func (l *Limiter) allow(ctx context.Context, key string, r Rule, n int64) (Resul
 	var seq uint64
 	if l.deny != nil {
 		if res, ok := l.deny.get(k, n, l.mono()); ok {
-			return l.local(res), nil
+			return l.local(ctx, k, r, n, res), nil
 		}
 		seq = l.deny.seq.Load() // before the request is sent
 	}
@@ -418,11 +420,14 @@ func (l *Limiter) monoAt(t time.Time) int64 {
 }
 
 // local completes a refusal from the deny cache as finish would.
-func (l *Limiter) local(res Result) Result {
+func (l *Limiter) local(ctx context.Context, k []byte, r Rule, n int64, res Result) Result {
 	if l.cfg.shadow {
 		res.Allowed, res.Shadowed, res.RetryAfter = true, true, 0
 	}
-	if l.cfg.observer != nil {
+	if l.cobs != nil {
+		op := driver.Op{Key: string(k), Rule: r, Cost: n}
+		l.observe(ctx, &op, res, AnswerDenyCache, time.Now(), 0)
+	} else if l.cfg.observer != nil {
 		l.cfg.observer.ObserveDecision(l.cfg.name, res, nil, 0)
 	}
 	return res
@@ -495,7 +500,7 @@ func (l *Limiter) finish(ctx context.Context, ops []driver.Op, out []Result, err
 			}
 			*res = l.degrade(op)
 			if l.cfg.observer != nil {
-				l.cfg.observer.ObserveDecision(l.cfg.name, *res, op.Err, time.Since(start))
+				l.observe(ctx, op, *res, AnswerFailMode, start, time.Since(start))
 			}
 			continue
 		}
@@ -515,7 +520,7 @@ func (l *Limiter) finish(ctx context.Context, ops []driver.Op, out []Result, err
 			}
 		}
 		if l.cfg.observer != nil {
-			l.cfg.observer.ObserveDecision(l.cfg.name, *res, op.Err, time.Since(start))
+			l.observe(ctx, op, *res, AnswerStore, start, time.Since(start))
 		}
 	}
 	return nil

@@ -115,20 +115,62 @@ const (
 // TrustedProxies and TrustedHops, a negative hop count, a single-address
 // header without TrustedProxies, or prefix lengths out of range.
 func New(cfg Config) (*Resolver, error) {
-	r := &Resolver{hops: cfg.TrustedHops, v6: cfg.IPv6Prefix, v4: cfg.IPv4Prefix}
+	if err := checkHops(cfg); err != nil {
+		return nil, err
+	}
+	r := &Resolver{hops: cfg.TrustedHops, v6: orDefault(cfg.IPv6Prefix, 64), v4: orDefault(cfg.IPv4Prefix, 32)}
+	trusted, err := normTrusted(cfg.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
+	r.trusted = trusted
+	if err := r.setHeader(cfg.Header); err != nil {
+		return nil, err
+	}
+	if err := r.checkPrefixLengths(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// checkHops refuses a negative TrustedHops, and TrustedHops beside
+// TrustedProxies.
+func checkHops(cfg Config) error {
 	if cfg.TrustedHops < 0 {
-		return nil, fmt.Errorf("clientip: TrustedHops must not be negative, got %d", cfg.TrustedHops)
+		return fmt.Errorf("clientip: TrustedHops must not be negative, got %d", cfg.TrustedHops)
 	}
 	if cfg.TrustedHops > 0 && len(cfg.TrustedProxies) > 0 {
-		return nil, errors.New("clientip: set TrustedProxies or TrustedHops, not both")
+		return errors.New("clientip: set TrustedProxies or TrustedHops, not both")
 	}
-	for _, p := range cfg.TrustedProxies {
+	return nil
+}
+
+// orDefault returns v, or def when v is zero.
+func orDefault(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// normTrusted returns the trusted prefixes normalised (see normPrefix),
+// refusing an invalid one.
+func normTrusted(prefixes []netip.Prefix) ([]netip.Prefix, error) {
+	var trusted []netip.Prefix
+	for _, p := range prefixes {
 		if !p.IsValid() {
 			return nil, fmt.Errorf("clientip: invalid trusted prefix %v", p)
 		}
-		r.trusted = append(r.trusted, normPrefix(p))
+		trusted = append(trusted, normPrefix(p))
 	}
-	r.header = http.CanonicalHeaderKey(strings.TrimSpace(cfg.Header))
+	return trusted, nil
+}
+
+// setHeader sets the header the client address is read from, and how it
+// is read; a header holding a single address needs trusted proxies, which
+// are set first.
+func (r *Resolver) setHeader(header string) error {
+	r.header = http.CanonicalHeaderKey(strings.TrimSpace(header))
 	switch r.header {
 	case "", XForwardedFor:
 		r.header, r.kind = XForwardedFor, kindXFF
@@ -137,22 +179,26 @@ func New(cfg Config) (*Resolver, error) {
 	default:
 		r.kind = kindSingle
 		if len(r.trusted) == 0 {
-			return nil, fmt.Errorf("clientip: header %s holds one address and needs TrustedProxies", r.header)
+			return fmt.Errorf("clientip: header %s holds one address and needs TrustedProxies", r.header)
 		}
 	}
-	if r.v6 == 0 {
-		r.v6 = 64
+	return nil
+}
+
+// checkPrefixLengths refuses grouping prefix lengths out of range.
+func (r *Resolver) checkPrefixLengths() error {
+	if err := checkPrefixLen("IPv6Prefix", r.v6, 128); err != nil {
+		return err
 	}
-	if r.v4 == 0 {
-		r.v4 = 32
+	return checkPrefixLen("IPv4Prefix", r.v4, 32)
+}
+
+// checkPrefixLen refuses bits, the value of the option name, outside 1..max.
+func checkPrefixLen(name string, bits, max int) error {
+	if bits < 1 || bits > max {
+		return fmt.Errorf("clientip: %s must be in 1..%d, got %d", name, max, bits)
 	}
-	if r.v6 < 1 || r.v6 > 128 {
-		return nil, fmt.Errorf("clientip: IPv6Prefix must be in 1..128, got %d", r.v6)
-	}
-	if r.v4 < 1 || r.v4 > 32 {
-		return nil, fmt.Errorf("clientip: IPv4Prefix must be in 1..32, got %d", r.v4)
-	}
-	return r, nil
+	return nil
 }
 
 // MustNew is New that panics on error, for package-level variables built
@@ -246,38 +292,53 @@ func (r *Resolver) chain(req *http.Request) []netip.Addr {
 	if len(lines) == 0 {
 		return nil
 	}
-	var hops []netip.Addr
 	switch r.kind {
 	case kindXFF:
-		// All header lines form one list (RFC 9110, section 5.3).
-		for i := len(lines) - 1; i >= 0 && len(hops) < maxHops; i-- {
-			line := lines[i]
-			for len(hops) < maxHops {
-				j := strings.LastIndexByte(line, ',')
-				// Empty list elements are ignored (RFC 9110, section 5.6.1).
-				if entry := strings.TrimSpace(line[j+1:]); entry != "" {
-					a, _ := ParseAddr(entry)
-					hops = append(hops, a)
-				}
-				if j < 0 {
-					break
-				}
-				line = line[:j]
-			}
-		}
-		reverse(hops)
+		return parseXFF(lines, maxHops)
 	case kindForwarded:
-		hops = parseForwarded(lines, maxHops)
-	case kindSingle:
-		// Exactly one line holding one address, or nothing usable.
-		if len(lines) == 1 && !strings.Contains(lines[0], ",") {
-			a, _ := ParseAddr(lines[0])
-			hops = []netip.Addr{a}
-		} else {
-			hops = []netip.Addr{{}}
+		return parseForwarded(lines, maxHops)
+	}
+	return singleHop(lines)
+}
+
+// parseXFF returns the entries of the X-Forwarded-For lines, left to
+// right, at most max of the right-most ones. All header lines form one
+// list (RFC 9110, section 5.3).
+func parseXFF(lines []string, max int) []netip.Addr {
+	var hops []netip.Addr
+	for i := len(lines) - 1; i >= 0 && len(hops) < max; i-- {
+		hops = appendXFFLine(hops, lines[i], max)
+	}
+	reverse(hops)
+	return hops
+}
+
+// appendXFFLine appends the entries of one X-Forwarded-For line to hops,
+// right to left, until hops holds max.
+func appendXFFLine(hops []netip.Addr, line string, max int) []netip.Addr {
+	for len(hops) < max {
+		j := strings.LastIndexByte(line, ',')
+		// Empty list elements are ignored (RFC 9110, section 5.6.1).
+		if entry := strings.TrimSpace(line[j+1:]); entry != "" {
+			a, _ := ParseAddr(entry)
+			hops = append(hops, a)
 		}
+		if j < 0 {
+			break
+		}
+		line = line[:j]
 	}
 	return hops
+}
+
+// singleHop returns the hop of a single-address header: exactly one line
+// holding one address, or nothing usable (the zero Addr).
+func singleHop(lines []string) []netip.Addr {
+	if len(lines) != 1 || strings.Contains(lines[0], ",") {
+		return []netip.Addr{{}}
+	}
+	a, _ := ParseAddr(lines[0])
+	return []netip.Addr{a}
 }
 
 func reverse(s []netip.Addr) {
@@ -335,25 +396,40 @@ func ParseAddr(s string) (addr netip.Addr, ok bool) {
 	if s == "" || len(s) > 100 {
 		return netip.Addr{}, false
 	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		host := s
-		if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
-			host = s[1 : len(s)-1]
-		} else if h, _, err := net.SplitHostPort(s); err == nil {
-			host = h
-		} else {
-			return netip.Addr{}, false
-		}
-		if a, err = netip.ParseAddr(host); err != nil {
-			return netip.Addr{}, false
-		}
+	a, ok := parseAddrForm(s)
+	if !ok {
+		return netip.Addr{}, false
 	}
 	a = a.WithZone("").Unmap()
 	if a.IsUnspecified() {
 		return netip.Addr{}, false
 	}
 	return a, true
+}
+
+// parseAddrForm parses s as an address, a bracketed IPv6 address or an
+// address with a port.
+func parseAddrForm(s string) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a, true
+	}
+	host, ok := hostOf(s)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(host)
+	return a, err == nil
+}
+
+// hostOf returns the host of "[host]" or of "host:port".
+func hostOf(s string) (string, bool) {
+	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		return s[1 : len(s)-1], true
+	}
+	if h, _, err := net.SplitHostPort(s); err == nil {
+		return h, true
+	}
+	return "", false
 }
 
 // ParsePrefixes parses trusted proxy networks: CIDRs ("10.0.0.0/8",
@@ -365,22 +441,31 @@ func ParsePrefixes(ss ...string) ([]netip.Prefix, error) {
 		if s == "" {
 			continue
 		}
-		if strings.Contains(s, "/") {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				return nil, fmt.Errorf("clientip: %w", err)
-			}
-			ps = append(ps, normPrefix(p))
-			continue
-		}
-		a, err := netip.ParseAddr(s)
+		p, err := parsePrefix(s)
 		if err != nil {
 			return nil, fmt.Errorf("clientip: %w", err)
 		}
-		a = a.WithZone("").Unmap()
-		ps = append(ps, netip.PrefixFrom(a, a.BitLen()))
+		ps = append(ps, p)
 	}
 	return ps, nil
+}
+
+// parsePrefix parses one network of ParsePrefixes: a CIDR, normalised, or
+// a single address as a /32 or /128.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		return normPrefix(p), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.WithZone("").Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // PrivateNetworks returns the loopback, private (RFC 1918, RFC 4193) and

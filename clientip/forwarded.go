@@ -36,52 +36,76 @@ func parseForwarded(lines []string, max int) []netip.Addr {
 
 // forwardedFor returns the address of the for= parameter of one element.
 func forwardedFor(el string, quotes bool) netip.Addr {
-	var addr netip.Addr
-	n := 0
-	bad := false
-	split(el, ';', quotes, func(pair string) {
-		pair = strings.TrimSpace(pair)
-		if pair == "" {
-			return
-		}
-		name, value, ok := strings.Cut(pair, "=")
-		if !ok {
-			bad = true
-			return
-		}
-		if !strings.EqualFold(strings.TrimSpace(name), "for") {
-			return
-		}
-		n++
-		v, ok := unquote(strings.TrimSpace(value))
-		if !ok {
-			bad = true
-			return
-		}
-		addr, _ = ParseAddr(v)
-	})
-	if bad || n != 1 {
+	var f forParams
+	split(el, ';', quotes, f.add)
+	if f.bad || f.n != 1 {
 		return netip.Addr{}
 	}
-	return addr
+	return f.addr
+}
+
+// forParams tallies the for= parameters of one Forwarded element.
+type forParams struct {
+	addr netip.Addr // of the last for=
+	n    int        // for= parameters seen
+	bad  bool       // a pair without '=', or a malformed for= value
+}
+
+// add reads one name=value pair of the element.
+func (f *forParams) add(pair string) {
+	pair = strings.TrimSpace(pair)
+	if pair == "" {
+		return
+	}
+	name, value, ok := strings.Cut(pair, "=")
+	if !ok {
+		f.bad = true
+		return
+	}
+	if !strings.EqualFold(strings.TrimSpace(name), "for") {
+		return
+	}
+	f.n++
+	v, ok := unquote(strings.TrimSpace(value))
+	if !ok {
+		f.bad = true
+		return
+	}
+	f.addr, _ = ParseAddr(v)
+}
+
+// quoteScanner follows quoted strings (RFC 9110, section 5.6.4) through a
+// text read byte by byte.
+type quoteScanner struct {
+	quoted  bool // inside a quoted string
+	escaped bool // the byte before was a '\' inside a quoted string
+}
+
+// inside reads the next byte c and reports whether it belongs to a quoted
+// string: its quotes, its escapes or its content.
+func (q *quoteScanner) inside(c byte) bool {
+	switch {
+	case q.escaped:
+		q.escaped = false
+		return true
+	case q.quoted && c == '\\':
+		q.escaped = true
+		return true
+	case c == '"':
+		q.quoted = !q.quoted
+		return true
+	}
+	return q.quoted
 }
 
 // split calls f with each part of s separated by sep, outside quoted
 // strings when quotes is set.
 func split(s string, sep byte, quotes bool, f func(string)) {
-	start, quoted := 0, false
+	start := 0
+	var q quoteScanner
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case !quotes:
-			if c == sep {
-				f(s[start:i])
-				start = i + 1
-			}
-		case quoted && c == '\\':
-			i++
-		case c == '"':
-			quoted = !quoted
-		case !quoted && c == sep:
+		inQuotes := quotes && q.inside(s[i])
+		if s[i] == sep && !inQuotes {
 			f(s[start:i])
 			start = i + 1
 		}
@@ -91,37 +115,48 @@ func split(s string, sep byte, quotes bool, f func(string)) {
 
 // balanced reports whether every quoted string in s is closed.
 func balanced(s string) bool {
-	quoted := false
+	var q quoteScanner
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case quoted && c == '\\':
-			i++
-		case c == '"':
-			quoted = !quoted
-		}
+		q.inside(s[i])
 	}
-	return !quoted
+	return !q.quoted
 }
 
 // unquote returns the value of a token or quoted-string (RFC 9110, section
 // 5.6.4). ok is false for a malformed quoted string.
 func unquote(v string) (string, bool) {
 	if !strings.HasPrefix(v, `"`) {
-		if strings.ContainsAny(v, "\" \t\\") {
-			return "", false
-		}
-		return v, true
+		return plainToken(v)
 	}
 	if len(v) < 2 || !strings.HasSuffix(v, `"`) {
 		return "", false
 	}
-	v = v[1 : len(v)-1]
-	if !strings.Contains(v, `\`) {
-		if strings.Contains(v, `"`) {
-			return "", false
-		}
-		return v, true
+	return unescapeQuoted(v[1 : len(v)-1])
+}
+
+// plainToken returns v when it is a token: no quote, space, tab or '\'.
+func plainToken(v string) (string, bool) {
+	if strings.ContainsAny(v, "\" \t\\") {
+		return "", false
 	}
+	return v, true
+}
+
+// unescapeQuoted returns the content of a quoted string, v without its
+// quotes, with its escapes resolved; ok is false for a bare '"' or a
+// trailing '\'.
+func unescapeQuoted(v string) (string, bool) {
+	if strings.Contains(v, `\`) {
+		return unescape(v)
+	}
+	if strings.Contains(v, `"`) {
+		return "", false
+	}
+	return v, true
+}
+
+// unescape resolves the escapes of unescapeQuoted's v.
+func unescape(v string) (string, bool) {
 	var b strings.Builder
 	for i := 0; i < len(v); i++ {
 		c := v[i]

@@ -136,28 +136,46 @@ func New(cfg Config) (*Interceptor, error) {
 	}
 	in := &Interceptor{cfg: cfg}
 	for i, l := range cfg.Limits {
-		if l.Limiter == nil {
-			return nil, fmt.Errorf("%w: Limits[%d].Limiter is nil", ErrInvalidConfig, i)
+		if err := l.check(i); err != nil {
+			return nil, err
 		}
-		if l.Key == nil {
-			return nil, fmt.Errorf("%w: Limits[%d].Key is nil", ErrInvalidConfig, i)
-		}
-		if l.Missing.kind == fallBack && l.Missing.fallback == nil {
-			return nil, fmt.Errorf("%w: Limits[%d].Missing: FallBack needs a KeyFunc", ErrInvalidConfig, i)
-		}
-		var m map[string]bool
-		for _, name := range l.Methods {
-			if !strings.HasPrefix(name, "/") || strings.Count(name, "/") != 2 {
-				return nil, fmt.Errorf("%w: Limits[%d].Methods: %q is not a full method name (/package.Service/Method)", ErrInvalidConfig, i, name)
-			}
-			if m == nil {
-				m = map[string]bool{}
-			}
-			m[name] = true
+		m, err := methodSet(i, l.Methods)
+		if err != nil {
+			return nil, err
 		}
 		in.methods = append(in.methods, m)
 	}
 	return in, nil
+}
+
+// check refuses the i-th Limit l without a Limiter or Key, or with a
+// FallBack without a KeyFunc.
+func (l *Limit) check(i int) error {
+	switch {
+	case l.Limiter == nil:
+		return fmt.Errorf("%w: Limits[%d].Limiter is nil", ErrInvalidConfig, i)
+	case l.Key == nil:
+		return fmt.Errorf("%w: Limits[%d].Key is nil", ErrInvalidConfig, i)
+	case l.Missing.kind == fallBack && l.Missing.fallback == nil:
+		return fmt.Errorf("%w: Limits[%d].Missing: FallBack needs a KeyFunc", ErrInvalidConfig, i)
+	}
+	return nil
+}
+
+// methodSet is the set of the i-th Limit's full method names (nil when it
+// names none: every method), refusing a name that is not one.
+func methodSet(i int, names []string) (map[string]bool, error) {
+	var m map[string]bool
+	for _, name := range names {
+		if !strings.HasPrefix(name, "/") || strings.Count(name, "/") != 2 {
+			return nil, fmt.Errorf("%w: Limits[%d].Methods: %q is not a full method name (/package.Service/Method)", ErrInvalidConfig, i, name)
+		}
+		if m == nil {
+			m = map[string]bool{}
+		}
+		m[name] = true
+	}
+	return m, nil
 }
 
 // Unary returns the unary server interceptor.
@@ -186,6 +204,26 @@ func (in *Interceptor) check(ctx context.Context, fullMethod string) error {
 	if in.cfg.Skip != nil && in.cfg.Skip(ctx, fullMethod) {
 		return nil
 	}
+	checks, err := in.checks(ctx, fullMethod)
+	if err != nil {
+		return err
+	}
+	if len(checks) == 0 {
+		return nil
+	}
+	d, err := sluice.AllowAll(ctx, checks)
+	if err != nil {
+		return failure(ctx, err)
+	}
+	if d.Allowed {
+		return nil
+	}
+	return refusal(checks, d)
+}
+
+// checks are the checks of the limits that apply to a call of fullMethod,
+// with their keys.
+func (in *Interceptor) checks(ctx context.Context, fullMethod string) ([]sluice.Check, error) {
 	checks := make([]sluice.Check, 0, len(in.cfg.Limits))
 	for i := range in.cfg.Limits {
 		l := &in.cfg.Limits[i]
@@ -194,27 +232,23 @@ func (in *Interceptor) check(ctx context.Context, fullMethod string) error {
 		}
 		key, err := l.keyOf(ctx, fullMethod)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if key == "" { // Skip
 			continue
 		}
 		checks = append(checks, sluice.Check{Limiter: l.Limiter, Key: key, Cost: 1})
 	}
-	if len(checks) == 0 {
-		return nil
+	return checks, nil
+}
+
+// failure is the status of a decision that failed with err: the call's
+// own context error, or UNAVAILABLE.
+func failure(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
 	}
-	d, err := sluice.AllowAll(ctx, checks)
-	if err != nil {
-		if ctx.Err() != nil {
-			return status.FromContextError(ctx.Err()).Err()
-		}
-		return status.Errorf(codes.Unavailable, "rate limit decision failed: %v", err)
-	}
-	if d.Allowed {
-		return nil
-	}
-	return refusal(checks, d)
+	return status.Errorf(codes.Unavailable, "rate limit decision failed: %v", err)
 }
 
 // refusal is the RESOURCE_EXHAUSTED status of a refused decision.

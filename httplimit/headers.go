@@ -73,22 +73,34 @@ func WriteHeaders(h http.Header, st *Status, o HeaderOptions) {
 // write through it.
 func writeFields(st *Status, o HeaderOptions, set func(name, value string)) {
 	if !o.OmitXRateLimit {
-		if b := st.binding(); b != nil {
-			set(HeaderXLimit, strconv.FormatInt(b.Rule.Limit, 10))
-			set(HeaderXRemaining, strconv.FormatInt(max(b.Result.Remaining, 0), 10))
-			set(HeaderXReset, strconv.FormatInt(b.xReset(o), 10))
-		}
+		st.writeXRateLimit(o, set)
 	}
 	if !o.OmitRateLimit {
-		if v := st.policyField(); v != "" {
-			set(HeaderPolicy, v)
-		}
-		if v := st.rateLimitField(); v != "" {
-			set(HeaderRateLimit, v)
-		}
+		st.writeRateLimit(set)
 	}
 	if !st.Allowed && !o.OmitRetryAfter {
 		set(HeaderRetryAfter, strconv.FormatInt(st.retryAfterSeconds(), 10))
+	}
+}
+
+// writeXRateLimit passes the X-RateLimit-* headers of st's binding limit,
+// when there is one, to set.
+func (st *Status) writeXRateLimit(o HeaderOptions, set func(name, value string)) {
+	if b := st.binding(); b != nil {
+		set(HeaderXLimit, strconv.FormatInt(b.Rule.Limit, 10))
+		set(HeaderXRemaining, strconv.FormatInt(max(b.Result.Remaining, 0), 10))
+		set(HeaderXReset, strconv.FormatInt(b.xReset(o), 10))
+	}
+}
+
+// writeRateLimit passes the RateLimit-Policy and RateLimit headers of st,
+// those that are not empty, to set.
+func (st *Status) writeRateLimit(set func(name, value string)) {
+	if v := st.policyField(); v != "" {
+		set(HeaderPolicy, v)
+	}
+	if v := st.rateLimitField(); v != "" {
+		set(HeaderRateLimit, v)
 	}
 }
 

@@ -197,18 +197,9 @@ func New(cfg Config) (*Middleware, error) {
 	m := &Middleware{cfg: cfg}
 	names := make(map[string]int, len(cfg.Limits))
 	for i, l := range cfg.Limits {
-		if l.Limiter == nil || l.Key == nil {
-			return nil, fmt.Errorf("httplimit: limit %d needs a Limiter and a Key", i)
-		}
-		if l.Missing.kind == fallBack && l.Missing.fallback == nil {
-			return nil, fmt.Errorf("httplimit: limit %d: FallBack needs a KeyFunc", i)
-		}
-		name := l.Name
-		if name == "" {
-			name = l.Limiter.Name()
-		}
-		if err := checkPolicyName(name); err != nil {
-			return nil, fmt.Errorf("httplimit: limit %d: %w", i, err)
+		name, err := l.checkedName(i)
+		if err != nil {
+			return nil, err
 		}
 		if j, dup := names[name]; dup {
 			return nil, fmt.Errorf("httplimit: limits %d and %d are both named %q; give one a Name", j, i, name)
@@ -216,6 +207,31 @@ func New(cfg Config) (*Middleware, error) {
 		names[name] = i
 		m.limits = append(m.limits, limit{Limit: l, name: name})
 	}
+	m.defaults()
+	return m, nil
+}
+
+// checkedName checks the i-th Limit l and returns its name: its Name, or
+// its Limiter's.
+func (l *Limit) checkedName(i int) (string, error) {
+	if l.Limiter == nil || l.Key == nil {
+		return "", fmt.Errorf("httplimit: limit %d needs a Limiter and a Key", i)
+	}
+	if l.Missing.kind == fallBack && l.Missing.fallback == nil {
+		return "", fmt.Errorf("httplimit: limit %d: FallBack needs a KeyFunc", i)
+	}
+	name := l.Name
+	if name == "" {
+		name = l.Limiter.Name()
+	}
+	if err := checkPolicyName(name); err != nil {
+		return "", fmt.Errorf("httplimit: limit %d: %w", i, err)
+	}
+	return name, nil
+}
+
+// defaults sets the unset fields of m's Config to their defaults.
+func (m *Middleware) defaults() {
 	if m.cfg.Now == nil {
 		m.cfg.Now = time.Now
 	}
@@ -228,7 +244,6 @@ func New(cfg Config) (*Middleware, error) {
 	if m.cfg.DenyHandler == nil {
 		m.cfg.DenyHandler = http.HandlerFunc(defaultDeny)
 	}
-	return m, nil
 }
 
 // Handler returns next wrapped by the limits: next runs only for allowed
@@ -263,29 +278,43 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	})
 }
 
+// checks are the checks of the limits that apply to r (applied: their
+// indexes in m.limits), with their keys and costs.
+func (m *Middleware) checks(r *http.Request) (checks []sluice.Check, applied []int, err error) {
+	checks = make([]sluice.Check, 0, len(m.limits))
+	applied = make([]int, 0, len(m.limits))
+	for i := range m.limits {
+		l := &m.limits[i]
+		key, err := l.keyOf(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		if key == "" { // Skip
+			continue
+		}
+		checks = append(checks, sluice.Check{Limiter: l.Limiter, Key: key, Cost: l.costOf(r)})
+		applied = append(applied, i)
+	}
+	return checks, applied, nil
+}
+
+// costOf is what r costs under l: 1 unless l has a Cost.
+func (l *limit) costOf(r *http.Request) int64 {
+	if l.Cost != nil {
+		return l.Cost(r)
+	}
+	return 1
+}
+
 // Check decides the limits for r and takes what they cost, as Handler does,
 // without answering: for handlers that limit part of their work themselves.
 // It returns a nil Status when no limit applies to r, and a *NoKeyError,
 // counting nothing, when a limit that refuses requests without a key finds
 // none for r.
 func (m *Middleware) Check(r *http.Request) (*Status, error) {
-	checks := make([]sluice.Check, 0, len(m.limits))
-	applied := make([]int, 0, len(m.limits))
-	for i := range m.limits {
-		l := &m.limits[i]
-		key, err := l.keyOf(r)
-		if err != nil {
-			return nil, err
-		}
-		if key == "" { // Skip
-			continue
-		}
-		cost := int64(1)
-		if l.Cost != nil {
-			cost = l.Cost(r)
-		}
-		checks = append(checks, sluice.Check{Limiter: l.Limiter, Key: key, Cost: cost})
-		applied = append(applied, i)
+	checks, applied, err := m.checks(r)
+	if err != nil {
+		return nil, err
 	}
 	if len(checks) == 0 {
 		return nil, nil

@@ -140,6 +140,18 @@ func New(cfg Config) (*Guard, error) {
 	if len(cfg.Secret) < 16 {
 		return nil, fmt.Errorf("login: secret must be at least 16 bytes, got %d", len(cfg.Secret))
 	}
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	user, addr, err := cfg.limiters()
+	if err != nil {
+		return nil, err
+	}
+	return &Guard{user: user, addr: addr, secret: append([]byte(nil), cfg.Secret...), normalize: cfg.Normalize, clientIP: cfg.ClientIP}, nil
+}
+
+// defaults sets cfg's unset fields to their defaults.
+func (cfg *Config) defaults() error {
 	if cfg.PerUsername == nil {
 		cfg.PerUsername = DefaultPerUsername
 	}
@@ -152,13 +164,19 @@ func New(cfg Config) (*Guard, error) {
 	if cfg.Normalize == nil {
 		cfg.Normalize = Normalize
 	}
-	if cfg.ClientIP == nil {
-		r, err := clientip.New(clientip.Config{})
-		if err != nil {
-			return nil, fmt.Errorf("login: %w", err)
-		}
-		cfg.ClientIP = r
+	if cfg.ClientIP != nil {
+		return nil
 	}
+	r, err := clientip.New(clientip.Config{})
+	if err != nil {
+		return fmt.Errorf("login: %w", err)
+	}
+	cfg.ClientIP = r
+	return nil
+}
+
+// limiters makes the per-username and per-address limiters of cfg.
+func (cfg *Config) limiters() (user, addr *sluice.Limiter, err error) {
 	mode := sluice.FailClosed
 	if cfg.FailOpen {
 		mode = sluice.FailOpen
@@ -166,15 +184,15 @@ func New(cfg Config) (*Guard, error) {
 	opts := func(suffix string) []sluice.Option {
 		return append([]sluice.Option{sluice.WithName(cfg.Name + suffix), sluice.WithFailMode(mode)}, cfg.Options...)
 	}
-	user, err := sluice.New(cfg.Store, cfg.PerUsername, opts("-user")...)
+	user, err = sluice.New(cfg.Store, cfg.PerUsername, opts("-user")...)
 	if err != nil {
-		return nil, fmt.Errorf("login: per-username limit: %w", err)
+		return nil, nil, fmt.Errorf("login: per-username limit: %w", err)
 	}
-	addr, err := sluice.New(cfg.Store, cfg.PerAddress, opts("-addr")...)
+	addr, err = sluice.New(cfg.Store, cfg.PerAddress, opts("-addr")...)
 	if err != nil {
-		return nil, fmt.Errorf("login: per-address limit: %w", err)
+		return nil, nil, fmt.Errorf("login: per-address limit: %w", err)
 	}
-	return &Guard{user: user, addr: addr, secret: append([]byte(nil), cfg.Secret...), normalize: cfg.Normalize, clientIP: cfg.ClientIP}, nil
+	return user, addr, nil
 }
 
 // Tripped says which limits refused an attempt.
@@ -260,13 +278,20 @@ func (g *Guard) Attempt(ctx context.Context, username string, addr netip.Addr) (
 		Address:    d.Results[1],
 		Degraded:   d.Results[0].Degraded || d.Results[1].Degraded,
 	}
-	if !v.Username.Allowed {
-		v.Tripped |= TrippedUsername
-	}
-	if !v.Address.Allowed {
-		v.Tripped |= TrippedAddress
-	}
+	v.Tripped = tripped(v.Username.Allowed, v.Address.Allowed)
 	return v, nil
+}
+
+// tripped says which limits refused: those that did not allow.
+func tripped(userAllowed, addrAllowed bool) Tripped {
+	var t Tripped
+	if !userAllowed {
+		t |= TrippedUsername
+	}
+	if !addrAllowed {
+		t |= TrippedAddress
+	}
+	return t
 }
 
 // Success clears the per-username count of username after a correct

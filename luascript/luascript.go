@@ -228,19 +228,35 @@ func AppendArgs(dst []byte, op *driver.Op, overrideKey int, clock time.Time) []b
 	cal := !op.Rule.Calendar.IsZero()
 	dst = append(dst, flag(op.Rule.CountRejected), flag(cal), flag(overrideKey > 0))
 	if cal {
-		t := op.Now
-		if t.IsZero() {
-			t = clock
-		}
-		for _, v := range CalendarBounds(&op.Rule, t) {
-			dst = appendInt64(dst, v)
-		}
+		dst = appendCalendar(dst, op, clock)
 	}
 	if overrideKey > 0 {
-		dst = appendInt64(dst, int64(overrideKey))
-		for _, v := range OverrideBounds(&op.Rule) {
-			dst = appendInt64(dst, v)
-		}
+		dst = appendOverride(dst, op, overrideKey)
+	}
+	return dst
+}
+
+// appendCalendar appends the first instants of the four calendar periods
+// around op's time, or clock when the server's TIME decides.
+func appendCalendar(dst []byte, op *driver.Op, clock time.Time) []byte {
+	t := op.Now
+	if t.IsZero() {
+		t = clock
+	}
+	return appendInt64s(dst, CalendarBounds(&op.Rule, t))
+}
+
+// appendOverride appends the override key's index in KEYS and the bounds
+// an override must keep to apply.
+func appendOverride(dst []byte, op *driver.Op, overrideKey int) []byte {
+	dst = appendInt64(dst, int64(overrideKey))
+	return appendInt64s(dst, OverrideBounds(&op.Rule))
+}
+
+// appendInt64s appends each of vs, little-endian.
+func appendInt64s(dst []byte, vs [4]int64) []byte {
+	for _, v := range vs {
+		dst = appendInt64(dst, v)
 	}
 	return dst
 }
@@ -322,28 +338,61 @@ func FillCall(batch []driver.Op, idx []int, store string, alg driver.Algorithm, 
 // status, remaining, retry after and reset after in microseconds, receipt,
 // the override's limit and parameter) into its Result and receipt.
 func decodeRecord(r string) (driver.Result, int64, error) {
-	allowed, status := r[0], r[1]
-	remaining, retry, reset := int64At(r, 2), int64At(r, 10), int64At(r, 18)
-	receipt, ovLimit, ovParam := int64At(r, 26), int64At(r, 34), int64At(r, 42)
-	if allowed == clockSkew {
+	rec := readRecord(r)
+	if rec.allowed == clockSkew {
 		return driver.Result{}, 0, driver.ErrClockSkew
 	}
-	if allowed > 1 || remaining < 0 || retry < 0 || retry > maxMicros || reset < 0 || reset > maxMicros || receipt <= 0 ||
-		status > 2 || (status == 1) != (ovLimit > 0) || ovParam < 0 || ovParam > maxMicros || status != 1 && ovParam != 0 {
+	if !rec.valid() {
 		return driver.Result{}, 0, fmt.Errorf("%w: allowed %d, override status %d, remaining %d, retry after %dµs, reset after %dµs, receipt %d, override limit %d, parameter %dµs",
-			ErrReply, allowed, status, remaining, retry, reset, receipt, ovLimit, ovParam)
+			ErrReply, rec.allowed, rec.status, rec.remaining, rec.retry, rec.reset, rec.receipt, rec.ovLimit, rec.ovParam)
 	}
+	return rec.result(), rec.receipt, nil
+}
+
+// A replyRecord is one decision's record, read (see RecordSize).
+type replyRecord struct {
+	allowed, status                  byte
+	remaining, retry, reset, receipt int64
+	ovLimit, ovParam                 int64
+}
+
+func readRecord(r string) replyRecord {
+	return replyRecord{
+		allowed: r[0], status: r[1],
+		remaining: int64At(r, 2), retry: int64At(r, 10), reset: int64At(r, 18),
+		receipt: int64At(r, 26), ovLimit: int64At(r, 34), ovParam: int64At(r, 42),
+	}
+}
+
+// valid reports whether rec holds what the scripts return.
+func (rec *replyRecord) valid() bool {
+	return rec.allowed <= 1 && rec.remaining >= 0 && micros(rec.retry) && micros(rec.reset) && rec.receipt > 0 && rec.overrideValid()
+}
+
+// overrideValid reports whether the override's status (0: none, 1:
+// applied, 2: invalid), limit and parameter agree: a limit and parameter
+// only when applied.
+func (rec *replyRecord) overrideValid() bool {
+	return rec.status <= 2 && (rec.status == 1) == (rec.ovLimit > 0) && micros(rec.ovParam) && (rec.status == 1 || rec.ovParam == 0)
+}
+
+// micros reports whether v is a time.Duration in microseconds, not
+// negative.
+func micros(v int64) bool { return 0 <= v && v <= maxMicros }
+
+// result is the Result rec says.
+func (rec *replyRecord) result() driver.Result {
 	res := driver.Result{
-		Allowed:         allowed == 1,
-		Remaining:       remaining,
-		RetryAfter:      time.Duration(retry) * time.Microsecond,
-		ResetAfter:      time.Duration(reset) * time.Microsecond,
-		OverrideInvalid: status == 2,
+		Allowed:         rec.allowed == 1,
+		Remaining:       rec.remaining,
+		RetryAfter:      time.Duration(rec.retry) * time.Microsecond,
+		ResetAfter:      time.Duration(rec.reset) * time.Microsecond,
+		OverrideInvalid: rec.status == 2,
 	}
-	if status == 1 {
-		res.Override, res.OverrideLimit, res.OverrideParam = true, ovLimit, ovParam
+	if rec.status == 1 {
+		res.Override, res.OverrideLimit, res.OverrideParam = true, rec.ovLimit, rec.ovParam
 	}
-	return res, receipt, nil
+	return res
 }
 
 // maxMicros is the longest time.Duration in microseconds.

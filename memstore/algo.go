@@ -68,48 +68,64 @@ func calendarWindow(s *state, exists bool, now int64, bounds [4]int64, limit, co
 
 // fixedSpan decides in the window [start, end) named id.
 func fixedSpan(s *state, ok bool, now, id, start, end, limit, cost int64, countRejected bool, receipt int64) (r reply, write, del bool) {
-	idx := id
-	var c int64
-	if ok && s.w == idx {
-		c = s.c
-	}
+	c := windowCount(s, ok, id)
 	reset := end - now
 	if cost < 0 {
 		// Only the units of this window, never a newer one's.
-		if c > 0 && start <= receipt && receipt < end {
-			c = max(0, c+cost)
-			if c == 0 {
-				return reply{allowed: true, remaining: limit}, false, true
-			}
-			write = writeFW(s, idx, c, reset)
-		}
-		r = reply{allowed: true, remaining: max(0, limit-c)}
-		if c > 0 {
-			r.reset = reset
-		}
-		return r, write, false
+		return fixedRefund(s, id, c, start <= receipt && receipt < end, reset, limit, cost)
 	}
-	need := max(cost, 1)
-	if c+need <= limit {
-		if cost > 0 {
-			c += cost
-			write = true
-		}
-		r = reply{allowed: true, remaining: limit - c}
-	} else {
-		if countRejected && cost > 0 {
-			c += cost
-			write = true
-		}
-		r = reply{remaining: max(0, limit-c), retry: reset}
-	}
-	if c > 0 {
-		r.reset = reset
-	}
+	c, write = fixedTake(&r, c, limit, cost, countRejected, reset)
+	r.reset = resetIfCounted(c, reset)
 	if write {
-		writeFW(s, idx, c, reset)
+		writeFW(s, id, c, reset)
 	}
 	return r, write, false
+}
+
+// windowCount is the count s holds for window id (ok: the key existed).
+func windowCount(s *state, ok bool, id int64) int64 {
+	if ok && s.w == id {
+		return s.c
+	}
+	return 0
+}
+
+// fixedRefund gives back -cost of the count c of window id when the take
+// counted in it (inWindow), deleting the key when nothing is left.
+func fixedRefund(s *state, id, c int64, inWindow bool, reset, limit, cost int64) (r reply, write, del bool) {
+	if c > 0 && inWindow {
+		c = max(0, c+cost)
+		if c == 0 {
+			return reply{allowed: true, remaining: limit}, false, true
+		}
+		write = writeFW(s, id, c, reset)
+	}
+	return reply{allowed: true, remaining: max(0, limit-c), reset: resetIfCounted(c, reset)}, write, false
+}
+
+// fixedTake decides a take of cost on the count c into r, returning the
+// new count and whether it is to be written.
+func fixedTake(r *reply, c, limit, cost int64, countRejected bool, reset int64) (next int64, write bool) {
+	if c+max(cost, 1) <= limit {
+		if cost > 0 {
+			c, write = c+cost, true
+		}
+		*r = reply{allowed: true, remaining: limit - c}
+		return c, write
+	}
+	if countRejected && cost > 0 {
+		c, write = c+cost, true
+	}
+	*r = reply{remaining: max(0, limit-c), retry: reset}
+	return c, write
+}
+
+// resetIfCounted is reset when the window counts anything, else zero.
+func resetIfCounted(c, reset int64) int64 {
+	if c > 0 {
+		return reset
+	}
+	return 0
 }
 
 func writeFW(s *state, idx, c, ttl int64) bool {
@@ -119,55 +135,84 @@ func writeFW(s *state, idx, c, ttl int64) bool {
 
 // slidingLog keeps s.log sorted ascending.
 func slidingLog(s *state, ok bool, now, limit, window, cost int64, countRejected bool, receipt int64) (r reply, write, del bool) {
-	// Drop entries at or before now-window.
-	cut := sort.Search(len(s.log), func(i int) bool { return s.log[i] > now-window })
-	if cut > 0 {
-		s.log = append(s.log[:0], s.log[cut:]...)
+	dropped := s.dropLogUntil(now - window)
+	var changed bool
+	if cost < 0 {
+		changed = s.refundLog(receipt, -cost)
+		r.allowed = true
+	} else {
+		changed = s.takeLog(&r, now, limit, window, cost, countRejected)
+	}
+	write, del = s.finishLog(&r, dropped || changed, now, limit, window)
+	return r, write, del
+}
+
+// dropLogUntil drops the entries at or before t, reporting whether any were.
+func (s *state) dropLogUntil(t int64) bool {
+	cut := sort.Search(len(s.log), func(i int) bool { return s.log[i] > t })
+	if cut == 0 {
+		return false
+	}
+	s.log = append(s.log[:0], s.log[cut:]...)
+	return true
+}
+
+// refundLog removes up to n entries of the take's time, no others.
+func (s *state) refundLog(receipt, n int64) bool {
+	from := sort.Search(len(s.log), func(i int) bool { return s.log[i] >= receipt })
+	to := from
+	for to < len(s.log) && s.log[to] == receipt && int64(to-from) < n {
+		to++
+	}
+	if to == from {
+		return false
+	}
+	s.log = append(s.log[:from], s.log[to:]...)
+	return true
+}
+
+// takeLog decides a take of cost at now, logging it when allowed (or
+// refused and countRejected).
+func (s *state) takeLog(r *reply, now, limit, window, cost int64, countRejected bool) (write bool) {
+	need := max(cost, 1)
+	r.allowed = int64(len(s.log))+need <= limit
+	if cost > 0 && (r.allowed || countRejected) {
+		s.log = trimLog(insertN(s.log, now, cost), limit)
 		write = true
 	}
-	if cost < 0 {
-		// The entries of the take's time, no others.
-		from := sort.Search(len(s.log), func(i int) bool { return s.log[i] >= receipt })
-		to := from
-		for to < len(s.log) && s.log[to] == receipt && int64(to-from) < -cost {
-			to++
-		}
-		if to > from {
-			s.log = append(s.log[:from], s.log[to:]...)
-			write = true
-		}
-	} else {
-		need := max(cost, 1)
-		count := int64(len(s.log))
-		r.allowed = count+need <= limit
-		if cost > 0 && (r.allowed || countRejected) {
-			s.log = insertN(s.log, now, cost)
-			if int64(len(s.log)) > limit {
-				s.log = append(s.log[:0], s.log[int64(len(s.log))-limit:]...)
-			}
-			write = true
-		}
-		if !r.allowed {
-			// A cost over the limit in force (an override lowered it) waits
-			// for the whole log, or a window.
-			if k := min(int64(len(s.log))+need-limit, int64(len(s.log))); k > 0 {
-				r.retry = s.log[k-1] + window - now
-			} else {
-				r.retry = window
-			}
-		}
+	if !r.allowed {
+		r.retry = logRetry(s.log, now, window, limit, need)
 	}
+	return write
+}
+
+// trimLog keeps the newest limit entries of log.
+func trimLog(log []int64, limit int64) []int64 {
+	if int64(len(log)) > limit {
+		return append(log[:0], log[int64(len(log))-limit:]...)
+	}
+	return log
+}
+
+// logRetry is the wait before need more fit the log. A cost over the limit
+// in force (an override lowered it) waits for the whole log, or a window.
+func logRetry(log []int64, now, window, limit, need int64) int64 {
+	if k := min(int64(len(log))+need-limit, int64(len(log))); k > 0 {
+		return log[k-1] + window - now
+	}
+	return window
+}
+
+// finishLog completes r from the log left, deleting an empty key.
+func (s *state) finishLog(r *reply, write bool, now, limit, window int64) (bool, bool) {
 	count := int64(len(s.log))
 	r.remaining = max(0, limit-count)
-	if cost < 0 {
-		r.allowed = true
-	}
 	if count == 0 {
-		return r, false, write
+		return false, write
 	}
 	r.reset = s.log[count-1] + window - now
 	s.ttlMicro = r.reset
-	return r, write, false
+	return write, false
 }
 
 // insertN inserts n copies of t into the sorted slice.
@@ -184,49 +229,16 @@ func insertN(log []int64, t, n int64) []int64 {
 func slidingWindow(s *state, ok bool, now, limit, window, cost int64, receipt int64) (r reply, write, del bool) {
 	idx := floorDiv(now, window)
 	elapsed := now - idx*window
-	var cur, prev int64
-	if ok {
-		switch {
-		case s.w >= idx: // s.w > idx only when a client clock went back
-			cur, prev = s.c, s.p
-		case s.w == idx-1:
-			prev = s.c
-		}
-	}
-	fw := float64(window)
-	estimate := func(prev, cur, elapsed int64) float64 {
-		return float64(prev)*(float64(window-elapsed)/fw) + float64(cur)
-	}
+	cur, prev := swCounts(s, ok, idx)
 	if cost < 0 {
 		// Back to the window the take counted in, never a newer one.
 		r.allowed = true
-		switch from := floorDiv(receipt, window); {
-		case from == idx && cur > 0:
-			cur = max(0, cur+cost)
-			write = true
-		case from == idx-1 && prev > 0:
-			prev = max(0, prev+cost)
-			write = true
-		}
+		cur, prev, write = swRefund(floorDiv(receipt, window), idx, cur, prev, cost)
 	} else {
-		need := max(cost, 1)
-		if estimate(prev, cur, elapsed)+float64(need) <= float64(limit) {
-			r.allowed = true
-			if cost > 0 {
-				cur += cost
-				write = true
-			}
-		} else {
-			r.retry = swRetry(prev, cur, elapsed, window, limit, need, estimate)
-		}
+		r.allowed, r.retry, cur, write = swTake(prev, cur, elapsed, window, limit, cost)
 	}
-	r.remaining = max(0, int64(math.Floor(float64(limit)-estimate(prev, cur, elapsed))))
-	switch {
-	case cur > 0:
-		r.reset = 2*window - elapsed
-	case prev > 0:
-		r.reset = window - elapsed
-	}
+	r.remaining = max(0, int64(math.Floor(float64(limit)-swEstimate(prev, cur, elapsed, window))))
+	r.reset = swReset(cur, prev, elapsed, window)
 	if write {
 		s.w, s.c, s.p, s.ttlMicro = idx, cur, prev, r.reset
 		if r.reset == 0 {
@@ -236,111 +248,173 @@ func slidingWindow(s *state, ok bool, now, limit, window, cost int64, receipt in
 	return r, write, false
 }
 
+// swEstimate is the sliding window's count elapsed into the current window.
+func swEstimate(prev, cur, elapsed, window int64) float64 {
+	return float64(prev)*(float64(window-elapsed)/float64(window)) + float64(cur)
+}
+
+// swCounts is the current and previous windows' counts s holds at window idx.
+func swCounts(s *state, ok bool, idx int64) (cur, prev int64) {
+	if !ok {
+		return 0, 0
+	}
+	switch {
+	case s.w >= idx: // s.w > idx only when a client clock went back
+		return s.c, s.p
+	case s.w == idx-1:
+		return 0, s.c
+	}
+	return 0, 0
+}
+
+// swRefund gives -cost back to the window from, when it is the current or
+// previous window (idx, idx-1) and counts anything.
+func swRefund(from, idx, cur, prev, cost int64) (int64, int64, bool) {
+	switch {
+	case from == idx && cur > 0:
+		return max(0, cur+cost), prev, true
+	case from == idx-1 && prev > 0:
+		return cur, max(0, prev+cost), true
+	}
+	return cur, prev, false
+}
+
+// swTake decides a take of cost: whether it is allowed, else the wait
+// before it would be, the new current count and whether to write it.
+func swTake(prev, cur, elapsed, window, limit, cost int64) (allowed bool, retry, next int64, write bool) {
+	need := max(cost, 1)
+	if swEstimate(prev, cur, elapsed, window)+float64(need) <= float64(limit) {
+		if cost > 0 {
+			return true, 0, cur + cost, true
+		}
+		return true, 0, cur, false
+	}
+	return false, swRetry(prev, cur, elapsed, window, limit, need), cur, false
+}
+
+// swReset is the time until both windows' counts are gone.
+func swReset(cur, prev, elapsed, window int64) int64 {
+	switch {
+	case cur > 0:
+		return 2*window - elapsed
+	case prev > 0:
+		return window - elapsed
+	}
+	return 0
+}
+
 // swRetry finds the first microsecond t at which estimate+need <= limit.
-func swRetry(prev, cur, elapsed, window, limit, need int64, estimate func(int64, int64, int64) float64) int64 {
+func swRetry(prev, cur, elapsed, window, limit, need int64) int64 {
 	fw, fl, fn := float64(window), float64(limit), float64(need)
 	left := window - elapsed
 	if cur+need <= limit {
 		// Within this window, as the previous window's weight decays.
 		t := int64(math.Ceil(float64(left) - float64(limit-cur-need)*fw/float64(prev)))
-		t = max(t, 0)
-		for i := 0; i < retryLoops && t < left && estimate(prev, cur, elapsed+t)+fn > fl; i++ {
-			t++
-		}
-		if t < left && estimate(prev, cur, elapsed+t)+fn <= fl {
-			return t
-		}
-		return left
+		return firstFit(max(t, 0), left, func(t int64) bool { return swEstimate(prev, cur, elapsed+t, window)+fn <= fl })
 	}
 	// In the next window, cur becomes the previous count.
 	t := int64(math.Ceil(fw - float64(limit-need)*fw/float64(cur)))
-	t = max(t, 0)
-	for i := 0; i < retryLoops && t < window && estimate(cur, 0, t)+fn > fl; i++ {
+	return left + firstFit(max(t, 0), window, func(t int64) bool { return swEstimate(cur, 0, t, window)+fn <= fl })
+}
+
+// firstFit steps t up, at most retryLoops times past the closed-form
+// estimate, to the first t before end that fits; end when none does.
+func firstFit(t, end int64, fits func(int64) bool) int64 {
+	for i := 0; i < retryLoops && t < end && !fits(t); i++ {
 		t++
 	}
-	if t < window && estimate(cur, 0, t)+fn <= fl {
-		return left + t
+	if t < end && fits(t) {
+		return t
 	}
-	return left + window
+	return end
 }
 
 // tokenBucket keeps the credit in microseconds (interval per token, at
 // most capacity × interval) and the time of that credit: integers, exact.
 func tokenBucket(s *state, ok bool, now, capacity, interval, cost, receipt int64) (r reply, write, del bool) {
 	full := capacity * interval
-	base, from := full, now // the credit at time from
-	if ok {
-		base, from = s.credit, s.ts
-	}
-	credit := min(full, base+max(0, now-from))
+	base, from := creditOf(s, ok, full, now) // the credit at time from
 	if cost < 0 {
 		// Undo the take if no later decision wrote the key (the state is
 		// still of the take's time), as if it had not happened.
-		r.allowed = true
-		if ok && from == receipt {
-			base = min(full, base-cost*interval)
-			credit = min(full, base+max(0, now-from))
-			if credit >= full {
-				del = true
-			} else {
-				write = true
-				s.credit, s.ts, s.ttlMicro = base, from, from+full-base-now
-			}
-		}
-		r.remaining = credit / interval
-		r.reset = max(0, from+full-base-now)
-		return r, write, del
+		return s.refundCredit(ok && from == receipt, base, from, now, full, interval, cost)
 	}
-	need := max(cost, 1) * interval
-	if credit >= need {
-		r.allowed = true
-		if cost > 0 {
-			credit -= cost * interval
-			write = true
-		}
-	} else {
-		r.retry = from + need - base - now
-	}
+	credit := min(full, base+max(0, now-from))
+	r.allowed, r.retry, credit, write = takeCredit(credit, base, from, now, interval, cost)
 	if write {
 		base, from = credit, now
 	}
 	r.remaining = credit / interval
 	r.reset = max(0, from+full-base-now)
-	if write {
-		if r.reset == 0 {
-			return r, false, ok
-		}
-		s.credit, s.ts, s.ttlMicro = credit, now, r.reset
+	if !write {
+		return r, false, false
 	}
-	return r, write, false
+	write, del = s.keepCredit(r.reset, credit, now, ok)
+	return r, write, del
+}
+
+// creditOf is the credit s holds and its time (ok: the key existed), or a
+// full bucket now.
+func creditOf(s *state, ok bool, full, now int64) (base, from int64) {
+	if ok {
+		return s.credit, s.ts
+	}
+	return full, now
+}
+
+// refundCredit gives -cost tokens back to the credit base of time from
+// when undo, deleting the key once the bucket is full.
+func (s *state) refundCredit(undo bool, base, from, now, full, interval, cost int64) (r reply, write, del bool) {
+	if undo {
+		base = min(full, base-cost*interval)
+	}
+	credit := min(full, base+max(0, now-from))
+	r = reply{allowed: true, remaining: credit / interval, reset: max(0, from+full-base-now)}
+	switch {
+	case !undo:
+	case credit >= full:
+		del = true
+	default:
+		write = true
+		s.credit, s.ts, s.ttlMicro = base, from, from+full-base-now
+	}
+	return r, write, del
+}
+
+// takeCredit decides a take of cost from credit (base at time from, now):
+// whether it is allowed, else the wait before it would be, the credit
+// left and whether it is to be written.
+func takeCredit(credit, base, from, now, interval, cost int64) (allowed bool, retry, next int64, write bool) {
+	need := max(cost, 1) * interval
+	switch {
+	case credit < need:
+		return false, from + need - base - now, credit, false
+	case cost > 0:
+		return true, 0, credit - cost*interval, true
+	}
+	return true, 0, credit, false
+}
+
+// keepCredit writes credit of time now, living ttl, and reports whether
+// the key is written; a bucket full again (ttl 0) is deleted instead when
+// the key existed.
+func (s *state) keepCredit(ttl, credit, now int64, existed bool) (write, del bool) {
+	if ttl == 0 {
+		return false, existed
+	}
+	s.credit, s.ts, s.ttlMicro = credit, now, ttl
+	return true, false
 }
 
 func gcra(s *state, ok bool, now, burst, interval, cost, receipt int64) (r reply, write, del bool) {
-	tat := now
-	if ok && s.tat > now {
-		tat = s.tat
-	}
+	tat := gcraTAT(s, ok, now)
 	tau := interval * burst
 	if cost < 0 {
 		// Undo the take if its TAT is still the TAT: no later take.
 		r.allowed = true
-		if ok && s.tat == receipt {
-			tat = max(now, tat+cost*interval)
-			write = true
-		}
+		tat, write = gcraRefund(s, ok, now, tat, interval, cost, receipt)
 	} else {
-		need := max(cost, 1)
-		newTat := tat + need*interval
-		diff := now - (newTat - tau)
-		if diff >= 0 {
-			r.allowed = true
-			if cost > 0 {
-				tat = newTat
-				write = true
-			}
-		} else {
-			r.retry = -diff
-		}
+		tat, write = gcraTake(&r, now, tat, tau, interval, cost)
 	}
 	r.remaining = max(0, now-tat+tau) / interval
 	r.reset = tat - now
@@ -352,4 +426,37 @@ func gcra(s *state, ok bool, now, burst, interval, cost, receipt int64) (r reply
 		s.tat, s.ttlMicro = tat, r.reset
 	}
 	return r, write, false
+}
+
+// gcraTAT is the theoretical arrival time the decision starts from.
+func gcraTAT(s *state, ok bool, now int64) int64 {
+	if ok && s.tat > now {
+		return s.tat
+	}
+	return now
+}
+
+// gcraRefund moves tat back by -cost intervals when the key's TAT is the
+// take's (receipt).
+func gcraRefund(s *state, ok bool, now, tat, interval, cost, receipt int64) (int64, bool) {
+	if ok && s.tat == receipt {
+		return max(now, tat+cost*interval), true
+	}
+	return tat, false
+}
+
+// gcraTake decides a take of cost into r (allowed, else the wait before
+// it would be), returning the new TAT and whether to write it.
+func gcraTake(r *reply, now, tat, tau, interval, cost int64) (next int64, write bool) {
+	newTat := tat + max(cost, 1)*interval
+	diff := now - (newTat - tau)
+	if diff < 0 {
+		r.retry = -diff
+		return tat, false
+	}
+	r.allowed = true
+	if cost > 0 {
+		return newTat, true
+	}
+	return tat, false
 }

@@ -105,10 +105,7 @@ func (s *Store) decide(op *driver.Op) (driver.Result, error) {
 	// The clock is read under the lock, as Valkey's TIME is inside the
 	// script: decisions on one key see time move forward.
 	clockNow := s.clock()
-	now := op.Now
-	if now.IsZero() {
-		now = clockNow
-	}
+	now := opNow(op, clockNow)
 	us := now.UnixMicro()
 
 	var st state
@@ -131,16 +128,41 @@ func (s *Store) decide(op *driver.Op) (driver.Result, error) {
 	if overLimit {
 		rep.allowed, rep.retry = false, until.UnixMicro()-us
 	}
+	sh.settle(op.Key, it, &st, write, del, clockNow)
+	op.Receipt = rep.receiptOr(us)
+	return rep.result(over, ovInvalid, &r), nil
+}
+
+// opNow is the time op is decided at: its own, or the store's clock.
+func opNow(op *driver.Op, clockNow time.Time) time.Time {
+	if op.Now.IsZero() {
+		return clockNow
+	}
+	return op.Now
+}
+
+// settle deletes key or keeps st under it, as the algorithm said. The
+// caller holds sh.mu.
+func (sh *shard) settle(key string, it *item, st *state, write, del bool, clockNow time.Time) {
 	switch {
 	case del:
-		delete(sh.m, op.Key)
+		delete(sh.m, key)
 	case write:
-		sh.keep(op.Key, it, &st, clockNow)
+		sh.keep(key, it, st, clockNow)
 	}
-	op.Receipt = us
+}
+
+// receiptOr is the receipt the reply names, or us (the time of the
+// decision) when it names none.
+func (rep *reply) receiptOr(us int64) int64 {
 	if rep.receipt != 0 {
-		op.Receipt = rep.receipt
+		return rep.receipt
 	}
+	return us
+}
+
+// result is the Result of rep, decided by rule r, overridden when over.
+func (rep *reply) result(over, ovInvalid bool, r *driver.Rule) driver.Result {
 	res := driver.Result{
 		Allowed:         rep.allowed,
 		Remaining:       rep.remaining,
@@ -152,7 +174,7 @@ func (s *Store) decide(op *driver.Op) (driver.Result, error) {
 	if over {
 		res.OverrideLimit, res.OverrideParam = r.Limit, r.Param() // 0 for calendar periods
 	}
-	return res, nil
+	return res
 }
 
 // load returns the live item of key (nil when there is none: an expired
@@ -183,12 +205,7 @@ func runAlgorithm(st *state, exists bool, us int64, now time.Time, r *sluice.Rul
 	switch r.Algorithm {
 	case driver.AlgorithmFixedWindow:
 		if !r.Calendar.IsZero() {
-			var in bool
-			rep, write, del, in = calendarWindow(st, exists, us, luascript.CalendarBounds(r, now), r.Limit, cost, r.CountRejected, receipt)
-			if !in {
-				return rep, false, false, fmt.Errorf("memstore: %w", driver.ErrClockSkew)
-			}
-			return rep, write, del, nil
+			return calendarRun(st, exists, us, now, r, cost, receipt)
 		}
 		rep, write, del = fixedWindow(st, exists, us, r.Limit, r.Param(), cost, r.CountRejected, receipt)
 	case driver.AlgorithmSlidingLog:
@@ -199,6 +216,16 @@ func runAlgorithm(st *state, exists bool, us int64, now time.Time, r *sluice.Rul
 		rep, write, del = tokenBucket(st, exists, us, r.Limit, r.Param(), cost, receipt)
 	case driver.AlgorithmGCRA:
 		rep, write, del = gcra(st, exists, us, r.Limit, r.Param(), cost, receipt)
+	}
+	return rep, write, del, nil
+}
+
+// calendarRun runs a fixed window over r's calendar periods; now outside
+// the periods around it is clock skew.
+func calendarRun(st *state, exists bool, us int64, now time.Time, r *sluice.Rule, cost, receipt int64) (reply, bool, bool, error) {
+	rep, write, del, in := calendarWindow(st, exists, us, luascript.CalendarBounds(r, now), r.Limit, cost, r.CountRejected, receipt)
+	if !in {
+		return rep, false, false, fmt.Errorf("memstore: %w", driver.ErrClockSkew)
 	}
 	return rep, write, del, nil
 }

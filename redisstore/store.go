@@ -65,28 +65,11 @@ func Options(opt *redis.UniversalOptions) *redis.UniversalOptions {
 // failover) or a *redis.ClusterClient with ContextTimeoutEnabled. The Store
 // does not own the client: closing it is the caller's job.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
-	s := &Store{client: client, maxBatch: 64}
-	switch c := client.(type) {
-	case *redis.Client:
-		if c == nil {
-			return nil, fmt.Errorf("%w: nil client", ErrClient)
-		}
-		if !c.Options().ContextTimeoutEnabled {
-			return nil, fmt.Errorf("%w: ContextTimeoutEnabled is false, so go-redis would ignore each decision's deadline; set it (redisstore.Options does)", ErrClient)
-		}
-	case *redis.ClusterClient:
-		if c == nil {
-			return nil, fmt.Errorf("%w: nil client", ErrClient)
-		}
-		if !c.Options().ContextTimeoutEnabled {
-			return nil, fmt.Errorf("%w: ContextTimeoutEnabled is false, so go-redis would ignore each decision's deadline; set it (redisstore.Options does)", ErrClient)
-		}
-		s.cluster = true
-	case nil:
-		return nil, fmt.Errorf("%w: nil client", ErrClient)
-	default:
-		return nil, fmt.Errorf("%w: %T (want *redis.Client or *redis.ClusterClient; a Ring spreads keys by its own hashing, which the scripts' keys do not follow)", ErrClient, client)
+	cluster, err := checkClient(client)
+	if err != nil {
+		return nil, err
 	}
+	s := &Store{client: client, maxBatch: 64, cluster: cluster}
 	for _, o := range opts {
 		o.apply(s)
 	}
@@ -94,6 +77,35 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: max keys per call must be positive, got %d", s.maxBatch)
 	}
 	return s, nil
+}
+
+// checkClient refuses a client New cannot use, and reports whether it is
+// a cluster's.
+func checkClient(client redis.UniversalClient) (cluster bool, err error) {
+	switch c := client.(type) {
+	case *redis.Client:
+		if c == nil {
+			return false, fmt.Errorf("%w: nil client", ErrClient)
+		}
+		return false, checkTimeouts(c.Options().ContextTimeoutEnabled)
+	case *redis.ClusterClient:
+		if c == nil {
+			return false, fmt.Errorf("%w: nil client", ErrClient)
+		}
+		return true, checkTimeouts(c.Options().ContextTimeoutEnabled)
+	case nil:
+		return false, fmt.Errorf("%w: nil client", ErrClient)
+	default:
+		return false, fmt.Errorf("%w: %T (want *redis.Client or *redis.ClusterClient; a Ring spreads keys by its own hashing, which the scripts' keys do not follow)", ErrClient, client)
+	}
+}
+
+// checkTimeouts refuses a client without ContextTimeoutEnabled.
+func checkTimeouts(enabled bool) error {
+	if !enabled {
+		return fmt.Errorf("%w: ContextTimeoutEnabled is false, so go-redis would ignore each decision's deadline; set it (redisstore.Options does)", ErrClient)
+	}
+	return nil
 }
 
 // scriptCmd is a script call that go-redis must never retry: a call sent
@@ -114,11 +126,8 @@ func (s *Store) Do(ctx context.Context, batch []driver.Op) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	if dl := earliest(batch); !dl.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl)
-		defer cancel()
-	}
+	ctx, cancel := withEarliest(ctx, batch)
+	defer cancel()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -131,28 +140,48 @@ func (s *Store) Do(ctx context.Context, batch []driver.Op) error {
 		cmds[i] = command(ctx, batch, c, true)
 	}
 	s.run(ctx, cmds)
-	// A server that lost its scripts (restart, SCRIPT FLUSH) answers
-	// NOSCRIPT without running anything: send those calls again in full.
+	s.rerunNoScript(ctx, batch, calls, cmds)
+	for i, c := range calls {
+		decode(batch, c, cmds[i])
+	}
+	return nil
+}
+
+// withEarliest bounds ctx by the earliest Deadline of batch, if any.
+func withEarliest(ctx context.Context, batch []driver.Op) (context.Context, context.CancelFunc) {
+	if dl := earliest(batch); !dl.IsZero() {
+		return context.WithDeadline(ctx, dl)
+	}
+	return ctx, func() {}
+}
+
+// rerunNoScript sends again in full, by EVAL, the calls whose commands
+// cmds a server that lost its scripts (restart, SCRIPT FLUSH) answered
+// NOSCRIPT, without running anything.
+func (s *Store) rerunNoScript(ctx context.Context, batch []driver.Op, calls []call, cmds []scriptCmd) {
+	again := noScripts(cmds)
+	if len(again) == 0 {
+		return
+	}
+	re := make([]scriptCmd, len(again))
+	for j, i := range again {
+		re[j] = command(ctx, batch, calls[i], false)
+	}
+	s.run(ctx, re)
+	for j, i := range again {
+		cmds[i] = re[j]
+	}
+}
+
+// noScripts is the indexes of the commands answered NOSCRIPT.
+func noScripts(cmds []scriptCmd) []int {
 	var again []int
 	for i := range cmds {
 		if isNoScript(cmds[i].Err()) {
 			again = append(again, i)
 		}
 	}
-	if len(again) > 0 {
-		re := make([]scriptCmd, len(again))
-		for j, i := range again {
-			re[j] = command(ctx, batch, calls[i], false)
-		}
-		s.run(ctx, re)
-		for j, i := range again {
-			cmds[i] = re[j]
-		}
-	}
-	for i, c := range calls {
-		decode(batch, c, cmds[i])
-	}
-	return nil
+	return again
 }
 
 // run sends cmds: one alone, several in one pipeline (go-redis splits it

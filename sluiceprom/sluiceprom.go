@@ -226,20 +226,28 @@ func (m *Metrics) series(limiter string) *series {
 
 // outcome returns the index in outcomes of res's outcome.
 func outcome(res sluice.Result) int {
-	switch {
-	case res.Degraded && res.Shadowed:
-		return 5
-	case res.Degraded && res.Allowed:
-		return 3
-	case res.Degraded:
-		return 4
-	case res.Shadowed:
-		return 2
-	case res.Allowed:
-		return 0
-	default:
+	return outcomeIndex[bit(res.Degraded)][bit(res.Shadowed)][bit(res.Allowed)]
+}
+
+// outcomeIndex is the index in outcomes by degraded, shadowed and allowed:
+// a shadow decision counts as a shadow denial whether it allowed or not.
+var outcomeIndex = [2][2][2]int{
+	{ // decided by the store
+		{1, 0}, // denied, allowed
+		{2, 2}, // shadow denied
+	},
+	{ // degraded: decided by the fail mode
+		{4, 3}, // denied, allowed
+		{5, 5}, // shadow denied
+	},
+}
+
+// bit is 1 for true, 0 for false.
+func bit(b bool) int {
+	if b {
 		return 1
 	}
+	return 0
 }
 
 // reason returns the index in reasons of err's reason.

@@ -122,16 +122,23 @@ func overrideOnLimiterClock(t *testing.T, h Harness, start time.Time) {
 // decided under.
 func overrideHeldOnClock(t *testing.T, l *sluice.Limiter, start, expires time.Time) {
 	ctx := context.Background()
+	overrideReadOnClock(t, ctx, l, start, expires)
+	res, err := l.AllowN(ctx, "k", 3)
+	if err != nil || res != (sluice.Result{Allowed: true, Limit: 6, Remaining: 3, ResetAfter: time.Hour, Source: sluice.SourceOverride, OverrideParam: time.Hour.Microseconds()}) {
+		t.Fatalf("clock at %v: a decision under the override: %+v %v", start, res, err)
+	}
+}
+
+// overrideReadOnClock checks, on the limiter's clock at start, that
+// GetOverride reads the override just set on "k" (limit 6 until expires)
+// and Overrides lists it.
+func overrideReadOnClock(t *testing.T, ctx context.Context, l *sluice.Limiter, start, expires time.Time) {
 	o, ok, err := l.GetOverride(ctx, "k")
 	if err != nil || !ok || !o.Expires.Equal(expires) || o.Limit != 6 {
 		t.Fatalf("clock at %v: GetOverride just after setting it: %+v %v %v, want limit 6 until %v", start, o, ok, err, expires)
 	}
 	if list, err := l.Overrides(ctx); err != nil || len(list) != 1 || !list[0].Expires.Equal(expires) {
 		t.Fatalf("clock at %v: Overrides: %+v %v", start, list, err)
-	}
-	res, err := l.AllowN(ctx, "k", 3)
-	if err != nil || res != (sluice.Result{Allowed: true, Limit: 6, Remaining: 3, ResetAfter: time.Hour, Source: sluice.SourceOverride, OverrideParam: time.Hour.Microseconds()}) {
-		t.Fatalf("clock at %v: a decision under the override: %+v %v", start, res, err)
 	}
 }
 
@@ -145,14 +152,21 @@ func overrideLapsedOnClock(t *testing.T, l *sluice.Limiter, clock *Clock, start,
 		t.Fatalf("clock at %v: GetOverride at the override's last microsecond: %v %v", start, ok, err)
 	}
 	clock.Set(expires.Sub(Epoch))
+	overrideGoneOnClock(t, ctx, l, start)
+	res, err := l.Allow(ctx, "k")
+	if err != nil || res.Source != sluice.SourcePolicy || res.Allowed {
+		t.Fatalf("clock at %v: after the override's expiry: %+v %v, want the policy's refusal", start, res, err)
+	}
+}
+
+// overrideGoneOnClock checks, on the limiter's clock at the override's
+// expiry, that GetOverride reads no override on "k" and Overrides lists
+// none.
+func overrideGoneOnClock(t *testing.T, ctx context.Context, l *sluice.Limiter, start time.Time) {
 	if o, ok, err := l.GetOverride(ctx, "k"); ok || err != nil {
 		t.Fatalf("clock at %v: GetOverride at the override's expiry (on the limiter's clock): %+v %v %v, want none", start, o, ok, err)
 	}
 	if list, err := l.Overrides(ctx); err != nil || len(list) != 0 {
 		t.Fatalf("clock at %v: Overrides after the expiry: %+v %v, want none", start, list, err)
-	}
-	res, err := l.Allow(ctx, "k")
-	if err != nil || res.Source != sluice.SourcePolicy || res.Allowed {
-		t.Fatalf("clock at %v: after the override's expiry: %+v %v, want the policy's refusal", start, res, err)
 	}
 }

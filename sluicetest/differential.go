@@ -50,18 +50,21 @@ func (d *Differ) Receipt(key string, pick int, now time.Time) int64 {
 func (d *Differ) Step(desc string, op driver.Op) {
 	d.t.Helper()
 	a, b := []driver.Op{op}, []driver.Op{op}
-	ctx := context.Background()
-	if err := d.mem.Do(ctx, a); err != nil || a[0].Err != nil {
-		d.t.Fatalf("%s: memstore: %v %v", desc, err, a[0].Err)
-	}
-	if err := d.st.Do(ctx, b); err != nil || b[0].Err != nil {
-		d.t.Fatalf("%s: store under test: %v %v", desc, err, b[0].Err)
-	}
+	d.do(desc, "memstore", d.mem, a)
+	d.do(desc, "store under test", d.st, b)
 	if a[0].Result != b[0].Result || a[0].Receipt != b[0].Receipt {
 		d.t.Fatalf("%s:\nmemstore         %+v receipt %d\nstore under test %+v receipt %d", desc, a[0].Result, a[0].Receipt, b[0].Result, b[0].Receipt)
 	}
 	if op.Cost > 0 && a[0].Result.Allowed {
 		d.receipts[op.Key] = append(d.receipts[op.Key], a[0].Receipt)
+	}
+}
+
+// do decides the one Op of ops on the store s, named name in the failure.
+func (d *Differ) do(desc, name string, s driver.Store, ops []driver.Op) {
+	d.t.Helper()
+	if err := s.Do(context.Background(), ops); err != nil || ops[0].Err != nil {
+		d.t.Fatalf("%s: %s: %v %v", desc, name, err, ops[0].Err)
 	}
 }
 
@@ -107,26 +110,39 @@ func RunDifferential(t *testing.T, h Harness) {
 		w := rule.Period()
 		for i := range 150 {
 			key := driver.Key(prefix, fmt.Sprintf("s%d", seed), rule, fmt.Sprint(rng.IntN(3)))
-			switch rng.IntN(6) {
-			case 0: // stay at the same microsecond
-			case 1:
-				now = now.Add(time.Microsecond)
-			case 2: // to a window edge, or just before it
-				edge := now.Truncate(max(rule.Window, time.Millisecond)).Add(max(rule.Window, time.Millisecond))
-				now = edge.Add(-time.Duration(rng.IntN(2)) * time.Microsecond)
-			default:
-				now = now.Add(time.Duration(rng.Int64N(int64(w)*3/2/1000+1)) * time.Microsecond)
-			}
-			cost := int64(rng.IntN(int(rule.Limit) + 1))
-			var receipt int64
-			if rng.IntN(8) == 0 {
-				cost = -int64(1 + rng.IntN(2)) // a refund
-				receipt = d.Receipt(key, rng.IntN(8)-1, now)
-			}
+			now = randomStep(rng, now, rule, w)
+			cost, receipt := randomCost(rng, d, key, now, rule)
 			d.Step(fmt.Sprintf("seed %d op %d (%v, cost %d, receipt %d, at +%v)", seed, i, rule, cost, receipt, now.Sub(Epoch)),
 				driver.Op{Key: key, Rule: rule, Cost: cost, Now: now, Receipt: receipt})
 		}
 	}
+}
+
+// randomStep moves now on at random: not at all, by a microsecond, to a
+// window edge or just before it, or by up to one and a half periods w.
+func randomStep(rng *rand.Rand, now time.Time, rule sluice.Rule, w time.Duration) time.Time {
+	switch rng.IntN(6) {
+	case 0: // stay at the same microsecond
+		return now
+	case 1:
+		return now.Add(time.Microsecond)
+	case 2: // to a window edge, or just before it
+		edge := now.Truncate(max(rule.Window, time.Millisecond)).Add(max(rule.Window, time.Millisecond))
+		return edge.Add(-time.Duration(rng.IntN(2)) * time.Microsecond)
+	default:
+		return now.Add(time.Duration(rng.Int64N(int64(w)*3/2/1000+1)) * time.Microsecond)
+	}
+}
+
+// randomCost draws a cost up to the rule's limit, and one time in eight
+// instead a refund of one or two of a receipt d picks for key.
+func randomCost(rng *rand.Rand, d *Differ, key string, now time.Time, rule sluice.Rule) (cost, receipt int64) {
+	cost = int64(rng.IntN(int(rule.Limit) + 1))
+	if rng.IntN(8) == 0 {
+		cost = -int64(1 + rng.IntN(2)) // a refund
+		receipt = d.Receipt(key, rng.IntN(8)-1, now)
+	}
+	return cost, receipt
 }
 
 // RunDifferentialBatches sends random batches in which keys repeat (a hot
@@ -149,25 +165,43 @@ func RunDifferentialBatches(t *testing.T, h Harness) {
 		for round := range 20 {
 			now = now.Add(time.Duration(rng.Int64N(int64(rule.Period())/1000+1)) * time.Microsecond)
 			batch := randomBatch(rng, prefix, fmt.Sprintf("s%d", seed), rule, now, receipts)
-			a := append([]driver.Op(nil), batch...)
-			b := append([]driver.Op(nil), batch...)
-			if err := mem.Do(ctx, a); err != nil {
-				t.Fatal(err)
-			}
-			if err := st.Do(ctx, b); err != nil {
-				t.Fatal(err)
-			}
+			a, b := doBoth(t, ctx, mem, st, batch)
 			for i := range batch {
-				if a[i].Cost > 0 && a[i].Result.Allowed {
-					receipts[a[i].Key] = append(receipts[a[i].Key], a[i].Receipt)
-				}
-				if a[i].Err != nil || b[i].Err != nil || a[i].Result != b[i].Result || a[i].Receipt != b[i].Receipt {
+				noteReceipt(receipts, &a[i])
+				if !sameDecision(&a[i], &b[i]) {
 					t.Fatalf("seed %d round %d op %d (%v, cost %d, key %s):\nmemstore         %+v %v\nstore under test %+v %v",
 						seed, round, i, rule, batch[i].Cost, batch[i].Key, a[i].Result, a[i].Err, b[i].Result, b[i].Err)
 				}
 			}
 		}
 	}
+}
+
+// doBoth decides copies of batch on memstore (mem) and on the store under
+// test (st).
+func doBoth(t *testing.T, ctx context.Context, mem, st driver.Store, batch []driver.Op) (a, b []driver.Op) {
+	t.Helper()
+	a = append([]driver.Op(nil), batch...)
+	b = append([]driver.Op(nil), batch...)
+	if err := mem.Do(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Do(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+// noteReceipt keeps the receipt of op when it took.
+func noteReceipt(receipts map[string][]int64, op *driver.Op) {
+	if op.Cost > 0 && op.Result.Allowed {
+		receipts[op.Key] = append(receipts[op.Key], op.Receipt)
+	}
+}
+
+// sameDecision reports whether a and b were decided alike, without error.
+func sameDecision(a, b *driver.Op) bool {
+	return a.Err == nil && b.Err == nil && a.Result == b.Result && a.Receipt == b.Receipt
 }
 
 // checkBatchTTLs checks, when the harness can read TTLs, that every key

@@ -196,7 +196,18 @@ func RunAlgorithmChangeUnderOneName(t *testing.T, h Harness) {
 		sluice.TokenBucket{Capacity: 3, Rate: 3, Per: time.Minute},
 		sluice.GCRA{Rate: 3, Per: time.Minute, Burst: 3},
 	}
-	clock := NewClock()
+	ls := limitersUnderOneName(t, h, policies, NewClock())
+	allowed := interleave(t, ctx, ls)
+	for i, n := range allowed {
+		if n != 3 {
+			t.Errorf("%v under the shared name: %d of 5 allowed, want 3", ls[i].Rule(), n)
+		}
+	}
+}
+
+// limitersUnderOneName makes a limiter of each of policies, all named
+// "api" under one prefix, on clock.
+func limitersUnderOneName(t *testing.T, h Harness, policies []sluice.Policy, clock *Clock) []*sluice.Limiter {
 	prefix := Prefix(t)
 	var ls []*sluice.Limiter
 	for _, p := range policies {
@@ -207,7 +218,13 @@ func RunAlgorithmChangeUnderOneName(t *testing.T, h Harness) {
 		}
 		ls = append(ls, l)
 	}
-	// Interleaved, as two versions of a service would send them.
+	return ls
+}
+
+// interleave sends five requests for "user" to each of ls, interleaved as
+// two versions of a service would send them, failing on an error or a
+// degraded decision, and returns how many each allowed.
+func interleave(t *testing.T, ctx context.Context, ls []*sluice.Limiter) []int {
 	allowed := make([]int, len(ls))
 	for range 5 {
 		for i, l := range ls {
@@ -220,9 +237,5 @@ func RunAlgorithmChangeUnderOneName(t *testing.T, h Harness) {
 			}
 		}
 	}
-	for i, n := range allowed {
-		if n != 3 {
-			t.Errorf("%v under the shared name: %d of 5 allowed, want 3", ls[i].Rule(), n)
-		}
-	}
+	return allowed
 }

@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-
 	"github.com/sluicehq/sluice/driver"
-
 	"github.com/sluicehq/sluice/internal/ruleview"
 )
 
@@ -69,7 +67,7 @@ type nextUnitOp struct {
 // timeline decides 10 random costs at random times on key, checking
 // NextUnit after each, and returns how often it was known.
 func (c *nextUnitCheck) timeline(r *rand.Rand, key string) int {
-	t, rule := c.t, c.rule
+	rule := c.rule
 	exact := rule.Algorithm != driver.AlgorithmSlidingLog && rule.Algorithm != driver.AlgorithmSlidingWindow
 	known := 0
 	var ops []nextUnitOp
@@ -78,30 +76,37 @@ func (c *nextUnitCheck) timeline(r *rand.Rand, key string) int {
 		now += time.Duration(r.IntN(120_000)) * time.Microsecond
 		o := nextUnitOp{now, r.Int64N(rule.Limit + 1)}
 		c.clock.Set(now)
-		res, err := c.l.AllowN(c.ctx, key, o.cost)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := allowN(c.t, c.ctx, c.l, key, o.cost)
 		ops = append(ops, o)
-		d, ok := ruleview.NextUnit(rule, res, o.cost)
-		if !ok {
-			if exact && res.Remaining < rule.Limit {
-				t.Fatalf("%v: NextUnit unknown after %+v", rule, res)
-			}
-			continue
-		}
-		known++
-		if !res.Allowed && d > res.RetryAfter {
-			t.Fatalf("%v: NextUnit %v after a refusal with RetryAfter %v", rule, d, res.RetryAfter)
-		}
-		if before := c.peek(ops, now+d-time.Microsecond); before.Remaining > res.Remaining {
-			t.Fatalf("%v after %v (%+v): NextUnit %v, but %d units a microsecond earlier", rule, ops, res, d, before.Remaining)
-		}
-		if at := c.peek(ops, now+d); at.Remaining <= res.Remaining {
-			t.Fatalf("%v after %v (%+v): NextUnit %v, but still %d units then", rule, ops, res, d, at.Remaining)
+		if c.checkNextUnit(ops, res, exact) {
+			known++
 		}
 	}
 	return known
+}
+
+// checkNextUnit checks NextUnit after res, the Result of the last of ops,
+// and reports whether it was known. With exact, it must be known once
+// anything is used.
+func (c *nextUnitCheck) checkNextUnit(ops []nextUnitOp, res sluice.Result, exact bool) bool {
+	t, rule, last := c.t, c.rule, ops[len(ops)-1]
+	d, ok := ruleview.NextUnit(rule, res, last.cost)
+	if !ok {
+		if exact && res.Remaining < rule.Limit {
+			t.Fatalf("%v: NextUnit unknown after %+v", rule, res)
+		}
+		return false
+	}
+	if !res.Allowed && d > res.RetryAfter {
+		t.Fatalf("%v: NextUnit %v after a refusal with RetryAfter %v", rule, d, res.RetryAfter)
+	}
+	if before := c.peek(ops, last.at+d-time.Microsecond); before.Remaining > res.Remaining {
+		t.Fatalf("%v after %v (%+v): NextUnit %v, but %d units a microsecond earlier", rule, ops, res, d, before.Remaining)
+	}
+	if at := c.peek(ops, last.at+d); at.Remaining <= res.Remaining {
+		t.Fatalf("%v after %v (%+v): NextUnit %v, but still %d units then", rule, ops, res, d, at.Remaining)
+	}
+	return true
 }
 
 // peek replays ops under a fresh key and peeks at at.
@@ -110,9 +115,7 @@ func (c *nextUnitCheck) peek(ops []nextUnitOp, at time.Duration) sluice.Result {
 	key := fmt.Sprintf("replay-%d", c.replays)
 	for _, o := range ops {
 		c.clock.Set(o.at)
-		if _, err := c.l.AllowN(c.ctx, key, o.cost); err != nil {
-			c.t.Fatal(err)
-		}
+		allowN(c.t, c.ctx, c.l, key, o.cost)
 	}
 	c.clock.Set(at)
 	res, err := c.l.Peek(c.ctx, key)

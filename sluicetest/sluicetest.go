@@ -283,11 +283,7 @@ func recoverAtRetryAfter(t *testing.T, h Harness, p sluice.Policy, cost int64) {
 // (failing after a hundred allowed), and returns the refusal.
 func exhaustAdvancing(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *Clock, cost int64) sluice.Result {
 	for i := 0; ; i++ {
-		res, err := l.AllowN(ctx, "k", cost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !res.Allowed {
+		if res := allowN(t, ctx, l, "k", cost); !res.Allowed {
 			return res
 		}
 		if i > 100 {
@@ -307,10 +303,7 @@ func recoveryRound(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *
 	}
 	wait := res.RetryAfter
 	clock.Advance(wait - time.Microsecond)
-	early, err := l.AllowN(ctx, "k", cost)
-	if err != nil {
-		t.Fatal(err)
-	}
+	early := allowN(t, ctx, l, "k", cost)
 	if early.Allowed {
 		t.Fatalf("round %d: allowed 1µs before RetryAfter %v", round, wait)
 	}
@@ -319,20 +312,25 @@ func recoveryRound(t *testing.T, ctx context.Context, l *sluice.Limiter, clock *
 		return early
 	}
 	clock.Advance(time.Microsecond)
-	got, err := l.AllowN(ctx, "k", cost)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := allowN(t, ctx, l, "k", cost)
 	if !got.Allowed {
 		t.Fatalf("round %d: refused after waiting RetryAfter %v: %+v", round, wait, got)
 	}
 	// Exhaust again for the next round.
 	for got.Allowed {
-		if got, err = l.AllowN(ctx, "k", cost); err != nil {
-			t.Fatal(err)
-		}
+		got = allowN(t, ctx, l, "k", cost)
 	}
 	return got
+}
+
+// allowN is l.AllowN, failing t on an error.
+func allowN(t testing.TB, ctx context.Context, l *sluice.Limiter, key string, cost int64) sluice.Result {
+	t.Helper()
+	res, err := l.AllowN(ctx, key, cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 func ruleOf(t testing.TB, p sluice.Policy) sluice.Rule {
@@ -459,10 +457,15 @@ func peekAndReset(t *testing.T, l *sluice.Limiter) {
 	if res, _ := l.Peek(ctx, "p"); res.Allowed || res.RetryAfter <= 0 {
 		t.Fatalf("peek on an exhausted key: %+v", res)
 	}
-	if err := l.Reset(ctx, "p"); err != nil {
+	resetAndPeek(t, ctx, l, "p")
+}
+
+// resetAndPeek resets key and checks that Peek then shows the whole limit.
+func resetAndPeek(t *testing.T, ctx context.Context, l *sluice.Limiter, key string) {
+	if err := l.Reset(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := l.Peek(ctx, "p"); !res.Allowed || res.Remaining != limit {
+	if res, _ := l.Peek(ctx, key); !res.Allowed || res.Remaining != l.Rule().Limit {
 		t.Fatalf("peek after Reset: %+v", res)
 	}
 }
@@ -587,16 +590,7 @@ func RunRealTime(t *testing.T, h Harness) {
 // refusal's RetryAfter is within a second, sleeps it, and expects the
 // next request to be allowed.
 func sleepRetryAfter(t *testing.T, ctx context.Context, l *sluice.Limiter) {
-	var res sluice.Result
-	for i := 0; i < 100; i++ {
-		var err error
-		if res, err = l.Allow(ctx, "k"); err != nil {
-			t.Fatal(err)
-		}
-		if !res.Allowed {
-			break
-		}
-	}
+	res := allowUntilRefused(t, ctx, l, "k")
 	if res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > time.Second {
 		t.Fatalf("refusal %+v", res)
 	}
@@ -604,4 +598,16 @@ func sleepRetryAfter(t *testing.T, ctx context.Context, l *sluice.Limiter) {
 	if res, err := l.Allow(ctx, "k"); err != nil || !res.Allowed {
 		t.Fatalf("after sleeping RetryAfter: %+v, %v", res, err)
 	}
+}
+
+// allowUntilRefused sends requests for key until one is refused, at most
+// a hundred, and returns the last Result.
+func allowUntilRefused(t *testing.T, ctx context.Context, l *sluice.Limiter, key string) sluice.Result {
+	var res sluice.Result
+	for i := 0; i < 100; i++ {
+		if res = allowN(t, ctx, l, key, 1); !res.Allowed {
+			break
+		}
+	}
+	return res
 }

@@ -93,9 +93,15 @@ func newBatcher(e *engine, n *node) *batcher {
 func earliest(ops []driver.Op) time.Time {
 	var dl time.Time
 	for i := range ops {
-		if d := ops[i].Deadline; !d.IsZero() && (dl.IsZero() || d.Before(dl)) {
-			dl = d
-		}
+		dl = earlier(dl, ops[i].Deadline)
+	}
+	return dl
+}
+
+// earlier is the earlier of the deadlines dl and d, where zero is none.
+func earlier(dl, d time.Time) time.Time {
+	if !d.IsZero() && (dl.IsZero() || d.Before(dl)) {
+		return d
 	}
 	return dl
 }
@@ -109,8 +115,8 @@ func orNever(dl time.Time) time.Time {
 
 func (b *batcher) do(ctx context.Context, ops []driver.Op) error {
 	dl := earliest(ops)
-	if d, ok := ctx.Deadline(); ok && (dl.IsZero() || d.Before(dl)) {
-		dl = d // the caller's own deadline bounds the merged call too
+	if d, ok := ctx.Deadline(); ok {
+		dl = earlier(dl, d) // the caller's own deadline bounds the merged call too
 	}
 	bud := b.bud
 	bud.mu.Lock()
@@ -121,70 +127,14 @@ func (b *batcher) do(ctx context.Context, ops []driver.Op) error {
 		b.handoff()
 		return err
 	}
-	r := requestPool.Get().(*request)
-	r.ops = append(r.ops[:0], ops...)
-	r.deadline = dl
-	r.rearmed = false
-	r.state.Store(queued)
-	if len(b.pending) == 0 {
-		bud.wait(b)
-	}
-	b.pending = append(b.pending, r)
-	b.queued += len(ops)
-	// A call beyond the node's first, when the budget allows it now
-	// (budget.go): the queue leaves at once, led by its first caller.
-	var extra []*request
-	if bud.mayStart(b) {
-		extra = b.take(time.Now())
-	}
-	needTimer := !dl.IsZero() && dl.Before(b.latest)
+	r, extra, needTimer := b.enqueue(ops, dl)
 	bud.mu.Unlock()
 	if extra != nil {
 		extra[0].wake <- wakeCall{batch: extra}
 	}
-
-	var (
-		timer   *time.Timer
-		expired <-chan time.Time
-	)
-	arm := func() {
-		timer = time.NewTimer(time.Until(dl))
-		expired = timer.C
-	}
-	if needTimer {
-		arm()
-	}
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	var batch []*request
-wait:
-	for {
-		select {
-		case w := <-r.wake:
-			if w.rearm {
-				if expired == nil {
-					arm()
-				}
-				continue
-			}
-			batch = w.batch
-			break wait
-		case <-ctx.Done():
-			if r.state.CompareAndSwap(queued, abandoned) {
-				return ctx.Err() // never sent; the sender skips it
-			}
-			batch = b.final(r) // already sent: wait for the answer
-			break wait
-		case <-expired:
-			if r.state.CompareAndSwap(queued, abandoned) {
-				return context.DeadlineExceeded
-			}
-			batch = b.final(r)
-			break wait
-		}
+	batch, err := b.wait(ctx, r, dl, needTimer)
+	if err != nil {
+		return err // never sent; the sender skips it
 	}
 	if batch != nil {
 		b.lead(batch)
@@ -193,6 +143,81 @@ wait:
 	r.ops = r.ops[:0]
 	requestPool.Put(r)
 	return nil
+}
+
+// enqueue queues a request for ops with deadline dl, and takes the batch
+// of a call beyond the node's first when the budget allows it now
+// (budget.go): the queue leaves at once, led by its first caller. It
+// reports whether the request needs a timer of its own: its deadline
+// comes before the end of the calls in flight. bud.mu is held.
+func (b *batcher) enqueue(ops []driver.Op, dl time.Time) (r *request, extra []*request, needTimer bool) {
+	r = requestPool.Get().(*request)
+	r.ops = append(r.ops[:0], ops...)
+	r.deadline = dl
+	r.rearmed = false
+	r.state.Store(queued)
+	if len(b.pending) == 0 {
+		b.bud.wait(b)
+	}
+	b.pending = append(b.pending, r)
+	b.queued += len(ops)
+	if b.bud.mayStart(b) {
+		extra = b.take(time.Now())
+	}
+	return r, extra, !dl.IsZero() && dl.Before(b.latest)
+}
+
+// wait waits for the wake of the queued request r: a batch to lead, or
+// none (another caller's call decided r). When r's ctx or deadline (dl,
+// with a timer when needTimer or when rearmed) ends first while r is still
+// queued, r is abandoned and wait returns the error.
+func (b *batcher) wait(ctx context.Context, r *request, dl time.Time, needTimer bool) ([]*request, error) {
+	var t waitTimer
+	if needTimer {
+		t.arm(dl)
+	}
+	defer t.stop()
+	for {
+		select {
+		case w := <-r.wake:
+			if !w.rearm {
+				return w.batch, nil
+			}
+			t.arm(dl)
+		case <-ctx.Done():
+			return b.giveUp(r, ctx.Err())
+		case <-t.expired:
+			return b.giveUp(r, context.DeadlineExceeded)
+		}
+	}
+}
+
+// giveUp abandons r with err while it is queued; once sent, it waits for
+// the answer (already sent: the call may have acted on it).
+func (b *batcher) giveUp(r *request, err error) ([]*request, error) {
+	if r.state.CompareAndSwap(queued, abandoned) {
+		return nil, err
+	}
+	return b.final(r), nil
+}
+
+// waitTimer is the timer of a queued request's deadline, armed once.
+type waitTimer struct {
+	timer   *time.Timer
+	expired <-chan time.Time // nil until armed
+}
+
+func (t *waitTimer) arm(dl time.Time) {
+	if t.expired == nil {
+		t.timer = time.NewTimer(time.Until(dl))
+		t.expired = t.timer.C
+	}
+}
+
+func (t *waitTimer) stop() {
+	if t.timer != nil {
+		t.timer.Stop()
+	}
 }
 
 // final waits for the wake that ends r's wait (a batch to lead, or done),
@@ -247,64 +272,89 @@ func (b *batcher) handoff() {
 // order, for the next call. Requests whose deadlines passed are failed on
 // the way. It returns nil when no live request was queued. bud.mu is held.
 func (b *batcher) take(now time.Time) []*request {
-	var (
-		live     []*request
-		anchor   time.Time // the deadline of the batch's first request
-		anchored bool
-		dl       time.Time // the earliest deadline in the batch
-		ops      int
-		left     int // the decisions that stay queued
-	)
+	bt := b.sift(now)
+	if len(b.pending) == 0 {
+		b.bud.done(b)
+	}
+	if len(bt.live) == 0 {
+		return nil
+	}
+	b.start(bt.dl)
+	rearmBehind(b.pending, bt.dl)
+	return bt.live
+}
+
+// sift takes the batch out of b's queue, failing the requests whose
+// deadlines passed and dropping the given-up ones; the others stay queued,
+// in order. bud.mu is held.
+func (b *batcher) sift(now time.Time) batchTake {
+	var bt batchTake
+	left := 0             // the decisions that stay queued
 	keep := b.pending[:0] // filtered in place: keep never passes the reader
 	for _, r := range b.pending {
-		if r.state.Load() != queued {
-			continue // its caller gave up
-		}
-		if !r.deadline.IsZero() && !now.Before(r.deadline) {
-			if r.state.CompareAndSwap(queued, taken) {
-				for i := range r.ops {
-					r.ops[i].Err = context.DeadlineExceeded
-				}
-				r.wake <- wakeCall{}
-			}
-			continue
-		}
-		if ops >= b.maxOps || anchored && !mergeable(anchor, r.deadline, now) {
+		switch {
+		case r.state.Load() != queued: // its caller gave up
+		case !r.deadline.IsZero() && !now.Before(r.deadline):
+			r.failExpired()
+		case bt.excludes(r, now, b.maxOps):
 			keep = append(keep, r)
 			left += len(r.ops)
-			continue
-		}
-		if !r.state.CompareAndSwap(queued, taken) {
-			continue
-		}
-		if !anchored {
-			anchor, anchored = r.deadline, true
-		}
-		live = append(live, r)
-		ops += len(r.ops)
-		if !r.deadline.IsZero() && (dl.IsZero() || r.deadline.Before(dl)) {
-			dl = r.deadline
+		case r.state.CompareAndSwap(queued, taken):
+			bt.add(r)
 		}
 	}
 	clear(b.pending[len(keep):])
 	b.pending = keep
 	b.queued = left
-	if len(keep) == 0 {
-		b.bud.done(b)
+	return bt
+}
+
+// failExpired fails the ops of r, whose deadline passed, unless its caller
+// gave up.
+func (r *request) failExpired() {
+	if r.state.CompareAndSwap(queued, taken) {
+		for i := range r.ops {
+			r.ops[i].Err = context.DeadlineExceeded
+		}
+		r.wake <- wakeCall{}
 	}
-	if len(live) == 0 {
-		return nil
+}
+
+// batchTake is the batch take builds: its live requests, the deadline of
+// the first (anchor), the earliest deadline and its decisions.
+type batchTake struct {
+	live     []*request
+	anchor   time.Time
+	anchored bool
+	dl       time.Time
+	ops      int
+}
+
+// excludes reports whether r stays out of the batch: the batch is full or
+// r's deadline is not mergeable with the anchor's.
+func (bt *batchTake) excludes(r *request, now time.Time, maxOps int) bool {
+	return bt.ops >= maxOps || bt.anchored && !mergeable(bt.anchor, r.deadline, now)
+}
+
+func (bt *batchTake) add(r *request) {
+	if !bt.anchored {
+		bt.anchor, bt.anchored = r.deadline, true
 	}
-	b.start(dl)
-	// A request left queued behind a call that outlives its deadline
-	// must not wait for that call without a timer of its own.
+	bt.live = append(bt.live, r)
+	bt.ops += len(r.ops)
+	bt.dl = earlier(bt.dl, r.deadline)
+}
+
+// rearmBehind arms the timer of each request left queued behind a call
+// (deadline dl) that outlives its deadline: it must not wait for that call
+// without a timer of its own.
+func rearmBehind(keep []*request, dl time.Time) {
 	for _, r := range keep {
 		if !r.rearmed && !r.deadline.IsZero() && r.deadline.Before(orNever(dl)) {
 			r.rearmed = true
 			r.wake <- wakeCall{rearm: true}
 		}
 	}
-	return live
 }
 
 // mergeable reports whether a request with deadline d may share a call
@@ -322,20 +372,33 @@ func mergeable(anchor, d, now time.Time) bool {
 // lead sends batch as one merged Do, by the earliest deadline of its
 // decisions, and wakes its other callers.
 func (b *batcher) lead(batch []*request) {
-	n := 0
-	var dl time.Time // the earliest of the requests' deadlines (theirs and their callers')
-	for _, r := range batch {
-		n += len(r.ops)
-		if !r.deadline.IsZero() && (dl.IsZero() || r.deadline.Before(dl)) {
-			dl = r.deadline
-		}
-	}
 	mp := mergedPool.Get().(*[]driver.Op)
-	merged := (*mp)[:0]
+	merged, dl := mergeOps((*mp)[:0], batch)
+	err := b.n.doBy(context.Background(), merged, dl)
+	spread(merged, batch, err)
+	clear(merged) // drop the keys and errors it points to
+	*mp = merged[:0]
+	mergedPool.Put(mp)
+	for _, r := range batch[1:] {
+		r.wake <- wakeCall{}
+	}
+	b.handoff()
+}
+
+// mergeOps appends the ops of batch to merged, and returns it with the
+// earliest of the requests' deadlines (theirs and their callers').
+func mergeOps(merged []driver.Op, batch []*request) ([]driver.Op, time.Time) {
+	var dl time.Time
 	for _, r := range batch {
 		merged = append(merged, r.ops...)
+		dl = earlier(dl, r.deadline)
 	}
-	err := b.n.doBy(context.Background(), merged, dl)
+	return merged, dl
+}
+
+// spread copies the decided merged ops back to batch's requests, with the
+// call's error err where an op has none of its own.
+func spread(merged []driver.Op, batch []*request, err error) {
 	i := 0
 	for _, r := range batch {
 		for j := range r.ops {
@@ -346,13 +409,6 @@ func (b *batcher) lead(batch []*request) {
 			i++
 		}
 	}
-	clear(merged) // drop the keys and errors it points to
-	*mp = merged[:0]
-	mergedPool.Put(mp)
-	for _, r := range batch[1:] {
-		r.wake <- wakeCall{}
-	}
-	b.handoff()
 }
 
 // mergedPool holds the Ops of merged calls between calls: the store keeps

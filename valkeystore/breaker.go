@@ -164,19 +164,29 @@ func (s *Store) BreakerState() BreakerState {
 func (s *Store) Breakers() map[string]BreakerState {
 	out := make(map[string]BreakerState)
 	for _, n := range s.e.nodes() {
-		if n.breaker == nil {
-			continue
-		}
-		// A standalone client's one node serves every slot.
-		if _, serves := s.e.slotsOf(n); serves || n == s.e.topo.single || BreakerState(n.breaker.state.Load()) != BreakerClosed {
+		if n.breaker != nil && s.e.reportsBreaker(n) {
 			out[n.name] = BreakerState(n.breaker.state.Load())
 		}
 	}
 	return out
 }
 
+// reportsBreaker reports whether Breakers shows the breaker of n: n serves
+// slots (a standalone client's one node serves every slot), or its breaker
+// is not closed.
+func (e *engine) reportsBreaker(n *node) bool {
+	_, serves := e.slotsOf(n)
+	return serves || n == e.topo.single || BreakerState(n.breaker.state.Load()) != BreakerClosed
+}
+
 // initBreaker applies the defaults to c and checks it.
 func initBreaker(c *Breaker) error {
+	breakerDefaults(c)
+	return checkBreaker(c)
+}
+
+// breakerDefaults sets c's unset fields to their defaults.
+func breakerDefaults(c *Breaker) {
 	if c.Failures == 0 {
 		c.Failures = DefaultBreakerFailures
 	}
@@ -189,6 +199,10 @@ func initBreaker(c *Breaker) error {
 	if c.ProbeTimeout == 0 {
 		c.ProbeTimeout = DefaultBreakerProbeTimeout
 	}
+}
+
+// checkBreaker refuses a configuration out of range.
+func checkBreaker(c *Breaker) error {
 	switch {
 	case c.Failures < 0:
 		return fmt.Errorf("valkeystore: breaker failures must be positive, got %d", c.Failures)
@@ -256,11 +270,14 @@ func (b *breaker) allow(budget int64) (pass, error) {
 	case BreakerClosed:
 		return normal, nil
 	case BreakerOpen:
-		if exceeds(budget, b.level.Load()) {
-			return above, nil
-		}
-		return normal, b.openErr.Load().err
+		return b.aboveOrOpen(budget)
 	}
+	return b.allowHalfOpen(budget)
+}
+
+// allowHalfOpen is allow when the breaker was seen half-open: the first
+// call is the trial.
+func (b *breaker) allowHalfOpen(budget int64) (pass, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch BreakerState(b.state.Load()) {
@@ -272,6 +289,12 @@ func (b *breaker) allow(budget int64) (pass, error) {
 			return trial, nil
 		}
 	}
+	return b.aboveOrOpen(budget)
+}
+
+// aboveOrOpen lets a call with budget through when it exceeds the level
+// of the failures, and refuses it with the open breaker's error otherwise.
+func (b *breaker) aboveOrOpen(budget int64) (pass, error) {
 	if exceeds(budget, b.level.Load()) {
 		return above, nil
 	}
@@ -293,57 +316,84 @@ func (b *breaker) record(ctx context.Context, p pass, budget int64, resps []valk
 		return
 	}
 	out, cause, timedOut := outcomeOf(ctx, resps)
-	lvl := int64(hard)
-	if timedOut {
-		lvl = budget
-	}
+	lvl := failureLevel(timedOut, budget)
 	switch p {
 	case trial:
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		b.trial = false
-		switch out {
-		case succeeded:
-			b.fails.Store(0)
-			b.failLevel.Store(0)
-			b.setLocked(BreakerClosed)
-		case failed:
-			// A trial's time left may be short by a stall: it does not
-			// lower the bar that the failures before it set, unless those
-			// were hard failures the probe has since seen pass.
-			if prev := b.level.Load(); prev != hard {
-				lvl = max(lvl, prev)
-			}
-			b.level.Store(lvl)
-			b.openLocked(cause)
-		}
-		// neutral: stay half-open; the next call is the trial.
+		b.recordTrial(out, cause, lvl)
 	case above:
 		if out == failed {
 			raise(&b.level, lvl)
 		}
 	default:
-		switch out {
-		case succeeded:
-			if b.fails.Load() != 0 {
-				b.fails.Store(0)
-				b.failLevel.Store(0)
-			}
-		case failed:
-			raise(&b.failLevel, lvl)
-			if b.fails.Add(1) < int32(b.cfg.Failures) {
-				return
-			}
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			// Calls that began before the breaker opened may end after: only
-			// the first to reach the threshold opens it.
-			if BreakerState(b.state.Load()) == BreakerClosed && b.fails.Load() >= int32(b.cfg.Failures) {
-				b.level.Store(b.failLevel.Load())
-				b.openLocked(cause)
-			}
-		}
+		b.recordClosed(out, cause, lvl)
 	}
+}
+
+// failureLevel is the level of a failure: the call's budget when it timed
+// out, hard otherwise.
+func failureLevel(timedOut bool, budget int64) int64 {
+	if timedOut {
+		return budget
+	}
+	return hard
+}
+
+// recordTrial takes the outcome of the half-open breaker's trial, which
+// failed at level lvl with cause or succeeded.
+func (b *breaker) recordTrial(out outcome, cause error, lvl int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.trial = false
+	switch out {
+	case succeeded:
+		b.resetFails()
+		b.setLocked(BreakerClosed)
+	case failed:
+		// A trial's time left may be short by a stall: it does not
+		// lower the bar that the failures before it set, unless those
+		// were hard failures the probe has since seen pass.
+		if prev := b.level.Load(); prev != hard {
+			lvl = max(lvl, prev)
+		}
+		b.level.Store(lvl)
+		b.openLocked(cause)
+	}
+	// neutral: stay half-open; the next call is the trial.
+}
+
+// recordClosed takes the outcome of a call the closed breaker let through.
+func (b *breaker) recordClosed(out outcome, cause error, lvl int64) {
+	switch out {
+	case succeeded:
+		if b.fails.Load() != 0 {
+			b.resetFails()
+		}
+	case failed:
+		b.fail(cause, lvl)
+	}
+}
+
+// fail counts a failure at level lvl, opening the breaker at the
+// threshold.
+func (b *breaker) fail(cause error, lvl int64) {
+	raise(&b.failLevel, lvl)
+	if b.fails.Add(1) < int32(b.cfg.Failures) {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// Calls that began before the breaker opened may end after: only
+	// the first to reach the threshold opens it.
+	if BreakerState(b.state.Load()) == BreakerClosed && b.fails.Load() >= int32(b.cfg.Failures) {
+		b.level.Store(b.failLevel.Load())
+		b.openLocked(cause)
+	}
+}
+
+// resetFails forgets the failures counted while closed.
+func (b *breaker) resetFails() {
+	b.fails.Store(0)
+	b.failLevel.Store(0)
 }
 
 // raise sets v to x if x is larger.
@@ -391,24 +441,39 @@ func (b *breaker) probe() {
 			return
 		case <-timer.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ProbeTimeout)
-		gone, err := b.ask(ctx)
-		cancel()
-		if err == nil || gone || errors.Is(err, valkey.ErrClosing) {
-			b.mu.Lock()
-			if err == nil && !gone {
-				b.setLocked(BreakerHalfOpen)
-			} else {
-				b.fails.Store(0)
-				b.failLevel.Store(0)
-				b.setLocked(BreakerClosed)
-			}
-			b.mu.Unlock()
+		if b.probeOnce() {
 			return
 		}
 		wait = min(2*wait, b.cfg.MaxProbeInterval)
 		timer.Reset(jitter(wait))
 	}
+}
+
+// probeOnce asks the node once, and reports whether the probe is over:
+// the node answered (the breaker turns half-open), serves no slot, or the
+// client is closed (the breaker closes).
+func (b *breaker) probeOnce() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ProbeTimeout)
+	gone, err := b.ask(ctx)
+	cancel()
+	if err != nil && !gone && !errors.Is(err, valkey.ErrClosing) {
+		return false
+	}
+	b.endProbe(err == nil && !gone)
+	return true
+}
+
+// endProbe turns the breaker half-open when the node answered, and closes
+// it otherwise.
+func (b *breaker) endProbe(answered bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if answered {
+		b.setLocked(BreakerHalfOpen)
+		return
+	}
+	b.resetFails()
+	b.setLocked(BreakerClosed)
 }
 
 // ask is one probe: whether the node answers, or serves no slot (gone).
@@ -499,26 +564,39 @@ func classify(ctx context.Context, err error) outcome {
 		return succeeded
 	}
 	if verr, ok := valkey.IsValkeyErr(err); ok {
-		msg := verr.Error()
-		if verr.IsLoading() || verr.IsClusterDown() || strings.HasPrefix(msg, "BUSY ") || strings.HasPrefix(msg, "MASTERDOWN") {
-			return failed
-		}
-		return succeeded // WRONGTYPE, OOM, NOSCRIPT, a script error: Valkey answered
+		return classifyReply(verr)
 	}
-	if errors.Is(err, valkey.ErrClosing) {
-		return neutral // the client was closed by its owner
-	}
-	if notReplicated(err) {
-		return neutral // the primary answered; its replicas were late
-	}
-	if errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled) {
-		return neutral // the caller gave up, not Valkey
-	}
-	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		// Not this call's deadline: valkey-go closes a connection on which
-		// another call's deadline passed (unless AlwaysPipelining), failing
-		// the calls that shared it. That call's timeout is counted.
+	if saysNothing(ctx, err) {
 		return neutral
 	}
 	return failed // timeout, refused, reset, EOF, dial error
+}
+
+// classifyReply tells whether verr, an error reply, shows Valkey
+// unavailable.
+func classifyReply(verr *valkey.ValkeyError) outcome {
+	msg := verr.Error()
+	if verr.IsLoading() || verr.IsClusterDown() || strings.HasPrefix(msg, "BUSY ") || strings.HasPrefix(msg, "MASTERDOWN") {
+		return failed
+	}
+	return succeeded // WRONGTYPE, OOM, NOSCRIPT, a script error: Valkey answered
+}
+
+// saysNothing reports whether err, the error of a command sent under ctx
+// that got no reply, says nothing about Valkey's health.
+func saysNothing(ctx context.Context, err error) bool {
+	switch {
+	case errors.Is(err, valkey.ErrClosing):
+		return true // the client was closed by its owner
+	case notReplicated(err):
+		return true // the primary answered; its replicas were late
+	case errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled):
+		return true // the caller gave up, not Valkey
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		// Not this call's deadline: valkey-go closes a connection on which
+		// another call's deadline passed (unless AlwaysPipelining), failing
+		// the calls that shared it. That call's timeout is counted.
+		return true
+	}
+	return false
 }

@@ -107,6 +107,9 @@ func (l *Lazy) connect(ctx context.Context, opt valkey.ClientOption, opts []Opti
 	delay := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		client, err := valkey.NewClient(opt)
+		if err == nil && e0.wrapClient != nil {
+			client = e0.wrapClient(client)
+		}
 		if err == nil {
 			e, _ := configure(opts) // checked by Connect
 			st := e.start(client)
@@ -146,27 +149,32 @@ func (l *Lazy) failed(err error, explain func(error) error, addrs []string, atte
 	if explain != nil {
 		err = explain(err)
 	}
-	if reply {
-		e := fmt.Errorf("%w: %w", ErrNotConnected, err)
-		l.refused.Store(&e)
-	} else {
-		l.refused.Store(nil)
-	}
+	l.noteRefusal(err, reply)
 	if attempt != 1 && attempt%10 != 0 {
 		return
 	}
-	if auth {
+	switch {
+	case auth:
 		log.Error("valkey refused to authenticate; deciding by each limiter's fail mode until the credentials are fixed",
 			"addresses", addrs, "attempt", attempt, "err", err.Error())
-		return
-	}
-	if reply {
+	case reply:
 		log.Error("valkey refused the connection; deciding by each limiter's fail mode until its settings are fixed",
 			"addresses", addrs, "attempt", attempt, "err", err.Error())
+	default:
+		log.Warn("cannot connect to valkey yet; deciding by each limiter's fail mode",
+			"addresses", addrs, "attempt", attempt, "err", err)
+	}
+}
+
+// noteRefusal keeps err as the calls' error when Valkey refused the
+// connection (a reply), and forgets the last refusal otherwise.
+func (l *Lazy) noteRefusal(err error, reply bool) {
+	if !reply {
+		l.refused.Store(nil)
 		return
 	}
-	log.Warn("cannot connect to valkey yet; deciding by each limiter's fail mode",
-		"addresses", addrs, "attempt", attempt, "err", err)
+	e := fmt.Errorf("%w: %w", ErrNotConnected, err)
+	l.refused.Store(&e)
 }
 
 // notConnected is the calls' error before the first connection.

@@ -68,8 +68,27 @@ func notLocal(r valkey.ValkeyResult) bool {
 // indices to send again; wait reports whether any refusal was other than
 // NOTLOCAL.
 func split(batch []driver.Op, calls []call, resps []valkey.ValkeyResult, redo []int) ([]call, []valkey.ValkeyResult, []int, bool) {
-	wait := false
-	drop := make(map[int]bool)
+	drop, wait := crossRefused(calls, resps, redo)
+	if len(drop) == 0 {
+		return calls, resps, redo, wait
+	}
+	sp := splitter{
+		calls: make([]call, 0, len(calls)+len(drop)),
+		resps: make([]valkey.ValkeyResult, 0, len(calls)+len(drop)),
+	}
+	sp.keep(calls, resps, redo, drop)
+	for _, i := range redo {
+		if drop[i] {
+			sp.bySlot(batch, calls[i])
+		}
+	}
+	return sp.calls, sp.resps, sp.again, wait
+}
+
+// crossRefused returns the cross calls among redo (drop), and whether any
+// refusal was other than NOTLOCAL.
+func crossRefused(calls []call, resps []valkey.ValkeyResult, redo []int) (drop map[int]bool, wait bool) {
+	drop = make(map[int]bool)
 	for _, i := range redo {
 		if !notLocal(resps[i]) {
 			wait = true
@@ -78,44 +97,49 @@ func split(batch []driver.Op, calls []call, resps []valkey.ValkeyResult, redo []
 			drop[i] = true
 		}
 	}
-	if len(drop) == 0 {
-		return calls, resps, redo, wait
-	}
-	outCalls := make([]call, 0, len(calls)+len(drop))
-	outResps := make([]valkey.ValkeyResult, 0, cap(outCalls))
+	return drop, wait
+}
+
+// A splitter builds the calls split returns, their replies, and the
+// indices among them to send again.
+type splitter struct {
+	calls []call
+	resps []valkey.ValkeyResult
+	again []int
+}
+
+// keep copies the calls not dropped, with their replies, marking those of
+// redo to send again.
+func (sp *splitter) keep(calls []call, resps []valkey.ValkeyResult, redo []int, drop map[int]bool) {
 	isRedo := make(map[int]bool, len(redo))
 	for _, i := range redo {
 		isRedo[i] = true
 	}
-	var again []int
 	for i, c := range calls {
 		if drop[i] {
 			continue
 		}
 		if isRedo[i] {
-			again = append(again, len(outCalls))
+			sp.again = append(sp.again, len(sp.calls))
 		}
-		outCalls = append(outCalls, c)
-		outResps = append(outResps, resps[i])
+		sp.calls = append(sp.calls, c)
+		sp.resps = append(sp.resps, resps[i])
 	}
-	for _, i := range redo {
-		if !drop[i] {
-			continue
+}
+
+// bySlot adds the cross call c as one call per slot, to send again.
+func (sp *splitter) bySlot(batch []driver.Op, c call) {
+	bySlot := map[uint16]int{} // slot -> index in sp.calls
+	for _, op := range c.ops {
+		sl := slot(batch[op].Key)
+		j, ok := bySlot[sl]
+		if !ok {
+			j = len(sp.calls)
+			bySlot[sl] = j
+			sp.again = append(sp.again, j)
+			sp.calls = append(sp.calls, call{alg: c.alg, sc: c.sc, slot: sl})
+			sp.resps = append(sp.resps, valkey.ValkeyResult{})
 		}
-		c := calls[i]
-		bySlot := map[uint16]int{} // slot -> index in outCalls
-		for _, op := range c.ops {
-			sl := slot(batch[op].Key)
-			j, ok := bySlot[sl]
-			if !ok {
-				j = len(outCalls)
-				bySlot[sl] = j
-				again = append(again, j)
-				outCalls = append(outCalls, call{alg: c.alg, sc: c.sc, slot: sl})
-				outResps = append(outResps, valkey.ValkeyResult{})
-			}
-			outCalls[j].ops = append(outCalls[j].ops, op)
-		}
+		sp.calls[j].ops = append(sp.calls[j].ops, op)
 	}
-	return outCalls, outResps, again, wait
 }

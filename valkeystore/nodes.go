@@ -241,28 +241,49 @@ func parseSlots(r valkey.ValkeyResult, from string) (map[string][][2]int64, erro
 	fromHost, _, _ := net.SplitHostPort(from)
 	owners := make(map[string][][2]int64)
 	for _, e := range entries {
-		v, err := e.ToArray()
-		if err != nil || len(v) < 3 {
+		lo, hi, primary, ok := slotEntry(e)
+		if !ok {
 			return nil, fmt.Errorf("valkeystore: cluster slots from %s: malformed entry", from)
 		}
-		lo, err1 := v[0].AsInt64()
-		hi, err2 := v[1].AsInt64()
-		primary, err3 := v[2].ToArray()
-		if err1 != nil || err2 != nil || err3 != nil || len(primary) < 2 || lo < 0 || hi < lo || hi >= numSlots {
-			return nil, fmt.Errorf("valkeystore: cluster slots from %s: malformed entry", from)
-		}
-		host, _ := primary[0].ToString()
-		port, err := primary[1].AsInt64()
+		addr, err := primaryAddr(primary, fromHost)
 		if err != nil {
 			return nil, fmt.Errorf("valkeystore: cluster slots from %s: malformed port", from)
 		}
-		if host == "" || host == "?" { // the node does not know its own address
-			host = fromHost
-		}
-		addr := net.JoinHostPort(host, strconv.FormatInt(port, 10))
 		owners[addr] = append(owners[addr], [2]int64{lo, hi})
 	}
 	return owners, nil
+}
+
+// slotEntry reads one entry of a CLUSTER SLOTS reply: its slot range and
+// its primary; ok is false when it is malformed.
+func slotEntry(e valkey.ValkeyMessage) (lo, hi int64, primary []valkey.ValkeyMessage, ok bool) {
+	v, err := e.ToArray()
+	if err != nil || len(v) < 3 {
+		return 0, 0, nil, false
+	}
+	lo, err1 := v[0].AsInt64()
+	hi, err2 := v[1].AsInt64()
+	primary, err3 := v[2].ToArray()
+	return lo, hi, primary, err1 == nil && err2 == nil && err3 == nil && len(primary) >= 2 && validSlots(lo, hi)
+}
+
+// validSlots reports whether [lo, hi] is a range of slots.
+func validSlots(lo, hi int64) bool {
+	return lo >= 0 && hi >= lo && hi < numSlots
+}
+
+// primaryAddr is the address of an entry's primary (host and port), on
+// fromHost, the host asked, when the node does not know its own.
+func primaryAddr(primary []valkey.ValkeyMessage, fromHost string) (string, error) {
+	host, _ := primary[0].ToString()
+	port, err := primary[1].AsInt64()
+	if err != nil {
+		return "", err
+	}
+	if host == "" || host == "?" { // the node does not know its own address
+		host = fromHost
+	}
+	return net.JoinHostPort(host, strconv.FormatInt(port, 10)), nil
 }
 
 // askSlot asks one of the slots n serves (EXISTS on a key that is never

@@ -122,8 +122,16 @@ func (s *Store) DeleteNotify(ctx context.Context, prefix string, keys ...string)
 	if len(keys) == 0 {
 		return 0, nil
 	}
-	e := s.e
-	ch := noticeChannel(prefix)
+	resps, err := s.e.publishNotices(ctx, noticeChannel(prefix), keys)
+	if err != nil {
+		return 0, err
+	}
+	return leastReached(resps)
+}
+
+// publishNotices SPUBLISHes each of keys on ch, through the breaker of
+// ch's node, in one round trip.
+func (e *engine) publishNotices(ctx context.Context, ch string, keys []string) ([]valkey.ValkeyResult, error) {
 	cmds := make(valkey.Commands, len(keys))
 	for i, k := range keys {
 		cmds[i] = e.client.B().Spublish().Channel(ch).Message(k).Build()
@@ -133,10 +141,16 @@ func (s *Store) DeleteNotify(ctx context.Context, prefix string, keys ...string)
 	budget := budgetOf(dl)
 	p, err := n.breaker.allow(budget)
 	if err != nil {
-		return 0, fmt.Errorf("valkeystore: delete notice: %w", err)
+		return nil, fmt.Errorf("valkeystore: delete notice: %w", err)
 	}
 	resps := n.guard.doMulti(ctx, e.client, cmds)
 	n.breaker.record(ctx, p, budget, resps)
+	return resps, nil
+}
+
+// leastReached is the least number of subscribers the SPUBLISH replies
+// resps say a notice reached.
+func leastReached(resps []valkey.ValkeyResult) (int, error) {
 	least := -1
 	for _, r := range resps {
 		c, err := r.AsInt64()
@@ -180,55 +194,74 @@ func (wt *watch) session() (wasLive bool) {
 	lost := make(chan struct{})
 	var once sync.Once
 	gone := func() { once.Do(func() { close(lost) }) }
-	errc := d.SetPubSubHooks(valkey.PubSubHooks{
+	errc := d.SetPubSubHooks(wt.hooks(gone))
+	if wt.ask(d, d.B().Ssubscribe().Channel(wt.channel).Build()) != nil {
+		return false
+	}
+	wt.heartbeat(d, lost, errc)
+	return true
+}
+
+// hooks delivers the notices of wt's channel, turns the watch live when
+// the subscription starts, and calls gone when it ends.
+func (wt *watch) hooks(gone func()) valkey.PubSubHooks {
+	return valkey.PubSubHooks{
 		OnMessage: func(m valkey.PubSubMessage) {
 			if m.Channel == wt.channel {
 				wt.deliver(m.Message)
 			}
 		},
-		OnSubscription: func(s valkey.PubSubSubscription) {
-			if s.Channel != wt.channel {
-				return
-			}
-			switch s.Kind {
-			case "ssubscribe":
-				// Every notice published from now on reaches this
-				// connection.
-				wt.setLive(true, time.Now())
-			case "sunsubscribe":
-				gone() // the slot moved, or the server dropped it
-			}
-		},
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), NoticeBound)
-	err := d.Do(ctx, d.B().Ssubscribe().Channel(wt.channel).Build()).Error()
-	cancel()
-	if err != nil {
-		return false
+		OnSubscription: func(s valkey.PubSubSubscription) { wt.subscription(s, gone) },
 	}
+}
+
+func (wt *watch) subscription(s valkey.PubSubSubscription, gone func()) {
+	if s.Channel != wt.channel {
+		return
+	}
+	switch s.Kind {
+	case "ssubscribe":
+		// Every notice published from now on reaches this connection.
+		wt.setLive(true, time.Now())
+	case "sunsubscribe":
+		gone() // the slot moved, or the server dropped it
+	}
+}
+
+// ask sends cmd on d, bounded by NoticeBound.
+func (wt *watch) ask(d valkey.DedicatedClient, cmd valkey.Completed) error {
+	ctx, cancel := context.WithTimeout(context.Background(), NoticeBound)
+	defer cancel()
+	return d.Do(ctx, cmd).Error()
+}
+
+// heartbeat PINGs d every heartbeatEvery, each PONG renewing the proof
+// of liveness, until a PING fails or waitTick says the session is over.
+func (wt *watch) heartbeat(d valkey.DedicatedClient, lost <-chan struct{}, errc <-chan error) {
 	tick := time.NewTicker(heartbeatEvery)
 	defer tick.Stop()
-	for {
-		select {
-		case <-wt.stop:
-			return true
-		case <-wt.e.done:
-			return true
-		case <-lost:
-			return true
-		case <-errc:
-			return true // the connection is gone
-		case <-tick.C:
-		}
+	for wt.waitTick(tick, lost, errc) {
 		sent := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), NoticeBound)
-		err := d.Do(ctx, d.B().Ping().Build()).Error()
-		cancel()
-		if err != nil {
-			return true
+		if wt.ask(d, d.B().Ping().Build()) != nil {
+			return
 		}
 		wt.setLive(true, sent)
 	}
+}
+
+// waitTick waits for the next tick, and reports false instead when the
+// watch ends first, or the subscription is lost, or the connection is gone
+// (errc).
+func (wt *watch) waitTick(tick *time.Ticker, lost <-chan struct{}, errc <-chan error) bool {
+	select {
+	case <-wt.stop:
+	case <-wt.e.done:
+	case <-lost:
+	case <-errc:
+	case <-tick.C:
+		return true
+	}
+	return false
 }
 
 // setLive records a proof, at since, that every notice published before

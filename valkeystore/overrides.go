@@ -75,16 +75,7 @@ func readOverride(r valkey.ValkeyResult, key string) (driver.OverrideRecord, boo
 	if err != nil {
 		return driver.OverrideRecord{}, false, fmt.Errorf("valkeystore: get override %s: %w", key, err)
 	}
-	var f [5]string
-	var present int
-	for i := range f {
-		if i < len(vals) {
-			if v, err := vals[i].ToString(); err == nil {
-				f[i] = v
-				present++
-			}
-		}
-	}
+	f, present := overrideFields(vals)
 	if present == 0 {
 		return driver.OverrideRecord{}, false, nil
 	}
@@ -96,6 +87,18 @@ func readOverride(r valkey.ValkeyResult, key string) (driver.OverrideRecord, boo
 	}
 	exp := time.UnixMicro(until)
 	return driver.OverrideRecord{Identity: f[4], Limit: limit, Param: param, Expires: exp, Info: f[3]}, true, nil
+}
+
+// overrideFields are the strings of the HMGET reply vals (limit, param,
+// until, info, id), and how many were present.
+func overrideFields(vals []valkey.ValkeyMessage) (f [5]string, present int) {
+	for i := range min(len(f), len(vals)) {
+		if v, err := vals[i].ToString(); err == nil {
+			f[i] = v
+			present++
+		}
+	}
+	return f, present
 }
 
 // DeleteOverride implements driver.OverrideStore.

@@ -72,31 +72,49 @@ const (
 // slot for the retry, and exchange returns the calls and replies as they
 // end up.
 func (n *node) exchange(ctx context.Context, batch []driver.Op, calls []call, resps []valkey.ValkeyResult) ([]call, []valkey.ValkeyResult) {
-	n.round(ctx, batch, calls, resps, nil, true)
-	if redo := pick(resps, isNoScript); redo != nil {
-		n.round(ctx, batch, calls, resps, redo, false)
-	}
+	n.roundThenEval(ctx, batch, calls, resps, nil)
 	redo := pick(resps, notRun)
 	if redo == nil {
 		return calls, resps
 	}
-	if p := n.e.probe; p != nil {
-		for _, i := range redo {
-			if calls[i].cross {
-				p.crossSplits.Add(1) // split below
-			}
-		}
-	}
+	n.e.probe.countSplits(calls, redo)
 	calls, resps, redo, wait := split(batch, calls, resps, redo)
-	if !wait && ctx.Err() != nil || wait && !retryWait(ctx) {
+	if !mayRetry(ctx, wait) {
 		return calls, resps
 	}
 	n.e.refreshIfOlder(refreshAfterFailure)
-	n.round(ctx, batch, calls, resps, redo, true)
+	n.roundThenEval(ctx, batch, calls, resps, redo)
+	return calls, resps
+}
+
+// roundThenEval is a round of EVALSHA of the calls listed in only (all
+// when nil), then one of EVAL for the scripts the server lost (NOSCRIPT).
+func (n *node) roundThenEval(ctx context.Context, batch []driver.Op, calls []call, resps []valkey.ValkeyResult, only []int) {
+	n.round(ctx, batch, calls, resps, only, true)
 	if again := pick(resps, isNoScript); again != nil {
 		n.round(ctx, batch, calls, resps, again, false)
 	}
-	return calls, resps
+}
+
+// countSplits counts the cross calls among redo, which split splits.
+func (p *probe) countSplits(calls []call, redo []int) {
+	if p == nil {
+		return
+	}
+	for _, i := range redo {
+		if calls[i].cross {
+			p.crossSplits.Add(1)
+		}
+	}
+}
+
+// mayRetry reports whether a retry may be sent: after the wait when one
+// is due (wait), else while ctx lasts.
+func mayRetry(ctx context.Context, wait bool) bool {
+	if wait {
+		return retryWait(ctx)
+	}
+	return ctx.Err() == nil
 }
 
 // round sends the calls listed in only (all when nil) in one pipelined
@@ -107,19 +125,47 @@ func (n *node) round(ctx context.Context, batch []driver.Op, calls []call, resps
 		n.roundDurable(ctx, batch, calls, resps, only, sha)
 		return
 	}
-	if only == nil && len(calls) == 1 { // no slices of commands
-		resps[0] = n.guard.do(ctx, n.clientFor(&calls[0]), e.command(batch, calls[0], sha))
+	if only == nil {
+		if len(calls) == 1 { // no slices of commands
+			resps[0] = n.guard.do(ctx, n.clientFor(&calls[0]), e.command(batch, calls[0], sha))
+			return
+		}
+		only = allIndexes(len(calls))
+	}
+	n.pipelines(ctx, batch, calls, resps, only, sha)
+}
+
+// allIndexes is 0, 1, ..., n-1.
+func allIndexes(n int) []int {
+	only := make([]int, n)
+	for i := range only {
+		only[i] = i
+	}
+	return only
+}
+
+// pipelines sends the calls listed in only and stores their replies in
+// resps. Cross calls go to the node's own client, the others to the
+// cluster client: two pipelines, sent at the same time.
+func (n *node) pipelines(ctx context.Context, batch []driver.Op, calls []call, resps []valkey.ValkeyResult, only []int, sha bool) {
+	e := n.e
+	cross, plain := partitionCross(calls, only)
+	if len(cross) == 0 || len(plain) == 0 {
+		storeReplies(resps, only, n.guard.doMulti(ctx, n.clientFor(&calls[only[0]]), e.commands(batch, calls, only, sha)))
 		return
 	}
-	if only == nil {
-		only = make([]int, len(calls))
-		for i := range only {
-			only[i] = i
-		}
-	}
-	// Cross calls go to the node's own client, the others to the cluster
-	// client: two pipelines, sent at the same time.
-	var cross, plain []int
+	// The commands are built here, not on the goroutine that sends the
+	// cross calls, which then holds neither batch nor calls: they stay
+	// on the caller's stack (see send).
+	crossCmds, crossClient := e.commands(batch, calls, cross, sha), n.clientFor(&calls[cross[0]])
+	done := make(chan []valkey.ValkeyResult, 1)
+	go func() { done <- n.guard.doMulti(ctx, crossClient, crossCmds) }()
+	storeReplies(resps, plain, n.guard.doMulti(ctx, n.clientFor(&calls[plain[0]]), e.commands(batch, calls, plain, sha)))
+	storeReplies(resps, cross, <-done)
+}
+
+// partitionCross splits only into the cross calls and the others.
+func partitionCross(calls []call, only []int) (cross, plain []int) {
 	for _, i := range only {
 		if calls[i].cross {
 			cross = append(cross, i)
@@ -127,30 +173,23 @@ func (n *node) round(ctx context.Context, batch []driver.Op, calls []call, resps
 			plain = append(plain, i)
 		}
 	}
-	// The commands are built here, not on the goroutine that sends the
-	// cross calls, which then holds neither batch nor calls: they stay
-	// on the caller's stack (see send).
-	build := func(idx []int) valkey.Commands {
-		cmds := make(valkey.Commands, len(idx))
-		for j, i := range idx {
-			cmds[j] = e.command(batch, calls[i], sha)
-		}
-		return cmds
+	return cross, plain
+}
+
+// commands builds the commands of the calls listed in idx.
+func (e *engine) commands(batch []driver.Op, calls []call, idx []int, sha bool) valkey.Commands {
+	cmds := make(valkey.Commands, len(idx))
+	for j, i := range idx {
+		cmds[j] = e.command(batch, calls[i], sha)
 	}
-	store := func(idx []int, out []valkey.ValkeyResult) {
-		for j, r := range out {
-			resps[idx[j]] = r
-		}
+	return cmds
+}
+
+// storeReplies stores the replies out of the calls listed in idx.
+func storeReplies(resps []valkey.ValkeyResult, idx []int, out []valkey.ValkeyResult) {
+	for j, r := range out {
+		resps[idx[j]] = r
 	}
-	if len(cross) == 0 || len(plain) == 0 {
-		store(only, n.guard.doMulti(ctx, n.clientFor(&calls[only[0]]), build(only)))
-		return
-	}
-	crossCmds, crossClient := build(cross), n.clientFor(&calls[cross[0]])
-	done := make(chan []valkey.ValkeyResult, 1)
-	go func() { done <- n.guard.doMulti(ctx, crossClient, crossCmds) }()
-	store(plain, n.guard.doMulti(ctx, n.clientFor(&calls[plain[0]]), build(plain)))
-	store(cross, <-done)
 }
 
 // pick returns the indices of the replies for which match holds, or nil.

@@ -86,15 +86,36 @@ func risksOf(ctx context.Context, addr string, c valkey.Client, cluster bool) ([
 		return nil, err
 	}
 	var risks []Risk
-	if p, ok := m["maxmemory-policy"]; ok && p != "noeviction" {
-		if mm, err := strconv.ParseInt(m["maxmemory"], 10, 64); err == nil && mm > 0 {
-			risks = append(risks, Risk{Node: addr, Setting: "maxmemory-policy", Value: p,
-				Cost: "when memory is full Valkey evicts limiter keys, and an evicted key starts again with its full limit (use noeviction: a full server then refuses, and each policy's fail mode decides)"})
-		}
+	if r, ok := evictionRisk(addr, m); ok {
+		risks = append(risks, r)
 	}
-	if v, ok := m["cluster-require-full-coverage"]; ok && strings.EqualFold(v, "yes") {
-		risks = append(risks, Risk{Node: addr, Setting: "cluster-require-full-coverage", Value: v,
-			Cost: "while a failed primary waits for its replica's promotion, every node refuses every command, so every decision is degraded (set it to no: a dead primary then costs only its own slots)"})
+	if r, ok := coverageRisk(addr, m); ok {
+		risks = append(risks, r)
 	}
 	return risks, nil
+}
+
+// evictionRisk is the risk of node addr's settings m evicting keys: a
+// maxmemory with a maxmemory-policy other than noeviction.
+func evictionRisk(addr string, m map[string]string) (Risk, bool) {
+	p, ok := m["maxmemory-policy"]
+	if !ok || p == "noeviction" {
+		return Risk{}, false
+	}
+	if mm, err := strconv.ParseInt(m["maxmemory"], 10, 64); err != nil || mm <= 0 {
+		return Risk{}, false
+	}
+	return Risk{Node: addr, Setting: "maxmemory-policy", Value: p,
+		Cost: "when memory is full Valkey evicts limiter keys, and an evicted key starts again with its full limit (use noeviction: a full server then refuses, and each policy's fail mode decides)"}, true
+}
+
+// coverageRisk is the risk of node addr's settings m refusing every
+// command while a primary fails: cluster-require-full-coverage yes.
+func coverageRisk(addr string, m map[string]string) (Risk, bool) {
+	v, ok := m["cluster-require-full-coverage"]
+	if !ok || !strings.EqualFold(v, "yes") {
+		return Risk{}, false
+	}
+	return Risk{Node: addr, Setting: "cluster-require-full-coverage", Value: v,
+		Cost: "while a failed primary waits for its replica's promotion, every node refuses every command, so every decision is degraded (set it to no: a dead primary then costs only its own slots)"}, true
 }

@@ -57,9 +57,10 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/valkey-io/valkey-go"
+
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/luascript"
-	"github.com/valkey-io/valkey-go"
 )
 
 // Store is a driver.Store on Valkey. It is safe for concurrent use.
@@ -82,9 +83,11 @@ type engine struct {
 	connectLog *slog.Logger // WithLogger, for Connect only; see connect.go
 	// connectExplain is WithConnectError, for Connect only.
 	connectExplain func(error) error
-	watches        watches // delete notices; see notify.go
-	done           chan struct{}
-	probe          *probe // what a test injects and observes; nil otherwise
+	// wrapClient is WithClientWrap, for Connect only.
+	wrapClient func(valkey.Client) valkey.Client
+	watches    watches // delete notices; see notify.go
+	done       chan struct{}
+	probe      *probe // what a test injects and observes; nil otherwise
 }
 
 // A probe is what a test injects into a Store (see export_test.go): a skew
@@ -150,6 +153,9 @@ func New(client valkey.Client, opts ...Option) (*Store, error) {
 	if e.connectLog != nil {
 		return nil, errors.New("valkeystore: WithLogger is an option of Connect, which logs its connection attempts; New makes none")
 	}
+	if e.wrapClient != nil {
+		return nil, errors.New("valkeystore: WithClientWrap is an option of Connect, which builds the client; wrap the client given to New yourself")
+	}
 	if e.connectExplain != nil {
 		return nil, errors.New("valkeystore: WithConnectError is an option of Connect, which reports its connection attempts; New makes none")
 	}
@@ -163,26 +169,34 @@ func configure(opts []Option) (*engine, error) {
 	for _, o := range opts {
 		o.apply(e)
 	}
-	if e.breakerCfg != nil {
-		cfg := *e.breakerCfg
-		if err := initBreaker(&cfg); err != nil {
-			return nil, err
-		}
-		e.breakerCfg = &cfg
-	}
-	if e.maxBatch < 1 {
-		return nil, fmt.Errorf("valkeystore: max keys per call must be positive, got %d", e.maxBatch)
-	}
-	if e.replicaAck < 0 {
-		return nil, fmt.Errorf("valkeystore: replicas to wait for must be zero (off) or positive, got %d", e.replicaAck)
-	}
-	if e.inflight < 0 {
-		return nil, fmt.Errorf("valkeystore: calls in flight must be zero (no batching) or positive, got %d", e.inflight)
+	if err := e.checkConfig(); err != nil {
+		return nil, err
 	}
 	if e.inflight > 0 {
 		e.budget = newBudget(e.inflight, e.maxBatch)
 	}
 	return e, nil
+}
+
+// checkConfig applies the breaker's defaults and refuses options out of
+// range.
+func (e *engine) checkConfig() error {
+	if e.breakerCfg != nil {
+		cfg := *e.breakerCfg
+		if err := initBreaker(&cfg); err != nil {
+			return err
+		}
+		e.breakerCfg = &cfg
+	}
+	switch {
+	case e.maxBatch < 1:
+		return fmt.Errorf("valkeystore: max keys per call must be positive, got %d", e.maxBatch)
+	case e.replicaAck < 0:
+		return fmt.Errorf("valkeystore: replicas to wait for must be zero (off) or positive, got %d", e.replicaAck)
+	case e.inflight < 0:
+		return fmt.Errorf("valkeystore: calls in flight must be zero (no batching) or positive, got %d", e.inflight)
+	}
+	return nil
 }
 
 // start returns the Store of e, configured, on client.
@@ -218,13 +232,24 @@ func (s *Store) Do(ctx context.Context, batch []driver.Op) error {
 		return n.do(ctx, batch)
 	}
 	byNode := map[*node][]int{}
+	e.groupByNode(batch, byNode)
+	if len(byNode) == 1 {
+		return n.do(ctx, batch)
+	}
+	return doByNode(ctx, batch, byNode)
+}
+
+// groupByNode adds the indexes in batch of each node's Ops to byNode.
+func (e *engine) groupByNode(batch []driver.Op, byNode map[*node][]int) {
 	for i := range batch {
 		m := e.nodeOf(batch[i].Key)
 		byNode[m] = append(byNode[m], i)
 	}
-	if len(byNode) == 1 {
-		return n.do(ctx, batch)
-	}
+}
+
+// doByNode decides each node's Ops of batch (byNode) concurrently, and
+// returns the first error.
+func doByNode(ctx context.Context, batch []driver.Op, byNode map[*node][]int) error {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -234,23 +259,34 @@ func (s *Store) Do(ctx context.Context, batch []driver.Op) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			part := make([]driver.Op, len(idx))
-			for j, i := range idx {
-				part[j] = batch[i]
-			}
+			part := gather(batch, idx)
 			err := m.do(ctx, part)
 			mu.Lock()
 			defer mu.Unlock()
-			if err != nil && first == nil {
+			if first == nil {
 				first = err
 			}
-			for j, i := range idx {
-				batch[i] = part[j]
-			}
+			scatter(batch, idx, part)
 		}()
 	}
 	wg.Wait()
 	return first
+}
+
+// gather copies the Ops of batch at idx.
+func gather(batch []driver.Op, idx []int) []driver.Op {
+	part := make([]driver.Op, len(idx))
+	for j, i := range idx {
+		part[j] = batch[i]
+	}
+	return part
+}
+
+// scatter copies part back to the Ops of batch at idx.
+func scatter(batch []driver.Op, idx []int, part []driver.Op) {
+	for j, i := range idx {
+		batch[i] = part[j]
+	}
 }
 
 // do decides ops, all of this node: through its batcher, or at once.
@@ -298,13 +334,19 @@ func (n *node) send(ctx context.Context, batch []driver.Op) error {
 	}
 	calls, resps = n.exchange(ctx, batch, calls, resps)
 	n.breaker.record(ctx, p, budget, resps)
+	e.decodeAll(ctx, batch, calls, resps)
+	return nil
+}
+
+// decodeAll fills in the Results of calls from their replies resps,
+// refreshing the topology after a failure.
+func (e *engine) decodeAll(ctx context.Context, batch []driver.Op, calls []call, resps []valkey.ValkeyResult) {
 	for i, c := range calls {
 		if resps[i].Error() != nil && classify(ctx, resps[i].Error()) == failed {
 			e.refreshIfOlder(refreshAfterFailure)
 		}
 		decode(batch, c, resps[i])
 	}
-	return nil
 }
 
 // firstOp is the ops of a call that decides batch[0] alone. Read only.
@@ -316,25 +358,9 @@ var firstOp = []int{0}
 // maxBatch keys. Invalid Ops get their error.
 func (e *engine) plan(batch []driver.Op, dst []call, cross bool) []call {
 	if len(batch) == 1 { // the common case, without maps or allocations
-		if err := batch[0].Validate(); err != nil {
-			batch[0].Err = err
-			return dst
-		}
-		return append(dst, call{alg: batch[0].Rule.Algorithm, sc: luascript.ForRule(&batch[0].Rule), ops: firstOp})
+		return planOne(batch, dst)
 	}
-	type group struct {
-		sc   *luascript.Script
-		slot uint16
-	}
-	// A merged batch is usually of one group: its calls are found
-	// through last (the group of the latest Op and its call), and the
-	// map of every group's open call is made only once a second group
-	// appears.
-	var (
-		index  map[group]int
-		last   group
-		lastCI = -1
-	)
+	p := planner{e: e, cross: cross, lastCI: -1}
 	calls := dst
 	for i := range batch {
 		op := &batch[i]
@@ -342,45 +368,99 @@ func (e *engine) plan(batch []driver.Op, dst []call, cross bool) []call {
 			op.Err = err
 			continue
 		}
-		g := group{sc: luascript.ForRule(&op.Rule)}
-		var sl uint16
-		if e.cluster {
-			sl = slot(op.Key)
-			if !cross {
-				g.slot = sl
-			}
-		}
-		ci := -1
-		switch {
-		case lastCI >= 0 && g == last:
-			ci = lastCI
-		case lastCI >= 0 && index == nil:
-			index = map[group]int{last: lastCI}
-			fallthrough
-		case index != nil:
-			if v, ok := index[g]; ok {
-				ci = v
-			}
-		}
-		if ci < 0 || len(calls[ci].ops) >= e.maxBatch {
-			ci = len(calls)
-			if index != nil {
-				index[g] = ci
-			}
-			c := call{alg: op.Rule.Algorithm, sc: g.sc, slot: sl}
-			if index == nil { // room for the rest of a batch of one group
-				c.ops = make([]int, 0, min(len(batch)-i, e.maxBatch))
-			}
-			calls = append(calls, c)
-		}
-		last, lastCI = g, ci
-		c := &calls[ci]
-		c.ops = append(c.ops, i)
-		if sl != c.slot {
-			c.cross = true
-		}
+		calls = p.add(calls, batch, i)
 	}
 	return calls
+}
+
+// planOne plans the call of a lone Op.
+func planOne(batch []driver.Op, dst []call) []call {
+	if err := batch[0].Validate(); err != nil {
+		batch[0].Err = err
+		return dst
+	}
+	return append(dst, call{alg: batch[0].Rule.Algorithm, sc: luascript.ForRule(&batch[0].Rule), ops: firstOp})
+}
+
+// A callGroup is the Ops that may share a call: of one script, and on a
+// cluster without cross calls, of one slot.
+type callGroup struct {
+	sc   *luascript.Script
+	slot uint16
+}
+
+// A planner groups the Ops of a merged batch into calls (see plan). A
+// merged batch is usually of one group: its calls are found through last
+// (the group of the latest Op and its call), and the map of every group's
+// open call is made only once a second group appears. The calls are passed
+// in and out, never kept, so that a caller's array of one call stays on
+// its stack.
+type planner struct {
+	e      *engine
+	cross  bool
+	index  map[callGroup]int
+	last   callGroup
+	lastCI int
+}
+
+// add puts the valid Op batch[i] into its group's open call among calls,
+// or a new one when there is none or it is full, and returns calls.
+func (p *planner) add(calls []call, batch []driver.Op, i int) []call {
+	op := &batch[i]
+	g, sl := p.groupOf(op)
+	ci := p.open(g)
+	if ci < 0 || len(calls[ci].ops) >= p.e.maxBatch {
+		ci = len(calls)
+		calls = append(calls, p.newCall(g, sl, op, len(batch)-i, ci))
+	}
+	p.last, p.lastCI = g, ci
+	c := &calls[ci]
+	c.ops = append(c.ops, i)
+	if sl != c.slot {
+		c.cross = true
+	}
+	return calls
+}
+
+// groupOf is op's group, and on a cluster its slot.
+func (p *planner) groupOf(op *driver.Op) (callGroup, uint16) {
+	g := callGroup{sc: luascript.ForRule(&op.Rule)}
+	if !p.e.cluster {
+		return g, 0
+	}
+	sl := slot(op.Key)
+	if !p.cross {
+		g.slot = sl
+	}
+	return g, sl
+}
+
+// open is the index of g's open call, or -1 when it has none.
+func (p *planner) open(g callGroup) int {
+	switch {
+	case p.lastCI >= 0 && g == p.last:
+		return p.lastCI
+	case p.lastCI >= 0 && p.index == nil:
+		p.index = map[callGroup]int{p.last: p.lastCI}
+	case p.index == nil:
+		return -1
+	}
+	if v, ok := p.index[g]; ok {
+		return v
+	}
+	return -1
+}
+
+// newCall is a new call of group g (slot sl) for op, with rest Ops of the
+// batch left from op on, to be the call at index ci.
+func (p *planner) newCall(g callGroup, sl uint16, op *driver.Op, rest, ci int) call {
+	c := call{alg: op.Rule.Algorithm, sc: g.sc, slot: sl}
+	if p.index != nil {
+		p.index[g] = ci
+	} else { // room for the rest of a batch of one group
+		c.ops = make([]int, 0, min(rest, p.e.maxBatch))
+	}
+	return c
 }
 
 // command builds the EVALSHA (or EVAL) of one call: its keys (the
@@ -388,14 +468,7 @@ func (e *engine) plan(batch []driver.Op, dst []call, cross bool) []call {
 // records (luascript.AppendArgs).
 func (e *engine) command(batch []driver.Op, c call, sha bool) valkey.Completed {
 	n := len(c.ops)
-	nov, size := 0, 0
-	for _, i := range c.ops {
-		ov := batch[i].Override != ""
-		if ov {
-			nov++
-		}
-		size += luascript.ArgsSize(&batch[i], ov)
-	}
+	nov, size := argsSize(batch, c.ops)
 	// all is the numbers of keys and of decisions (the first ARGV of a
 	// cross call), the keys, and the records; one allocation, none for a
 	// lone decision: the builder copies the strings, so they may stay on
@@ -410,12 +483,43 @@ func (e *engine) command(batch []driver.Op, c call, sha bool) valkey.Completed {
 		all = make([]string, size)
 	}
 	keys := all[2 : 2+n : 2+n+nov] // room for the override keys, which append never moves
-	buf := make([]byte, 0, size)
+	keys, buf := appendRecords(batch, c.ops, keys, make([]byte, 0, size), e.clock())
+	all[len(all)-1] = unsafe.String(unsafe.SliceData(buf), len(buf))
+	if c.cross {
+		return e.crossCommand(c.sc, sha, all, len(keys), n)
+	}
+	if sha {
+		return e.client.B().Evalsha().Sha1(c.sc.SHA).Numkeys(int64(len(keys))).Key(keys...).Arg(all[len(all)-1]).Build()
+	}
+	return e.client.B().Eval().Script(c.sc.Src).Numkeys(int64(len(keys))).Key(keys...).Arg(all[len(all)-1]).Build()
+}
+
+// argsSize is the number of overrides among the Ops of batch at ops, and
+// the size of their records.
+func argsSize(batch []driver.Op, ops []int) (nov, size int) {
+	for _, i := range ops {
+		ov := batch[i].Override != ""
+		if ov {
+			nov++
+		}
+		size += luascript.ArgsSize(&batch[i], ov)
+	}
+	return nov, size
+}
+
+// clock is the time the records carry: now, skewed by a test's probe.
+func (e *engine) clock() time.Time {
 	clock := time.Now()
 	if e.probe != nil {
 		clock = clock.Add(e.probe.skew)
 	}
-	for j, i := range c.ops {
+	return clock
+}
+
+// appendRecords sets keys to the keys of the Ops of batch at ops, appends
+// their override keys, and appends their records to buf.
+func appendRecords(batch []driver.Op, ops []int, keys []string, buf []byte, clock time.Time) ([]string, []byte) {
+	for j, i := range ops {
 		op := &batch[i]
 		keys[j] = op.Key
 		ovKey := 0
@@ -427,24 +531,21 @@ func (e *engine) command(batch []driver.Op, c call, sha bool) valkey.Completed {
 		}
 		buf = luascript.AppendArgs(buf, op, ovKey, clock)
 	}
-	all[len(all)-1] = unsafe.String(unsafe.SliceData(buf), len(buf))
-	sc := c.sc
-	if c.cross {
-		if e.probe != nil {
-			e.probe.crossCalls.Add(1)
-		}
-		// Undeclared keys: the numbers of keys and of decisions, the
-		// keys, then the records, all in ARGV (see luascript.Script.Cross).
-		all[0], all[1] = strconv.Itoa(len(keys)), strconv.Itoa(n)
-		if sha {
-			return e.client.B().Evalsha().Sha1(sc.Cross.SHA).Numkeys(0).Arg(all...).Build()
-		}
-		return e.client.B().Eval().Script(sc.Cross.Src).Numkeys(0).Arg(all...).Build()
+	return keys, buf
+}
+
+// crossCommand builds the call of a cross call: undeclared keys, the
+// numbers of keys (nkeys) and of decisions (n), the keys, then the records,
+// all in ARGV (see luascript.Script.Cross).
+func (e *engine) crossCommand(sc *luascript.Script, sha bool, all []string, nkeys, n int) valkey.Completed {
+	if e.probe != nil {
+		e.probe.crossCalls.Add(1)
 	}
+	all[0], all[1] = strconv.Itoa(nkeys), strconv.Itoa(n)
 	if sha {
-		return e.client.B().Evalsha().Sha1(sc.SHA).Numkeys(int64(len(keys))).Key(keys...).Arg(all[len(all)-1]).Build()
+		return e.client.B().Evalsha().Sha1(sc.Cross.SHA).Numkeys(0).Arg(all...).Build()
 	}
-	return e.client.B().Eval().Script(sc.Src).Numkeys(int64(len(keys))).Key(keys...).Arg(all[len(all)-1]).Build()
+	return e.client.B().Eval().Script(sc.Cross.Src).Numkeys(0).Arg(all...).Build()
 }
 
 // decode fills in the Results of one call from its reply.

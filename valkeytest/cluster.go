@@ -68,14 +68,7 @@ func StartCluster(t testing.TB, primaries int, opts ...ClusterOption) *Cluster {
 	}
 	c, err := startCluster(t.TempDir(), primaries, cfg)
 	if c != nil {
-		t.Cleanup(func() {
-			if t.Failed() {
-				for _, s := range c.nodes() {
-					t.Logf("valkey-server %s output (tail):\n%s", s.Addr, s.log.Tail(2048))
-				}
-			}
-			c.Stop()
-		})
+		c.stopInCleanup(t)
 	}
 	if err != nil {
 		if c != nil {
@@ -90,26 +83,12 @@ func StartCluster(t testing.TB, primaries int, opts ...ClusterOption) *Cluster {
 // cluster. On error the returned Cluster, if not nil, holds the nodes to
 // log and stop.
 func startCluster(dir string, primaries int, cfg clusterConfig) (*Cluster, error) {
-	if primaries < 1 || primaries > 100 {
-		return nil, fmt.Errorf("%d primaries: want 1 to 100", primaries)
+	if err := checkClusterSize(primaries, cfg.replicas); err != nil {
+		return nil, err
 	}
-	if cfg.replicas < 0 {
-		return nil, fmt.Errorf("%d replicas per primary: want 0 or more", cfg.replicas)
-	}
-	n := primaries * (1 + cfg.replicas)
-	nodes := make([]*Server, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nodes[i], errs[i] = startServer(mkdir(dir, i), true, cfg.extra)
-		}()
-	}
-	wg.Wait()
+	nodes, err := startNodes(dir, primaries*(1+cfg.replicas), cfg.extra)
 	c := &Cluster{Primaries: nodes[:primaries], Replicas: nodes[primaries:]}
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return c, err
 	}
 	for _, s := range c.Primaries {
@@ -119,6 +98,49 @@ func startCluster(dir string, primaries int, cfg clusterConfig) (*Cluster, error
 		return c, err
 	}
 	return c, nil
+}
+
+// checkClusterSize refuses a count of primaries outside 1..100 and a
+// negative count of replicas per primary.
+func checkClusterSize(primaries, replicas int) error {
+	if primaries < 1 || primaries > 100 {
+		return fmt.Errorf("%d primaries: want 1 to 100", primaries)
+	}
+	if replicas < 0 {
+		return fmt.Errorf("%d replicas per primary: want 0 or more", replicas)
+	}
+	return nil
+}
+
+// startNodes starts n cluster nodes at once, in subdirectories of dir,
+// with the extra arguments; a node that failed to start is nil, and the
+// error joins every node's.
+func startNodes(dir string, n int, extra []string) ([]*Server, error) {
+	nodes := make([]*Server, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nodes[i], errs[i] = startServer(mkdir(dir, i), true, extra)
+		}()
+	}
+	wg.Wait()
+	return nodes, errors.Join(errs...)
+}
+
+// stopInCleanup stops c in t.Cleanup, first logging the tail of each
+// node's output when t failed.
+func (c *Cluster) stopInCleanup(t testing.TB) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, s := range c.nodes() {
+				t.Logf("valkey-server %s output (tail):\n%s", s.Addr, s.log.Tail(2048))
+			}
+		}
+		c.Stop()
+	})
 }
 
 func mkdir(parent string, i int) string {
@@ -275,14 +297,8 @@ func (c *Cluster) expectedView(ids []string) string {
 
 // checkNode returns what is still wrong with one node's view, or "".
 func checkNode(rc *respConn, nodes int, want string, replica bool) string {
-	info, err := rc.DoString("CLUSTER", "INFO")
-	if err != nil {
-		return "CLUSTER INFO: " + err.Error()
-	}
-	for _, kv := range []string{"cluster_state:ok", "cluster_slots_assigned:16384", "cluster_slots_ok:16384", "cluster_known_nodes:" + strconv.Itoa(nodes)} {
-		if !strings.Contains(info, kv+"\r\n") {
-			return "CLUSTER INFO lacks " + kv
-		}
+	if problem := checkClusterInfo(rc, nodes); problem != "" {
+		return problem
 	}
 	raw, err := rc.DoString("CLUSTER", "NODES")
 	if err != nil {
@@ -292,14 +308,36 @@ func checkNode(rc *respConn, nodes int, want string, replica bool) string {
 		return fmt.Sprintf("CLUSTER NODES view\n%s\n  want\n%s", got, want)
 	}
 	if replica {
-		role, err := rc.Do("ROLE")
-		if err != nil {
-			return "ROLE: " + err.Error()
+		return checkReplicaLink(rc)
+	}
+	return ""
+}
+
+// checkClusterInfo returns what CLUSTER INFO lacks of a formed cluster of
+// nodes nodes, or "".
+func checkClusterInfo(rc *respConn, nodes int) string {
+	info, err := rc.DoString("CLUSTER", "INFO")
+	if err != nil {
+		return "CLUSTER INFO: " + err.Error()
+	}
+	for _, kv := range []string{"cluster_state:ok", "cluster_slots_assigned:16384", "cluster_slots_ok:16384", "cluster_known_nodes:" + strconv.Itoa(nodes)} {
+		if !strings.Contains(info, kv+"\r\n") {
+			return "CLUSTER INFO lacks " + kv
 		}
-		r, _ := role.([]any)
-		if len(r) < 4 || r[0] != "slave" || r[3] != "connected" {
-			return fmt.Sprintf("replica not connected: ROLE %v", role)
-		}
+	}
+	return ""
+}
+
+// checkReplicaLink returns "" when the replica's ROLE says it is
+// connected to its primary, or what is wrong.
+func checkReplicaLink(rc *respConn) string {
+	role, err := rc.Do("ROLE")
+	if err != nil {
+		return "ROLE: " + err.Error()
+	}
+	r, _ := role.([]any)
+	if len(r) < 4 || r[0] != "slave" || r[3] != "connected" {
+		return fmt.Sprintf("replica not connected: ROLE %v", role)
 	}
 	return ""
 }
@@ -310,35 +348,46 @@ func checkNode(rc *respConn, nodes int, want string, replica bool) string {
 func viewOf(nodes string) string {
 	var lines []string
 	for _, line := range strings.Split(strings.TrimSpace(nodes), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 8 {
-			continue
+		if f := strings.Fields(line); len(f) >= 8 {
+			lines = append(lines, nodeView(f))
 		}
-		id, addr, flags, master := f[0], f[1], f[2], f[3]
-		if i := strings.IndexAny(addr, "@,"); i >= 0 {
-			addr = addr[:i]
-		}
-		role := ""
-		for _, fl := range strings.Split(flags, ",") {
-			switch fl {
-			case "master", "slave":
-				role = fl
-			case "myself", "noflags":
-			default: // handshake, fail, fail?, noaddr, nofailover...
-				role += "!" + fl
-			}
-		}
-		if f[7] != "connected" {
-			role += "!" + f[7]
-		}
-		l := id + " " + addr + " " + role + " " + master
-		if len(f) > 8 {
-			l += " " + strings.Join(f[8:], " ")
-		}
-		lines = append(lines, l)
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
+}
+
+// nodeView is the line of viewOf for f, the fields of one line of CLUSTER
+// NODES.
+func nodeView(f []string) string {
+	id, addr, flags, master := f[0], f[1], f[2], f[3]
+	if i := strings.IndexAny(addr, "@,"); i >= 0 {
+		addr = addr[:i]
+	}
+	role := roleOf(flags)
+	if f[7] != "connected" {
+		role += "!" + f[7]
+	}
+	l := id + " " + addr + " " + role + " " + master
+	if len(f) > 8 {
+		l += " " + strings.Join(f[8:], " ")
+	}
+	return l
+}
+
+// roleOf is the role in a node's CLUSTER NODES flags, followed by every
+// flag of a state other than normal, each after a '!'.
+func roleOf(flags string) string {
+	role := ""
+	for _, fl := range strings.Split(flags, ",") {
+		switch fl {
+		case "master", "slave":
+			role = fl
+		case "myself", "noflags":
+		default: // handshake, fail, fail?, noaddr, nofailover...
+			role += "!" + fl
+		}
+	}
+	return role
 }
 
 // Client returns a cluster client of c (InitAddress = Addrs), closed in

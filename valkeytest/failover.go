@@ -76,21 +76,29 @@ func (s *Server) Owner(slot int) (string, error) {
 	}
 	entries, _ := v.([]any)
 	for _, e := range entries {
-		f, _ := e.([]any)
-		if len(f) < 3 {
-			continue
+		if addr := slotsEntryOwner(e, slot); addr != "" {
+			return addr, nil
 		}
-		lo, _ := f[0].(int64)
-		hi, _ := f[1].(int64)
-		p, _ := f[2].([]any)
-		if int64(slot) < lo || int64(slot) > hi || len(p) < 2 {
-			continue
-		}
-		host, _ := p[0].(string)
-		port, _ := p[1].(int64)
-		return host + ":" + strconv.FormatInt(port, 10), nil
 	}
 	return "", nil
+}
+
+// slotsEntryOwner returns the address of the primary of e, one entry of
+// CLUSTER SLOTS, when its range holds slot, or "".
+func slotsEntryOwner(e any, slot int) string {
+	f, _ := e.([]any)
+	if len(f) < 3 {
+		return ""
+	}
+	lo, _ := f[0].(int64)
+	hi, _ := f[1].(int64)
+	p, _ := f[2].([]any)
+	if int64(slot) < lo || int64(slot) > hi || len(p) < 2 {
+		return ""
+	}
+	host, _ := p[0].(string)
+	port, _ := p[1].(int64)
+	return host + ":" + strconv.FormatInt(port, 10)
 }
 
 // WaitOwner waits until every running node of c says that want serves
@@ -100,21 +108,8 @@ func (c *Cluster) WaitOwner(t testing.TB, slot int, want *Server, timeout time.D
 	t.Helper()
 	begin := time.Now()
 	for {
-		ok := true
-		var views []string
-		for _, s := range c.nodes() {
-			if !s.Running() {
-				continue
-			}
-			owner, err := s.Owner(slot)
-			info, err2 := s.Do("CLUSTER", "INFO")
-			state, _ := info.(string)
-			if err != nil || err2 != nil || owner != want.Addr || !strings.Contains(state, "cluster_state:ok") {
-				ok = false
-				views = append(views, fmt.Sprintf("%s: owner %q, %v %v", s.Addr, owner, err, err2))
-			}
-		}
-		if ok {
+		views := c.ownerDisagreements(slot, want)
+		if len(views) == 0 {
 			return time.Since(begin)
 		}
 		if time.Since(begin) > timeout {
@@ -122,6 +117,33 @@ func (c *Cluster) WaitOwner(t testing.TB, slot int, want *Server, timeout time.D
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// ownerDisagreements returns the view of each running node that does not
+// yet say that want serves slot and is reachable.
+func (c *Cluster) ownerDisagreements(slot int, want *Server) []string {
+	var views []string
+	for _, s := range c.nodes() {
+		if !s.Running() {
+			continue
+		}
+		if view, ok := s.ownerView(slot, want); !ok {
+			views = append(views, view)
+		}
+	}
+	return views
+}
+
+// ownerView reports whether s says that want serves slot and the cluster
+// is ok, and otherwise describes what s says.
+func (s *Server) ownerView(slot int, want *Server) (string, bool) {
+	owner, err := s.Owner(slot)
+	info, err2 := s.Do("CLUSTER", "INFO")
+	state, _ := info.(string)
+	if err != nil || err2 != nil || owner != want.Addr || !strings.Contains(state, "cluster_state:ok") {
+		return fmt.Sprintf("%s: owner %q, %v %v", s.Addr, owner, err, err2), false
+	}
+	return "", true
 }
 
 // Failover runs CLUSTER FAILOVER on replica (a graceful, coordinated
@@ -145,36 +167,58 @@ func (c *Cluster) Failover(t testing.TB, replica *Server, slot int) time.Duratio
 // split between the two.
 func (c *Cluster) MoveSlots(t testing.TB, from, to *Server, lo, hi int) {
 	t.Helper()
-	fromID, toID := from.ID(t), to.ID(t)
-	must := func(s *Server, args ...string) any {
-		v, err := s.Do(args...)
-		if err != nil {
-			t.Fatalf("valkeytest: %s: %s: %v", s.Addr, strings.Join(args, " "), err)
-		}
-		return v
-	}
-	toHost, toPort, _ := strings.Cut(to.Addr, ":")
+	m := slotMove{t: t, from: from, to: to, fromID: from.ID(t), toID: to.ID(t)}
 	for sl := lo; sl <= hi; sl++ {
 		slot := strconv.Itoa(sl)
-		must(to, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID)
-		must(from, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
-		for {
-			keys, _ := must(from, "CLUSTER", "GETKEYSINSLOT", slot, "100").([]any)
-			if len(keys) == 0 {
-				break
-			}
-			args := []string{"MIGRATE", toHost, toPort, "", "0", "5000", "REPLACE", "KEYS"}
-			for _, k := range keys {
-				args = append(args, k.(string))
-			}
-			must(from, args...)
+		m.must(to, "CLUSTER", "SETSLOT", slot, "IMPORTING", m.fromID)
+		m.must(from, "CLUSTER", "SETSLOT", slot, "MIGRATING", m.toID)
+		m.migrateKeys(slot)
+		m.must(to, "CLUSTER", "SETSLOT", slot, "NODE", m.toID)
+		m.must(from, "CLUSTER", "SETSLOT", slot, "NODE", m.toID)
+		c.tellOthers(from, to, slot, m.toID)
+	}
+}
+
+// slotMove is one MoveSlots: the two primaries and their IDs.
+type slotMove struct {
+	t            testing.TB
+	from, to     *Server
+	fromID, toID string
+}
+
+// must sends one command to s and fails t on an error reply.
+func (m *slotMove) must(s *Server, args ...string) any {
+	m.t.Helper()
+	v, err := s.Do(args...)
+	if err != nil {
+		m.t.Fatalf("valkeytest: %s: %s: %v", s.Addr, strings.Join(args, " "), err)
+	}
+	return v
+}
+
+// migrateKeys moves the keys of slot, 100 at a time, with MIGRATE.
+func (m *slotMove) migrateKeys(slot string) {
+	m.t.Helper()
+	toHost, toPort, _ := strings.Cut(m.to.Addr, ":")
+	for {
+		keys, _ := m.must(m.from, "CLUSTER", "GETKEYSINSLOT", slot, "100").([]any)
+		if len(keys) == 0 {
+			return
 		}
-		must(to, "CLUSTER", "SETSLOT", slot, "NODE", toID)
-		must(from, "CLUSTER", "SETSLOT", slot, "NODE", toID)
-		for _, p := range c.Primaries {
-			if p != from && p != to && p.Running() {
-				p.Do("CLUSTER", "SETSLOT", slot, "NODE", toID) // gossip would tell them too
-			}
+		args := []string{"MIGRATE", toHost, toPort, "", "0", "5000", "REPLACE", "KEYS"}
+		for _, k := range keys {
+			args = append(args, k.(string))
+		}
+		m.must(m.from, args...)
+	}
+}
+
+// tellOthers sets slot to the node toID on every running primary other
+// than from and to (gossip would tell them too).
+func (c *Cluster) tellOthers(from, to *Server, slot, toID string) {
+	for _, p := range c.Primaries {
+		if p != from && p != to && p.Running() {
+			p.Do("CLUSTER", "SETSLOT", slot, "NODE", toID)
 		}
 	}
 }

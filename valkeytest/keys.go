@@ -25,33 +25,52 @@ const (
 func Keys(ctx context.Context, c valkey.Client, pattern string) ([]string, error) {
 	seen := make(map[string]struct{})
 	for addr, node := range c.Nodes() {
-		if c.Mode() == valkey.ClientModeCluster {
-			role, err := node.Do(ctx, node.B().Role().Build()).ToArray()
-			if err != nil {
-				return nil, fmt.Errorf("ROLE on %s: %w", addr, err)
-			}
-			if len(role) == 0 {
-				return nil, fmt.Errorf("ROLE on %s: empty reply", addr)
-			}
-			if r, _ := role[0].ToString(); r != "master" {
-				continue
-			}
+		primary, err := isPrimary(ctx, c, addr, node)
+		if err != nil {
+			return nil, err
 		}
-		var cursor uint64
-		for {
-			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
-			if err != nil {
-				return nil, fmt.Errorf("SCAN on %s: %w", addr, err)
-			}
-			for _, k := range e.Elements {
-				seen[k] = struct{}{}
-			}
-			if cursor = e.Cursor; cursor == 0 {
-				break
-			}
+		if !primary {
+			continue
+		}
+		if err := scanNode(ctx, addr, node, pattern, seen); err != nil {
+			return nil, err
 		}
 	}
 	return slices.Sorted(maps.Keys(seen)), nil
+}
+
+// isPrimary reports whether node, at addr, is a primary: always for a
+// standalone client, by ROLE for a cluster client.
+func isPrimary(ctx context.Context, c valkey.Client, addr string, node valkey.Client) (bool, error) {
+	if c.Mode() != valkey.ClientModeCluster {
+		return true, nil
+	}
+	role, err := node.Do(ctx, node.B().Role().Build()).ToArray()
+	if err != nil {
+		return false, fmt.Errorf("ROLE on %s: %w", addr, err)
+	}
+	if len(role) == 0 {
+		return false, fmt.Errorf("ROLE on %s: empty reply", addr)
+	}
+	r, _ := role[0].ToString()
+	return r == "master", nil
+}
+
+// scanNode adds to seen every key of node, at addr, that matches pattern.
+func scanNode(ctx context.Context, addr string, node valkey.Client, pattern string, seen map[string]struct{}) error {
+	var cursor uint64
+	for {
+		e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			return fmt.Errorf("SCAN on %s: %w", addr, err)
+		}
+		for _, k := range e.Elements {
+			seen[k] = struct{}{}
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			return nil
+		}
+	}
 }
 
 // TTLs returns the time to live (PTTL) of every key Keys finds: a positive
@@ -75,14 +94,19 @@ func TTLs(ctx context.Context, c valkey.Client, pattern string) (map[string]time
 		if err != nil {
 			return nil, fmt.Errorf("PTTL %s: %w", keys[i], err)
 		}
-		switch {
-		case ms == -1:
-			out[keys[i]] = NoExpiry
-		case ms < 0:
-			out[keys[i]] = Gone
-		default:
-			out[keys[i]] = time.Duration(ms) * time.Millisecond
-		}
+		out[keys[i]] = ttlOf(ms)
 	}
 	return out, nil
+}
+
+// ttlOf is the time to live PTTL answered as ms: NoExpiry, Gone or a
+// duration.
+func ttlOf(ms int64) time.Duration {
+	switch {
+	case ms == -1:
+		return NoExpiry
+	case ms < 0:
+		return Gone
+	}
+	return time.Duration(ms) * time.Millisecond
 }

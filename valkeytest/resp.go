@@ -63,14 +63,10 @@ func (c *respConn) DoString(args ...string) (string, error) {
 }
 
 func (c *respConn) read() (any, error) {
-	line, err := c.r.ReadString('\n')
+	kind, body, err := c.readLine()
 	if err != nil {
 		return nil, err
 	}
-	if len(line) < 3 || line[len(line)-2] != '\r' {
-		return nil, fmt.Errorf("bad RESP line %q", line)
-	}
-	kind, body := line[0], line[1:len(line)-2]
 	switch kind {
 	case '+':
 		return body, nil
@@ -79,39 +75,64 @@ func (c *respConn) read() (any, error) {
 	case ':':
 		return strconv.ParseInt(body, 10, 64)
 	case '$':
-		n, err := strconv.Atoi(body)
-		if err != nil {
-			return nil, err
-		}
-		if n < 0 {
-			return nil, nil
-		}
-		b := make([]byte, n+2)
-		if _, err := io.ReadFull(c.r, b); err != nil {
-			return nil, err
-		}
-		return string(b[:n]), nil
+		return c.readBulk(body)
 	case '*':
-		n, err := strconv.Atoi(body)
+		return c.readArray(body)
+	}
+	return nil, fmt.Errorf("unknown RESP type %q", string(kind)+body+"\r\n")
+}
+
+// readLine reads the first line of a reply: its type byte and the rest,
+// without the CRLF.
+func (c *respConn) readLine() (kind byte, body string, err error) {
+	line, err := c.r.ReadString('\n')
+	if err != nil {
+		return 0, "", err
+	}
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return 0, "", fmt.Errorf("bad RESP line %q", line)
+	}
+	return line[0], line[1 : len(line)-2], nil
+}
+
+// readBulk reads the payload of a bulk string whose length line is body;
+// a negative length is the null reply.
+func (c *respConn) readBulk(body string) (any, error) {
+	n, err := strconv.Atoi(body)
+	if err != nil || n < 0 {
+		return nil, err
+	}
+	b := make([]byte, n+2)
+	if _, err := io.ReadFull(c.r, b); err != nil {
+		return nil, err
+	}
+	return string(b[:n]), nil
+}
+
+// readArray reads the elements of an array whose length line is body; a
+// negative length is the null reply.
+func (c *respConn) readArray(body string) (any, error) {
+	n, err := strconv.Atoi(body)
+	if err != nil || n < 0 {
+		return nil, err
+	}
+	out := make([]any, n)
+	for i := range out {
+		v, err := c.readElement()
 		if err != nil {
 			return nil, err
 		}
-		if n < 0 {
-			return nil, nil
-		}
-		out := make([]any, n)
-		for i := range out {
-			// An error inside an array is kept as a value.
-			v, err := c.read()
-			if e, ok := err.(respError); ok {
-				v, err = e, nil
-			}
-			if err != nil {
-				return nil, err
-			}
-			out[i] = v
-		}
-		return out, nil
+		out[i] = v
 	}
-	return nil, fmt.Errorf("unknown RESP type %q", line)
+	return out, nil
+}
+
+// readElement reads one element of an array, where an error reply is kept
+// as a value.
+func (c *respConn) readElement() (any, error) {
+	v, err := c.read()
+	if e, ok := err.(respError); ok {
+		return e, nil
+	}
+	return v, err
 }

@@ -32,59 +32,70 @@ type Sentinels struct {
 func StartSentinels(t testing.TB, primary *Server, n, wantReplicas int) *Sentinels {
 	t.Helper()
 	Require(t)
-	host, port, _ := strings.Cut(primary.Addr, ":")
+	conf := sentinelConf(primary, n)
 	ss := &Sentinels{}
 	for i := range n {
-		dir := mkdir(t.TempDir(), i)
-		conf := filepath.Join(dir, "sentinel.conf")
-		body := fmt.Sprintf("sentinel monitor %s %s %s %d\n"+
-			"sentinel down-after-milliseconds %[1]s 1000\n"+
-			"sentinel failover-timeout %[1]s 5000\n"+
-			"sentinel parallel-syncs %[1]s 1\n", SentinelMaster, host, port, n/2+1)
-		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		s := &Server{dir: dir, sentinelConf: conf, log: &syncbuf.Buffer{}}
-		var err error
-		for attempt := 0; attempt < portAttempts; attempt++ {
-			if s.port, err = freePort(); err != nil {
-				t.Fatal(err)
-			}
-			s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
-			s.mu.Lock()
-			err = s.launch()
-			s.mu.Unlock()
-			if err == nil {
-				break
-			}
-		}
-		if err != nil {
-			t.Fatalf("valkeytest: sentinel: %v\n%s", err, s.log.String())
-		}
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("sentinel %s output (tail):\n%s", s.Addr, s.log.Tail(2048))
-			}
-			s.Stop()
-		})
+		s := startSentinel(t, mkdir(t.TempDir(), i), conf)
 		ss.Servers = append(ss.Servers, s)
 		ss.Addrs = append(ss.Addrs, s.Addr)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for _, s := range ss.Servers {
-		for {
-			v, err := s.Do("SENTINEL", "MASTER", SentinelMaster)
-			f := fields(v)
-			if err == nil && f["num-other-sentinels"] == strconv.Itoa(n-1) && f["num-slaves"] == strconv.Itoa(wantReplicas) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("valkeytest: sentinel %s does not see %d others and %d replicas after 20s: %v %v", s.Addr, n-1, wantReplicas, f, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		awaitSentinel(t, s, n, wantReplicas, deadline)
 	}
 	return ss
+}
+
+// sentinelConf is the configuration of each of n Sentinels monitoring
+// primary.
+func sentinelConf(primary *Server, n int) string {
+	host, port, _ := strings.Cut(primary.Addr, ":")
+	return fmt.Sprintf("sentinel monitor %s %s %s %d\n"+
+		"sentinel down-after-milliseconds %[1]s 1000\n"+
+		"sentinel failover-timeout %[1]s 5000\n"+
+		"sentinel parallel-syncs %[1]s 1\n", SentinelMaster, host, port, n/2+1)
+}
+
+// startSentinel starts a Sentinel in dir with configuration body, on a
+// free port, and stops it in t.Cleanup.
+func startSentinel(t testing.TB, dir, body string) *Server {
+	t.Helper()
+	conf := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{dir: dir, sentinelConf: conf, log: &syncbuf.Buffer{}}
+	var err error
+	for attempt := 0; attempt < portAttempts; attempt++ {
+		if err = s.pickPorts(); err != nil {
+			t.Fatal(err)
+		}
+		if err = s.start(); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("valkeytest: sentinel: %v\n%s", err, s.log.String())
+	}
+	s.stopInCleanup(t, "sentinel", 2048)
+	return s
+}
+
+// awaitSentinel waits until Sentinel s, one of n, knows the n-1 others and
+// wantReplicas replicas; it fails t after deadline.
+func awaitSentinel(t testing.TB, s *Server, n, wantReplicas int, deadline time.Time) {
+	t.Helper()
+	for {
+		v, err := s.Do("SENTINEL", "MASTER", SentinelMaster)
+		f := fields(v)
+		if err == nil && f["num-other-sentinels"] == strconv.Itoa(n-1) && f["num-slaves"] == strconv.Itoa(wantReplicas) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("valkeytest: sentinel %s does not see %d others and %d replicas after 20s: %v %v", s.Addr, n-1, wantReplicas, f, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // fields turns a flat array reply [k1 v1 k2 v2 ...] into a map.

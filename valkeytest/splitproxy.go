@@ -36,15 +36,7 @@ func splitConn(c, up net.Conn, pause time.Duration) {
 		if err != nil {
 			return
 		}
-		cmd := strings.ToUpper(string(firstOr(args)))
-		var reply []byte
-		if (cmd == "EVAL" || cmd == "EVALSHA") && len(args) >= 3 {
-			reply, err = splitScript(up, ur, raw, args, pause)
-		} else {
-			if _, err = up.Write(raw); err == nil {
-				reply, _, err = readValue(ur)
-			}
-		}
+		reply, err := answer(up, ur, raw, args, pause)
 		if err != nil {
 			return
 		}
@@ -52,6 +44,20 @@ func splitConn(c, up net.Conn, pause time.Duration) {
 			return
 		}
 	}
+}
+
+// answer returns the server's reply to one request (raw, parsed as args):
+// a script call is split in two, anything else passed through.
+func answer(up net.Conn, ur *bufio.Reader, raw []byte, args [][]byte, pause time.Duration) ([]byte, error) {
+	cmd := strings.ToUpper(string(firstOr(args)))
+	if (cmd == "EVAL" || cmd == "EVALSHA") && len(args) >= 3 {
+		return splitScript(up, ur, raw, args, pause)
+	}
+	if _, err := up.Write(raw); err != nil {
+		return nil, err
+	}
+	reply, _, err := readValue(ur)
+	return reply, err
 }
 
 func firstOr(args [][]byte) []byte {
@@ -90,38 +96,36 @@ func readState(up net.Conn, ur *bufio.Reader, keys [][]byte) (dumps [][]byte, tt
 	dumps = make([][]byte, len(keys))
 	ttls = make([]int64, len(keys))
 	for i := range keys {
-		raw, _, err := readValue(ur)
-		if err != nil {
+		if dumps[i], ttls[i], err = readKeyState(ur); err != nil {
 			return nil, nil, err
 		}
-		if raw[0] == '$' && !bytes.HasPrefix(raw, []byte("$-1")) {
-			dumps[i] = bulkBody(raw)
-		}
-		raw, _, err = readValue(ur)
-		if err != nil {
-			return nil, nil, err
-		}
-		ttls[i], _ = strconv.ParseInt(strings.TrimSpace(string(raw[1:])), 10, 64)
 	}
 	return dumps, ttls, nil
+}
+
+// readKeyState reads the replies to one key's DUMP (nil when the key does
+// not exist) and PTTL.
+func readKeyState(ur *bufio.Reader) (dump []byte, ttl int64, err error) {
+	raw, _, err := readValue(ur)
+	if err != nil {
+		return nil, 0, err
+	}
+	if raw[0] == '$' && !bytes.HasPrefix(raw, []byte("$-1")) {
+		dump = bulkBody(raw)
+	}
+	raw, _, err = readValue(ur)
+	if err != nil {
+		return nil, 0, err
+	}
+	ttl, _ = strconv.ParseInt(strings.TrimSpace(string(raw[1:])), 10, 64)
+	return dump, ttl, nil
 }
 
 // restoreAndRun writes the state as read back, then runs the script (its
 // command as received, raw) on it, in one MULTI, and returns the script's
 // reply.
 func restoreAndRun(up net.Conn, ur *bufio.Reader, keys, dumps [][]byte, ttls []int64, raw []byte) ([]byte, error) {
-	var req bytes.Buffer
-	writeCommand(&req, []byte("MULTI"))
-	for i, k := range keys {
-		if dumps[i] == nil {
-			writeCommand(&req, []byte("DEL"), k)
-		} else {
-			writeCommand(&req, []byte("RESTORE"), k, []byte(strconv.FormatInt(max(ttls[i], 0), 10)), dumps[i], []byte("REPLACE"))
-		}
-	}
-	req.Write(raw)
-	writeCommand(&req, []byte("EXEC"))
-	if _, err := up.Write(req.Bytes()); err != nil {
+	if _, err := up.Write(restoreRequest(keys, dumps, ttls, raw)); err != nil {
 		return nil, err
 	}
 	for range len(keys) + 2 { // +OK for MULTI, +QUEUED for each command
@@ -137,6 +141,24 @@ func restoreAndRun(up net.Conn, ur *bufio.Reader, keys, dumps [][]byte, ttls []i
 		return execRaw, nil // EXECABORT or a null reply: pass it on
 	}
 	return children[len(children)-1], nil
+}
+
+// restoreRequest is the MULTI of restoreAndRun: each key's state written
+// back (RESTORE, or DEL for a key that did not exist), then the script call
+// raw.
+func restoreRequest(keys, dumps [][]byte, ttls []int64, raw []byte) []byte {
+	var req bytes.Buffer
+	writeCommand(&req, []byte("MULTI"))
+	for i, k := range keys {
+		if dumps[i] == nil {
+			writeCommand(&req, []byte("DEL"), k)
+		} else {
+			writeCommand(&req, []byte("RESTORE"), k, []byte(strconv.FormatInt(max(ttls[i], 0), 10)), dumps[i], []byte("REPLACE"))
+		}
+	}
+	req.Write(raw)
+	writeCommand(&req, []byte("EXEC"))
+	return req.Bytes()
 }
 
 func writeCommand(b *bytes.Buffer, args ...[]byte) {
@@ -175,57 +197,95 @@ func readRequest(r *bufio.Reader) (raw []byte, args [][]byte, err error) {
 // readValue reads one RESP2 or RESP3 value and returns its raw bytes and,
 // for an aggregate, the raw bytes of each element.
 func readValue(r *bufio.Reader) (raw []byte, children [][]byte, err error) {
-	line, err := r.ReadBytes('\n')
+	line, err := readLine(r)
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(line) < 3 || line[len(line)-2] != '\r' {
-		return nil, nil, fmt.Errorf("split proxy: bad RESP line %q", line)
-	}
-	raw = line
-	body := string(line[1 : len(line)-2])
 	switch line[0] {
 	case '+', '-', ':', '_', ',', '#', '(':
-		return raw, nil, nil
+		return line, nil, nil
 	case '$', '!', '=':
-		n, err := strconv.Atoi(body)
-		if err != nil {
-			return nil, nil, err
-		}
-		if n < 0 {
-			return raw, nil, nil
-		}
-		b := make([]byte, n+2)
-		if _, err := io.ReadFull(r, b); err != nil {
-			return nil, nil, err
-		}
-		return append(raw, b...), nil, nil
+		return readBlob(r, line)
 	case '*', '~', '>', '%', '|':
-		n, err := strconv.Atoi(body)
-		if err != nil {
-			return nil, nil, err
-		}
-		if line[0] == '%' || line[0] == '|' {
-			n *= 2
-		}
-		for range max(n, 0) {
-			c, _, err := readValue(r)
-			if err != nil {
-				return nil, nil, err
-			}
-			children = append(children, c)
-			raw = append(raw, c...)
-		}
-		if line[0] == '|' { // an attribute precedes the value it describes
-			v, vc, err := readValue(r)
-			if err != nil {
-				return nil, nil, err
-			}
-			return append(raw, v...), vc, nil
-		}
-		return raw, children, nil
+		return readAggregate(r, line)
 	}
 	return nil, nil, fmt.Errorf("split proxy: unknown RESP type %q", line)
+}
+
+// readLine reads the first line of a value, with its CRLF.
+func readLine(r *bufio.Reader) ([]byte, error) {
+	line, err := r.ReadBytes('\n')
+	if err != nil {
+		return nil, err
+	}
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return nil, fmt.Errorf("split proxy: bad RESP line %q", line)
+	}
+	return line, nil
+}
+
+// lineBody is a value's first line without its type byte and CRLF.
+func lineBody(line []byte) string { return string(line[1 : len(line)-2]) }
+
+// readBlob reads the payload of a blob value (bulk string, blob error,
+// verbatim string) whose first line is line; a negative length is null.
+func readBlob(r *bufio.Reader, line []byte) (raw []byte, children [][]byte, err error) {
+	n, err := strconv.Atoi(lineBody(line))
+	if err != nil {
+		return nil, nil, err
+	}
+	if n < 0 {
+		return line, nil, nil
+	}
+	b := make([]byte, n+2)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, nil, err
+	}
+	return append(line, b...), nil, nil
+}
+
+// readAggregate reads the elements of an aggregate value (array, set,
+// push, map, attribute) whose first line is line.
+func readAggregate(r *bufio.Reader, line []byte) (raw []byte, children [][]byte, err error) {
+	n, err := aggregateLen(line)
+	if err != nil {
+		return nil, nil, err
+	}
+	raw, children, err = readElements(r, line, n)
+	if err != nil || line[0] != '|' {
+		return raw, children, err
+	}
+	// An attribute precedes the value it describes.
+	v, vc, err := readValue(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(raw, v...), vc, nil
+}
+
+// aggregateLen is the count of values that follow an aggregate's first
+// line: two for each entry of a map or an attribute.
+func aggregateLen(line []byte) (int, error) {
+	n, err := strconv.Atoi(lineBody(line))
+	if line[0] == '%' || line[0] == '|' {
+		n *= 2
+	}
+	return n, err
+}
+
+// readElements reads n values after raw, the first line of their
+// aggregate, and returns raw followed by them and each of them.
+func readElements(r *bufio.Reader, raw []byte, n int) ([]byte, [][]byte, error) {
+	var children [][]byte
+	for range max(n, 0) {
+		c, _, err := readValue(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		children = append(children, c)
+		raw = append(raw, c...)
+	}
+	return raw, children, nil
 }
 
 // DelayProxy returns the address of a proxy to target that holds every

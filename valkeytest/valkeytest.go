@@ -102,12 +102,7 @@ func Start(t testing.TB, extra ...string) *Server {
 		}
 		t.Fatalf("valkeytest: %v", err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("valkey-server %s output (tail):\n%s", s.Addr, s.log.Tail(4096))
-		}
-		s.Stop()
-	})
+	s.stopInCleanup(t, "valkey-server", 4096)
 	return s
 }
 
@@ -118,26 +113,48 @@ func startServer(dir string, cluster bool, extra []string) (*Server, error) {
 	s := &Server{dir: dir, extra: append([]string(nil), extra...), cluster: cluster, log: &syncbuf.Buffer{}}
 	var err error
 	for attempt := 0; attempt < portAttempts; attempt++ {
-		if s.port, err = freePort(); err != nil {
+		if err = s.pickPorts(); err != nil {
 			return nil, err
 		}
-		if cluster {
-			if s.busPort, err = freePort(); err != nil {
-				return nil, err
-			}
-		}
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-		s.mu.Lock()
-		err = s.launch()
-		s.mu.Unlock()
+		err = s.start()
 		if err == nil || !errors.Is(err, errPortInUse) {
 			break
 		}
 	}
-	if err != nil {
-		return s, err
+	return s, err
+}
+
+// pickPorts gives s a free port and, for a cluster node, a free bus port.
+func (s *Server) pickPorts() error {
+	var err error
+	if s.port, err = freePort(); err != nil {
+		return err
 	}
-	return s, nil
+	if s.cluster {
+		if s.busPort, err = freePort(); err != nil {
+			return err
+		}
+	}
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+	return nil
+}
+
+// start launches s's process, holding s.mu.
+func (s *Server) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.launch()
+}
+
+// stopInCleanup stops s in t.Cleanup, first logging the tail bytes of its
+// output, labelled what, when t failed.
+func (s *Server) stopInCleanup(t testing.TB, what string, tail int) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s %s output (tail):\n%s", what, s.Addr, s.log.Tail(tail))
+		}
+		s.Stop()
+	})
 }
 
 var errPortInUse = errors.New("port in use")
@@ -428,25 +445,56 @@ func Shared(t testing.TB) *Server {
 	defer shared.mu.Unlock()
 	if !shared.serverDone {
 		shared.serverDone = true
-		dir, err := os.MkdirTemp("", "valkeytest-shared-")
-		if err != nil {
-			shared.serverErr = err
-		} else {
-			shared.dirs = append(shared.dirs, dir)
-			s, err := startServer(dir, false, nil)
-			shared.server, shared.serverErr = s, err
-			if err != nil && s != nil {
-				shared.serverLog = s.log.String()
-			}
-		}
+		shared.server, shared.serverErr = startShared("valkeytest-shared-", startSharedServer)
 	}
 	if shared.serverErr != nil {
-		if shared.serverLog != "" {
-			t.Logf("valkey-server output:\n%s", shared.serverLog)
-		}
-		t.Fatalf("valkeytest: shared server: %v", shared.serverErr)
+		failShared(t, "server", shared.serverLog, shared.serverErr)
 	}
 	return shared.server
+}
+
+// startShared makes a temporary directory named after pattern, which
+// Main removes, and starts a shared server or cluster in it. shared.mu is
+// held.
+func startShared[T any](pattern string, start func(dir string) (T, error)) (T, error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		var none T
+		return none, err
+	}
+	shared.dirs = append(shared.dirs, dir)
+	return start(dir)
+}
+
+// startSharedServer starts the shared server in dir, keeping its output
+// for the tests when it fails.
+func startSharedServer(dir string) (*Server, error) {
+	s, err := startServer(dir, false, nil)
+	if err != nil && s != nil {
+		shared.serverLog = s.log.String()
+	}
+	return s, err
+}
+
+// startSharedCluster starts the shared cluster in dir, keeping its output
+// for the tests, and stopping it, when it fails.
+func startSharedCluster(dir string) (*Cluster, error) {
+	c, err := startCluster(dir, 3, clusterConfig{})
+	if err != nil && c != nil {
+		shared.clusterLog = c.logs()
+		c.Stop()
+	}
+	return c, err
+}
+
+// failShared fails t for the shared what that did not start, with its
+// output log when there is one.
+func failShared(t testing.TB, what, log string, err error) {
+	t.Helper()
+	if log != "" {
+		t.Logf("valkey-server output:\n%s", log)
+	}
+	t.Fatalf("valkeytest: shared %s: %v", what, err)
 }
 
 // SharedCluster returns a 3-primary cluster shared by every test of the
@@ -458,24 +506,10 @@ func SharedCluster(t testing.TB) *Cluster {
 	defer shared.mu.Unlock()
 	if !shared.clusDone {
 		shared.clusDone = true
-		dir, err := os.MkdirTemp("", "valkeytest-shared-cluster-")
-		if err != nil {
-			shared.clusterErr = err
-		} else {
-			shared.dirs = append(shared.dirs, dir)
-			c, err := startCluster(dir, 3, clusterConfig{})
-			shared.cluster, shared.clusterErr = c, err
-			if err != nil && c != nil {
-				shared.clusterLog = c.logs()
-				c.Stop()
-			}
-		}
+		shared.cluster, shared.clusterErr = startShared("valkeytest-shared-cluster-", startSharedCluster)
 	}
 	if shared.clusterErr != nil {
-		if shared.clusterLog != "" {
-			t.Logf("valkey-server output:\n%s", shared.clusterLog)
-		}
-		t.Fatalf("valkeytest: shared cluster: %v", shared.clusterErr)
+		failShared(t, "cluster", shared.clusterLog, shared.clusterErr)
 	}
 	return shared.cluster
 }

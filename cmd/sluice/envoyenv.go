@@ -1,10 +1,18 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/valkeystore"
 
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/envoy"
@@ -113,6 +121,9 @@ func (f *serveFlags) serverOptions(cfg *config.Config, env func(string) (string,
 		opts.Envoy.ResponseDynamicMetadata = e.Options.ResponseDynamicMetadata
 		opts.Envoy.NearLimitRatio = e.Options.NearLimitRatio
 		opts.Envoy.QuotaMode = e.Options.QuotaMode
+		opts.Envoy.MaxConnectionAge, opts.Envoy.MaxConnectionAgeGrace = e.Options.MaxConnectionAge, e.Options.MaxConnectionAgeGrace
+		opts.Envoy.ExtraLabels = e.Options.ExtraLabels
+		opts.Envoy.LocalCacheBytes = e.Options.LocalCacheBytes
 		opts.Adjust = e.Adjust
 		for _, n := range e.Notes {
 			logger.Warn("envoyproxy/ratelimit environment: " + n)
@@ -123,4 +134,46 @@ func (f *serveFlags) serverOptions(cfg *config.Config, env func(string) (string,
 		opts.ValkeyAddresses = cfg.Valkey.Addresses
 	}
 	return opts
+}
+
+// envoyStartup starts as envoyproxy/ratelimit does, under its environment:
+// no port opens before the store's first connection (so that
+// /healthcheck and the gRPC health service say serving only once Valkey
+// answers), waiting at most REDIS_STARTUP_MAX_ELAPSED_TIME (0: until
+// SIGTERM); and with REDIS_HEALTH_CHECK_ACTIVE_CONNECTION, both say not
+// serving while the store does not answer a PING. It returns an exit code,
+// 0 to go on.
+func (f *serveFlags) envoyStartup(ctx context.Context, st driver.Store, opts *server.Options, logger *slog.Logger) (code int, stop bool) {
+	if f.envoy == nil {
+		return 0, false
+	}
+	if lz, ok := st.(interface {
+		Wait(context.Context) (*valkeystore.Store, error)
+	}); ok {
+		ctx, cancel := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+		defer cancel()
+		if d := f.envoy.StartupMaxElapsed; d > 0 {
+			var c context.CancelFunc
+			ctx, c = context.WithTimeout(ctx, d)
+			defer c()
+		}
+		logger.Info("waiting for the first connection to valkey before opening the ports")
+		if _, err := lz.Wait(ctx); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				logger.Error("valkey not connected within REDIS_STARTUP_MAX_ELAPSED_TIME", "wait", f.envoy.StartupMaxElapsed.String())
+				return 1, true
+			}
+			return 0, true // stopped by a signal before serving
+		}
+	}
+	if f.envoy.HealthCheckActiveConnection {
+		if p, ok := st.(interface{ Ping(context.Context) error }); ok {
+			opts.Envoy.StoreHealth = func(ctx context.Context) error {
+				ctx, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				return p.Ping(ctx)
+			}
+		}
+	}
+	return 0, false
 }

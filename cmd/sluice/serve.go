@@ -73,6 +73,11 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	}
 	_, stopGC := tuneGC(env, logger)
 	defer stopGC()
+	tel, code := startTelemetry(env, logger, stderr)
+	if tel == nil {
+		return code
+	}
+	defer tel.shutdown(logger)
 	xctx, stopXDS := context.WithCancel(ctx)
 	defer stopXDS()
 	if code := f.startXDS(xctx, logger, stderr); code != 0 {
@@ -83,12 +88,16 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 		return code
 	}
 	opts := f.serverOptions(cfg, env, logger)
-	st, storeName, closeStore, err := store.Serve(cfg, opts.Env, logger)
+	st, storeName, closeStore, err := store.Serve(cfg, opts.Env, logger, tel.storeOptions()...)
 	if err != nil {
 		return 1
 	}
 	defer closeStore()
 	opts.Store, opts.StoreName = st, storeName
+	opts.Observer = tel.observer(st, logger)
+	if code, stop := f.envoyStartup(ctx, st, &opts, logger); stop {
+		return code
+	}
 	closePerSecond, err := f.openPerSecond(&opts, logger)
 	if err != nil {
 		return 1
@@ -103,6 +112,7 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	if err != nil {
 		return 1
 	}
+	tel.instrument(l, srv)
 	return l.serve(ctx, srv, cfg, f, opts.StoreName, logger)
 }
 

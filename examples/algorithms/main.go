@@ -17,11 +17,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/valkey-io/valkey-go"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/valkeystore"
-	"github.com/valkey-io/valkey-go"
 )
 
 func main() {
@@ -85,55 +86,81 @@ func openStore(addr string) (store driver.Store, where string, closeStore func()
 // table: what each phase allowed, and the first refusal after the edge.
 // A fake clock makes the run exact and repeatable.
 func edgeAndTrickle(store driver.Store, p sluice.Policy, prefix string) (string, error) {
-	var now time.Time
+	tr := &trafficRun{}
 	epoch := time.Unix(1_800_000_000, 0)
-	l, err := sluice.New(store, p, sluice.WithPrefix(prefix), sluice.WithClock(func() time.Time { return now }))
+	l, err := sluice.New(store, p, sluice.WithPrefix(prefix), sluice.WithClock(func() time.Time { return tr.now }))
 	if err != nil {
 		return "", err
 	}
+	tr.l = l
 	ctx := context.Background()
-	var refusal sluice.Result
-	burst := func(n int) (allowed int, err error) {
-		for range n {
-			res, err := l.Allow(ctx, "client-1")
-			if err != nil {
-				return 0, err
-			}
-			if res.Degraded {
-				return 0, fmt.Errorf("store unavailable")
-			}
-			if res.Allowed {
-				allowed++
-			} else if refusal.RetryAfter == 0 {
-				refusal = res
-			}
-		}
-		return allowed, nil
-	}
-	now = epoch.Add(990 * time.Millisecond)
-	before, err := burst(10)
+	tr.now = epoch.Add(990 * time.Millisecond)
+	before, err := tr.burst(ctx, 10)
 	if err != nil {
 		return "", err
 	}
-	refusal = sluice.Result{}
-	now = epoch.Add(1010 * time.Millisecond)
-	after, err := burst(10)
+	tr.refusal = sluice.Result{}
+	tr.now = epoch.Add(1010 * time.Millisecond)
+	after, err := tr.burst(ctx, 10)
 	if err != nil {
 		return "", err
 	}
-	first := refusal
-	trickle := 0
-	for i := range 20 {
-		now = epoch.Add(1010*time.Millisecond + time.Duration(i+1)*50*time.Millisecond)
-		n, err := burst(1)
+	first := tr.refusal
+	trickle, err := tr.trickle(ctx, epoch.Add(1010*time.Millisecond))
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%-16s %5d/10 %5d/10 %6d/20  %s", l.Rule().Algorithm, before, after, trickle, refusalNote(first)), nil
+}
+
+// trafficRun is one run of edgeAndTrickle: the limiter, the fake clock it
+// reads, and the first refusal since the phase began.
+type trafficRun struct {
+	l       *sluice.Limiter
+	now     time.Time
+	refusal sluice.Result
+}
+
+// burst sends n requests at the current time and returns how many were
+// allowed, keeping the first refusal.
+func (tr *trafficRun) burst(ctx context.Context, n int) (allowed int, err error) {
+	for range n {
+		res, err := tr.l.Allow(ctx, "client-1")
 		if err != nil {
-			return "", err
+			return 0, err
 		}
-		trickle += n
+		if res.Degraded {
+			return 0, fmt.Errorf("store unavailable")
+		}
+		if res.Allowed {
+			allowed++
+		} else if tr.refusal.RetryAfter == 0 {
+			tr.refusal = res
+		}
 	}
-	note := "none"
+	return allowed, nil
+}
+
+// trickle sends one request every 50ms for a second after start and
+// returns how many were allowed.
+func (tr *trafficRun) trickle(ctx context.Context, start time.Time) (int, error) {
+	allowed := 0
+	for i := range 20 {
+		tr.now = start.Add(time.Duration(i+1) * 50 * time.Millisecond)
+		n, err := tr.burst(ctx, 1)
+		if err != nil {
+			return 0, err
+		}
+		allowed += n
+	}
+	return allowed, nil
+}
+
+// refusalNote describes the first refusal after the edge, or says there
+// was none.
+func refusalNote(first sluice.Result) string {
 	if first.RetryAfter > 0 {
-		note = fmt.Sprintf("retry after %v, fully reset after %v", first.RetryAfter, first.ResetAfter)
+		return fmt.Sprintf("retry after %v, fully reset after %v", first.RetryAfter, first.ResetAfter)
 	}
-	return fmt.Sprintf("%-16s %5d/10 %5d/10 %6d/20  %s", l.Rule().Algorithm, before, after, trickle, note), nil
+	return "none"
 }

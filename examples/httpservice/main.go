@@ -29,6 +29,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -69,34 +70,43 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 	defer closeStore()
-	proxies, err := clientip.ParsePrefixes(strings.Split(getenv("TRUSTED_PROXIES"), ",")...)
-	if err != nil {
-		return fmt.Errorf("TRUSTED_PROXIES: %w", err)
-	}
-	resolver, err := clientip.New(clientip.Config{TrustedProxies: proxies})
+	resolver, proxies, err := newResolver(getenv("TRUSTED_PROXIES"))
 	if err != nil {
 		return err
 	}
-	secret := []byte(getenv("LOGIN_SECRET"))
-	if len(secret) == 0 {
-		secret = []byte(rand.Text())
-		fmt.Fprintln(stdout, "LOGIN_SECRET unset: using a random one")
-	}
+	secret := loginSecret(getenv("LOGIN_SECRET"), stdout)
 	h, err := newHandler(store, resolver, secret, map[string]string{"demo": "demo-password"})
 	if err != nil {
 		return err
 	}
 
-	addr := getenv("ADDR")
-	if addr == "" {
-		addr = "localhost:8080"
-	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", cmp.Or(getenv("ADDR"), "localhost:8080"))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "listening on http://%s (%s, %d trusted proxy networks)\n", ln.Addr(), where, len(proxies))
+	fmt.Fprintf(stdout, "listening on http://%s (%s, %d trusted proxy networks)\n", ln.Addr(), where, proxies)
 	return serve(ctx, ln, h)
+}
+
+// newResolver is the client address resolver that trusts the proxies in
+// the comma-separated list trusted, and how many networks that list holds.
+func newResolver(trusted string) (*clientip.Resolver, int, error) {
+	proxies, err := clientip.ParsePrefixes(strings.Split(trusted, ",")...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("TRUSTED_PROXIES: %w", err)
+	}
+	resolver, err := clientip.New(clientip.Config{TrustedProxies: proxies})
+	return resolver, len(proxies), err
+}
+
+// loginSecret is the secret the login guard keys its records with: secret,
+// or a random one (said on log) when it is empty.
+func loginSecret(secret string, log io.Writer) []byte {
+	if secret != "" {
+		return []byte(secret)
+	}
+	fmt.Fprintln(log, "LOGIN_SECRET unset: using a random one")
+	return []byte(rand.Text())
 }
 
 // openStore is the in-process store, or the Valkey at addr when set.
@@ -172,19 +182,9 @@ func newHandler(store driver.Store, resolver *clientip.Resolver, secret []byte, 
 	if err != nil {
 		return nil, err
 	}
-	anonymous := func(r *http.Request) string {
-		if r.Header.Get("X-API-Key") != "" {
-			return ""
-		}
-		return httplimit.ClientAddr(resolver)(r)
-	}
+	anonymous := anonymousKey(resolver)
 	byKey := httplimit.Header("X-API-Key")
-	client := func(r *http.Request) string {
-		if k := byKey(r); k != "" {
-			return k
-		}
-		return anonymous(r)
-	}
+	client := firstKey(byKey, anonymous)
 	api, err := httplimit.New(httplimit.Config{Limits: []httplimit.Limit{
 		// Each of the two applies to its kind of request only: the other
 		// kind skips it, as said (a key function that finds nothing
@@ -222,6 +222,30 @@ func newHandler(store driver.Store, resolver *clientip.Resolver, secret []byte, 
 	return mux, nil
 }
 
+// anonymousKey keys a request without an API key by its client's address,
+// and finds no key in a request with one.
+func anonymousKey(resolver *clientip.Resolver) httplimit.KeyFunc {
+	byAddr := httplimit.ClientAddr(resolver)
+	return func(r *http.Request) string {
+		if r.Header.Get("X-API-Key") != "" {
+			return ""
+		}
+		return byAddr(r)
+	}
+}
+
+// firstKey keys a request by the first of keys that finds a key in it.
+func firstKey(keys ...httplimit.KeyFunc) httplimit.KeyFunc {
+	return func(r *http.Request) string {
+		for _, key := range keys {
+			if k := key(r); k != "" {
+				return k
+			}
+		}
+		return ""
+	}
+}
+
 // loginHandler checks the guard before the password, and answers a wrong
 // password and an unknown user alike.
 func loginHandler(guard *login.Guard, users map[string]string) http.Handler {
@@ -234,14 +258,7 @@ func loginHandler(guard *login.Guard, users map[string]string) http.Handler {
 		}
 		if !v.Allowed {
 			w.Header().Set("Retry-After", fmt.Sprint(httplimit.RetryAfterSeconds(v.RetryAfter)))
-			msg := "too many attempts for this account"
-			if v.Tripped&login.TrippedUsername == 0 {
-				msg = "too many attempts from your address"
-			}
-			if v.Degraded {
-				msg = "sign-in is unavailable, try again later"
-			}
-			http.Error(w, msg, http.StatusTooManyRequests)
+			http.Error(w, refusal(v), http.StatusTooManyRequests)
 			return
 		}
 		// A real service compares password hashes, and hashes a dummy
@@ -254,4 +271,16 @@ func loginHandler(guard *login.Guard, users map[string]string) http.Handler {
 		guard.Success(r.Context(), user)
 		io.WriteString(w, "welcome\n")
 	})
+}
+
+// refusal is what a refused sign-in attempt is told: which limit it hit,
+// or that the guard's store is unavailable.
+func refusal(v login.Verdict) string {
+	switch {
+	case v.Degraded:
+		return "sign-in is unavailable, try again later"
+	case v.Tripped&login.TrippedUsername == 0:
+		return "too many attempts from your address"
+	}
+	return "too many attempts for this account"
 }

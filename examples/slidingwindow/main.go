@@ -93,22 +93,32 @@ func onOff(times float64, on, off time.Duration) func(*rand.Rand, time.Duration)
 		t := 0.0
 		for {
 			end := t + exp(r, float64(on/time.Microsecond))
-			for {
-				t += exp(r, 1/(times*rate))
-				if t >= end {
-					break
-				}
-				d := time.Duration(t) * time.Microsecond
-				if d >= horizon {
-					return out
-				}
-				out = append(out, d)
+			var done bool
+			if out, done = onPeriod(r, out, t, end, times*rate, horizon); done {
+				return out
 			}
 			t = end + exp(r, float64(off/time.Microsecond))
 			if time.Duration(t)*time.Microsecond >= horizon {
 				return out
 			}
 		}
+	}
+}
+
+// onPeriod appends to out the arrivals of Poisson traffic at perMicro per
+// microsecond from t to end (in microseconds), and reports done when an
+// arrival reaches horizon.
+func onPeriod(r *rand.Rand, out []time.Duration, t, end, perMicro float64, horizon time.Duration) (_ []time.Duration, done bool) {
+	for {
+		t += exp(r, 1/perMicro)
+		if t >= end {
+			return out, false
+		}
+		d := time.Duration(t) * time.Microsecond
+		if d >= horizon {
+			return out, true
+		}
+		out = append(out, d)
 	}
 }
 
@@ -126,18 +136,12 @@ func measure(t traffic, seed uint64) (row, error) {
 	arrivals := t.arrivals(rand.New(rand.NewPCG(seed, 0x5eed)), windows*window)
 	epoch := time.Unix(1_800_000_000, 0)
 	var now time.Time
-	opts := []sluice.Option{sluice.WithClock(func() time.Time { return now }), sluice.WithDenyCache(false)}
-	counter, err := sluice.New(memstore.New(), sluice.SlidingWindow{Limit: limit, Window: window}, opts...)
-	if err != nil {
-		return row{}, err
-	}
-	exact, err := sluice.New(memstore.New(), sluice.SlidingLog{Limit: limit, Window: window}, opts...)
+	counter, exact, err := limiters(&now)
 	if err != nil {
 		return row{}, err
 	}
 	ctx := context.Background()
-	r := row{name: t.name, requests: len(arrivals)}
-	var counterSpan, logSpan span
+	m := tally{row: row{name: t.name, requests: len(arrivals)}}
 	for _, at := range arrivals {
 		now = epoch.Add(at)
 		c, err := counter.Allow(ctx, "k")
@@ -148,26 +152,57 @@ func measure(t traffic, seed uint64) (row, error) {
 		if err != nil {
 			return row{}, err
 		}
-		switch {
-		case c.Allowed && !l.Allowed:
-			r.counterOnly++
-		case !c.Allowed && l.Allowed:
-			r.logOnly++
-		}
-		if c.Allowed {
-			r.admitted++
-			if counterSpan.count(at) >= limit {
-				r.over++
-			}
-			counterSpan.add(at)
-		}
-		if l.Allowed {
-			r.logAdmitted++
-			logSpan.add(at)
-		}
+		m.record(at, c.Allowed, l.Allowed)
 	}
-	r.mostInSpan, r.logMostInSpan = counterSpan.most, logSpan.most
-	return r, nil
+	m.mostInSpan, m.logMostInSpan = m.counterSpan.most, m.logSpan.most
+	return m.row, nil
+}
+
+// limiters are the sliding-window counter and the sliding log compared,
+// both reading the clock *now.
+func limiters(now *time.Time) (counter, exact *sluice.Limiter, err error) {
+	opts := []sluice.Option{sluice.WithClock(func() time.Time { return *now }), sluice.WithDenyCache(false)}
+	counter, err = sluice.New(memstore.New(), sluice.SlidingWindow{Limit: limit, Window: window}, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	exact, err = sluice.New(memstore.New(), sluice.SlidingLog{Limit: limit, Window: window}, opts...)
+	return counter, exact, err
+}
+
+// tally is a measurement under way: the row, and each limiter's
+// admissions in the trailing window.
+type tally struct {
+	row
+	counterSpan, logSpan span
+}
+
+// record counts one arrival at t and what the counter and the log
+// decided of it.
+func (m *tally) record(t time.Duration, counter, log bool) {
+	m.compare(counter, log)
+	if counter {
+		m.admitted++
+		if m.counterSpan.count(t) >= limit {
+			m.over++
+		}
+		m.counterSpan.add(t)
+	}
+	if log {
+		m.logAdmitted++
+		m.logSpan.add(t)
+	}
+}
+
+// compare counts a request that one of the two admitted and the other
+// refused.
+func (r *row) compare(counter, log bool) {
+	switch {
+	case counter && !log:
+		r.counterOnly++
+	case !counter && log:
+		r.logOnly++
+	}
 }
 
 // span counts admissions in the trailing window (t-W, t], kept plainly as

@@ -119,21 +119,30 @@ func list(h http.Header, field string, allowed ...string) ([]Item, error) {
 	}
 	seen := map[string]bool{}
 	for _, it := range items {
-		name, ok := it.Value.(string)
-		if !ok {
-			return nil, fmt.Errorf("%s: item %v is not a String", field, it.Value)
-		}
-		if seen[name] {
-			return nil, fmt.Errorf("%s: two items named %q", field, name)
-		}
-		seen[name] = true
-		for _, p := range it.Params {
-			if !contains(allowed, p.Key) {
-				return nil, fmt.Errorf("%s: item %q has unknown parameter %q", field, name, p.Key)
-			}
+		if err := checkMember(field, it, seen, allowed); err != nil {
+			return nil, err
 		}
 	}
 	return items, nil
+}
+
+// checkMember checks one item of the List field: a String whose name is
+// not in seen (it is added), with only the allowed parameters.
+func checkMember(field string, it Item, seen map[string]bool, allowed []string) error {
+	name, ok := it.Value.(string)
+	if !ok {
+		return fmt.Errorf("%s: item %v is not a String", field, it.Value)
+	}
+	if seen[name] {
+		return fmt.Errorf("%s: two items named %q", field, name)
+	}
+	seen[name] = true
+	for _, p := range it.Params {
+		if !contains(allowed, p.Key) {
+			return fmt.Errorf("%s: item %q has unknown parameter %q", field, name, p.Key)
+		}
+	}
+	return nil
 }
 
 func contains(s []string, x string) bool {
@@ -176,20 +185,31 @@ func (out *Headers) checkPolicies(h http.Header) error {
 		return err
 	}
 	for _, it := range pol {
-		p := Policy{Name: it.Value.(string)}
-		if p.Q, _, err = intParam(it, "RateLimit-Policy", "q", true); err != nil {
+		p, err := policyOf(it)
+		if err != nil {
 			return err
-		}
-		var hasW bool
-		if p.W, hasW, err = intParam(it, "RateLimit-Policy", "w", false); err != nil {
-			return err
-		}
-		if hasW && p.W == 0 {
-			return fmt.Errorf("RateLimit-Policy: item %q: w must be positive", p.Name)
 		}
 		out.Policies = append(out.Policies, p)
 	}
 	return nil
+}
+
+// policyOf reads the parameters of one RateLimit-Policy item: q, and w
+// (positive) when present.
+func policyOf(it Item) (Policy, error) {
+	p := Policy{Name: it.Value.(string)}
+	var err error
+	if p.Q, _, err = intParam(it, "RateLimit-Policy", "q", true); err != nil {
+		return p, err
+	}
+	var hasW bool
+	if p.W, hasW, err = intParam(it, "RateLimit-Policy", "w", false); err != nil {
+		return p, err
+	}
+	if hasW && p.W == 0 {
+		return p, fmt.Errorf("RateLimit-Policy: item %q: w must be positive", p.Name)
+	}
+	return p, nil
 }
 
 // checkLimits parses RateLimit, each item of which has its policy when
@@ -199,22 +219,30 @@ func (out *Headers) checkLimits(h http.Header) error {
 	if err != nil {
 		return err
 	}
+	withPolicies := len(values(h, "RateLimit-Policy")) > 0
 	for _, it := range lim {
-		l := Limit{Name: it.Value.(string)}
-		if l.R, _, err = intParam(it, "RateLimit", "r", true); err != nil {
+		l, err := limitOf(it)
+		if err != nil {
 			return err
 		}
-		if l.T, l.HasT, err = intParam(it, "RateLimit", "t", false); err != nil {
-			return err
-		}
-		if len(values(h, "RateLimit-Policy")) > 0 {
-			if _, ok := out.Policy(l.Name); !ok {
-				return fmt.Errorf("RateLimit: item %q has no RateLimit-Policy item", l.Name)
-			}
+		if _, ok := out.Policy(l.Name); withPolicies && !ok {
+			return fmt.Errorf("RateLimit: item %q has no RateLimit-Policy item", l.Name)
 		}
 		out.Limits = append(out.Limits, l)
 	}
 	return nil
+}
+
+// limitOf reads the parameters of one RateLimit item: r, and t when
+// present.
+func limitOf(it Item) (Limit, error) {
+	l := Limit{Name: it.Value.(string)}
+	var err error
+	if l.R, _, err = intParam(it, "RateLimit", "r", true); err != nil {
+		return l, err
+	}
+	l.T, l.HasT, err = intParam(it, "RateLimit", "t", false)
+	return l, err
 }
 
 // xHeaders are the conventional X-RateLimit headers, all three or none.
@@ -222,17 +250,9 @@ var xHeaders = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLim
 
 // checkX parses the X-RateLimit headers.
 func (out *Headers) checkX(h http.Header) error {
-	var x [3]string
-	var n int
-	for i, name := range xHeaders {
-		v, ok, err := single(h, name)
-		if err != nil {
-			return err
-		}
-		if ok {
-			x[i] = v
-			n++
-		}
+	x, n, err := xValues(h)
+	if err != nil {
+		return err
 	}
 	switch n {
 	case 0:
@@ -243,7 +263,6 @@ func (out *Headers) checkX(h http.Header) error {
 	}
 	out.HasX = true
 	for i, p := range []*int64{&out.XLimit, &out.XRemaining, &out.XReset} {
-		var err error
 		if *p, err = nonNegative(xHeaders[i], x[i]); err != nil {
 			return err
 		}
@@ -252,6 +271,22 @@ func (out *Headers) checkX(h http.Header) error {
 		return fmt.Errorf("X-RateLimit-Remaining %d above X-RateLimit-Limit %d", out.XRemaining, out.XLimit)
 	}
 	return nil
+}
+
+// xValues returns the values of the X-RateLimit headers, in the order of
+// xHeaders, and how many of the three were sent.
+func xValues(h http.Header) (x [3]string, n int, err error) {
+	for i, name := range xHeaders {
+		v, ok, err := single(h, name)
+		if err != nil {
+			return x, n, err
+		}
+		if ok {
+			x[i] = v
+			n++
+		}
+	}
+	return x, n, nil
 }
 
 // checkRetryAfter parses Retry-After, which must not be earlier than the
@@ -269,9 +304,15 @@ func (out *Headers) checkRetryAfter(h http.Header) error {
 		return fmt.Errorf("Retry-After: 0 invites an immediate retry")
 	}
 	for _, l := range out.Limits {
-		if l.R == 0 && l.HasT && l.T > out.RetryAfter {
+		if l.exhaustedBeyond(out.RetryAfter) {
 			return fmt.Errorf("Retry-After %d is earlier than t=%d of exhausted policy %q", out.RetryAfter, l.T, l.Name)
 		}
 	}
 	return nil
+}
+
+// exhaustedBeyond reports whether l has no quota left and gets more only
+// after seconds.
+func (l Limit) exhaustedBeyond(seconds int64) bool {
+	return l.R == 0 && l.HasT && l.T > seconds
 }

@@ -56,14 +56,23 @@ func (p *parser) fail(format string, args ...any) error {
 func (p *parser) eof() bool  { return p.i >= len(p.s) }
 func (p *parser) peek() byte { return p.s[p.i] }
 
+// at reports whether the next byte is c.
+func (p *parser) at(c byte) bool { return !p.eof() && p.peek() == c }
+
+// atAny reports whether the next byte is one of set.
+func (p *parser) atAny(set string) bool { return !p.eof() && strings.IndexByte(set, p.peek()) >= 0 }
+
+// is reports whether the next byte is one for which ok holds.
+func (p *parser) is(ok func(byte) bool) bool { return !p.eof() && ok(p.peek()) }
+
 func (p *parser) skipSP() {
-	for !p.eof() && p.peek() == ' ' {
+	for p.at(' ') {
 		p.i++
 	}
 }
 
 func (p *parser) skipOWS() {
-	for !p.eof() && (p.peek() == ' ' || p.peek() == '\t') {
+	for p.atAny(" \t") {
 		p.i++
 	}
 }
@@ -79,47 +88,62 @@ func ParseList(s string) ([]Item, error) {
 			return nil, err
 		}
 		items = append(items, it)
-		p.skipOWS()
-		if p.eof() {
-			return items, nil
-		}
-		if p.peek() != ',' {
-			return nil, p.fail("want ','")
-		}
-		p.i++
-		p.skipOWS()
-		if p.eof() {
-			return nil, p.fail("trailing comma")
+		if err := p.listSeparator(); err != nil {
+			return nil, err
 		}
 	}
 	return items, nil
 }
 
+// listSeparator consumes what follows a List member: optional white space
+// and, unless the input ends there, a comma and more white space, after
+// which a member must follow.
+func (p *parser) listSeparator() error {
+	p.skipOWS()
+	if p.eof() {
+		return nil
+	}
+	if p.peek() != ',' {
+		return p.fail("want ','")
+	}
+	p.i++
+	p.skipOWS()
+	if p.eof() {
+		return p.fail("trailing comma")
+	}
+	return nil
+}
+
 func (p *parser) itemOrInnerList() (Item, error) {
-	if !p.eof() && p.peek() == '(' {
-		p.i++
-		var inner []Item
-		for {
-			p.skipSP()
-			if p.eof() {
-				return Item{}, p.fail("unterminated inner list")
-			}
-			if p.peek() == ')' {
-				p.i++
-				params, err := p.params()
-				return Item{Value: inner, Params: params}, err
-			}
-			it, err := p.item()
-			if err != nil {
-				return Item{}, err
-			}
-			inner = append(inner, it)
-			if p.eof() || (p.peek() != ' ' && p.peek() != ')') {
-				return Item{}, p.fail("want ' ' or ')' in inner list")
-			}
-		}
+	if p.at('(') {
+		return p.innerList()
 	}
 	return p.item()
+}
+
+// innerList parses an Inner List from its '(' (section 4.2.1.2).
+func (p *parser) innerList() (Item, error) {
+	p.i++
+	var inner []Item
+	for {
+		p.skipSP()
+		if p.eof() {
+			return Item{}, p.fail("unterminated inner list")
+		}
+		if p.peek() == ')' {
+			p.i++
+			params, err := p.params()
+			return Item{Value: inner, Params: params}, err
+		}
+		it, err := p.item()
+		if err != nil {
+			return Item{}, err
+		}
+		inner = append(inner, it)
+		if !p.atAny(" )") {
+			return Item{}, p.fail("want ' ' or ')' in inner list")
+		}
+	}
 }
 
 func (p *parser) item() (Item, error) {
@@ -133,31 +157,48 @@ func (p *parser) item() (Item, error) {
 
 func (p *parser) params() ([]Param, error) {
 	var ps []Param
-	for !p.eof() && p.peek() == ';' {
+	for p.at(';') {
 		p.i++
-		p.skipSP()
-		k, err := p.key()
+		k, v, err := p.param()
 		if err != nil {
 			return nil, err
 		}
-		var v any = true
-		if !p.eof() && p.peek() == '=' {
-			p.i++
-			if v, err = p.bareItem(); err != nil {
-				return nil, err
-			}
-		}
-		replaced := false
-		for j := range ps {
-			if ps[j].Key == k {
-				ps[j].Value, replaced = v, true
-			}
-		}
-		if !replaced {
-			ps = append(ps, Param{k, v})
-		}
+		ps = setParam(ps, k, v)
 	}
 	return ps, nil
+}
+
+// param parses one parameter after its ';': its key, and its value.
+func (p *parser) param() (string, any, error) {
+	p.skipSP()
+	k, err := p.key()
+	if err != nil {
+		return "", nil, err
+	}
+	v, err := p.paramValue()
+	return k, v, err
+}
+
+// paramValue parses the "=" and bare item of a parameter, or returns true
+// for a parameter without a value.
+func (p *parser) paramValue() (any, error) {
+	if !p.at('=') {
+		return true, nil
+	}
+	p.i++
+	return p.bareItem()
+}
+
+// setParam sets parameter k to v in ps: a key given twice keeps its first
+// place and takes its last value.
+func setParam(ps []Param, k string, v any) []Param {
+	for j := range ps {
+		if ps[j].Key == k {
+			ps[j].Value = v
+			return ps
+		}
+	}
+	return append(ps, Param{k, v})
 }
 
 func isLCAlpha(c byte) bool { return c >= 'a' && c <= 'z' }
@@ -167,104 +208,178 @@ func isTChar(c byte) bool {
 	return isAlpha(c) || isDigit(c) || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
+// isKeyStart reports whether c may begin a parameter key.
+func isKeyStart(c byte) bool { return isLCAlpha(c) || c == '*' }
+
+// isKeyChar reports whether c may follow the first character of a key.
+func isKeyChar(c byte) bool { return isLCAlpha(c) || isDigit(c) || strings.IndexByte("_-.*", c) >= 0 }
+
+// isNumberStart reports whether c begins an Integer or a Decimal.
+func isNumberStart(c byte) bool { return c == '-' || isDigit(c) }
+
+// isTokenStart reports whether c begins a Token.
+func isTokenStart(c byte) bool { return c == '*' || isAlpha(c) }
+
+// isTokenChar reports whether c may follow the first character of a Token.
+func isTokenChar(c byte) bool { return isTChar(c) || c == ':' || c == '/' }
+
+// isBase64Char reports whether c may appear in a Byte Sequence.
+func isBase64Char(c byte) bool { return isAlpha(c) || isDigit(c) || strings.IndexByte("+/=", c) >= 0 }
+
+// allBytes reports whether ok holds for every byte of s.
+func allBytes(s string, ok func(byte) bool) bool {
+	for j := 0; j < len(s); j++ {
+		if !ok(s[j]) {
+			return false
+		}
+	}
+	return true
+}
+
 func (p *parser) key() (string, error) {
-	if p.eof() || !(isLCAlpha(p.peek()) || p.peek() == '*') {
+	if !p.is(isKeyStart) {
 		return "", p.fail("bad key start")
 	}
 	start := p.i
-	for !p.eof() {
-		c := p.peek()
-		if !(isLCAlpha(c) || isDigit(c) || strings.IndexByte("_-.*", c) >= 0) {
-			break
-		}
+	for p.is(isKeyChar) {
 		p.i++
 	}
 	return p.s[start:p.i], nil
+}
+
+// bareItemBySigil holds the parsers of the bare items that begin with a
+// character of their own (section 4.2.3.1).
+var bareItemBySigil = map[byte]func(*parser) (any, error){
+	'"': (*parser).stringItem,
+	':': (*parser).byteSequence,
+	'?': (*parser).boolean,
+	'@': (*parser).date,
 }
 
 func (p *parser) bareItem() (any, error) {
 	if p.eof() {
 		return nil, p.fail("missing bare item")
 	}
-	switch c := p.peek(); {
-	case c == '-' || isDigit(c):
+	c := p.peek()
+	switch {
+	case isNumberStart(c):
 		return p.number()
-	case c == '"':
-		return p.str()
-	case c == '*' || isAlpha(c):
-		start := p.i
-		p.i++
-		for !p.eof() && (isTChar(p.peek()) || p.peek() == ':' || p.peek() == '/') {
-			p.i++
-		}
-		return Token(p.s[start:p.i]), nil
-	case c == ':':
-		p.i++
-		end := strings.IndexByte(p.s[p.i:], ':')
-		if end < 0 {
-			return nil, p.fail("unterminated byte sequence")
-		}
-		b := p.s[p.i : p.i+end]
-		for j := 0; j < len(b); j++ {
-			if !(isAlpha(b[j]) || isDigit(b[j]) || strings.IndexByte("+/=", b[j]) >= 0) {
-				return nil, p.fail("bad base64")
-			}
-		}
-		p.i += end + 1
-		return Bytes(b), nil
-	case c == '?':
-		p.i++
-		if p.eof() || (p.peek() != '0' && p.peek() != '1') {
-			return nil, p.fail("bad boolean")
-		}
-		p.i++
-		return p.s[p.i-1] == '1', nil
-	case c == '@':
-		p.i++
-		v, err := p.number()
-		if _, ok := v.(int64); err == nil && !ok {
-			return nil, p.fail("date must be an integer")
-		}
-		return v, err
+	case isTokenStart(c):
+		return p.token()
+	}
+	if parse, ok := bareItemBySigil[c]; ok {
+		return parse(p)
 	}
 	return nil, p.fail("unknown bare item")
 }
 
+// stringItem parses a String as a bare item.
+func (p *parser) stringItem() (any, error) { return p.str() }
+
+// token parses a Token (section 4.2.6).
+func (p *parser) token() (any, error) {
+	start := p.i
+	p.i++
+	for p.is(isTokenChar) {
+		p.i++
+	}
+	return Token(p.s[start:p.i]), nil
+}
+
+// byteSequence parses a Byte Sequence from its opening ':' (section 4.2.7).
+func (p *parser) byteSequence() (any, error) {
+	p.i++
+	end := strings.IndexByte(p.s[p.i:], ':')
+	if end < 0 {
+		return nil, p.fail("unterminated byte sequence")
+	}
+	b := p.s[p.i : p.i+end]
+	if !allBytes(b, isBase64Char) {
+		return nil, p.fail("bad base64")
+	}
+	p.i += end + 1
+	return Bytes(b), nil
+}
+
+// boolean parses a Boolean from its '?' (section 4.2.8).
+func (p *parser) boolean() (any, error) {
+	p.i++
+	if !p.atAny("01") {
+		return nil, p.fail("bad boolean")
+	}
+	p.i++
+	return p.s[p.i-1] == '1', nil
+}
+
+// date parses a Date from its '@': an Integer number of seconds.
+func (p *parser) date() (any, error) {
+	p.i++
+	v, err := p.number()
+	if _, ok := v.(int64); err == nil && !ok {
+		return nil, p.fail("date must be an integer")
+	}
+	return v, err
+}
+
 func (p *parser) number() (any, error) {
 	start := p.i
-	if p.peek() == '-' {
+	if p.at('-') {
 		p.i++
 	}
-	if p.eof() || !isDigit(p.peek()) {
+	if !p.is(isDigit) {
 		return nil, p.fail("want digit")
 	}
-	digits, dot := 0, -1
-	for !p.eof() {
-		c := p.peek()
-		if isDigit(c) {
-			digits++
-		} else if c == '.' && dot < 0 {
-			if digits > 12 {
-				return nil, p.fail("decimal integer part too long")
-			}
-			dot = digits
-		} else {
-			break
-		}
-		p.i++
-		if dot < 0 && digits > 15 || dot >= 0 && digits > 15 {
-			return nil, p.fail("number too long")
-		}
+	digits, dot, err := p.numberDigits()
+	if err != nil {
+		return nil, err
 	}
 	num := p.s[start:p.i]
 	if dot < 0 {
-		n, err := strconv.ParseInt(num, 10, 64)
-		if err != nil {
-			return nil, p.fail("%v", err)
-		}
-		return n, nil
+		return p.integer(num)
 	}
-	if strings.HasSuffix(num, ".") || digits-dot > 3 {
+	return p.decimal(num, digits-dot)
+}
+
+// numberDigits consumes the digits of a number and at most one '.',
+// returning the count of digits and how many came before the '.' (-1
+// without one); it refuses an integer part over 12 digits before a '.'
+// and more than 15 digits in all.
+func (p *parser) numberDigits() (digits, dot int, err error) {
+	dot = -1
+	for !p.eof() {
+		c := p.peek()
+		switch {
+		case isDigit(c):
+			digits++
+		case c == '.' && dot < 0:
+			if digits > 12 {
+				return 0, 0, p.fail("decimal integer part too long")
+			}
+			dot = digits
+		default:
+			return digits, dot, nil
+		}
+		p.i++
+		if digits > 15 {
+			return 0, 0, p.fail("number too long")
+		}
+	}
+	return digits, dot, nil
+}
+
+// integer converts the text of an Integer.
+func (p *parser) integer(num string) (any, error) {
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return nil, p.fail("%v", err)
+	}
+	return n, nil
+}
+
+// decimal converts the text of a Decimal, which has fracDigits digits
+// after its '.': at least one and at most three.
+func (p *parser) decimal(num string, fracDigits int) (any, error) {
+	if strings.HasSuffix(num, ".") || fracDigits > 3 {
 		return nil, p.fail("bad decimal fraction")
 	}
 	f, err := strconv.ParseFloat(num, 64)
@@ -280,20 +395,30 @@ func (p *parser) str() (string, error) {
 	for !p.eof() {
 		c := p.peek()
 		p.i++
-		switch {
-		case c == '\\':
-			if p.eof() || (p.peek() != '"' && p.peek() != '\\') {
-				return "", p.fail("bad escape")
-			}
-			b.WriteByte(p.peek())
-			p.i++
-		case c == '"':
+		if c == '"' {
 			return b.String(), nil
-		case c < 0x20 || c > 0x7e:
-			return "", p.fail("bad string character %q", c)
-		default:
-			b.WriteByte(c)
 		}
+		c, err := p.stringChar(c)
+		if err != nil {
+			return "", err
+		}
+		b.WriteByte(c)
 	}
 	return "", p.fail("unterminated string")
+}
+
+// stringChar returns the character a String holds for c, the byte just
+// read inside it (not its closing quote), reading on through an escape.
+func (p *parser) stringChar(c byte) (byte, error) {
+	if c == '\\' {
+		if !p.atAny(`"\`) {
+			return 0, p.fail("bad escape")
+		}
+		p.i++
+		return p.s[p.i-1], nil
+	}
+	if c < 0x20 || c > 0x7e {
+		return 0, p.fail("bad string character %q", c)
+	}
+	return c, nil
 }

@@ -21,7 +21,7 @@ var library = []string{
 
 // heavy are the service's dependencies, which a user of the library must
 // not carry in its module graph.
-var heavy = []string{"google.golang.org/grpc", "prometheus", "chromedp", "gonum", "fsnotify", "envoyproxy", "yaml", "jsonschema"}
+var heavy = []string{"google.golang.org/grpc", "prometheus", "chromedp", "gonum", "fsnotify", "envoyproxy", "yaml", "jsonschema", "opentelemetry", "valkeyotel"}
 
 // viaValkeyGo are those of heavy that valkey-go's own go.mod requires (YAML,
 // for its tests' gomega): in the graph of any user of valkey-go, but never
@@ -108,8 +108,8 @@ func TestModuleBoundaries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(dirs) < 5 {
-		t.Fatalf("found modules %v, want at least the library, the service, sluiceprom, grpclimit and redisstore", dirs)
+	if len(dirs) < 6 {
+		t.Fatalf("found modules %v, want at least the library, the service, sluiceprom, sluiceotel, grpclimit and redisstore", dirs)
 	}
 	const repo = "github.com/sluicehq/sluice"
 	for _, dir := range dirs {

@@ -82,38 +82,51 @@ func (m *Model) Decide(k string, now, cost int64) (Result, int64) {
 	need := max(cost, 1)
 	switch m.alg {
 	case driver.AlgorithmFixedWindow:
-		w := floorDiv(now, m.window)
-		end := (w + 1) * m.window
-		r := Result{Allowed: s.counts[w]+need <= m.limit}
-		if cost > 0 && (r.Allowed || m.countRejected) {
-			s.counts[w] += cost
-		}
-		if !r.Allowed {
-			r.RetryAfter = end - now
-		}
-		return m.fixedAfter(s, r, now), now
+		return m.fixedWindow(s, now, cost, need), now
 	case driver.AlgorithmSlidingWindow:
 		return m.slidingWindow(s, now, cost, need), now
 	case driver.AlgorithmSlidingLog:
 		return m.slidingLog(s, now, cost, need), now
 	case driver.AlgorithmTokenBucket, driver.AlgorithmGCRA:
-		tau := m.limit * m.interval // the time to fill from empty
-		debt := max(0, s.full-now)  // how far from full
-		r := Result{Allowed: debt+need*m.interval <= tau}
-		if r.Allowed && cost > 0 {
-			s.full = max(s.full, now) + cost*m.interval
-			s.taken = now
-		}
-		if !r.Allowed {
-			r.RetryAfter = debt + need*m.interval - tau
-		}
-		r = m.bucketAfter(s, r, now)
-		if m.alg == driver.AlgorithmGCRA {
-			return r, max(s.full, now)
-		}
-		return r, now
+		return m.bucket(s, now, cost, need)
 	}
 	panic("refmodel: unknown algorithm")
+}
+
+// fixedWindow decides cost at now, counted in the window of now.
+func (m *Model) fixedWindow(s *key, now, cost, need int64) Result {
+	w := floorDiv(now, m.window)
+	end := (w + 1) * m.window
+	r := Result{Allowed: s.counts[w]+need <= m.limit}
+	if cost > 0 && (r.Allowed || m.countRejected) {
+		s.counts[w] += cost
+	}
+	if !r.Allowed {
+		r.RetryAfter = end - now
+	}
+	return m.fixedAfter(s, r, now)
+}
+
+// bucket decides cost at now for the token bucket and GCRA, which keep
+// the same state (when the bucket is full again) and differ in the
+// receipt: the time of the take, or for GCRA where the take left the
+// bucket.
+func (m *Model) bucket(s *key, now, cost, need int64) (Result, int64) {
+	tau := m.limit * m.interval // the time to fill from empty
+	debt := max(0, s.full-now)  // how far from full
+	r := Result{Allowed: debt+need*m.interval <= tau}
+	if r.Allowed && cost > 0 {
+		s.full = max(s.full, now) + cost*m.interval
+		s.taken = now
+	}
+	if !r.Allowed {
+		r.RetryAfter = debt + need*m.interval - tau
+	}
+	r = m.bucketAfter(s, r, now)
+	if m.alg == driver.AlgorithmGCRA {
+		return r, max(s.full, now)
+	}
+	return r, now
 }
 
 // Refund gives back n units taken by the decision with receipt, at now.
@@ -123,40 +136,60 @@ func (m *Model) Refund(k string, now, n, receipt int64) Result {
 	switch m.alg {
 	case driver.AlgorithmFixedWindow:
 		// Only the take's window, which matters only while it is current.
-		w := floorDiv(receipt, m.window)
-		s.counts[w] = max(0, s.counts[w]-n)
+		m.refundWindow(s, n, receipt)
 		return m.fixedAfter(s, r, now)
 	case driver.AlgorithmSlidingWindow:
-		w := floorDiv(receipt, m.window)
-		s.counts[w] = max(0, s.counts[w]-n)
+		m.refundWindow(s, n, receipt)
 		return m.slidingWindow(s, now, -1, 1)
 	case driver.AlgorithmSlidingLog:
-		// Entries of the take's time, still in the log.
-		var out []int64
-		for _, t := range s.log {
-			if t == receipt && n > 0 && t > now-m.window {
-				n--
-				continue
-			}
-			out = append(out, t)
-		}
-		s.log = out
+		s.log = m.refundLog(s.log, now, n, receipt)
 		return m.slidingLog(s, now, -1, 1)
 	case driver.AlgorithmTokenBucket:
-		// Only while no later take wrote the bucket: as if it never was,
-		// which cannot make the bucket fuller than it was at the take.
-		if s.taken == receipt {
-			s.full = max(receipt, s.full-n*m.interval)
-		}
+		m.refundTokenBucket(s, n, receipt)
 		return m.bucketAfter(s, r, now)
 	case driver.AlgorithmGCRA:
-		// Only while the bucket is where the take left it.
-		if s.full == receipt {
-			s.full = max(now, s.full-n*m.interval)
-		}
+		m.refundGCRA(s, now, n, receipt)
 		return m.bucketAfter(s, r, now)
 	}
 	panic("refmodel: unknown algorithm")
+}
+
+// refundWindow gives back n units to the window of the take at receipt,
+// never below zero.
+func (m *Model) refundWindow(s *key, n, receipt int64) {
+	w := floorDiv(receipt, m.window)
+	s.counts[w] = max(0, s.counts[w]-n)
+}
+
+// refundLog returns log without n entries of the take's time, receipt,
+// that are still in the window at now.
+func (m *Model) refundLog(log []int64, now, n, receipt int64) []int64 {
+	var out []int64
+	for _, t := range log {
+		if t == receipt && n > 0 && t > now-m.window {
+			n--
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// refundTokenBucket gives back n units only while no later take wrote the
+// bucket: as if the take never was, which cannot make the bucket fuller
+// than it was at the take.
+func (m *Model) refundTokenBucket(s *key, n, receipt int64) {
+	if s.taken == receipt {
+		s.full = max(receipt, s.full-n*m.interval)
+	}
+}
+
+// refundGCRA gives back n units only while the bucket is where the take
+// left it.
+func (m *Model) refundGCRA(s *key, now, n, receipt int64) {
+	if s.full == receipt {
+		s.full = max(now, s.full-n*m.interval)
+	}
 }
 
 func (m *Model) fixedAfter(s *key, r Result, now int64) Result {
@@ -178,24 +211,11 @@ func (m *Model) bucketAfter(s *key, r Result, now int64) Result {
 
 // slidingLog decides cost (negative: only report) at now.
 func (m *Model) slidingLog(s *key, now, cost, need int64) Result {
-	var live []int64
-	for _, t := range s.log {
-		if t > now-m.window {
-			live = append(live, t)
-		}
-	}
+	live := m.liveLog(s.log, now)
 	r := Result{Allowed: true}
 	if cost >= 0 {
 		r.Allowed = int64(len(live))+need <= m.limit
-		if cost > 0 && (r.Allowed || m.countRejected) {
-			for range cost {
-				live = append(live, now)
-			}
-			sort.Slice(live, func(i, j int) bool { return live[i] < live[j] })
-			if int64(len(live)) > m.limit { // count_rejected keeps the newest
-				live = live[int64(len(live))-m.limit:]
-			}
-		}
+		live = m.logTake(live, now, cost, r.Allowed)
 		if !r.Allowed {
 			// The same request fits once enough of the oldest units leave.
 			k := int64(len(live)) + need - m.limit
@@ -208,6 +228,34 @@ func (m *Model) slidingLog(s *key, now, cost, need int64) Result {
 		r.ResetAfter = live[len(live)-1] + m.window - now
 	}
 	return r
+}
+
+// liveLog returns the entries of log still in the window at now.
+func (m *Model) liveLog(log []int64, now int64) []int64 {
+	var live []int64
+	for _, t := range log {
+		if t > now-m.window {
+			live = append(live, t)
+		}
+	}
+	return live
+}
+
+// logTake returns live with cost units at now added when they count (the
+// request is allowed, or rejected units count), sorted, keeping the newest
+// Limit entries.
+func (m *Model) logTake(live []int64, now, cost int64, allowed bool) []int64 {
+	if cost <= 0 || !(allowed || m.countRejected) {
+		return live
+	}
+	for range cost {
+		live = append(live, now)
+	}
+	sort.Slice(live, func(i, j int) bool { return live[i] < live[j] })
+	if int64(len(live)) > m.limit { // count_rejected keeps the newest
+		live = live[int64(len(live))-m.limit:]
+	}
+	return live
 }
 
 // slidingWindow decides cost (negative: only report) at now. A request of
@@ -233,6 +281,13 @@ func (m *Model) slidingWindow(s *key, now, cost, need int64) Result {
 			r.RetryAfter = m.swRetry(prev, cur, e, need, fits)
 		}
 	}
+	return m.slidingAfter(r, prev, cur, e)
+}
+
+// slidingAfter fills in Remaining and ResetAfter of r for counts prev and
+// cur at elapsed e of the current window.
+func (m *Model) slidingAfter(r Result, prev, cur, e int64) Result {
+	W, L := m.window, m.limit
 	if left := L*W - prev*(W-e) - cur*W; left > 0 {
 		r.Remaining = left / W
 	}

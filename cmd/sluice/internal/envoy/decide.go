@@ -28,11 +28,25 @@ func (s *Service) decide(ctx context.Context, dom *config.Domain, rs []resolved,
 	var idxBuf [smallCall]int
 	var resultBuf [smallCall]sluice.Result
 	checks, idx := checkBuf[:0], idxBuf[:0]
+	var lookNow time.Time // the local cache's clock, read only when it is on
+	if s.local != nil {
+		lookNow = s.now()
+	}
 	for i := range rs {
+		if rs[i].kind == kindDeny {
+			s.lookLocal(&rs[i], lookNow) // upstream looks its counter up too
+		}
 		if rs[i].kind == kindLimit {
-			lim := rs[i].pol.Limiter()
+			if s.lookLocal(&rs[i], lookNow) {
+				continue // over in the local cache: decided without the store
+			}
+			pol := rs[i].pol
+			if rs[i].peek != nil {
+				pol = rs[i].peek
+			}
+			lim := pol.Limiter()
 			if rs[i].shadow {
-				lim = rs[i].pol.Shadow()
+				lim = pol.Shadow()
 			}
 			checks = append(checks, sluice.Check{Limiter: lim, Key: rs[i].key, Cost: rs[i].cost(), Plan: rs[i].plan})
 			idx = append(idx, i)
@@ -110,7 +124,14 @@ func setDuration(dst *durationpb.Duration, d time.Duration) *durationpb.Duration
 // counts are read first, and when any descriptor would go over its limit,
 // only those that would count their hits.
 func (s *Service) decideEach(ctx context.Context, rs []resolved, checks []sluice.Check, idx []int) (sluice.Decision, error) {
-	if s.opts.StopIncrementWhenOverLimit {
+	if s.opts.StopIncrementWhenOverLimit && anyLocalOver(rs) {
+		// A descriptor over in the local cache: nothing counts.
+		for k := range checks {
+			if checks[k].Cost > 0 {
+				checks[k].Cost = 0
+			}
+		}
+	} else if s.opts.StopIncrementWhenOverLimit {
 		over, anyOver, err := wouldGoOver(ctx, rs, checks, idx)
 		if err != nil {
 			return sluice.Decision{}, err
@@ -164,7 +185,7 @@ func (s *Service) decideAllOrNothing(ctx context.Context, rs []resolved, checks 
 		if r.shadow || r.hits == 0 {
 			continue
 		}
-		if r.kind == kindDeny || r.kind == kindLimit && r.hits > uint64(r.policyLimit()) && !r.pol.Config().Shadow {
+		if r.kind == kindDeny || r.kind == kindLimit && (r.hits > uint64(r.policyLimit()) || r.localOver) && !r.pol.Config().Shadow {
 			refused = true
 		}
 	}
@@ -186,9 +207,20 @@ func (s *Service) status(r *resolved, res sluice.Result, now time.Time, b *statu
 	case kindUnlimited:
 		ds.LimitRemaining = math.MaxUint32
 	case kindDeny:
+		if r.localOver {
+			s.localStatus(r, now, b)
+			break
+		}
 		s.denyStatus(r, now, b)
+		if s.local != nil && r.localKey != "" && r.hits > 0 {
+			s.local.remember(r.localKey, r.localUntil, now)
+		}
 	case kindLimit:
-		s.limitStatus(r, res, now, b)
+		if r.localOver {
+			s.localStatus(r, now, b)
+		} else {
+			s.limitStatus(r, res, now, b)
+		}
 	}
 	return ds
 }
@@ -227,9 +259,16 @@ func (s *Service) limitStatus(r *resolved, res sluice.Result, now time.Time, b *
 		ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	if !over {
-		ds.LimitRemaining = uint32(min(max(res.Remaining, 0), math.MaxUint32))
+		rem := res.Remaining
+		if r.peek != nil {
+			rem-- // the peek's limit is one higher
+		}
+		ds.LimitRemaining = uint32(min(max(rem, 0), math.MaxUint32))
 	}
 	ds.DurationUntilReset = setDuration(&b.reset, untilReset(window, res.ResetAfter, now))
+	if s.local != nil && r.localKey != "" && over && !res.Degraded {
+		s.local.remember(r.localKey, r.localUntil, now)
+	}
 	if !r.refund {
 		s.stats.record(r.stat, r.hits, limit, res.Remaining, over, r.shadow || r.pol.Config().Shadow)
 	}
@@ -341,4 +380,48 @@ func (s *Service) overallCode(rs []resolved, statuses []*rlsv3.RateLimitResponse
 		return rlsv3.RateLimitResponse_OK
 	}
 	return rlsv3.RateLimitResponse_OVER_LIMIT
+}
+
+// lookLocal looks r up in the local cache (LOCAL_CACHE_SIZE_IN_BYTES), as
+// upstream looks up every descriptor with a limit: true when its counter
+// is remembered over its limit in this window.
+func (s *Service) lookLocal(r *resolved, now time.Time) bool {
+	if s.local == nil || r.limit == nil || r.refund {
+		return false
+	}
+	r.localKey = localKey(r.key, r.limit.Window, now)
+	if w := int64(r.limit.Window / time.Second); w > 0 {
+		r.localUntil = time.Unix((now.Unix()/w+1)*w, 0)
+	} else {
+		r.localUntil = now.Add(time.Second)
+	}
+	r.localOver = s.local.over(r.localKey, now)
+	return r.localOver
+}
+
+func anyLocalOver(rs []resolved) bool {
+	for i := range rs {
+		if rs[i].localOver {
+			return true
+		}
+	}
+	return false
+}
+
+// localStatus answers a descriptor over its limit in the local cache: over
+// the limit, 0 remaining, its hits counted as over_limit and
+// over_limit_with_local_cache (OK and shadow_mode under shadow mode).
+func (s *Service) localStatus(r *resolved, now time.Time, b *statusBlock) {
+	ds := &b.status
+	ds.CurrentLimit = envoyCurrentLimit(r.limit, &b.limit)
+	ds.DurationUntilReset = setDuration(&b.reset, untilReset(r.limit.Window, 0, now))
+	shadow, limit := r.shadow, int64(0) // a requests_per_unit 0 limit has no policy
+	if r.pol != nil {
+		shadow, limit = shadow || r.pol.Config().Shadow, r.policyLimit()
+	}
+	if !shadow {
+		ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	s.stats.record(r.stat, r.hits, limit, 0, true, shadow)
+	s.stats.recordLocalOver(r.stat, r.hits)
 }

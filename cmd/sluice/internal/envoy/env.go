@@ -46,6 +46,14 @@ type Env struct {
 	Options                       Options
 	// Notes are variables read and deliberately not acted on, for the log.
 	Notes []string
+	// HealthCheckActiveConnection: /healthcheck and the gRPC health
+	// service answer not serving while the store does not answer
+	// (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION).
+	HealthCheckActiveConnection bool
+	// StartupMaxElapsed bounds the wait for the first connection to the
+	// store before the ports open (REDIS_STARTUP_MAX_ELAPSED_TIME; 0: no
+	// bound).
+	StartupMaxElapsed time.Duration
 }
 
 // redisAuthPassword names the password part of REDIS_AUTH ("user:pass").
@@ -87,6 +95,7 @@ func ReadEnv(env func(string) (string, bool)) (*Env, error) {
 	e.readGRPCTLS(get, boolean, bad)
 	e.readConfigType(get, boolean, bad)
 	e.refuseUnsupported(get, boolean, bad)
+	e.readUpstreamRest(env, boolean, bad)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("envoyproxy/ratelimit environment: %s", strings.Join(errs, "; "))
 	}
@@ -159,9 +168,6 @@ func (e *Env) readRedis(get func(k, def string) string, boolean func(string, boo
 			bad("REDIS_TIMEOUT=%q: want a duration up to 1m", t)
 		}
 		v.Timeout = d
-	}
-	if _, ok := lookup(get, "REDIS_POOL_SIZE"); ok {
-		e.Notes = append(e.Notes, "REDIS_POOL_SIZE is not used: the Valkey client pipelines over one connection per node")
 	}
 	e.Valkey = v
 }
@@ -278,11 +284,6 @@ func (e *Env) refuseUnsupported(get func(k, def string) string, boolean func(str
 	if get("GRPC_UDS", "") != "" {
 		bad("GRPC_UDS: a Unix socket for gRPC is not supported")
 	}
-	for _, k := range []string{"LOCAL_CACHE_SIZE_IN_BYTES", "EXPIRATION_JITTER_MAX_SECONDS", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT"} {
-		if v, ok := lookup(get, k); ok {
-			e.Notes = append(e.Notes, fmt.Sprintf("%s=%s is not used (sluice has its own local deny cache, key expiry and batching)", k, v))
-		}
-	}
 }
 
 // ReadDirOptions reads MERGE_DOMAIN_CONFIG and RUNTIME_IGNOREDOTFILES
@@ -310,12 +311,25 @@ func ValidPrefix(p string) bool {
 // Adjust completes a configuration read from the directory: the valkey
 // section and the prefix come from the environment.
 func (e *Env) Adjust(c *config.Config) {
+	// Per-second limits first: they take REDIS_PERSECOND_TIMEOUT.
+	e.adjustTimeouts(c)
 	if c.Valkey == nil {
 		v := *e.Valkey
 		c.Valkey = &v
+		// The directory was read without a valkey section: its policies'
+		// decisions take REDIS_TIMEOUT (a policy's own timeout stays).
+		ps := make([]*config.Policy, len(c.Policies))
+		for i, p := range c.Policies {
+			if p.Timeout == 0 {
+				cp := *p
+				cp.Timeout = v.Timeout
+				p = &cp
+			}
+			ps[i] = p
+		}
+		c.Policies = ps
 	}
 	if e.Prefix != "" {
 		c.Prefix = e.Prefix
 	}
-	e.adjustTimeouts(c)
 }

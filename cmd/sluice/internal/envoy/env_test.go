@@ -3,6 +3,9 @@ package envoy
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
 )
 
 func mapEnv(m map[string]string) func(string) (string, bool) {
@@ -60,5 +63,31 @@ func TestEnvoyEnv(t *testing.T) {
 	}
 	if InEnv(mapEnv(map[string]string{"HOME": "/"})) {
 		t.Error("envoy mode without its variables")
+	}
+}
+
+// TestAdjustTimeout: REDIS_TIMEOUT is the decision timeout of the
+// directory's limits (read without a valkey section of their own).
+func TestAdjustTimeout(t *testing.T) {
+	e, err := ReadEnv(mapEnv(map[string]string{"RUNTIME_ROOT": "/rt", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_TIMEOUT": "2s"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("a.yaml", []byte("domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: minute, requests_per_unit: 5}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := *cfg
+	e.Adjust(&cp)
+	if len(cp.Policies) == 0 {
+		t.Fatal("no policies")
+	}
+	for _, p := range cp.Policies {
+		if p.Timeout != 2*time.Second {
+			t.Errorf("policy %s: timeout %v, want REDIS_TIMEOUT's 2s", p.Name, p.Timeout)
+		}
+	}
+	if cfg.Policies[0].Timeout != 0 {
+		t.Errorf("the configuration read was changed: %v", cfg.Policies[0].Timeout)
 	}
 }

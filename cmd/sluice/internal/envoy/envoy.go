@@ -59,13 +59,21 @@ type Service struct {
 	log     *slog.Logger
 	maxBody int64
 	stats   *envoyStats
+	local   *localCache // nil unless Options.LocalCacheBytes
 }
 
 // New returns the Service of srv, its metrics registered in reg; maxBody
 // caps the bodies of POST /json.
 func New(srv Server, reg prometheus.Registerer, log *slog.Logger, maxBody int64, opts Options) *Service {
-	return &Service{srv: srv, opts: opts, log: log, maxBody: maxBody,
+	if len(opts.ExtraLabels) > 0 {
+		reg = prometheus.WrapRegistererWith(opts.ExtraLabels, reg)
+	}
+	s := &Service{srv: srv, opts: opts, log: log, maxBody: maxBody,
 		stats: newEnvoyStats(reg, opts.NearLimitRatio, opts.MaxMetricSeries)}
+	if opts.LocalCacheBytes > 0 {
+		s.local = newLocalCache(opts.LocalCacheBytes, reg)
+	}
+	return s
 }
 
 // ConfigLoaded counts a configuration loaded and applied (ok) or rejected

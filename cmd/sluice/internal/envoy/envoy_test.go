@@ -10,11 +10,13 @@ import (
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
-	"github.com/sluicehq/sluice/memstore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 // fakeServer is the least a Server is: a configuration, its policies, and
@@ -40,6 +42,7 @@ func (f *fakeServer) NoteRefused(p *config.Policy, key string, res sluice.Result
 type fakeState struct {
 	cfg      *config.Config
 	policies map[string]*fakePolicy
+	store    driver.Store
 }
 
 func (s *fakeState) Config() *config.Config { return s.cfg }
@@ -51,8 +54,20 @@ func (s *fakeState) Policy(name string) Policy {
 	return nil
 }
 
-func (s *fakeState) Override(int64, time.Duration, config.Counting) (Policy, error) {
-	return nil, status.Error(codes.Unimplemented, "no overrides in the fake")
+// Override builds the limiter of a per-request limit as the server does:
+// envoyproxy/ratelimit's fixed window, counted under the window's name.
+func (s *fakeState) Override(limit int64, window time.Duration, counting config.Counting) (Policy, error) {
+	pol := config.EnvoyWindow(limit, window, counting)
+	name := config.EnvoyLimiter(window)
+	lim, err := sluice.New(s.store, pol, sluice.WithName(name))
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	shade, err := sluice.New(s.store, pol, sluice.WithName(name), sluice.WithShadow(true))
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return &fakePolicy{cfg: &config.Policy{Name: "override", Algorithm: driver.AlgorithmFixedWindow, Policy: pol, Limit: limit, Envoy: true, Limiter: name}, lim: lim, shade: shade}, nil
 }
 
 type fakePolicy struct {
@@ -70,8 +85,8 @@ func newFake(t *testing.T, yaml string) *fakeServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &fakeState{cfg: cfg, policies: map[string]*fakePolicy{}}
 	store := memstore.New()
+	st := &fakeState{cfg: cfg, policies: map[string]*fakePolicy{}, store: store}
 	for _, p := range cfg.Policies {
 		lim, err := sluice.New(store, p.Policy, sluice.WithName(p.Limiter))
 		if err != nil {

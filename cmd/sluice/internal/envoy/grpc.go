@@ -12,6 +12,7 @@ import (
 	protoenc "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -49,6 +50,20 @@ type Options struct {
 	// Now is the clock for durations until reset computed without the store
 	// (default time.Now).
 	Now func() time.Time
+	// MaxConnectionAge and MaxConnectionAgeGrace bound a gRPC connection's
+	// life (GRPC_MAX_CONNECTION_AGE, _GRACE; 0: unbounded), as gRPC's
+	// keepalive.ServerParameters do.
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// LocalCacheBytes, when positive, turns on envoyproxy/ratelimit's
+	// local cache of counters over their limit, of about that size
+	// (LOCAL_CACHE_SIZE_IN_BYTES; at least 512 KiB, as upstream's).
+	LocalCacheBytes int64
+	// ExtraLabels are labels added to every ratelimit_* metric (EXTRA_TAGS).
+	ExtraLabels map[string]string
+	// StoreHealth, when set, is asked by /healthcheck and the gRPC health
+	// service's Check: an error answers not serving
+	// (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION).
+	StoreHealth func(context.Context) error
 }
 
 // DefaultMaxDescriptors is the default bound on descriptors per call.
@@ -69,6 +84,10 @@ const streamWorkers = 256
 // capped at 1 MiB, and a panic in a handler turned into an Internal error
 // instead of a crash.
 func (s *Service) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	if s.opts.MaxConnectionAge > 0 || s.opts.MaxConnectionAgeGrace > 0 {
+		opts = append([]grpc.ServerOption{grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge: s.opts.MaxConnectionAge, MaxConnectionAgeGrace: s.opts.MaxConnectionAgeGrace})}, opts...)
+	}
 	opts = append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(1 << 20),
 		grpc.MaxConcurrentStreams(1024),
@@ -78,7 +97,7 @@ func (s *Service) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	}, opts...)
 	g := grpc.NewServer(opts...)
 	s.RegisterGRPC(g)
-	healthpb.RegisterHealthServer(g, health.NewServer())
+	healthpb.RegisterHealthServer(g, &healthServer{Server: health.NewServer(), check: s.opts.StoreHealth})
 	reflection.Register(g)
 	return g
 }
@@ -263,4 +282,21 @@ func (s *Service) now() time.Time {
 // counting the call in the gRPC metrics.
 func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	return s.shouldRateLimit(ctx, req)
+}
+
+// healthServer is gRPC's health service, whose Check of the server ("")
+// or of the rate-limit service asks check first, when set: an error
+// answers NOT_SERVING (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION).
+type healthServer struct {
+	*health.Server
+	check func(context.Context) error
+}
+
+func (h *healthServer) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if h.check != nil && (req.GetService() == "" || req.GetService() == rlsService) {
+		if err := h.check(ctx); err != nil {
+			return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
+		}
+	}
+	return h.Server.Check(ctx, req)
 }

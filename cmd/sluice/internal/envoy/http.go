@@ -55,11 +55,18 @@ func (s *Service) handleJSON(w http.ResponseWriter, r *http.Request) {
 	w.Write(out)
 }
 
-// handleHealthcheck answers "OK" while a configuration is loaded.
+// handleHealthcheck answers "OK" while a configuration is loaded and,
+// with Options.StoreHealth, the store answers.
 func (s *Service) handleHealthcheck(w http.ResponseWriter, r *http.Request) {
 	if s.srv.Current() == nil {
 		http.Error(w, "no configuration loaded", http.StatusInternalServerError)
 		return
+	}
+	if s.opts.StoreHealth != nil {
+		if err := s.opts.StoreHealth(r.Context()); err != nil {
+			http.Error(w, "the store does not answer: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, "OK")

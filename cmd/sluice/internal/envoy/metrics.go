@@ -52,6 +52,11 @@ type envoyStats struct {
 	// counters caches each label set's counters: a look-up in a sync.Map
 	// instead of hashing the labels into five vectors on every hit.
 	counters sync.Map // statKey -> *statCounters
+	// reg and localOver: the over_limit_with_local_cache counters
+	// (LOCAL_CACHE_SIZE_IN_BYTES), one metric per descriptor as upstream's
+	// mapping leaves them, registered on first use.
+	reg       prometheus.Registerer
+	localOver sync.Map // statKey -> prometheus.Counter
 }
 
 // statCounters are one label set's counters.
@@ -114,6 +119,7 @@ func newEnvoyStats(reg prometheus.Registerer, nearRatio float64, maxSeries int) 
 		nearRatio: nearRatio,
 		maxSeries: maxSeries,
 		series:    map[statKey]bool{},
+		reg:       reg,
 	}
 	reg.MustRegister(e.totalHits, e.overLimit, e.nearLimit, e.withinLimit, e.shadowMode, e.callErrors,
 		e.loadSuccess, e.loadError, e.globalShadow, e.responseTime, e.totalRequests, e.grpcRequests)
@@ -208,6 +214,53 @@ func (e *envoyStats) record(k statKey, hits uint64, limit, remaining int64, over
 	if after > near {
 		c.near.Add(min(h, after-near))
 	}
+}
+
+// recordLocalOver counts hits refused by the local cache: the descriptor's
+// over_limit_with_local_cache, named as upstream's statsd name
+// ratelimit.service.rate_limit.<domain>.<key1>[.<key2>].over_limit_with_local_cache
+// becomes in Prometheus unmapped (every character but letters, digits and
+// _ made _).
+func (e *envoyStats) recordLocalOver(k statKey, hits uint64) {
+	if k.domain == "" || hits == 0 {
+		return
+	}
+	k = e.admit(k)
+	if c, ok := e.localOver.Load(k); ok {
+		c.(prometheus.Counter).Add(float64(hits))
+		return
+	}
+	name := "ratelimit.service.rate_limit." + k.domain + "." + k.key1
+	if k.key2 != "" {
+		name += "." + k.key2
+	}
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: escapeMetricName(name + ".over_limit_with_local_cache"),
+		Help: "Hits of this descriptor refused by the local cache (LOCAL_CACHE_SIZE_IN_BYTES), without asking the store."})
+	if err := e.reg.Register(c); err != nil {
+		if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
+			c = are.ExistingCollector.(prometheus.Counter)
+		} else {
+			return // two descriptors whose names escape alike: the first keeps the name
+		}
+	}
+	actual, _ := e.localOver.LoadOrStore(k, c)
+	actual.(prometheus.Counter).Add(float64(hits))
+}
+
+// escapeMetricName is the statsd exporter's escaping of a name it does not
+// map: every character but ASCII letters, digits and _ becomes _, and a
+// leading digit gets a _ before it.
+func escapeMetricName(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 0 && b[0] >= '0' && b[0] <= '9' {
+		return "_" + string(b)
+	}
+	return string(b)
 }
 
 // observe counts a gRPC call of fullMethod started at start, and its

@@ -88,7 +88,8 @@ func TestPerSecondEnv(t *testing.T) {
 
 // TestEnvTimeouts: the envoyproxy/ratelimit limits of a directory decide
 // within REDIS_TIMEOUT, and the per-second ones within
-// REDIS_PERSECOND_TIMEOUT; a policy's own timeout stays.
+// REDIS_PERSECOND_TIMEOUT; a policy's own timeout stays; the others (of
+// Sluice's format) take REDIS_TIMEOUT too.
 func TestEnvTimeouts(t *testing.T) {
 	e, err := ReadEnv(mapEnv(envWith("REDIS_TIMEOUT", "150ms", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_SOCKET_TYPE", "tcp",
 		"REDIS_PERSECOND_URL", "ps:1", "REDIS_PERSECOND_TIMEOUT", "70ms")))
@@ -104,7 +105,7 @@ func TestEnvTimeouts(t *testing.T) {
 	c := &config.Config{Policies: []*config.Policy{fw(time.Second), fw(time.Minute), fw(5 * time.Second), own, native}}
 	orig := c.Policies[0]
 	e.Adjust(c)
-	for i, want := range []time.Duration{70 * time.Millisecond, 150 * time.Millisecond, 150 * time.Millisecond, time.Second, 0} {
+	for i, want := range []time.Duration{70 * time.Millisecond, 150 * time.Millisecond, 150 * time.Millisecond, time.Second, 150 * time.Millisecond} {
 		if got := c.Policies[i].Timeout; got != want {
 			t.Errorf("policy %d: timeout %v, want %v", i, got, want)
 		}

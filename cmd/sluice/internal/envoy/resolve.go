@@ -52,6 +52,19 @@ type resolved struct {
 	// match; stat labels its metrics.
 	node *config.Descriptor
 	stat statKey
+	// peek, for a descriptor of an envoyproxy/ratelimit limit asking 0
+	// hits, is the same counter under a limit one higher: its check (cost
+	// 0) is allowed while count <= limit, upstream's "over the limit only
+	// when count + hits > limit", where a check under the limit itself is
+	// allowed only while count < limit. Its Remaining is one more than the
+	// limit's.
+	peek Policy
+	// localKey names the counter in the local cache (LOCAL_CACHE_SIZE_IN_BYTES)
+	// until localUntil, the end of its window; localOver: found there
+	// over its limit, so decided without the store.
+	localKey   string
+	localUntil time.Time
+	localOver  bool
 }
 
 // hitsOf returns the cost of descriptor d, as envoyproxy/ratelimit counts
@@ -121,7 +134,26 @@ func (s *Service) resolve(st State, dom *config.Domain, req *rlsv3.RateLimitRequ
 		}
 	}
 	applyReplaces(out)
+	for i := range out {
+		if err := s.resolvePeek(st, dom, &out[i]); err != nil {
+			return nil, &inputError{fmt.Sprintf("descriptor %d: %v", i, err)}
+		}
+	}
 	return out, nil
+}
+
+// resolvePeek sets r.peek for a descriptor of an envoyproxy/ratelimit
+// limit (configured or a per-request override) asking 0 hits.
+func (s *Service) resolvePeek(st State, dom *config.Domain, r *resolved) error {
+	if r.kind != kindLimit || r.hits != 0 || r.refund || r.limit == nil || r.plan != "" || !r.pol.Config().Envoy {
+		return nil
+	}
+	p, err := st.Override(r.policyLimit()+1, r.limit.Window, dom.Counting)
+	if err != nil {
+		return fmt.Errorf("checking with 0 hits: %w", err)
+	}
+	r.peek = p
+	return nil
 }
 
 // resolveMatch sets r to the limit of the matched descriptor, the last of

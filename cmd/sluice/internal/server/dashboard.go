@@ -175,28 +175,71 @@ func metricLabels(m *dto.Metric) map[string]string {
 // addMetric folds one sample of the metric family name into the
 // snapshot; families the dashboard does not draw are ignored.
 func (out *dashState) addMetric(name string, m *dto.Metric, labels map[string]string, byLimiter map[string]*dashPolicy) {
-	switch name {
-	case "sluice_decisions_total":
-		if p := byLimiter[labels["limiter"]]; p != nil {
-			p.addDecisions(labels["outcome"], int64(m.GetCounter().GetValue()))
-		}
-	case "sluice_decision_duration_seconds":
-		if p := byLimiter[labels["limiter"]]; p != nil {
-			p.Buckets = histogramBuckets(m.GetHistogram())
-		}
-	case "sluice_server_config_last_reload_successful":
-		out.Config.Reload.OK = m.GetGauge().GetValue() == 1
-	case "sluice_server_config_reloads_total":
-		out.Config.Reload.addReloads(labels["result"], int64(m.GetCounter().GetValue()))
-	case "sluice_build_info":
-		out.Version = labels["version"]
-	case "sluice_valkey_breaker_state":
-		if m.GetGauge().GetValue() == 1 {
-			out.Nodes = append(out.Nodes, dashNode{Address: labels["node"], Breaker: labels["state"]})
-		}
-	case "sluice_valkey_config_risk":
-		out.Risks = append(out.Risks, dashRisk{Node: labels["node"], Setting: labels["setting"], Value: labels["value"]})
+	if add, ok := dashMetrics[name]; ok {
+		add(out, dashSample{m: m, labels: labels, byLimiter: byLimiter})
 	}
+}
+
+// dashSample is one sample of a metric family, with its labels and the
+// snapshot's policies by limiter.
+type dashSample struct {
+	m         *dto.Metric
+	labels    map[string]string
+	byLimiter map[string]*dashPolicy
+}
+
+// policy is the snapshot's policy of the sample's limiter label, or nil.
+func (d dashSample) policy() *dashPolicy { return d.byLimiter[d.labels["limiter"]] }
+
+// dashMetrics holds, for each metric family the dashboard draws, how one
+// of its samples folds into the snapshot.
+var dashMetrics = map[string]func(*dashState, dashSample){
+	"sluice_decisions_total":                      (*dashState).addDecisionCount,
+	"sluice_decision_duration_seconds":            (*dashState).addLatency,
+	"sluice_server_config_last_reload_successful": (*dashState).addReloadOK,
+	"sluice_server_config_reloads_total":          (*dashState).addReloadCount,
+	"sluice_build_info":                           (*dashState).addVersion,
+	"sluice_valkey_breaker_state":                 (*dashState).addBreaker,
+	"sluice_valkey_config_risk":                   (*dashState).addRisk,
+}
+
+// addDecisionCount adds a policy's decisions of one outcome.
+func (out *dashState) addDecisionCount(d dashSample) {
+	if p := d.policy(); p != nil {
+		p.addDecisions(d.labels["outcome"], int64(d.m.GetCounter().GetValue()))
+	}
+}
+
+// addLatency sets a policy's decision latency histogram.
+func (out *dashState) addLatency(d dashSample) {
+	if p := d.policy(); p != nil {
+		p.Buckets = histogramBuckets(d.m.GetHistogram())
+	}
+}
+
+// addReloadOK sets whether the last reload succeeded.
+func (out *dashState) addReloadOK(d dashSample) {
+	out.Config.Reload.OK = d.m.GetGauge().GetValue() == 1
+}
+
+// addReloadCount adds the reloads of one result.
+func (out *dashState) addReloadCount(d dashSample) {
+	out.Config.Reload.addReloads(d.labels["result"], int64(d.m.GetCounter().GetValue()))
+}
+
+// addVersion sets the version Sluice was built as.
+func (out *dashState) addVersion(d dashSample) { out.Version = d.labels["version"] }
+
+// addBreaker adds a Valkey node in the circuit breaker state it is in.
+func (out *dashState) addBreaker(d dashSample) {
+	if d.m.GetGauge().GetValue() == 1 {
+		out.Nodes = append(out.Nodes, dashNode{Address: d.labels["node"], Breaker: d.labels["state"]})
+	}
+}
+
+// addRisk adds a Valkey setting that loses counts.
+func (out *dashState) addRisk(d dashSample) {
+	out.Risks = append(out.Risks, dashRisk{Node: d.labels["node"], Setting: d.labels["setting"], Value: d.labels["value"]})
 }
 
 // addDecisions adds n decisions of one sluice_decisions_total outcome to

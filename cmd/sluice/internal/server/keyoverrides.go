@@ -78,21 +78,36 @@ func parseOverride(data []byte) (sluice.Override, error) {
 	if b.Limit <= 0 {
 		return o, bad(http.StatusBadRequest, "limit is missing or not positive (got %d)", b.Limit)
 	}
-	if b.Expires == "" {
-		return o, bad(http.StatusBadRequest, "expires is missing: an override lapses by itself (RFC 3339, such as 2030-01-31T00:00:00Z)")
-	}
-	exp, err := time.Parse(time.RFC3339, b.Expires)
+	exp, err := parseExpires(b.Expires)
 	if err != nil {
-		return o, bad(http.StatusBadRequest, "expires: %q is not an RFC 3339 time (such as 2030-01-31T00:00:00Z)", b.Expires)
+		return o, err
 	}
 	o.Expires = exp
 	if err := parseOverrideShape(&o, b); err != nil {
 		return o, err
 	}
-	if len(o.Reason) > MaxOverrideReason || len(o.Actor) > MaxOverrideActor {
-		return o, bad(http.StatusBadRequest, "reason is at most %d bytes and actor at most %d", MaxOverrideReason, MaxOverrideActor)
+	return o, checkOverrideText(o)
+}
+
+// parseExpires reads an override's expiry, which it must have: an RFC
+// 3339 time.
+func parseExpires(v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, bad(http.StatusBadRequest, "expires is missing: an override lapses by itself (RFC 3339, such as 2030-01-31T00:00:00Z)")
 	}
-	return o, nil
+	exp, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, bad(http.StatusBadRequest, "expires: %q is not an RFC 3339 time (such as 2030-01-31T00:00:00Z)", v)
+	}
+	return exp, nil
+}
+
+// checkOverrideText refuses an override's reason or actor over its bound.
+func checkOverrideText(o sluice.Override) error {
+	if len(o.Reason) > MaxOverrideReason || len(o.Actor) > MaxOverrideActor {
+		return bad(http.StatusBadRequest, "reason is at most %d bytes and actor at most %d", MaxOverrideReason, MaxOverrideActor)
+	}
+	return nil
 }
 
 // parseOverrideShape sets the override's own window and rate from the

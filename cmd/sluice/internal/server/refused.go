@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -226,22 +227,29 @@ func parseTopRefused(q url.Values) (topRefusedQuery, error) {
 			return topRefusedQuery{}, bad(http.StatusBadRequest, "unknown parameter %q (want policy, span, n)", name)
 		}
 	}
-	t := topRefusedQuery{policy: q.Get("policy"), spanName: q.Get("span"), n: 10}
-	if t.spanName == "" {
-		t.spanName = "5m"
-	}
+	t := topRefusedQuery{policy: q.Get("policy"), spanName: cmp.Or(q.Get("span"), "5m")}
 	var ok bool
 	if t.span, ok = refusedSpans[t.spanName]; !ok {
 		return topRefusedQuery{}, bad(http.StatusBadRequest, "span must be 1m or 5m, got %q", t.spanName)
 	}
-	if v := q.Get("n"); v != "" {
-		var err error
-		t.n, err = strconv.Atoi(v)
-		if err != nil || t.n < 1 || t.n > maxTopRefused {
-			return topRefusedQuery{}, bad(http.StatusBadRequest, "n must be 1 to %d, got %q", maxTopRefused, v)
-		}
+	var err error
+	if t.n, err = parseTopN(q.Get("n")); err != nil {
+		return topRefusedQuery{}, err
 	}
 	return t, nil
+}
+
+// parseTopN reads the parameter n of /v1/top-refused: 1 to maxTopRefused,
+// 10 when it is not given.
+func parseTopN(v string) (int, error) {
+	if v == "" {
+		return 10, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxTopRefused {
+		return 0, bad(http.StatusBadRequest, "n must be 1 to %d, got %q", maxTopRefused, v)
+	}
+	return n, nil
 }
 
 // topRefusedOf returns the most refused keys of the policy q names, or of

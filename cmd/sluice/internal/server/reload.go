@@ -24,26 +24,13 @@ func (s *Server) Reload(path, reason string) error {
 		return s.reloadDir(path, reason)
 	}
 	data, err := os.ReadFile(path)
-	if err == nil {
-		sum := sha256.Sum256(data)
-		s.applyMu.Lock()
-		same := bytes.Equal(sum[:], s.lastSum[:]) && s.lastSumSet
-		s.applyMu.Unlock()
-		if same {
-			if s.recordRevert() {
-				s.log.Info("configuration back to the one being served; the last rejection no longer applies", "file", path, "reason", reason)
-			} else {
-				s.log.Debug("configuration unchanged", "file", path, "reason", reason)
-			}
-			return nil
-		}
+	if err == nil && s.isServed(sumOf(data)) {
+		s.fileUnchanged(path, reason)
+		return nil
 	}
 	var cfg *config.Config
 	if err == nil {
-		cfg, err = config.Parse(path, data)
-	}
-	if err == nil {
-		err = s.Apply(cfg)
+		cfg, err = s.applyFile(path, data)
 	}
 	s.recordReload(err)
 	if err != nil {
@@ -54,6 +41,39 @@ func (s *Server) Reload(path, reason string) error {
 	s.SetLoaded(data)
 	s.log.Info("configuration reloaded", "file", path, "reason", reason, "policies", len(cfg.Policies), "domains", len(cfg.Domains))
 	return nil
+}
+
+// sumOf is the fingerprint of a configuration file's contents.
+func sumOf(data []byte) []byte {
+	sum := sha256.Sum256(data)
+	return sum[:]
+}
+
+// isServed reports whether sum is the fingerprint of the configuration
+// being served.
+func (s *Server) isServed(sum []byte) bool {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	return s.lastSumSet && bytes.Equal(sum, s.lastSum[:])
+}
+
+// fileUnchanged logs a reload of the file being served: a revert after a
+// rejection (recordRevert), or no change.
+func (s *Server) fileUnchanged(path, reason string) {
+	if s.recordRevert() {
+		s.log.Info("configuration back to the one being served; the last rejection no longer applies", "file", path, "reason", reason)
+		return
+	}
+	s.log.Debug("configuration unchanged", "file", path, "reason", reason)
+}
+
+// applyFile parses data, read from path, and applies it.
+func (s *Server) applyFile(path string, data []byte) (*config.Config, error) {
+	cfg, err := config.Parse(path, data)
+	if err != nil {
+		return nil, err
+	}
+	return cfg, s.Apply(cfg)
 }
 
 // recordReload records a reload's outcome, of a file or a directory alike:
@@ -126,47 +146,82 @@ func (s *Server) Watch(ctx context.Context, path string) error {
 	if s.opts.ConfigDir != nil {
 		return s.watchDir(ctx, path)
 	}
-	w, err := fsnotify.NewWatcher()
+	fw, err := s.watchFile(path)
 	if err != nil {
 		return err
 	}
-	defer w.Close()
-	dir := filepath.Dir(path)
-	if err := w.Add(dir); err != nil {
-		return err
+	defer fw.stop()
+	for fw.step(ctx) {
 	}
-	base := filepath.Base(path)
-	real, _ := filepath.EvalSymlinks(path)
-	var timer *time.Timer
-	var fire <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			if timer != nil {
-				timer.Stop()
-			}
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
-			if !concernsFile(ev, base, real) {
-				continue
-			}
-			timer = restartDebounce(timer)
-			fire = timer.C
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			s.log.Warn("watching the configuration file", "file", path, "err", err)
-		case <-fire:
-			fire = nil
-			if s.reloadIfPresent(path) {
-				real, _ = filepath.EvalSymlinks(path)
-			}
+	return nil
+}
+
+// fileWatch is Watch under way: the watch of the file's directory, the
+// file's name and the target it links to, and the debounce timer.
+type fileWatch struct {
+	s                *Server
+	w                *fsnotify.Watcher
+	path, base, real string
+	timer            *time.Timer
+	fire             <-chan time.Time // the timer's, while it runs
+}
+
+// watchFile starts watching the directory of the file at path.
+func (s *Server) watchFile(path string) (*fileWatch, error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Add(filepath.Dir(path)); err != nil {
+		w.Close()
+		return nil, err
+	}
+	fw := &fileWatch{s: s, w: w, path: path, base: filepath.Base(path)}
+	fw.real, _ = filepath.EvalSymlinks(path)
+	return fw, nil
+}
+
+// stop stops the timer and the watch.
+func (fw *fileWatch) stop() {
+	if fw.timer != nil {
+		fw.timer.Stop()
+	}
+	fw.w.Close()
+}
+
+// step waits for the next thing to happen and handles it: an event (which
+// restarts the debounce), a watch error (logged), the debounce's end (a
+// reload). It returns false when the watch ends, with ctx or the watcher.
+func (fw *fileWatch) step(ctx context.Context) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case ev, ok := <-fw.w.Events:
+		if !ok {
+			return false
+		}
+		fw.event(ev)
+	case err, ok := <-fw.w.Errors:
+		if !ok {
+			return false
+		}
+		fw.s.log.Warn("watching the configuration file", "file", fw.path, "err", err)
+	case <-fw.fire:
+		fw.fire = nil
+		if fw.s.reloadIfPresent(fw.path) {
+			fw.real, _ = filepath.EvalSymlinks(fw.path)
 		}
 	}
+	return true
+}
+
+// event (re)starts the debounce when ev concerns the file.
+func (fw *fileWatch) event(ev fsnotify.Event) {
+	if !concernsFile(ev, fw.base, fw.real) {
+		return
+	}
+	fw.timer = restartDebounce(fw.timer)
+	fw.fire = fw.timer.C
 }
 
 // concernsFile reports whether watch event ev (in the file's directory)

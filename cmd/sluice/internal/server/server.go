@@ -129,6 +129,21 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if opts.Store == nil {
 		return nil, errors.New("server: nil store")
 	}
+	opts.setDefaults()
+	s := &Server{opts: opts, log: opts.Logger, refused: newRefusedKeys(), wrongToken: logThrottle{interval: 10 * time.Second}}
+	if err := s.setUpMetrics(); err != nil {
+		return nil, err
+	}
+	if err := s.Apply(cfg); err != nil {
+		return nil, err
+	}
+	s.envoy.ConfigLoaded(true)
+	return s, nil
+}
+
+// setDefaults fills in the options left zero: the default logger, body
+// bound and store name.
+func (opts *Options) setDefaults() {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -138,32 +153,29 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if opts.StoreName == "" {
 		opts.StoreName = "unknown"
 	}
-	s := &Server{opts: opts, log: opts.Logger, refused: newRefusedKeys(), wrongToken: logThrottle{interval: 10 * time.Second}}
-	s.reg = opts.Registry
+}
+
+// setUpMetrics sets up the registry and what reports to it: the server's
+// metrics, the Valkey connection's, Envoy's, and the decisions'.
+func (s *Server) setUpMetrics() error {
+	s.reg = s.opts.Registry
 	if s.reg == nil {
 		s.reg = newRegistry()
 	}
 	s.metrics = newMetrics(s.reg)
-	if vh, ok := opts.Store.(valkeyHealth); ok {
+	if vh, ok := s.opts.Store.(valkeyHealth); ok {
 		s.reg.MustRegister(newValkeyCollector(vh))
 	}
-	s.envoy = envoy.New(envoyView{s}, s.reg, s.log, opts.MaxBodyBytes, opts.Envoy)
+	s.envoy = envoy.New(envoyView{s}, s.reg, s.log, s.opts.MaxBodyBytes, s.opts.Envoy)
 	// Decisions by limiter and outcome, store errors and decision latency:
 	// sluice_decisions_total, sluice_store_errors_total,
 	// sluice_decision_duration_seconds.
 	pm, err := sluiceprom.New(s.reg)
 	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
+		return fmt.Errorf("server: %w", err)
 	}
-	s.obs = pm
-	if opts.Observer != nil {
-		s.obs = observers{pm, opts.Observer}
-	}
-	if err := s.Apply(cfg); err != nil {
-		return nil, err
-	}
-	s.envoy.ConfigLoaded(true)
-	return s, nil
+	s.obs = combine(pm, s.opts.Observer)
+	return nil
 }
 
 // Config returns the configuration being served.
@@ -174,31 +186,12 @@ func (s *Server) Config() *config.Config { return s.state.Load().cfg }
 func (s *Server) Apply(cfg *config.Config) error {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
-	if s.opts.Adjust != nil && cfg != nil {
-		cp := *cfg
-		s.opts.Adjust(&cp)
-		cfg = &cp
-	}
-	if len(s.opts.ValkeyAddresses) > 0 && cfg != nil {
-		cp := *cfg
-		v := config.Valkey{Timeout: sluice.DefaultTimeout, ConnectTimeout: config.DefaultConnectTimeout}
-		if cfg.Valkey != nil {
-			v = *cfg.Valkey
-		}
-		v.Addresses = s.opts.ValkeyAddresses
-		cp.Valkey = &v
-		cfg = &cp
-	}
+	cfg = s.adjusted(cfg)
 	st, err := s.build(cfg)
 	if err != nil {
 		return err
 	}
-	if old := s.state.Load(); old != nil {
-		if !sameValkey(old.cfg.Valkey, cfg.Valkey) {
-			s.log.Warn("the valkey connection settings changed; the store in use is kept until a restart",
-				"source", cfg.Source)
-		}
-	}
+	s.warnValkeyChange(cfg)
 	s.state.Store(st)
 	for _, w := range cfg.ForwardAuth.Warnings(cfg.Source) {
 		s.log.Warn(w)
@@ -206,13 +199,57 @@ func (s *Server) Apply(cfg *config.Config) error {
 	s.metrics.overrides.Set(0)
 	s.refused.useSecret(st.keyHashSecret)
 	s.refused.retain(st.order)
+	s.setPolicyMetrics(st)
+	return nil
+}
+
+// adjusted is cfg as it is served: changed by Options.Adjust, and
+// connecting to Options.ValkeyAddresses when they are set.
+func (s *Server) adjusted(cfg *config.Config) *config.Config {
+	if cfg == nil {
+		return nil
+	}
+	if s.opts.Adjust != nil {
+		cp := *cfg
+		s.opts.Adjust(&cp)
+		cfg = &cp
+	}
+	if len(s.opts.ValkeyAddresses) > 0 {
+		cfg = withValkeyAddresses(cfg, s.opts.ValkeyAddresses)
+	}
+	return cfg
+}
+
+// withValkeyAddresses is a copy of cfg that connects to addrs.
+func withValkeyAddresses(cfg *config.Config, addrs []string) *config.Config {
+	cp := *cfg
+	v := config.Valkey{Timeout: sluice.DefaultTimeout, ConnectTimeout: config.DefaultConnectTimeout}
+	if cfg.Valkey != nil {
+		v = *cfg.Valkey
+	}
+	v.Addresses = addrs
+	cp.Valkey = &v
+	return &cp
+}
+
+// warnValkeyChange warns when cfg connects to Valkey otherwise than the
+// configuration being served: the store in use is kept.
+func (s *Server) warnValkeyChange(cfg *config.Config) {
+	if old := s.state.Load(); old != nil && !sameValkey(old.cfg.Valkey, cfg.Valkey) {
+		s.log.Warn("the valkey connection settings changed; the store in use is kept until a restart",
+			"source", cfg.Source)
+	}
+}
+
+// setPolicyMetrics sets the metrics of the configuration st serves: its
+// policies, their decision timeouts and when it was loaded.
+func (s *Server) setPolicyMetrics(st *state) {
 	s.metrics.policies.Set(float64(len(st.order)))
 	s.metrics.timeouts.Reset()
 	for _, p := range st.order {
 		s.metrics.timeouts.WithLabelValues(p.cfg.Limiter).Set(decisionTimeout(p.cfg).Seconds())
 	}
 	s.metrics.loadedAt.Set(float64(st.loadedAt.Unix()))
-	return nil
 }
 
 // sameValkey reports whether a and b connect to Valkey the same way.
@@ -238,7 +275,30 @@ func (s *Server) build(cfg *config.Config) (*state, error) {
 		return nil, errors.New("server: nil config")
 	}
 	st := &state{cfg: cfg, policies: make(map[string]*policy, len(cfg.Policies)), loadedAt: time.Now()}
-	st.overrides = newOverrideCache(s.opts.Envoy.MaxOverrides, func(k overrideKey) (*policy, error) {
+	st.overrides = s.newOverrides(cfg, st)
+	for _, p := range cfg.Policies {
+		pol, err := s.buildPolicy(cfg, p)
+		if err != nil {
+			return nil, err
+		}
+		st.policies[p.Name] = pol
+		st.order = append(st.order, pol)
+	}
+	fwd, err := newForwardAuth(cfg.ForwardAuth, st.policies)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Source, err)
+	}
+	st.forward = fwd
+	if err := s.setAdminToken(cfg, st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// newOverrides is the cache of st's limiters for Envoy overrides, which
+// counts its size and evictions while st is served.
+func (s *Server) newOverrides(cfg *config.Config, st *state) *overrideCache {
+	return newOverrideCache(s.opts.Envoy.MaxOverrides, func(k overrideKey) (*policy, error) {
 		return s.buildOverride(cfg, k)
 	}, func(size int, evicted bool) {
 		if s.state.Load() != st {
@@ -249,46 +309,48 @@ func (s *Server) build(cfg *config.Config) (*state, error) {
 			s.metrics.overrideEvictions.Inc()
 		}
 	})
-	for _, p := range cfg.Policies {
-		opts := []sluice.Option{
-			sluice.WithName(p.Limiter),
-			sluice.WithPrefix(cfg.Prefix),
-			sluice.WithFailMode(p.FailMode),
-			sluice.WithLogger(s.log),
-			sluice.WithObserver(s.obs),
-		}
-		opts = append(opts, sluice.WithTimeout(decisionTimeout(p)), sluice.WithOverrides(p.Overrides),
-			sluice.WithDenyCache(p.DenyCache))
-		for _, pl := range p.Plans {
-			opts = append(opts, sluice.WithPlan(pl.Name, pl.Policy))
-		}
-		lim, err := sluice.New(s.storeOf(p), p.Policy, append(opts, sluice.WithShadow(p.Shadow))...)
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: policy %q: %w", cfg.Source, p.Line, p.Name, err)
-		}
-		shadow, err := sluice.New(s.storeOf(p), p.Policy, append(opts, sluice.WithShadow(true))...)
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: policy %q: %w", cfg.Source, p.Line, p.Name, err)
-		}
-		pol := &policy{cfg: p, limiter: lim, shadow: shadow}
-		st.policies[p.Name] = pol
-		st.order = append(st.order, pol)
+}
+
+// buildPolicy builds the limiter of policy p of cfg, and the same limiter
+// in shadow mode.
+func (s *Server) buildPolicy(cfg *config.Config, p *config.Policy) (*policy, error) {
+	opts := []sluice.Option{
+		sluice.WithName(p.Limiter),
+		sluice.WithPrefix(cfg.Prefix),
+		sluice.WithFailMode(p.FailMode),
+		sluice.WithLogger(s.log),
+		sluice.WithObserver(s.obs),
 	}
-	fwd, err := newForwardAuth(cfg.ForwardAuth, st.policies)
+	opts = append(opts, sluice.WithTimeout(decisionTimeout(p)), sluice.WithOverrides(p.Overrides),
+		sluice.WithDenyCache(p.DenyCache))
+	for _, pl := range p.Plans {
+		opts = append(opts, sluice.WithPlan(pl.Name, pl.Policy))
+	}
+	lim, err := sluice.New(s.storeOf(p), p.Policy, append(opts, sluice.WithShadow(p.Shadow))...)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.Source, err)
+		return nil, fmt.Errorf("%s:%d: policy %q: %w", cfg.Source, p.Line, p.Name, err)
 	}
-	st.forward = fwd
-	if cfg.Admin != nil {
-		tok, err := cfg.Admin.Token(s.opts.Env)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", cfg.Source, err)
-		}
-		sum := sha256.Sum256([]byte(tok))
-		st.adminHash = sum[:]
-		st.keyHashSecret = KeyHashSecret(tok)
+	shadow, err := sluice.New(s.storeOf(p), p.Policy, append(opts, sluice.WithShadow(true))...)
+	if err != nil {
+		return nil, fmt.Errorf("%s:%d: policy %q: %w", cfg.Source, p.Line, p.Name, err)
 	}
-	return st, nil
+	return &policy{cfg: p, limiter: lim, shadow: shadow}, nil
+}
+
+// setAdminToken reads the admin token cfg names, when it has an admin
+// section, and keeps in st its hash and the secret keying hashed keys.
+func (s *Server) setAdminToken(cfg *config.Config, st *state) error {
+	if cfg.Admin == nil {
+		return nil
+	}
+	tok, err := cfg.Admin.Token(s.opts.Env)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cfg.Source, err)
+	}
+	sum := sha256.Sum256([]byte(tok))
+	st.adminHash = sum[:]
+	st.keyHashSecret = KeyHashSecret(tok)
+	return nil
 }
 
 // authorized reports whether token is the admin token, in constant time.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -53,13 +54,8 @@ func loneSurrogate(data []byte) (offset int, ok bool) {
 			in = c == '"'
 		case c == '"':
 			in = false
-		case c == '\\' && (i+1 >= len(data) || data[i+1] != 'u'):
-			i++ // the escaped byte
 		case c == '\\':
-			last, lone, malformed := unicodeEscape(data, i)
-			if malformed {
-				return 0, true
-			}
+			last, lone := escapeEnd(data, i)
 			if lone {
 				return i, false
 			}
@@ -67,6 +63,20 @@ func loneSurrogate(data []byte) (offset int, ok bool) {
 		}
 	}
 	return 0, true
+}
+
+// escapeEnd reads the escape at data[i:]: last is the offset of its last
+// byte (see unicodeEscape), or len(data) after a malformed \u escape,
+// which ends the scan; lone says it is a surrogate without its other half.
+func escapeEnd(data []byte, i int) (last int, lone bool) {
+	if i+1 >= len(data) || data[i+1] != 'u' {
+		return i + 1, false // the escaped byte
+	}
+	last, lone, malformed := unicodeEscape(data, i)
+	if malformed {
+		return len(data), false
+	}
+	return last, lone
 }
 
 // unicodeEscape reads the \u escape at data[i:]: last is the offset of its
@@ -79,40 +89,37 @@ func unicodeEscape(data []byte, i int) (last int, lone, malformed bool) {
 		return 0, false, true
 	}
 	switch {
-	case r >= 0xD800 && r < 0xDC00:
-		lo, good := rune(0), false
-		if i+7 < len(data) && data[i+6] == '\\' && data[i+7] == 'u' {
-			lo, good = hex4(data, i+8)
-		}
-		if !good || lo < 0xDC00 || lo >= 0xE000 {
+	case inRange(r, 0xD800, 0xDC00):
+		if !lowSurrogateAt(data, i+6) {
 			return 0, true, false
 		}
 		return i + 11, false, false
-	case r >= 0xDC00 && r < 0xE000:
+	case inRange(r, 0xDC00, 0xE000):
 		return 0, true, false
 	}
 	return i + 5, false, false
 }
+
+// lowSurrogateAt reports whether a \u escape of the second half of a
+// surrogate pair is at data[j:].
+func lowSurrogateAt(data []byte, j int) bool {
+	if j+1 >= len(data) || data[j] != '\\' || data[j+1] != 'u' {
+		return false
+	}
+	lo, good := hex4(data, j+2)
+	return good && inRange(lo, 0xDC00, 0xE000)
+}
+
+// inRange reports whether lo <= r < hi.
+func inRange(r, lo, hi rune) bool { return r >= lo && r < hi }
 
 // hex4 reads four hex digits at data[i:].
 func hex4(data []byte, i int) (rune, bool) {
 	if i+4 > len(data) {
 		return 0, false
 	}
-	var r rune
-	for _, c := range data[i : i+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
+	n, err := strconv.ParseUint(string(data[i:i+4]), 16, 16)
+	return rune(n), err == nil
 }
 
 // duplicateField reports an object of data, at any depth, that gives one

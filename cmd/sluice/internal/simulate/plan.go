@@ -128,19 +128,9 @@ func NewPlan(opts Options) (*Plan, error) {
 	if err := p.addSources(opts.Traffic, opts.Policies); err != nil {
 		return nil, err
 	}
-	var traceEnd time.Duration
-	var traceCounts []int64
-	if opts.Trace != "" {
-		scan, err := scanTrace(opts.Trace, opts.Policies)
-		if err != nil {
-			return nil, err
-		}
-		traceCounts = scan.counts
-		if traceEnd, err = p.useTrace(scan, opts); err != nil {
-			return nil, err
-		}
-	} else if opts.Watch != "" && !p.hasKey(opts.Watch) {
-		return nil, fmt.Errorf("--watch %q: no request uses this key (the sources' keys are %v)", opts.Watch, p.keyList(5))
+	traceEnd, traceCounts, err := p.readTrace(opts)
+	if err != nil {
+		return nil, err
 	}
 	p.Watch = p.watchKey(opts.Watch)
 	if err := p.size(opts, traceEnd); err != nil {
@@ -151,6 +141,24 @@ func NewPlan(opts Options) (*Plan, error) {
 		return nil, &TooLongError{Decisions: p.Decisions, Max: opts.MaxDecisions, Policies: len(opts.Policies), Duration: p.Duration}
 	}
 	return p, nil
+}
+
+// readTrace scans the trace, when there is one, and returns its last
+// request's offset and each policy's requests in it (nil without a
+// trace); without a trace, it checks that a source uses the watched key.
+func (p *Plan) readTrace(opts Options) (time.Duration, []int64, error) {
+	if opts.Trace == "" {
+		if opts.Watch != "" && !p.hasKey(opts.Watch) {
+			return 0, nil, fmt.Errorf("--watch %q: no request uses this key (the sources' keys are %v)", opts.Watch, p.keyList(5))
+		}
+		return 0, nil, nil
+	}
+	scan, err := scanTrace(opts.Trace, opts.Policies)
+	if err != nil {
+		return 0, nil, err
+	}
+	end, err := p.useTrace(scan, opts)
+	return end, scan.counts, err
 }
 
 // watchKey returns the key the run watches: the one asked for, or else
@@ -176,18 +184,31 @@ func checkOptions(opts *Options) error {
 	if len(opts.Traffic) == 0 && opts.Trace == "" {
 		return ErrNoTraffic
 	}
+	if err := uniquePolicies(opts.Policies); err != nil {
+		return err
+	}
+	if opts.MaxDecisions == 0 {
+		opts.MaxDecisions = DefaultMaxDecisions
+	}
+	return checkDuration(opts.Duration)
+}
+
+// uniquePolicies refuses a policy name given twice.
+func uniquePolicies(policies []*config.Policy) error {
 	seen := map[string]bool{}
-	for _, p := range opts.Policies {
+	for _, p := range policies {
 		if seen[p.Name] {
 			return fmt.Errorf("policy %q is given twice", p.Name)
 		}
 		seen[p.Name] = true
 	}
-	if opts.MaxDecisions == 0 {
-		opts.MaxDecisions = DefaultMaxDecisions
-	}
-	if opts.Duration < 0 || opts.Duration > MaxDuration {
-		return fmt.Errorf("--duration must be between 1ms and %v, got %v", MaxDuration, opts.Duration)
+	return nil
+}
+
+// checkDuration refuses a --duration out of range (0 is the default).
+func checkDuration(d time.Duration) error {
+	if d < 0 || d > MaxDuration {
+		return fmt.Errorf("--duration must be between 1ms and %v, got %v", MaxDuration, d)
 	}
 	return nil
 }
@@ -196,23 +217,37 @@ func checkOptions(opts *Options) error {
 // that some policy could never allow.
 func (p *Plan) addSources(traffic []Traffic, policies []*config.Policy) error {
 	for _, t := range traffic {
-		for _, pol := range policies {
-			if t.Cost > pol.Limit {
-				return fmt.Errorf("traffic %q: cost %d exceeds the limit %d of policy %q: it could never be allowed", t.Spec, t.Cost, pol.Limit, pol.Name)
-			}
+		if err := t.checkCost(policies); err != nil {
+			return err
 		}
-		var idx []int32
-		for k := 0; k < t.Keys; k++ {
-			name := t.Key
-			if t.Keys > 1 {
-				name = fmt.Sprintf("%s-%d", t.Key, k)
-			}
-			idx = append(idx, int32(len(p.keys)))
-			p.keys = append(p.keys, name)
-		}
-		p.srcKeys = append(p.srcKeys, idx)
+		p.srcKeys = append(p.srcKeys, p.addKeys(t))
 	}
 	return nil
+}
+
+// checkCost refuses a cost of t that one of policies could never allow.
+func (t *Traffic) checkCost(policies []*config.Policy) error {
+	for _, pol := range policies {
+		if t.Cost > pol.Limit {
+			return fmt.Errorf("traffic %q: cost %d exceeds the limit %d of policy %q: it could never be allowed", t.Spec, t.Cost, pol.Limit, pol.Name)
+		}
+	}
+	return nil
+}
+
+// addKeys names the keys of source t (its key, or key-0, key-1, ... for
+// several) and returns their indexes in p.keys.
+func (p *Plan) addKeys(t Traffic) []int32 {
+	var idx []int32
+	for k := 0; k < t.Keys; k++ {
+		name := t.Key
+		if t.Keys > 1 {
+			name = fmt.Sprintf("%s-%d", t.Key, k)
+		}
+		idx = append(idx, int32(len(p.keys)))
+		p.keys = append(p.keys, name)
+	}
+	return idx
 }
 
 // useTrace takes the start (of a trace of absolute times) and the watched
@@ -229,10 +264,17 @@ func (p *Plan) useTrace(scan *traceScan, opts Options) (time.Duration, error) {
 	if len(opts.Traffic) == 0 {
 		p.Watch = scan.firstKey
 	}
-	if opts.Watch != "" && !scan.keys[opts.Watch] && len(scan.keys) < maxScanKeys && !p.hasKey(opts.Watch) {
+	if !p.usesKey(scan, opts.Watch) {
 		return 0, fmt.Errorf("--watch %q: no request uses this key", opts.Watch)
 	}
 	return end, nil
+}
+
+// usesKey reports whether the watched key (none: "") may be used, by the
+// trace or by a source; a trace with more keys than its scan keeps may use
+// any.
+func (p *Plan) usesKey(scan *traceScan, watch string) bool {
+	return watch == "" || scan.keys[watch] || len(scan.keys) >= maxScanKeys || p.hasKey(watch)
 }
 
 // size sets the run's duration (by default, up to the trace's last
@@ -338,29 +380,44 @@ const maxScanKeys = 1 << 16
 // reported, with its number, before anything runs, and the run is sized.
 // Times must not go backwards for any policy.
 func scanTrace(name string, policies []*config.Policy) (*traceScan, error) {
-	f, err := os.Open(name)
+	rd, f, err := openRecords(name, false)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	rd, err := NewReader(f, name, false)
-	if err != nil {
+	sc := newTraceScanner(name, policies)
+	if err := sc.addAll(rd); err != nil {
 		return nil, err
 	}
-	sc := newTraceScanner(name, policies)
+	return sc.s, nil
+}
+
+// openRecords opens file and a Reader of its records (of a decision log
+// when decisions is set); the caller closes the file.
+func openRecords(file string, decisions bool) (*Reader, io.Closer, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	rd, err := NewReader(f, file, decisions)
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return rd, f, nil
+}
+
+// addAll learns every record of rd.
+func (sc *traceScanner) addAll(rd *Reader) error {
 	for {
 		rec, err := rd.Next()
-		if err == io.EOF {
-			break
-		}
 		if err != nil {
-			return nil, err
+			return endOfRecords(err)
 		}
 		if err := sc.add(rec); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return sc.s, nil
 }
 
 // traceScanner is the state of a scan: what it has learnt, and each
@@ -392,12 +449,7 @@ func (sc *traceScanner) add(rec Record) error {
 		return sc.lineError(rec, fmt.Errorf("%v after the trace's start, more than the longest run, %v", at, MaxDuration))
 	}
 	if rec.Policy == "" {
-		for i := range sc.policies {
-			if err := sc.apply(i, rec, at); err != nil {
-				return err
-			}
-		}
-		return nil
+		return sc.applyAll(rec, at)
 	}
 	i, ok := sc.byName[rec.Policy]
 	if !ok {
@@ -406,32 +458,44 @@ func (sc *traceScanner) add(rec Record) error {
 	return sc.apply(i, rec, at)
 }
 
+// applyAll counts rec, at at after the start, for every policy.
+func (sc *traceScanner) applyAll(rec Record, at time.Duration) error {
+	for i := range sc.policies {
+		if err := sc.apply(i, rec, at); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // observe learns the trace-wide facts of rec (the first record's key and
 // time, the keys seen, the latest time) and returns its time after the
 // trace's start.
 func (sc *traceScanner) observe(rec Record) time.Duration {
 	s := sc.s
 	if s.firstKey == "" {
-		s.firstKey = rec.Key
-		s.abs = rec.Absolute
-		if rec.Absolute {
-			s.first = rec.Time
-			sc.start = rec.Time.Truncate(time.Second)
-		}
+		sc.observeFirst(rec)
 	}
 	if len(s.keys) < maxScanKeys {
 		s.keys[rec.Key] = true
 	}
-	at := rec.Offset
-	if rec.Absolute {
-		at = rec.Time.Sub(sc.start)
-		if rec.Time.After(s.last) {
-			s.last = rec.Time
-		}
-	} else if at > s.lastOffset {
-		s.lastOffset = at
+	if !rec.Absolute {
+		s.lastOffset = max(s.lastOffset, rec.Offset)
+	} else if rec.Time.After(s.last) {
+		s.last = rec.Time
 	}
-	return at
+	return rec.since(sc.start)
+}
+
+// observeFirst learns the facts of the trace's first record: its key,
+// whether the trace has absolute times, and then its start.
+func (sc *traceScanner) observeFirst(rec Record) {
+	sc.s.firstKey = rec.Key
+	sc.s.abs = rec.Absolute
+	if rec.Absolute {
+		sc.s.first = rec.Time
+		sc.start = rec.Time.Truncate(time.Second)
+	}
 }
 
 // apply counts rec, at at after the start, for policy i, refusing time

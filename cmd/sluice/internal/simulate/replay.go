@@ -5,7 +5,6 @@ import (
 	"encoding/csv"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,30 +81,14 @@ type KeyFlips struct {
 // log that starts in the middle of a window may show flips in that first
 // window that a live change would not.
 func Replay(ctx context.Context, file string, policies []*config.Policy) (*ReplayResult, error) {
-	f, err := os.Open(file)
+	rd, f, err := openRecords(file, true)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	rd, err := NewReader(f, file, true)
-	if err != nil {
-		return nil, err
-	}
 	rp := newReplayer(file, policies)
-	for n := 0; ; n++ {
-		if n&0xffff == 0 && ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		rec, err := rd.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := rp.replay(rec); err != nil {
-			return nil, err
-		}
+	if err := rp.replayAll(ctx, rd); err != nil {
+		return nil, err
 	}
 	for _, p := range rp.res.Policies {
 		p.sortKeys()
@@ -120,6 +103,31 @@ type replayer struct {
 	res        *ReplayResult
 	byName     map[string]*ReplayPolicy
 	configured map[string]*config.Policy
+}
+
+// replayAll replays every record of rd, checking ctx every 65536 records.
+func (rp *replayer) replayAll(ctx context.Context, rd *Reader) error {
+	for n := 0; ; n++ {
+		if n&0xffff == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		rec, err := rd.Next()
+		if err != nil {
+			return endOfRecords(err)
+		}
+		if err := rp.replay(rec); err != nil {
+			return err
+		}
+	}
+}
+
+// endOfRecords is the error of a Reader that stopped with err: none at
+// io.EOF, after the last record.
+func endOfRecords(err error) error {
+	if err == io.EOF {
+		return nil
+	}
+	return err
 }
 
 func newReplayer(file string, policies []*config.Policy) *replayer {
@@ -138,24 +146,11 @@ func (rp *replayer) replay(rec Record) error {
 		return &LineError{File: rp.file, Line: rec.Line, Err: fmt.Errorf("policy is missing: a decision log names the policy of each decision")}
 	}
 	rp.res.Decisions++
-	p := rp.byName[rec.Policy]
+	p, err := rp.policy(rec.Policy)
 	if p == nil {
-		pol := rp.configured[rec.Policy]
-		if pol == nil {
-			rp.res.Missing[rec.Policy]++
-			return nil
-		}
-		var err error
-		if p, err = newReplayPolicy(pol); err != nil {
-			return err
-		}
-		rp.byName[rec.Policy] = p
-		rp.res.Policies = append(rp.res.Policies, p)
+		return err
 	}
-	at := rec.Time
-	if !rec.Absolute {
-		at = DefaultStart.Add(rec.Offset)
-	}
+	at := rec.at()
 	if at.Before(p.last) {
 		return &LineError{File: rp.file, Line: rec.Line, Err: fmt.Errorf("time goes backwards for policy %q (before line %d's): a decision log is in time order for each policy", rec.Policy, p.line)}
 	}
@@ -166,6 +161,44 @@ func (rp *replayer) replay(rec Record) error {
 	}
 	p.count(rec.Key, rec.Allowed, allowed)
 	return nil
+}
+
+// policy returns the replay of the policy named name, started on first
+// use, or nil (and no error) after counting name as missing when the
+// configuration has no policy of that name.
+func (rp *replayer) policy(name string) (*ReplayPolicy, error) {
+	if p := rp.byName[name]; p != nil {
+		return p, nil
+	}
+	pol := rp.configured[name]
+	if pol == nil {
+		rp.res.Missing[name]++
+		return nil, nil
+	}
+	p, err := newReplayPolicy(pol)
+	if err != nil {
+		return nil, err
+	}
+	rp.byName[name] = p
+	rp.res.Policies = append(rp.res.Policies, p)
+	return p, nil
+}
+
+// at is the time of rec: its own, or its offset from DefaultStart.
+func (rec Record) at() time.Time {
+	if rec.Absolute {
+		return rec.Time
+	}
+	return DefaultStart.Add(rec.Offset)
+}
+
+// since is the time of rec after start: its offset, or for an absolute
+// time the time since start.
+func (rec Record) since(start time.Time) time.Duration {
+	if rec.Absolute {
+		return rec.Time.Sub(start)
+	}
+	return rec.Offset
 }
 
 // sortKeys lists the keys that flipped, the most flips first.
@@ -222,26 +255,30 @@ func (rp *ReplayPolicy) count(key string, before, after bool) {
 	if before == after {
 		return
 	}
-	k := rp.byKey[key]
-	if k == nil {
-		if len(rp.byKey) >= MaxFlippedKeys {
-			rp.KeysCut = true
-		} else {
-			k = &KeyFlips{Key: key}
-			rp.byKey[key] = k
-		}
-	}
+	k := rp.flipsOf(key)
 	if before {
 		rp.ToDeny++
-		if k != nil {
-			k.ToDeny++
-		}
+		k.ToDeny++
 	} else {
 		rp.ToAllow++
-		if k != nil {
-			k.ToAllow++
-		}
+		k.ToAllow++
 	}
+}
+
+// flipsOf returns the flips counted for key; past MaxFlippedKeys keys, a
+// new key's flips are counted in a KeyFlips that is not kept, and KeysCut
+// says so.
+func (rp *ReplayPolicy) flipsOf(key string) *KeyFlips {
+	if k := rp.byKey[key]; k != nil {
+		return k
+	}
+	k := &KeyFlips{Key: key}
+	if len(rp.byKey) >= MaxFlippedKeys {
+		rp.KeysCut = true
+		return k
+	}
+	rp.byKey[key] = k
+	return k
 }
 
 // FlipsCSVHeader is the first line of WriteFlipsCSV's output.

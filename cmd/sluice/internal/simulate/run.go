@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"runtime"
 	"sync"
@@ -80,21 +79,26 @@ func (p *Plan) Run(ctx context.Context) (*Result, error) {
 		workers[i] = w
 		res.Policies = append(res.Policies, w.res)
 	}
-	parallel := runtime.GOMAXPROCS(0)
-	var log *decisionLog
-	if p.opts.Decisions != nil {
-		parallel = 1
-		log = &decisionLog{w: p.opts.Decisions}
-	}
-	if err := runWorkers(ctx, workers, parallel, log); err != nil {
+	if err := p.runAll(ctx, workers); err != nil {
 		return nil, err
 	}
-	if log != nil {
-		if err := log.flush(); err != nil {
-			return nil, fmt.Errorf("decision log: %w", err)
-		}
-	}
 	return res, nil
+}
+
+// runAll runs the workers in parallel, or one after the other when a
+// decision log is written, which it then flushes.
+func (p *Plan) runAll(ctx context.Context, workers []*worker) error {
+	if p.opts.Decisions == nil {
+		return runWorkers(ctx, workers, runtime.GOMAXPROCS(0), nil)
+	}
+	log := &decisionLog{w: p.opts.Decisions}
+	if err := runWorkers(ctx, workers, 1, log); err != nil {
+		return err
+	}
+	if err := log.flush(); err != nil {
+		return fmt.Errorf("decision log: %w", err)
+	}
+	return nil
 }
 
 // trafficSpecs describes the plan's traffic for the result: each
@@ -261,17 +265,26 @@ func (w *worker) decideAll(ctx context.Context, srcs []source, cur *bucketCursor
 		if best < 0 || bt >= cur.runEnd {
 			return nil
 		}
-		for bt >= cur.end {
-			if err := w.closeBucket(cur); err != nil {
-				return err
-			}
-		}
-		r, err := w.decideEvent(srcs[best].pop(), cur.b, keys)
-		if err != nil {
+		if err := w.decideNext(srcs[best], bt, cur, keys); err != nil {
 			return err
 		}
-		srcs[best].observe(r)
 	}
+}
+
+// decideNext closes the buckets that end by bt, the time of src's next
+// event, then decides that event and lets src observe the result.
+func (w *worker) decideNext(src source, bt int64, cur *bucketCursor, keys *keyWindows) error {
+	for bt >= cur.end {
+		if err := w.closeBucket(cur); err != nil {
+			return err
+		}
+	}
+	r, err := w.decideEvent(src.pop(), cur.b, keys)
+	if err != nil {
+		return err
+	}
+	src.observe(r)
+	return nil
 }
 
 // traceError returns the first read error a trace source met, which
@@ -320,35 +333,48 @@ func (w *worker) closeBucket(cur *bucketCursor) error {
 // decideEvent decides ev in bucket b, counts it there (and its key among
 // the keys of the rate window), and logs the decision when asked to.
 func (w *worker) decideEvent(ev event, b int, keys *keyWindows) (sluice.Result, error) {
-	key := ""
-	if ev.key >= 0 {
-		key = w.storeKeys[ev.key]
-	} else {
-		key = w.key(ev.name)
-	}
+	key := w.eventKey(ev)
 	r, err := w.decide(ev.at, key, ev.cost)
 	if err != nil {
 		return r, err
 	}
 	keys.seen(key, b)
-	bk := &w.res.Buckets[b]
+	w.res.Buckets[b].count(r.Allowed, ev.cost)
+	if w.log == nil {
+		return r, nil
+	}
+	if err := w.log.write(w.now, w.pol.Name, w.plan.eventName(ev), ev.cost, r.Allowed); err != nil {
+		return r, fmt.Errorf("decision log: %w", err)
+	}
+	return r, nil
+}
+
+// eventKey is the store key of ev's key: prepared for a synthetic
+// source's, made for a trace's.
+func (w *worker) eventKey(ev event) string {
+	if ev.key >= 0 {
+		return w.storeKeys[ev.key]
+	}
+	return w.key(ev.name)
+}
+
+// eventName is the name of ev's key, as the decision log records it.
+func (p *Plan) eventName(ev event) string {
+	if ev.key >= 0 {
+		return p.keys[ev.key]
+	}
+	return ev.name
+}
+
+// count counts a request of cost in the bucket, allowed or refused.
+func (bk *Bucket) count(allowed bool, cost int64) {
 	bk.Requests++
-	if r.Allowed {
+	if allowed {
 		bk.Allowed++
-		bk.AllowedUnits += ev.cost
+		bk.AllowedUnits += cost
 	} else {
 		bk.Refused++
 	}
-	if w.log != nil {
-		name := ev.name
-		if ev.key >= 0 {
-			name = w.plan.keys[ev.key]
-		}
-		if err := w.log.write(w.now, w.pol.Name, name, ev.cost, r.Allowed); err != nil {
-			return r, fmt.Errorf("decision log: %w", err)
-		}
-	}
-	return r, nil
 }
 
 // keyWindows counts, for each bucket, the distinct keys that sent
@@ -437,25 +463,26 @@ func (t *traceSource) close() { t.f.Close() }
 
 func (t *traceSource) peek() (int64, bool) {
 	for !t.has && !t.done {
-		rec, err := t.rd.Next()
-		if err != nil {
-			if err != io.EOF {
-				t.err = err
-			}
-			t.done = true
-			break
-		}
-		if rec.Policy != "" && rec.Policy != t.policy {
-			continue
-		}
-		at := rec.Offset
-		if rec.Absolute {
-			at = rec.Time.Sub(t.start)
-		}
-		t.next = event{at: at.Microseconds(), key: -1, name: rec.Key, cost: rec.Cost}
-		t.has = true
+		t.readNext()
 	}
 	return t.next.at, t.has
+}
+
+// readNext reads the trace's next record: the next event when it is for
+// t's policy (or every policy), or the end of the trace, keeping the
+// error that ended it early.
+func (t *traceSource) readNext() {
+	rec, err := t.rd.Next()
+	if err != nil {
+		t.err = endOfRecords(err)
+		t.done = true
+		return
+	}
+	if rec.Policy != "" && rec.Policy != t.policy {
+		return
+	}
+	t.next = event{at: rec.since(t.start).Microseconds(), key: -1, name: rec.Key, cost: rec.Cost}
+	t.has = true
 }
 
 func (t *traceSource) pop() event {

@@ -102,17 +102,26 @@ func sniffJSON(br *bufio.Reader) (bool, error) {
 	for n := 1; n <= 4096; n++ {
 		b, err := br.Peek(n)
 		if len(b) < n {
-			if err == nil || err == io.EOF || errors.Is(err, bufio.ErrBufferFull) {
-				return false, nil // empty or white space only
-			}
-			return false, err
+			return false, shortPeek(err)
 		}
-		if c := b[n-1]; c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+		if c := b[n-1]; !isBlank(c) {
 			return c == '{', nil
 		}
 	}
 	return false, nil
 }
+
+// shortPeek is the error of a Peek that found fewer bytes than it asked
+// for: none when the input was empty or white space only.
+func shortPeek(err error) error {
+	if err == nil || err == io.EOF || errors.Is(err, bufio.ErrBufferFull) {
+		return nil
+	}
+	return err
+}
+
+// isBlank reports whether c is white space: space, tab, CR or LF.
+func isBlank(c byte) bool { return strings.IndexByte(" \t\r\n", c) >= 0 }
 
 func (r *Reader) errorf(line int, format string, args ...any) error {
 	return &LineError{File: r.file, Line: line, Err: fmt.Errorf(format, args...)}
@@ -156,14 +165,9 @@ func (r *Reader) nextJSON() (Record, error) {
 // time's text, for finish. Cost defaults to 1; a policy, when given, must
 // not be empty.
 func (r *Reader) jsonLine(b []byte) (rec Record, tm string, err error) {
-	var j jsonRecord
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&j); err != nil {
-		return Record{}, "", r.errorf(r.line, "not a JSON object with time, key, cost, policy, allowed: %v", err)
-	}
-	if dec.More() {
-		return Record{}, "", r.errorf(r.line, "more than one JSON value on the line")
+	j, err := r.decodeJSONLine(b)
+	if err != nil {
+		return Record{}, "", err
 	}
 	if j.Time == nil {
 		return Record{}, "", r.errorf(r.line, "time is missing")
@@ -171,20 +175,43 @@ func (r *Reader) jsonLine(b []byte) (rec Record, tm string, err error) {
 	if j.Key == nil {
 		return Record{}, "", r.errorf(r.line, "key is missing")
 	}
-	rec = Record{Line: r.line, Key: *j.Key, Cost: 1}
+	rec, err = r.jsonOptional(j, Record{Line: r.line, Key: *j.Key, Cost: 1})
+	if err != nil {
+		return Record{}, "", err
+	}
+	return rec, *j.Time, nil
+}
+
+// decodeJSONLine decodes b, the one JSON object of line r.line, strictly.
+func (r *Reader) decodeJSONLine(b []byte) (jsonRecord, error) {
+	var j jsonRecord
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return j, r.errorf(r.line, "not a JSON object with time, key, cost, policy, allowed: %v", err)
+	}
+	if dec.More() {
+		return j, r.errorf(r.line, "more than one JSON value on the line")
+	}
+	return j, nil
+}
+
+// jsonOptional sets in rec the optional fields of j that are given:
+// cost, policy (not empty) and allowed.
+func (r *Reader) jsonOptional(j jsonRecord, rec Record) (Record, error) {
 	if j.Cost != nil {
 		rec.Cost = *j.Cost
 	}
 	if j.Policy != nil {
 		if *j.Policy == "" {
-			return Record{}, "", r.errorf(r.line, "policy must not be empty (leave it out to apply the line to every policy)")
+			return Record{}, r.errorf(r.line, "policy must not be empty (leave it out to apply the line to every policy)")
 		}
 		rec.Policy = *j.Policy
 	}
 	if j.Allowed != nil {
 		rec.Allowed, rec.HasAllowed = *j.Allowed, true
 	}
-	return rec, *j.Time, nil
+	return rec, nil
 }
 
 // scanEnd says why the JSON lines ended: a read error, a line too long,
@@ -215,21 +242,36 @@ func (r *Reader) nextCSV() (Record, error) {
 		line, _ := r.cr.FieldPos(0)
 		first := r.line == 0
 		r.line = line
-		if first && isHeader(fields) {
-			if err := r.header(fields, line); err != nil {
-				return Record{}, err
-			}
-			continue
-		}
-		if err := r.csvColumnsOf(fields, line); err != nil {
-			return Record{}, err
-		}
-		rec, tm, err := r.csvRecord(fields, line)
+		isHead, err := r.headerLine(fields, line, first)
 		if err != nil {
 			return Record{}, err
 		}
-		return r.finish(rec, tm)
+		if !isHead {
+			return r.csvLine(fields, line)
+		}
 	}
+}
+
+// headerLine reads fields as the header line when they are the file's
+// first line and name columns, and reports whether they were.
+func (r *Reader) headerLine(fields []string, line int, first bool) (bool, error) {
+	if !first || !isHeader(fields) {
+		return false, nil
+	}
+	return true, r.header(fields, line)
+}
+
+// csvLine returns the record of the fields of a CSV line that is not the
+// header.
+func (r *Reader) csvLine(fields []string, line int) (Record, error) {
+	if err := r.csvColumnsOf(fields, line); err != nil {
+		return Record{}, err
+	}
+	rec, tm, err := r.csvRecord(fields, line)
+	if err != nil {
+		return Record{}, err
+	}
+	return r.finish(rec, tm)
 }
 
 // csvReadError says why the CSV reader stopped: io.EOF after the last
@@ -268,51 +310,64 @@ func (r *Reader) csvColumnsOf(fields []string, line int) error {
 // time column's text, for finish.
 func (r *Reader) csvRecord(fields []string, line int) (rec Record, tm string, err error) {
 	rec = Record{Line: line, Cost: 1}
-	var hasTime, hasKey bool
 	for i, f := range fields {
-		f = strings.TrimSpace(f)
-		switch r.cols[i] {
-		case "time":
-			tm, hasTime = f, true
-		case "key":
-			rec.Key, hasKey = f, true
-		case "cost":
-			if f == "" {
-				continue
-			}
-			n, err := strconv.ParseInt(f, 10, 64)
-			if err != nil {
-				return rec, "", r.errorf(line, "cost %q is not a whole number", f)
-			}
-			rec.Cost = n
-		case "policy":
-			rec.Policy = f
-		case "allowed":
-			b, err := strconv.ParseBool(f)
-			if err != nil {
-				return rec, "", r.errorf(line, "allowed %q: want true or false", f)
-			}
-			rec.Allowed, rec.HasAllowed = b, true
+		if err := r.csvField(&rec, &tm, r.cols[i], strings.TrimSpace(f), line); err != nil {
+			return rec, "", err
 		}
 	}
-	if !hasTime || !hasKey {
+	if cols := r.cols[:len(fields)]; !contains(cols, "time") || !contains(cols, "key") {
 		return rec, "", r.errorf(line, "time and key are required")
 	}
 	return rec, tm, nil
 }
 
+// csvField sets what column col holds, from its trimmed text f on line:
+// a field of rec, or tm, the time's text.
+func (r *Reader) csvField(rec *Record, tm *string, col, f string, line int) error {
+	switch col {
+	case "time":
+		*tm = f
+	case "key":
+		rec.Key = f
+	case "policy":
+		rec.Policy = f
+	case "cost":
+		return r.csvCost(rec, f, line)
+	case "allowed":
+		return r.csvAllowed(rec, f, line)
+	}
+	return nil
+}
+
+// csvCost sets rec's cost from f, a whole number; empty keeps the default.
+func (r *Reader) csvCost(rec *Record, f string, line int) error {
+	if f == "" {
+		return nil
+	}
+	n, err := strconv.ParseInt(f, 10, 64)
+	if err != nil {
+		return r.errorf(line, "cost %q is not a whole number", f)
+	}
+	rec.Cost = n
+	return nil
+}
+
+// csvAllowed sets rec's recorded decision from f, true or false.
+func (r *Reader) csvAllowed(rec *Record, f string, line int) error {
+	b, err := strconv.ParseBool(f)
+	if err != nil {
+		return r.errorf(line, "allowed %q: want true or false", f)
+	}
+	rec.Allowed, rec.HasAllowed = b, true
+	return nil
+}
+
 func (r *Reader) header(fields []string, line int) error {
 	seen := map[string]bool{}
 	for _, f := range fields {
-		c := strings.ToLower(strings.TrimSpace(f))
-		if !contains(csvColumns, c) {
-			return r.errorf(line, "unknown column %q in the header (want %s)", f, strings.Join(csvColumns, ", "))
+		if err := r.headerColumn(f, seen, line); err != nil {
+			return err
 		}
-		if seen[c] {
-			return r.errorf(line, "column %q named twice", c)
-		}
-		seen[c] = true
-		r.cols = append(r.cols, c)
 	}
 	if !seen["time"] || !seen["key"] {
 		return r.errorf(line, "the header needs a time and a key column")
@@ -323,25 +378,28 @@ func (r *Reader) header(fields []string, line int) error {
 	return nil
 }
 
+// headerColumn adds the column the header field f names, which must be
+// known and not in seen (it is added).
+func (r *Reader) headerColumn(f string, seen map[string]bool, line int) error {
+	c := strings.ToLower(strings.TrimSpace(f))
+	if !contains(csvColumns, c) {
+		return r.errorf(line, "unknown column %q in the header (want %s)", f, strings.Join(csvColumns, ", "))
+	}
+	if seen[c] {
+		return r.errorf(line, "column %q named twice", c)
+	}
+	seen[c] = true
+	r.cols = append(r.cols, c)
+	return nil
+}
+
 // finish parses the time and checks what every record needs.
 func (r *Reader) finish(rec Record, tm string) (Record, error) {
-	if rec.Key == "" {
-		return Record{}, r.errorf(rec.Line, "key is empty")
+	if err := r.checkRecord(rec); err != nil {
+		return Record{}, err
 	}
-	if rec.Cost < 1 {
-		return Record{}, r.errorf(rec.Line, "cost must be at least 1, got %d", rec.Cost)
-	}
-	if r.decisions && !rec.HasAllowed {
-		return Record{}, r.errorf(rec.Line, "allowed is missing: a decision log records each decision (true or false)")
-	}
-	if t, err := time.Parse(time.RFC3339Nano, tm); err == nil {
-		rec.Time, rec.Absolute = t, true
-	} else {
-		d, err := config.ParseDuration(tm)
-		if err != nil || d < 0 {
-			return Record{}, r.errorf(rec.Line, "time %q: want an RFC 3339 time such as 2027-01-01T00:00:00.25Z, or an offset from the start such as 1.5s", tm)
-		}
-		rec.Offset = d
+	if err := r.parseTime(&rec, tm); err != nil {
+		return Record{}, err
 	}
 	kind := 2
 	if rec.Absolute {
@@ -352,6 +410,36 @@ func (r *Reader) finish(rec Record, tm string) (Record, error) {
 	}
 	r.abs = kind
 	return rec, nil
+}
+
+// checkRecord checks what every record needs but its time: a key, a cost
+// of at least 1 and, in a decision log, the decision.
+func (r *Reader) checkRecord(rec Record) error {
+	if rec.Key == "" {
+		return r.errorf(rec.Line, "key is empty")
+	}
+	if rec.Cost < 1 {
+		return r.errorf(rec.Line, "cost must be at least 1, got %d", rec.Cost)
+	}
+	if r.decisions && !rec.HasAllowed {
+		return r.errorf(rec.Line, "allowed is missing: a decision log records each decision (true or false)")
+	}
+	return nil
+}
+
+// parseTime sets rec's time from tm: an RFC 3339 time, or an offset from
+// the start.
+func (r *Reader) parseTime(rec *Record, tm string) error {
+	if t, err := time.Parse(time.RFC3339Nano, tm); err == nil {
+		rec.Time, rec.Absolute = t, true
+		return nil
+	}
+	d, err := config.ParseDuration(tm)
+	if err != nil || d < 0 {
+		return r.errorf(rec.Line, "time %q: want an RFC 3339 time such as 2027-01-01T00:00:00.25Z, or an offset from the start such as 1.5s", tm)
+	}
+	rec.Offset = d
+	return nil
 }
 
 // isHeader reports whether a CSV file's first record names columns: its

@@ -216,7 +216,7 @@ func onOffOption(name string, dst func(*Traffic) *time.Duration) func(*Traffic, 
 // check refuses what the options say together that cannot be: on-off
 // without on and off, a burst with from or until, until before from.
 func (t *Traffic) check(seen map[string]bool) error {
-	if t.Kind == OnOff && (t.On == 0 || t.Off == 0) {
+	if t.Kind == OnOff && !t.hasOnOff() {
 		return errors.New("on-off needs on=DURATION and off=DURATION, such as on-off:50/s,on=2s,off=3s")
 	}
 	if t.Kind == Burst && (seen["from"] || seen["until"]) {
@@ -227,6 +227,9 @@ func (t *Traffic) check(seen map[string]bool) error {
 	}
 	return nil
 }
+
+// hasOnOff reports whether both the on and the off periods are given.
+func (t *Traffic) hasOnOff() bool { return t.On != 0 && t.Off != 0 }
 
 // parseRate reads a rate in the configuration's notation (12/s, 100/m) as
 // requests per second.
@@ -344,21 +347,35 @@ func newSynthetic(t Traffic, keys []int32, seed uint64, index int, d time.Durati
 func (s *synthetic) peek() (int64, bool) { return s.next, !s.done }
 
 func (s *synthetic) pop() event {
-	ev := event{at: s.next, cost: s.t.Cost, key: s.keys[0]}
+	ev := event{at: s.next, cost: s.t.Cost, key: s.pickKey()}
 	s.last = s.next
-	if len(s.keys) > 1 {
-		switch s.t.Kind {
-		case Steady, OnOff:
-			ev.key = s.keys[s.i%int64(len(s.keys))]
-		default:
-			ev.key = s.keys[s.rng.IntN(len(s.keys))]
-		}
-	}
-	switch s.t.Kind {
-	case Burst:
+	if s.t.Kind == Burst {
 		s.i--
 		s.done = s.i == 0
 		return ev
+	}
+	s.advance()
+	s.done = s.next >= s.until
+	return ev
+}
+
+// pickKey is the key of the event at s.next: the source's only key, or
+// one of its keys in turn (steady and on-off traffic) or at random.
+func (s *synthetic) pickKey() int32 {
+	if len(s.keys) <= 1 {
+		return s.keys[0]
+	}
+	switch s.t.Kind {
+	case Steady, OnOff:
+		return s.keys[s.i%int64(len(s.keys))]
+	}
+	return s.keys[s.rng.IntN(len(s.keys))]
+}
+
+// advance moves s.next to the time of the event after the one popped, for
+// every kind but a burst, whose events are all at its instant.
+func (s *synthetic) advance() {
+	switch s.t.Kind {
 	case Poisson:
 		s.next += int64(math.Round(s.rng.ExpFloat64() * s.period))
 	case Steady, Retry:
@@ -374,8 +391,6 @@ func (s *synthetic) pop() event {
 			s.next, s.i = s.base, 0
 		}
 	}
-	s.done = s.next >= s.until
-	return ev
 }
 
 // observe makes a retry client honour Retry-After: after a refusal its

@@ -31,8 +31,9 @@ type Env = func(string) (string, bool)
 // then per process. It returns the store, its name for /readyz and logs
 // ("valkey", "memory") and the function that closes it. An error (a
 // secret that cannot be read, a certificate that does not load) is logged
-// before it is returned.
-func Serve(cfg *config.Config, env Env, logger *slog.Logger) (driver.Store, string, func(), error) {
+// before it is returned. extra are more options of a Valkey store (such
+// as valkeystore.WithClientWrap).
+func Serve(cfg *config.Config, env Env, logger *slog.Logger, extra ...valkeystore.Option) (driver.Store, string, func(), error) {
 	if cfg.Valkey == nil {
 		logger.Warn("no valkey configured: using the in-process store, so limits are per process " +
 			"(each replica of this service counts on its own, and counts reset on restart); " +
@@ -44,7 +45,7 @@ func Serve(cfg *config.Config, env Env, logger *slog.Logger) (driver.Store, stri
 		logger.Error("valkey configuration", "err", err.Error())
 		return nil, "", nil, err
 	}
-	vs, err := ConnectValkey(copt, logger, func(err error) error { return ExplainAuth(err, cfg.Valkey) })
+	vs, err := ConnectValkey(copt, logger, func(err error) error { return ExplainAuth(err, cfg.Valkey) }, extra...)
 	if err != nil {
 		logger.Error("valkey configuration", "err", err.Error())
 		return nil, "", nil, err

@@ -121,9 +121,10 @@ func tlsConfig(t *config.TLS) (*tls.Config, error) {
 // Close is called (valkeystore.Connect). Several addresses make a cluster
 // client (valkey-go detects the mode). explain (nil: none) turns a
 // connection error into the one reported, as ExplainAuth names the
-// settings that fix an authentication refusal.
-func ConnectValkey(opt valkey.ClientOption, log *slog.Logger, explain func(error) error) (*Valkey, error) {
-	lazy, err := valkeystore.Connect(opt, valkeystore.WithLogger(log), valkeystore.WithConnectError(explain))
+// settings that fix an authentication refusal. extra are more options of
+// the store (such as valkeystore.WithClientWrap).
+func ConnectValkey(opt valkey.ClientOption, log *slog.Logger, explain func(error) error, extra ...valkeystore.Option) (*Valkey, error) {
+	lazy, err := valkeystore.Connect(opt, append([]valkeystore.Option{valkeystore.WithLogger(log), valkeystore.WithConnectError(explain)}, extra...)...)
 	if err != nil {
 		return nil, err
 	}

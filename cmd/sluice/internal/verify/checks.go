@@ -55,6 +55,12 @@ func (r *run) singles(ctx context.Context, l *sluice.Limiter, at time.Time, key 
 	if err := r.store.Do(ctx, ops); err != nil {
 		return 0, err
 	}
+	return countAllowed(ops)
+}
+
+// countAllowed returns how many of the decided ops were allowed, or the
+// first op's error.
+func countAllowed(ops []driver.Op) (int64, error) {
 	var allowed int64
 	for _, op := range ops {
 		if op.Err != nil {
@@ -74,24 +80,28 @@ func wantThenOne(ctx context.Context, l *sluice.Limiter, key string, n, want int
 	var got int64
 	if want > 0 {
 		res, err := l.AllowN(ctx, key, want)
-		if err != nil {
-			return 0, err
-		}
-		if !res.Allowed {
-			return 0, nil // fewer than want: report it as none fitting the one request
+		if err != nil || !res.Allowed {
+			return 0, err // fewer than want: report it as none fitting the one request
 		}
 		got = want
 	}
-	if want < n {
-		res, err := l.Allow(ctx, key)
-		if err != nil {
-			return 0, err
-		}
-		if res.Allowed {
-			got++
-		}
+	if want >= n {
+		return got, nil
 	}
-	return got, nil
+	one, err := oneMore(ctx, l, key)
+	if err != nil {
+		return 0, err
+	}
+	return got + one, nil
+}
+
+// oneMore asks for one unit on key and returns 1 when it is allowed.
+func oneMore(ctx context.Context, l *sluice.Limiter, key string) (int64, error) {
+	res, err := l.Allow(ctx, key)
+	if err != nil || !res.Allowed {
+		return 0, err
+	}
+	return 1, nil
 }
 
 // concurrency sends twice the limit at one key in parallel from several
@@ -105,40 +115,61 @@ func (r *run) concurrency(ctx context.Context, p *config.Policy, chk *Check) {
 	at := nowMicro()
 	const key = "concurrency"
 	want := min(rule.Limit, 2000)
-	if pre := rule.Limit - want; pre > 0 {
-		l, err := r.limiter(p, func() time.Time { return at })
-		if err != nil {
+	pre := rule.Limit - want
+	if pre > 0 {
+		if err := r.takeFirst(ctx, p, key, at, pre); err != nil {
 			chk.fail("%v", err)
-			return
-		}
-		res, err := l.AllowN(ctx, key, pre)
-		if err != nil || !res.Allowed || res.Degraded {
-			chk.fail("taking %d units first: %+v, %v", pre, res, err)
 			return
 		}
 		chk.fig("taken_first", float64(pre))
 	}
 	attempts := 2 * want
 	tally, err := r.spawn(ctx, p, job{Identity: key, AtMicro: at.UnixMicro(), Goroutines: r.opts.Goroutines}, attempts)
-	chk.fig("allowed", float64(tally.Allowed))
-	chk.fig("attempted", float64(attempts))
-	chk.fig("want", float64(want))
-	chk.fig("processes", float64(r.opts.Processes))
-	chk.fig("goroutines", float64(r.opts.Goroutines))
-	chk.Detail = fmt.Sprintf("%d allowed of %d attempted from %d processes × %d goroutines, want exactly %d",
-		tally.Allowed, attempts, r.opts.Processes, r.opts.Goroutines, want)
-	if pre := rule.Limit - want; pre > 0 {
+	r.concurrencyFigures(chk, tally, attempts, want)
+	if pre > 0 {
 		chk.Detail += fmt.Sprintf(" (after %d of the limit of %d were taken by one request)", pre, rule.Limit)
 	}
 	if err != nil {
 		chk.fail("%v", err)
 		return
 	}
-	if tally.Allowed != want {
-		chk.fail("%d allowed of %d attempted, want exactly %d: the limit is not enforced atomically", tally.Allowed, attempts, want)
+	checkExactlyWant(chk, tally, attempts, want)
+}
+
+// takeFirst takes pre units of key at at in one request, bringing the
+// limit down to what the parallel part sends at.
+func (r *run) takeFirst(ctx context.Context, p *config.Policy, key string, at time.Time, pre int64) error {
+	l, err := r.limiter(p, func() time.Time { return at })
+	if err != nil {
+		return err
 	}
-	if tally.Degraded > 0 || tally.Errors > 0 {
-		chk.fail("%d decisions degraded and %d failed (first error: %s)", tally.Degraded, tally.Errors, tally.FirstError)
+	res, err := l.AllowN(ctx, key, pre)
+	if err != nil || !res.Allowed || res.Degraded {
+		return fmt.Errorf("taking %d units first: %+v, %v", pre, res, err)
+	}
+	return nil
+}
+
+// concurrencyFigures records the figures and the detail of the
+// concurrency check.
+func (r *run) concurrencyFigures(chk *Check, got tally, attempts, want int64) {
+	chk.fig("allowed", float64(got.Allowed))
+	chk.fig("attempted", float64(attempts))
+	chk.fig("want", float64(want))
+	chk.fig("processes", float64(r.opts.Processes))
+	chk.fig("goroutines", float64(r.opts.Goroutines))
+	chk.Detail = fmt.Sprintf("%d allowed of %d attempted from %d processes × %d goroutines, want exactly %d",
+		got.Allowed, attempts, r.opts.Processes, r.opts.Goroutines, want)
+}
+
+// checkExactlyWant fails chk unless exactly want of the attempts were
+// allowed, none degraded and none failed.
+func checkExactlyWant(chk *Check, got tally, attempts, want int64) {
+	if got.Allowed != want {
+		chk.fail("%d allowed of %d attempted, want exactly %d: the limit is not enforced atomically", got.Allowed, attempts, want)
+	}
+	if got.Degraded > 0 || got.Errors > 0 {
+		chk.fail("%d decisions degraded and %d failed (first error: %s)", got.Degraded, got.Errors, got.FirstError)
 	}
 }
 
@@ -181,16 +212,7 @@ func edgeOffsets(rule sluice.Rule) (delta time.Duration, after int64, what strin
 func (r *run) boundaries(ctx context.Context, p *config.Policy, chk *Check) {
 	rule, _ := p.Policy.Rule()
 	delta, wantAfter, why := edgeOffsets(rule)
-	now := nowMicro()
-	var edge time.Time
-	if !rule.Calendar.IsZero() {
-		_, edge = rule.Span(now) // the end of this calendar period
-	} else if rule.Window > 0 {
-		w := rule.Window.Microseconds()
-		edge = time.UnixMicro((now.UnixMicro()/w + 2) * w)
-	} else {
-		edge = now.Add(time.Second)
-	}
+	edge := windowEdge(rule, nowMicro())
 	clk := newClock(edge.Add(-delta))
 	l, err := r.limiter(p, clk.now)
 	if err != nil {
@@ -209,19 +231,48 @@ func (r *run) boundaries(ctx context.Context, p *config.Policy, chk *Check) {
 		chk.fail("burst after the edge: %v", err)
 		return
 	}
-	chk.fig("limit", float64(rule.Limit))
-	chk.fig("before", float64(before))
-	chk.fig("after", float64(after))
-	chk.fig("want_after", float64(wantAfter))
+	edgeVerdict(chk, rule.Limit, delta, edgeBursts{before, after, wantAfter, why})
+}
+
+// edgeBursts is what the bursts around a window edge allowed, and what
+// the second should allow and why.
+type edgeBursts struct {
+	before, after, wantAfter int64
+	why                      string
+}
+
+// edgeVerdict records the figures of the bursts delta before and after a
+// window edge of a rule of limit, and fails chk unless the first allowed
+// the whole limit and the second what it should.
+func edgeVerdict(chk *Check, limit int64, delta time.Duration, b edgeBursts) {
+	chk.fig("limit", float64(limit))
+	chk.fig("before", float64(b.before))
+	chk.fig("after", float64(b.after))
+	chk.fig("want_after", float64(b.wantAfter))
 	chk.fig("offset_ms", ms(delta))
 	chk.Detail = fmt.Sprintf("%d of %d allowed %v before the edge, %d of %d %v after it (want %d: %s)",
-		before, rule.Limit, delta, after, rule.Limit, delta, wantAfter, why)
-	if before != rule.Limit {
-		chk.fail("%d of %d allowed just before the edge, want all %d", before, rule.Limit, rule.Limit)
+		b.before, limit, delta, b.after, limit, delta, b.wantAfter, b.why)
+	if b.before != limit {
+		chk.fail("%d of %d allowed just before the edge, want all %d", b.before, limit, limit)
 	}
-	if after != wantAfter {
-		chk.fail("%d of %d allowed just after the edge, want %d (%s)", after, rule.Limit, wantAfter, why)
+	if b.after != b.wantAfter {
+		chk.fail("%d of %d allowed just after the edge, want %d (%s)", b.after, limit, b.wantAfter, b.why)
 	}
+}
+
+// windowEdge is the edge the boundaries check bursts around: the end of
+// the calendar period of now, the start of the window after next, or for
+// the buckets a second after now.
+func windowEdge(rule sluice.Rule, now time.Time) time.Time {
+	if !rule.Calendar.IsZero() {
+		_, edge := rule.Span(now) // the end of this calendar period
+		return edge
+	}
+	if rule.Window > 0 {
+		w := rule.Window.Microseconds()
+		return time.UnixMicro((now.UnixMicro()/w + 2) * w)
+	}
+	return now.Add(time.Second)
 }
 
 // realWaitMax is the longest RetryAfter recovery waits for in real time.
@@ -241,25 +292,11 @@ func (r *run) recovery(ctx context.Context, p *config.Policy, chk *Check) {
 		return
 	}
 	pr := &recoveryProbe{ctx: ctx, l: l, clk: clk, t0: t0, limit: rule.Limit}
-	ra, err := pr.exhaust("recovery-a")
-	if err == nil {
-		_, err = pr.exhaust("recovery-b")
-	}
+	ra, observed, err := pr.measure(chk)
 	if err != nil {
 		chk.fail("%v", err)
 		return
 	}
-	chk.fig("advertised_ms", ms(ra))
-	if ra <= 0 {
-		chk.fail("a refusal advertised RetryAfter %v, want positive", ra)
-		return
-	}
-	observed, err := pr.bisect(ra)
-	if err != nil {
-		chk.fail("%v", err)
-		return
-	}
-	chk.fig("observed_ms", ms(observed))
 	if observed != ra {
 		chk.fail("RetryAfter advertised %v, but the key is allowed again after %v", ra, observed)
 	}
@@ -284,6 +321,36 @@ type recoveryProbe struct {
 	t0     time.Time
 	limit  int64
 	probes int
+}
+
+// measure exhausts recovery-a and recovery-b, and returns the RetryAfter
+// advertised by the refusal of recovery-a, which must be positive, and the
+// delay after which a key exhausted alike is observed allowed again; it
+// records both figures in chk.
+func (pr *recoveryProbe) measure(chk *Check) (ra, observed time.Duration, err error) {
+	if ra, err = pr.exhaustBoth(); err != nil {
+		return 0, 0, err
+	}
+	chk.fig("advertised_ms", ms(ra))
+	if ra <= 0 {
+		return 0, 0, fmt.Errorf("a refusal advertised RetryAfter %v, want positive", ra)
+	}
+	if observed, err = pr.bisect(ra); err != nil {
+		return 0, 0, err
+	}
+	chk.fig("observed_ms", ms(observed))
+	return ra, observed, nil
+}
+
+// exhaustBoth exhausts recovery-a and recovery-b, and returns the
+// RetryAfter of recovery-a's refusal.
+func (pr *recoveryProbe) exhaustBoth() (time.Duration, error) {
+	ra, err := pr.exhaust("recovery-a")
+	if err != nil {
+		return 0, err
+	}
+	_, err = pr.exhaust("recovery-b")
+	return ra, err
 }
 
 // exhaust takes the whole limit of a fresh key at t0, checks one more is
@@ -358,19 +425,14 @@ func (r *run) realRecovery(ctx context.Context, p *config.Policy, limit int64, c
 		chk.fail("%v", err)
 		return
 	}
-	res, err := rl.AllowN(ctx, "recovery-real", limit)
-	if err == nil && res.Allowed {
-		res, err = rl.Allow(ctx, "recovery-real")
-	}
-	if err != nil || res.Allowed || res.Degraded {
-		chk.fail("exhausting a key on Valkey's clock: %+v, %v", res, err)
+	res, err := exhaustReal(ctx, rl, limit)
+	if err != nil {
+		chk.fail("%v", err)
 		return
 	}
 	wait := res.RetryAfter
-	select {
-	case <-time.After(wait):
-	case <-ctx.Done():
-		chk.fail("%v", ctx.Err())
+	if err := sleep(ctx, wait); err != nil {
+		chk.fail("%v", err)
 		return
 	}
 	res, err = rl.Allow(ctx, "recovery-real")
@@ -382,49 +444,88 @@ func (r *run) realRecovery(ctx context.Context, p *config.Policy, limit int64, c
 	chk.Detail += fmt.Sprintf("; allowed after a real wait of %v", wait)
 }
 
+// exhaustReal takes the whole limit of the key recovery-real on Valkey's
+// clock and returns the refusal of one more.
+func exhaustReal(ctx context.Context, rl *sluice.Limiter, limit int64) (sluice.Result, error) {
+	res, err := rl.AllowN(ctx, "recovery-real", limit)
+	if err == nil && res.Allowed {
+		res, err = rl.Allow(ctx, "recovery-real")
+	}
+	if err != nil || res.Allowed || res.Degraded {
+		return res, fmt.Errorf("exhausting a key on Valkey's clock: %+v, %v", res, err)
+	}
+	return res, nil
+}
+
+// sleep waits d, or until ctx ends, when it returns ctx's error.
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // ttl checks that every key the policy's checks wrote expires, within the
 // bound of its algorithm.
 func (r *run) ttl(ctx context.Context, p *config.Policy, chk *Check) {
 	rule, _ := p.Policy.Rule()
-	bound := rule.TTL()
+	tt := &ttlTally{ctx: ctx, chk: chk, bound: rule.TTL()}
 	pattern := valkeyops.Glob(r.prefix+":"+p.Limiter+":") + "*"
-	var n int
-	var longest time.Duration
-	err := valkeyops.Scan(ctx, r.client, pattern, func(node valkey.Client, keys []string) (bool, error) {
-		cmds := make(valkey.Commands, len(keys))
-		for i, k := range keys {
-			cmds[i] = node.B().Pttl().Key(k).Build()
-		}
-		for i, res := range node.DoMulti(ctx, cmds...) {
-			v, err := res.AsInt64()
-			if err != nil {
-				return false, fmt.Errorf("PTTL %s: %w", keys[i], err)
-			}
-			if v == -2 {
-				continue // expired meanwhile
-			}
-			n++
-			d := time.Duration(v) * time.Millisecond
-			longest = max(longest, d)
-			switch {
-			case v == -1:
-				chk.fail("key %s never expires", keys[i])
-			case d > bound:
-				chk.fail("key %s expires in %v, longer than its bound %v", keys[i], d, bound)
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
+	if err := valkeyops.Scan(ctx, r.client, pattern, tt.scanned); err != nil {
 		chk.fail("%v", err)
 		return
 	}
-	chk.fig("keys", float64(n))
-	chk.fig("longest_ms", ms(longest))
-	chk.fig("bound_ms", ms(bound))
-	chk.Detail = fmt.Sprintf("%d keys, longest TTL %v, bound %v", n, longest, bound)
-	if n == 0 {
+	chk.fig("keys", float64(tt.n))
+	chk.fig("longest_ms", ms(tt.longest))
+	chk.fig("bound_ms", ms(tt.bound))
+	chk.Detail = fmt.Sprintf("%d keys, longest TTL %v, bound %v", tt.n, tt.longest, tt.bound)
+	if tt.n == 0 {
 		// Keys that never expire would still be here.
 		chk.Detail = "every key the checks wrote has expired already"
+	}
+}
+
+// ttlTally is the ttl check under way: the keys seen and the longest TTL
+// among them.
+type ttlTally struct {
+	ctx     context.Context
+	chk     *Check
+	bound   time.Duration
+	n       int
+	longest time.Duration
+}
+
+// scanned reads the TTLs of keys, a batch of the scan on node.
+func (tt *ttlTally) scanned(node valkey.Client, keys []string) (bool, error) {
+	cmds := make(valkey.Commands, len(keys))
+	for i, k := range keys {
+		cmds[i] = node.B().Pttl().Key(k).Build()
+	}
+	for i, res := range node.DoMulti(tt.ctx, cmds...) {
+		v, err := res.AsInt64()
+		if err != nil {
+			return false, fmt.Errorf("PTTL %s: %w", keys[i], err)
+		}
+		tt.add(keys[i], v)
+	}
+	return true, nil
+}
+
+// add counts key, whose PTTL is v, failing the check when it never
+// expires or outlives the bound.
+func (tt *ttlTally) add(key string, v int64) {
+	if v == -2 {
+		return // expired meanwhile
+	}
+	tt.n++
+	d := time.Duration(v) * time.Millisecond
+	tt.longest = max(tt.longest, d)
+	switch {
+	case v == -1:
+		tt.chk.fail("key %s never expires", key)
+	case d > tt.bound:
+		tt.chk.fail("key %s expires in %v, longer than its bound %v", key, d, tt.bound)
 	}
 }

@@ -73,20 +73,29 @@ func (p *faultProxy) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			hung := p.hung
-			p.mu.Unlock()
-			if !hung {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
+		if werr := p.pass(dst, buf[:n]); werr != nil {
+			return
 		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+// pass writes b to dst, unless the proxy hangs.
+func (p *faultProxy) pass(dst net.Conn, b []byte) error {
+	if len(b) == 0 || p.isHung() {
+		return nil
+	}
+	_, err := dst.Write(b)
+	return err
+}
+
+// isHung reports whether the proxy hangs.
+func (p *faultProxy) isHung() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hung
 }
 
 // Hang makes the proxy a black hole: connections stay open, nothing is
@@ -159,13 +168,7 @@ func (r *run) fault(ctx context.Context, p *config.Policy, fault string, want bo
 	v.Addresses, v.Sentinel = []string{px.Addr()}, nil
 	// One server behind the proxy, whatever the topology: the check is
 	// about the client's timeout and fail mode.
-	conn, err := store.Open(ctx, &v, r.opts.Env, store.WithClientName("sluice"), store.WithClientOption(func(opt *valkey.ClientOption) {
-		opt.ForceSingleClient = true
-		if opt.TLSConfig != nil && opt.TLSConfig.ServerName == "" {
-			host, _, _ := net.SplitHostPort(r.primary)
-			opt.TLSConfig.ServerName = host
-		}
-	}))
+	conn, err := store.Open(ctx, &v, r.opts.Env, store.WithClientName("sluice"), store.WithClientOption(r.throughProxy))
 	if err != nil {
 		return 0, 0, fmt.Errorf("connecting through the proxy, before the fault: %w", err)
 	}
@@ -188,37 +191,56 @@ func (r *run) fault(ctx context.Context, p *config.Policy, fault string, want bo
 	return r.faultDecisions(ctx, l, p, fault, want, bound, chk)
 }
 
+// throughProxy sets the client options of a connection to the primary
+// through the proxy: one server, and TLS that checks the primary's name.
+func (r *run) throughProxy(opt *valkey.ClientOption) {
+	opt.ForceSingleClient = true
+	if opt.TLSConfig != nil && opt.TLSConfig.ServerName == "" {
+		host, _, _ := net.SplitHostPort(r.primary)
+		opt.TLSConfig.ServerName = host
+	}
+}
+
+// faultAnswer is a decision made during a fault.
+type faultAnswer struct {
+	res sluice.Result
+	err error
+}
+
+// judgeFaultDecision fails chk unless decision i, a, made during fault
+// and taking took, was degraded, decided as on_failure says (want), and
+// within bound.
+func judgeFaultDecision(chk *Check, p *config.Policy, fault string, i int, a faultAnswer, took time.Duration, want bool, bound time.Duration) {
+	switch {
+	case a.err != nil:
+		chk.fail("%s: decision %d: %v", fault, i+1, a.err)
+	case !a.res.Degraded:
+		chk.fail("%s: decision %d was not degraded: %+v", fault, i+1, a.res)
+	case a.res.Allowed != want:
+		chk.fail("%s: decision %d: allowed %v, but on_failure is %s", fault, i+1, a.res.Allowed, p.FailMode)
+	}
+	if took > bound {
+		chk.fail("%s: decision %d took %v, longer than %v", fault, i+1, took.Round(time.Millisecond), bound)
+	}
+}
+
 // faultDecisions makes failDecisions decisions on l during the fault and
 // checks each is degraded, decided as on_failure says, within bound; it
 // returns the slowest and how many were made.
 func (r *run) faultDecisions(ctx context.Context, l *sluice.Limiter, p *config.Policy, fault string, want bool, bound time.Duration, chk *Check) (slowest time.Duration, n int, err error) {
-	type answer struct {
-		res sluice.Result
-		err error
-	}
 	for i := range failDecisions {
-		done := make(chan answer, 1)
+		done := make(chan faultAnswer, 1)
 		start := time.Now()
 		go func() {
 			res, err := l.Allow(ctx, "failure")
-			done <- answer{res, err}
+			done <- faultAnswer{res, err}
 		}()
 		select {
 		case a := <-done:
 			took := time.Since(start)
 			slowest = max(slowest, took)
 			n++
-			switch {
-			case a.err != nil:
-				chk.fail("%s: decision %d: %v", fault, i+1, a.err)
-			case !a.res.Degraded:
-				chk.fail("%s: decision %d was not degraded: %+v", fault, i+1, a.res)
-			case a.res.Allowed != want:
-				chk.fail("%s: decision %d: allowed %v, but on_failure is %s", fault, i+1, a.res.Allowed, p.FailMode)
-			}
-			if took > bound {
-				chk.fail("%s: decision %d took %v, longer than %v", fault, i+1, took.Round(time.Millisecond), bound)
-			}
+			judgeFaultDecision(chk, p, fault, i, a, took, want, bound)
 		case <-time.After(r.opts.BlackholeWait):
 			slowest = max(slowest, r.opts.BlackholeWait)
 			chk.fail("%s: no decision within the black-hole wait of %v (the policy's timeout is %v)", fault, r.opts.BlackholeWait, r.timeout(p))

@@ -26,26 +26,41 @@ func checkLine(c *Check) string {
 // per check with its figures, and the verdict.
 func (rep *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "valkey %s (%s), scratch prefix %s\n", rep.Valkey, rep.Mode, rep.Prefix)
-	checks, failed := 0, 0
-	for _, p := range rep.Policies {
-		shadow := ""
-		if p.Shadow {
-			shadow = ", shadow (its limit checked as if enforced)"
-		}
-		fmt.Fprintf(w, "\npolicy %s: %s, on_failure %s, timeout %s%s\n", p.Name, p.Rule, p.FailMode, p.Timeout, shadow)
-		for _, c := range p.Checks {
-			checks++
-			if !c.Passed {
-				failed++
-			}
-			fmt.Fprintln(w, checkLine(c))
-		}
-	}
+	checks := rep.writePolicies(w)
 	fmt.Fprintf(w, "\nvalkey settings (doctor's checks of what loses counts):\n")
 	for _, f := range rep.Settings {
 		fmt.Fprintln(w, settingLine(f))
 	}
 	fmt.Fprintln(w)
+	rep.writeVerdict(w, checks)
+	rep.writeCaveats(w)
+}
+
+// writePolicies writes a heading per policy and a line per check, and
+// returns the number of checks.
+func (rep *Report) writePolicies(w io.Writer) (checks int) {
+	for _, p := range rep.Policies {
+		fmt.Fprintln(w, policyHeading(p))
+		for _, c := range p.Checks {
+			checks++
+			fmt.Fprintln(w, checkLine(c))
+		}
+	}
+	return checks
+}
+
+// policyHeading is the heading of a policy's checks, after a blank line.
+func policyHeading(p *PolicyReport) string {
+	shadow := ""
+	if p.Shadow {
+		shadow = ", shadow (its limit checked as if enforced)"
+	}
+	return fmt.Sprintf("\npolicy %s: %s, on_failure %s, timeout %s%s", p.Name, p.Rule, p.FailMode, p.Timeout, shadow)
+}
+
+// writeVerdict writes the PASS or FAIL line, of checks checks, with the
+// cleanup's outcome.
+func (rep *Report) writeVerdict(w io.Writer, checks int) {
 	cleanup := fmt.Sprintf("%d scratch keys deleted", rep.KeysDeleted)
 	if rep.CleanupError != "" {
 		cleanup += "; cleanup failed: " + rep.CleanupError
@@ -56,6 +71,11 @@ func (rep *Report) WriteText(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "FAIL: %d of %d checks failed in %v: %s; %s\n", len(rep.Failed), checks+len(rep.Settings), took, strings.Join(rep.Failed, ", "), cleanup)
 	}
+}
+
+// writeCaveats writes what holds only until a restart, and what could not
+// be checked.
+func (rep *Report) writeCaveats(w io.Writer) {
 	for _, c := range rep.Caveats {
 		fmt.Fprintf(w, "BUT the limits hold only until a restart: %s\n", c)
 	}

@@ -199,11 +199,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, errors.New("no configuration")
 	}
 	opts.setDefaults()
-	policies, err := selectPolicies(opts.Config, opts.Policies)
-	if err != nil {
-		return nil, err
-	}
-	prefix, err := scratchPrefix(opts.Prefix)
+	policies, prefix, err := opts.scope()
 	if err != nil {
 		return nil, err
 	}
@@ -213,30 +209,61 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	defer conn.Close()
 	client := conn.Client
-	if err := refuseUsedPrefix(ctx, client, prefix); err != nil {
-		return nil, err
-	}
 	r := &run{opts: opts, cfg: opts.Config, client: client, store: conn.Store, prefix: prefix,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	defer r.stopWorkers()
-	if r.primary, err = firstPrimary(ctx, client); err != nil {
-		return nil, err
-	}
-	rep := &Report{Valkey: valkeyops.Describe(opts.Config.Valkey), Mode: valkeyops.Mode(ctx, client), Prefix: prefix, Passed: true}
-	if err := rep.settings(ctx, client, conn.Store, opts.Config); err != nil {
+	rep, err := r.begin(ctx)
+	if err != nil {
 		return nil, err
 	}
 	// Scratch keys go, even when a check failed or ctx ended.
 	defer rep.cleanUp(client, prefix)
-	for _, p := range policies {
-		rep.add(p.Name, r.policy(ctx, p))
-		if err := ctx.Err(); err != nil {
-			return rep, err
-		}
+	if err := r.checkAll(ctx, rep, policies); err != nil {
+		return rep, err
 	}
 	rep.Elapsed = time.Since(start)
 	rep.ElapsedMS = ms(rep.Elapsed)
 	return rep, nil
+}
+
+// scope returns the policies to verify and the prefix to write under.
+func (opts *Options) scope() ([]*config.Policy, string, error) {
+	policies, err := selectPolicies(opts.Config, opts.Policies)
+	if err != nil {
+		return nil, "", err
+	}
+	prefix, err := scratchPrefix(opts.Prefix)
+	return policies, prefix, err
+}
+
+// begin refuses a prefix in use, finds the primary the failure check's
+// proxy stands in front of, and starts the report with the Valkey
+// settings judged.
+func (r *run) begin(ctx context.Context) (*Report, error) {
+	if err := refuseUsedPrefix(ctx, r.client, r.prefix); err != nil {
+		return nil, err
+	}
+	var err error
+	if r.primary, err = firstPrimary(ctx, r.client); err != nil {
+		return nil, err
+	}
+	rep := &Report{Valkey: valkeyops.Describe(r.cfg.Valkey), Mode: valkeyops.Mode(ctx, r.client), Prefix: r.prefix, Passed: true}
+	if err := rep.settings(ctx, r.client, r.store, r.cfg); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// checkAll runs the checks of each policy into rep, stopping when ctx
+// ends.
+func (r *run) checkAll(ctx context.Context, rep *Report, policies []*config.Policy) error {
+	for _, p := range policies {
+		rep.add(p.Name, r.policy(ctx, p))
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // firstPrimary returns the address of the first primary the client knows,
@@ -257,21 +284,21 @@ func (opts *Options) setDefaults() {
 	if opts.Env == nil {
 		opts.Env = os.LookupEnv
 	}
-	if opts.Processes <= 0 {
-		opts.Processes = DefaultProcesses
-	}
-	if opts.Goroutines <= 0 {
-		opts.Goroutines = DefaultGoroutines
-	}
-	if opts.BlackholeWait <= 0 {
-		opts.BlackholeWait = DefaultBlackholeWait
-	}
-	if opts.Margin <= 0 {
-		opts.Margin = DefaultMargin
-	}
+	opts.Processes = positiveOr(opts.Processes, DefaultProcesses)
+	opts.Goroutines = positiveOr(opts.Goroutines, DefaultGoroutines)
+	opts.BlackholeWait = positiveOr(opts.BlackholeWait, DefaultBlackholeWait)
+	opts.Margin = positiveOr(opts.Margin, DefaultMargin)
 	if opts.Worker == nil {
 		opts.Worker = selfWorker
 	}
+}
+
+// positiveOr returns v when it is positive, else def.
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // scratchPrefix is the prefix the checks write under: the one given, or
@@ -319,21 +346,27 @@ func (rep *Report) settings(ctx context.Context, client valkey.Client, store *va
 	}
 	rep.Settings = found
 	for _, f := range found {
-		where := f.Check
-		if f.Node != "" {
-			where += " on " + f.Node
-		}
-		switch settingVerdict(f) {
-		case "NOT CHECKED":
-			rep.NotChecked = append(rep.NotChecked, where)
-		case "FAIL":
-			rep.Passed = false
-			rep.Failed = append(rep.Failed, "settings/"+where)
-		case "CAVEAT":
-			rep.Caveats = append(rep.Caveats, where+": "+f.Message)
-		}
+		rep.judge(f)
 	}
 	return nil
+}
+
+// judge notes a setting check that was not checked, failed, or passed
+// with a caveat (settingVerdict).
+func (rep *Report) judge(f *doctor.Finding) {
+	where := f.Check
+	if f.Node != "" {
+		where += " on " + f.Node
+	}
+	switch settingVerdict(f) {
+	case "NOT CHECKED":
+		rep.NotChecked = append(rep.NotChecked, where)
+	case "FAIL":
+		rep.Passed = false
+		rep.Failed = append(rep.Failed, "settings/"+where)
+	case "CAVEAT":
+		rep.Caveats = append(rep.Caveats, where+": "+f.Message)
+	}
 }
 
 func selectPolicies(cfg *config.Config, names []string) ([]*config.Policy, error) {
@@ -347,15 +380,21 @@ func selectPolicies(cfg *config.Config, names []string) ([]*config.Policy, error
 	for _, n := range names {
 		p := cfg.Policy(n)
 		if p == nil {
-			var known []string
-			for _, q := range cfg.Policies {
-				known = append(known, q.Name)
-			}
-			return nil, fmt.Errorf("%w %q: %s defines %s", ErrUnknownPolicy, n, cfg.Source, strings.Join(known, ", "))
+			return nil, unknownPolicy(cfg, n)
 		}
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// unknownPolicy is the error for the policy name that cfg does not
+// define, naming those it does.
+func unknownPolicy(cfg *config.Config, name string) error {
+	var known []string
+	for _, q := range cfg.Policies {
+		known = append(known, q.Name)
+	}
+	return fmt.Errorf("%w %q: %s defines %s", ErrUnknownPolicy, name, cfg.Source, strings.Join(known, ", "))
 }
 
 // policy runs every check of p.

@@ -115,40 +115,70 @@ func selfWorker(ctx context.Context) *exec.Cmd {
 // says it is ready, waits for the word to go, makes its share of decisions
 // from many goroutines, and writes the tally to out.
 func ServeWorker(ctx context.Context, in io.Reader, out io.Writer) error {
-	rd := bufio.NewReader(in)
-	enc := json.NewEncoder(out)
-	var conn *workerConn
-	defer func() {
-		if conn != nil {
-			conn.client.Close()
-		}
-	}()
+	ws := &workerSession{rd: bufio.NewReader(in), enc: json.NewEncoder(out)}
+	defer ws.close()
 	for {
-		j, more, err := readJob(rd)
+		j, more, err := readJob(ws.rd)
 		if !more {
 			return err
 		}
-		if conn == nil {
-			if conn, err = dialWorker(ctx, j); err != nil {
-				if err := enc.Encode(tally{Error: err.Error()}); err != nil {
-					return err
-				}
-				return err
-			}
-		}
-		t, err := conn.work(ctx, j, func() error {
-			if err := enc.Encode(map[string]bool{"ready": true}); err != nil {
-				return err
-			}
-			_, err := rd.ReadBytes('\n')
-			return err
-		})
-		if err != nil {
-			t.Error = err.Error()
-		}
-		if err := enc.Encode(t); err != nil {
+		if err := ws.serve(ctx, j); err != nil {
 			return err
 		}
+	}
+}
+
+// workerSession is a worker's side of its pipes, and its connection to
+// Valkey once the first job made it.
+type workerSession struct {
+	rd   *bufio.Reader
+	enc  *json.Encoder
+	conn *workerConn
+}
+
+// serve runs job j, connecting first on the first job, and writes its
+// tally.
+func (ws *workerSession) serve(ctx context.Context, j job) error {
+	if err := ws.connect(ctx, j); err != nil {
+		return err
+	}
+	t, err := ws.conn.work(ctx, j, ws.ready)
+	if err != nil {
+		t.Error = err.Error()
+	}
+	return ws.enc.Encode(t)
+}
+
+// connect connects to the Valkey of j unless connected already; a worker
+// that cannot says so in a tally, and stops.
+func (ws *workerSession) connect(ctx context.Context, j job) error {
+	if ws.conn != nil {
+		return nil
+	}
+	conn, err := dialWorker(ctx, j)
+	if err != nil {
+		if err := ws.enc.Encode(tally{Error: err.Error()}); err != nil {
+			return err
+		}
+		return err
+	}
+	ws.conn = conn
+	return nil
+}
+
+// ready says the worker is ready and waits for the word to go.
+func (ws *workerSession) ready() error {
+	if err := ws.enc.Encode(map[string]bool{"ready": true}); err != nil {
+		return err
+	}
+	_, err := ws.rd.ReadBytes('\n')
+	return err
+}
+
+// close closes the connection to Valkey, if any.
+func (ws *workerSession) close() {
+	if ws.conn != nil {
+		ws.conn.client.Close()
 	}
 }
 
@@ -182,24 +212,32 @@ func dialWorker(ctx context.Context, j job) (*workerConn, error) {
 		v.PasswordEnv = "password"
 	}
 	if v.Sentinel != nil {
-		s := *v.Sentinel
-		s.PasswordEnv, s.PasswordFile = "", ""
-		if j.SentinelPassword != "" {
-			s.PasswordEnv = "sentinel_password"
-		}
-		v.Sentinel = &s
+		v.Sentinel = j.sentinel()
 	}
-	env := func(k string) (string, bool) {
-		if k == "sentinel_password" {
-			return j.SentinelPassword, true
-		}
-		return j.Password, true
-	}
-	conn, err := store.Open(ctx, &v, env)
+	conn, err := store.Open(ctx, &v, j.env)
 	if err != nil {
 		return nil, err
 	}
 	return &workerConn{client: conn.Client, store: conn.Store}, nil
+}
+
+// sentinel is a copy of the Sentinel settings of j.Valkey (not nil) that
+// reads the Sentinels' password from env.
+func (j job) sentinel() *config.Sentinel {
+	s := *j.Valkey.Sentinel
+	s.PasswordEnv, s.PasswordFile = "", ""
+	if j.SentinelPassword != "" {
+		s.PasswordEnv = "sentinel_password"
+	}
+	return &s
+}
+
+// env is the environment a worker reads the passwords of j from.
+func (j job) env(k string) (string, bool) {
+	if k == "sentinel_password" {
+		return j.SentinelPassword, true
+	}
+	return j.Password, true
 }
 
 // work runs job j: it makes j.Attempts decisions on j's key from
@@ -286,23 +324,33 @@ func (r *run) startWorkers(ctx context.Context) error {
 		return nil
 	}
 	for range r.opts.Processes {
-		cmd := r.opts.Worker(ctx)
-		stdin, err := cmd.StdinPipe()
+		w, err := r.startWorker(ctx)
 		if err != nil {
 			return err
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		w := &workerProc{cmd: cmd, stdin: stdin, stdout: bufio.NewReader(stdout), stderr: &tailBuffer{}}
-		cmd.Stderr = w.stderr
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("starting worker process %s: %w", cmd.Path, err)
 		}
 		r.workers = append(r.workers, w)
 	}
 	return nil
+}
+
+// startWorker starts one worker process, with pipes to its standard input
+// and output and the tail of its standard error kept.
+func (r *run) startWorker(ctx context.Context) (*workerProc, error) {
+	cmd := r.opts.Worker(ctx)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	w := &workerProc{cmd: cmd, stdin: stdin, stdout: bufio.NewReader(stdout), stderr: &tailBuffer{}}
+	cmd.Stderr = w.stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting worker process %s: %w", cmd.Path, err)
+	}
+	return w, nil
 }
 
 // stopWorkers ends the worker processes: their input ends, they exit.
