@@ -95,8 +95,8 @@ type MultiSettleResult struct {
 	Results []SettleResult `json:"results"`
 }
 
-// readBody reads a request body within MaxBodyBytes.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, example string) ([]byte, error) {
+// readLimited reads a request body within MaxBodyBytes: 413 beyond.
+func (s *Server) readLimited(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -105,12 +105,32 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, example string
 		}
 		return nil, bad(http.StatusBadRequest, "reading the body: %v", err)
 	}
+	return data, nil
+}
+
+// readBody reads a request body within MaxBodyBytes, refusing an empty
+// one with the example of what to send.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, example string) ([]byte, error) {
+	data, err := s.readLimited(w, r)
+	if err != nil {
+		return nil, err
+	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, bad(http.StatusBadRequest, "the body is empty; send %s", example)
 	}
 	return data, nil
 }
 
+// validTarget checks an item's policy is named and its key valid (where
+// names the item).
+func validTarget(policy, key, where string) error {
+	if policy == "" {
+		return bad(http.StatusBadRequest, "%spolicy is missing", where)
+	}
+	return validKey(key, where)
+}
+
+// validKey checks a key is given and at most MaxKeyLen bytes.
 func validKey(key, where string) error {
 	if key == "" {
 		return bad(http.StatusBadRequest, "%skey is missing or empty", where)
@@ -214,10 +234,7 @@ func reserveChecks(st *state, items []reserveItem, multi bool) ([]sluice.Check, 
 // reserveCheck validates one reservation (where names it) and returns its
 // policy.
 func reserveCheck(st *state, it reserveItem, where string) (*policy, error) {
-	if it.Policy == "" {
-		return nil, bad(http.StatusBadRequest, "%spolicy is missing", where)
-	}
-	if err := validKey(it.Key, where); err != nil {
+	if err := validTarget(it.Policy, it.Key, where); err != nil {
 		return nil, err
 	}
 	if it.Estimate == nil || *it.Estimate < 0 {
@@ -312,10 +329,7 @@ func settleChecks(st *state, items []settleItem, multi bool) ([]sluice.SettleChe
 // settleCheck validates one settle (where names it) and returns its
 // policy.
 func settleCheck(st *state, it settleItem, where string) (*policy, error) {
-	if it.Policy == "" {
-		return nil, bad(http.StatusBadRequest, "%spolicy is missing", where)
-	}
-	if err := validKey(it.Key, where); err != nil {
+	if err := validTarget(it.Policy, it.Key, where); err != nil {
 		return nil, err
 	}
 	if it.Reservation == "" {
