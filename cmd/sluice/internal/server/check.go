@@ -91,14 +91,9 @@ func toResult(p *policy, key, plan string, cost int64, r sluice.Result) Result {
 // decodeCheck reads and validates a POST /v1/check body.
 func (s *Server) decodeCheck(w http.ResponseWriter, r *http.Request) (checkRequest, error) {
 	var req checkRequest
-	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
-	data, err := io.ReadAll(body)
+	data, err := s.readLimited(w, r)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return req, bad(http.StatusRequestEntityTooLarge, "the body is larger than %d bytes", s.opts.MaxBodyBytes)
-		}
-		return req, bad(http.StatusBadRequest, "reading the body: %v", err)
+		return req, err
 	}
 	return req, parseCheck(data, &req)
 }
@@ -169,14 +164,8 @@ func jsonType(kind string) string {
 }
 
 func validItem(c *checkItem, where string) error {
-	if c.Policy == "" {
-		return bad(http.StatusBadRequest, "%spolicy is missing", where)
-	}
-	if c.Key == "" {
-		return bad(http.StatusBadRequest, "%skey is missing or empty", where)
-	}
-	if len(c.Key) > MaxKeyLen {
-		return bad(http.StatusBadRequest, "%skey is %d bytes; at most %d are accepted", where, len(c.Key), MaxKeyLen)
+	if err := validTarget(c.Policy, c.Key, where); err != nil {
+		return err
 	}
 	if c.Cost == nil {
 		one := int64(1)
