@@ -142,13 +142,25 @@ func jsonError(err error) string {
 		return fmt.Sprintf("%v at byte %d", se, se.Offset)
 	case errors.As(err, &te):
 		if te.Field != "" {
-			return fmt.Sprintf("%s must be %s, got %s", strings.TrimPrefix(te.Field, "checkItem."), jsonType(te.Type.Kind().String()), te.Value)
+			return fmt.Sprintf("%s must be %s, got %s", jsonField(te.Field), jsonType(te.Type.Kind().String()), te.Value)
 		}
 		return fmt.Sprintf("want a JSON object, got %s", te.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "the JSON ends too early"
 	}
 	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// jsonField is the path of a field of a request body as the client wrote
+// it: without the embedded item type (checkItem, reserveItem, settleItem)
+// that encoding/json puts in front of a top-level field.
+func jsonField(field string) string {
+	for _, embedded := range []string{"checkItem.", "reserveItem.", "settleItem."} {
+		if f, ok := strings.CutPrefix(field, embedded); ok {
+			return f
+		}
+	}
+	return field
 }
 
 func jsonType(kind string) string {
