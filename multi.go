@@ -42,12 +42,18 @@ type Decision struct {
 // earliest time the whole request would be allowed, if nothing else is taken
 // meanwhile. Zero when allowed.
 func (d Decision) RetryAfter() time.Duration {
+	return longestRetry(d.Allowed, len(d.Results), func(i int) Result { return d.Results[i] })
+}
+
+// longestRetry returns the longest RetryAfter among the n results
+// (result(i) is the i-th) that refuse, 0 when the decision is allowed.
+func longestRetry(allowed bool, n int, result func(i int) Result) time.Duration {
 	var r time.Duration
-	if d.Allowed {
+	if allowed {
 		return 0
 	}
-	for _, res := range d.Results {
-		if !res.Allowed && res.RetryAfter > r {
+	for i := range n {
+		if res := result(i); !res.Allowed && res.RetryAfter > r {
 			r = res.RetryAfter
 		}
 	}

@@ -289,16 +289,7 @@ type ReserveDecision struct {
 // RetryAfter returns the longest RetryAfter among the refusing checks (0
 // when allowed).
 func (d ReserveDecision) RetryAfter() time.Duration {
-	var r time.Duration
-	if d.Allowed {
-		return 0
-	}
-	for _, res := range d.Reservations {
-		if !res.Allowed && res.RetryAfter > r {
-			r = res.RetryAfter
-		}
-	}
-	return r
+	return longestRetry(d.Allowed, len(d.Reservations), func(i int) Result { return d.Reservations[i].Result })
 }
 
 // ReserveAll reserves several limits together, such as requests per minute
@@ -314,55 +305,118 @@ func ReserveAll(ctx context.Context, checks []Check) (ReserveDecision, error) {
 	d := ReserveDecision{Reservations: make([]Reservation, len(checks))}
 	ops := make([]driver.ReserveOp, len(checks))
 	for i, c := range checks {
-		if c.Limiter == nil {
-			return ReserveDecision{}, invalidField("Check.Limiter", "check %d has no limiter", i)
-		}
-		l := c.Limiter
-		if err := l.ready(); err != nil {
-			return ReserveDecision{}, err
-		}
-		if l.rsv == nil {
-			return ReserveDecision{}, fmt.Errorf("%w: %s (check %d)", ErrNoReservations, l.cfg.name, i)
-		}
-		rule, ok := l.PlanRule(c.Plan)
-		if !ok {
-			return ReserveDecision{}, fmt.Errorf("%w %q of %s (check %d)", ErrUnknownPlan, c.Plan, l.Name(), i)
-		}
-		if err := l.check(c.Key, rule, c.Cost); err != nil {
-			return ReserveDecision{}, err
-		}
-		id, err := newReservationID('r')
+		op, r, err := reserveOp(i, c)
 		if err != nil {
 			return ReserveDecision{}, err
 		}
-		k := l.storeKey(c.Key)
-		ops[i] = driver.ReserveOp{Op: driver.Op{Key: k, Rule: rule, Cost: c.Cost}, Record: driver.ReservationKey(k, id), Life: l.rsv.life}
-		if l.ovs != nil {
-			ops[i].Override = l.overrideKey(c.Key)
-		}
-		d.Reservations[i] = Reservation{ID: id, Estimate: c.Cost, limiter: l, key: c.Key, plan: c.Plan}
+		ops[i], d.Reservations[i] = op, r
 	}
 	if len(checks) == 0 {
 		d.Allowed = true
 		return d, nil
 	}
 	start := time.Now()
-	sent := make([]int64, len(ops))
-	seqs := make([]uint64, len(ops))
+	sent, seqs, err := stampReserveOps(checks, ops, start)
+	if err != nil {
+		return ReserveDecision{}, err
+	}
+	sendReserves(ctx, checks, ops)
+	back, backIdx, err := finishReserves(ctx, checks, ops, &d, start, sent, seqs)
+	if err != nil || d.Allowed {
+		return d, err
+	}
+	if err := giveBack(ctx, &d, back, backIdx); err != nil {
+		return ReserveDecision{}, err
+	}
+	return d, nil
+}
+
+// reserveOp validates check i and builds its store operation and its
+// Reservation (with a fresh recorded id).
+func reserveOp(i int, c Check) (driver.ReserveOp, Reservation, error) {
+	l := c.Limiter
+	if err := reservingLimiter(l, "Check.Limiter", "check", i); err != nil {
+		return driver.ReserveOp{}, Reservation{}, err
+	}
+	rule, err := reservingRule(l, c.Plan, "check", i)
+	if err != nil {
+		return driver.ReserveOp{}, Reservation{}, err
+	}
+	if err := l.check(c.Key, rule, c.Cost); err != nil {
+		return driver.ReserveOp{}, Reservation{}, err
+	}
+	id, err := newReservationID('r')
+	if err != nil {
+		return driver.ReserveOp{}, Reservation{}, err
+	}
+	k := l.storeKey(c.Key)
+	op := driver.ReserveOp{Op: driver.Op{Key: k, Rule: rule, Cost: c.Cost}, Record: driver.ReservationKey(k, id), Life: l.rsv.life}
+	if l.ovs != nil {
+		op.Override = l.overrideKey(c.Key)
+	}
+	return op, Reservation{ID: id, Estimate: c.Cost, limiter: l, key: c.Key, plan: c.Plan}, nil
+}
+
+// reservingLimiter checks that l, of item i (a "check" or a "settle";
+// field names it), is a ready limiter made WithReservations.
+func reservingLimiter(l *Limiter, field, item string, i int) error {
+	if l == nil {
+		return invalidField(field, "%s %d has no limiter", item, i)
+	}
+	if err := l.ready(); err != nil {
+		return err
+	}
+	if l.rsv == nil {
+		return fmt.Errorf("%w: %s (%s %d)", ErrNoReservations, l.cfg.name, item, i)
+	}
+	return nil
+}
+
+// reservingRule returns the rule of l's plan, of item i (a "check" or a
+// "settle"), or an error wrapping ErrUnknownPlan.
+func reservingRule(l *Limiter, plan, item string, i int) (Rule, error) {
+	rule, ok := l.PlanRule(plan)
+	if !ok {
+		return Rule{}, fmt.Errorf("%w %q of %s (%s %d)", ErrUnknownPlan, plan, l.Name(), item, i)
+	}
+	return rule, nil
+}
+
+// stampReserveOps sets each op's time (the limiter's clock, if it has one)
+// and deadline, and returns each check's send time and deny-cache sequence.
+func stampReserveOps(checks []Check, ops []driver.ReserveOp, start time.Time) (sent []int64, seqs []uint64, err error) {
+	sent = make([]int64, len(ops))
+	seqs = make([]uint64, len(ops))
 	for i, c := range checks {
 		l := c.Limiter
 		if l.deny != nil {
 			seqs[i] = l.deny.seq.Load()
 		}
 		sent[i] = l.monoAt(start)
-		if l.cfg.clock != nil {
-			ops[i].Now = l.cfg.clock()
-			if err := driver.CheckTime("now", ops[i].Now); err != nil {
-				return ReserveDecision{}, fmt.Errorf("%w (the clock of limiter %s)", err, l.cfg.name)
-			}
+		if ops[i].Now, err = limiterNow(l); err != nil {
+			return nil, nil, err
 		}
 		ops[i].Deadline = start.Add(l.cfg.timeout)
 	}
+	return sent, seqs, nil
+}
+
+// limiterNow returns the time of l's clock, checked, or the zero time
+// (the store's time) when it has none.
+func limiterNow(l *Limiter) (time.Time, error) {
+	if l.cfg.clock == nil {
+		return time.Time{}, nil
+	}
+	now := l.cfg.clock()
+	if err := driver.CheckTime("now", now); err != nil {
+		return time.Time{}, fmt.Errorf("%w (the clock of limiter %s)", err, l.cfg.name)
+	}
+	return now, nil
+}
+
+// sendReserves sends ops, one batch per store, and records a batch's error
+// on each of its ops that has none of its own.
+func sendReserves(ctx context.Context, checks []Check, ops []driver.ReserveOp) {
 	byStore(len(checks), func(i int) driver.Reserver { return checks[i].Limiter.rsv.store }, func(st driver.Reserver, idx []int) {
 		batch := make([]driver.ReserveOp, len(idx))
 		for j, i := range idx {
@@ -376,16 +430,20 @@ func ReserveAll(ctx context.Context, checks []Check) (ReserveDecision, error) {
 			}
 		}
 	})
+}
+
+// finishReserves decides each check from its op's outcome (fail mode,
+// shadow mode, deny cache, as AllowN), sets d.Allowed, and returns the
+// reservations the store took, to give back if the decision refuses.
+func finishReserves(ctx context.Context, checks []Check, ops []driver.ReserveOp, d *ReserveDecision, start time.Time, sent []int64, seqs []uint64) (back []SettleCheck, backIdx []int, err error) {
 	d.Allowed = true
-	var back []SettleCheck
-	var backIdx []int
 	for i, c := range checks {
 		l := c.Limiter
 		one := []driver.Op{ops[i].Op}
 		inStore := one[0].Err == nil && one[0].Result.Allowed // the store took and wrote the record
 		var res [1]Result
 		if err := l.finish(ctx, one, res[:], nil, start, sent[i], seqs[i]); err != nil {
-			return ReserveDecision{}, err
+			return nil, nil, err
 		}
 		r := &d.Reservations[i]
 		r.Result = res[0]
@@ -402,13 +460,16 @@ func ReserveAll(ctx context.Context, checks []Check) (ReserveDecision, error) {
 			backIdx = append(backIdx, i)
 		}
 	}
-	if d.Allowed {
-		return d, nil
-	}
-	// Give back what the allowing checks took: settled at 0.
+	return back, backIdx, nil
+}
+
+// giveBack settles at 0 what the allowing checks of a refused decision
+// took (back, of the checks backIdx), updates their Results, and clears
+// every reservation's id.
+func giveBack(ctx context.Context, d *ReserveDecision, back []SettleCheck, backIdx []int) error {
 	out, err := SettleAll(ctx, back)
 	if err != nil {
-		return ReserveDecision{}, err
+		return err
 	}
 	for j, s := range out {
 		r := &d.Reservations[backIdx[j]]
@@ -423,7 +484,7 @@ func ReserveAll(ctx context.Context, checks []Check) (ReserveDecision, error) {
 	for i := range d.Reservations {
 		d.Reservations[i].ID = ""
 	}
-	return d, nil
+	return nil
 }
 
 // SettleAll settles several reservations, in one batch per store (on
@@ -437,49 +498,64 @@ func SettleAll(ctx context.Context, checks []SettleCheck) ([]Settlement, error) 
 	var send []int
 	now := time.Now()
 	for i, c := range checks {
-		l := c.Limiter
-		if l == nil {
-			return nil, invalidField("SettleCheck.Limiter", "settle %d has no limiter", i)
-		}
-		if err := l.ready(); err != nil {
+		local, err := settleOp(i, c, now, &ops[i], &out[i])
+		if err != nil {
 			return nil, err
 		}
-		if l.rsv == nil {
-			return nil, fmt.Errorf("%w: %s (settle %d)", ErrNoReservations, l.cfg.name, i)
+		if !local {
+			send = append(send, i)
 		}
-		if c.Key == "" {
-			return nil, ErrInvalidKey
-		}
-		if c.Actual < 0 || c.Actual > driver.MaxSettle {
-			return nil, &PolicyError{Err: ErrInvalidCost, Field: "Actual", Reason: fmt.Sprintf("actual %d is outside 0 to driver.MaxSettle (%d)", c.Actual, int64(driver.MaxSettle))}
-		}
-		kind, ok := parseReservationID(c.Reservation)
-		if !ok {
-			return nil, fmt.Errorf("%w: %q (settle %d)", ErrInvalidReservation, clip(c.Reservation), i)
-		}
-		rule, ok := l.PlanRule(c.Plan)
-		if !ok {
-			return nil, fmt.Errorf("%w %q of %s (settle %d)", ErrUnknownPlan, c.Plan, l.Name(), i)
-		}
-		out[i] = Settlement{Actual: c.Actual, Limit: rule.Limit}
-		if kind == 'l' {
-			out[i].Settled, out[i].Degraded, out[i].Remaining = true, true, rule.Limit
-			continue
-		}
-		k := l.storeKey(c.Key)
-		ops[i] = driver.SettleOp{Key: k, Rule: rule, Record: driver.ReservationKey(k, c.Reservation), Actual: c.Actual,
-			MaxDebt: l.rsv.maxDebt, Deadline: now.Add(l.cfg.timeout)}
-		if l.ovs != nil {
-			ops[i].Override = l.overrideKey(c.Key)
-		}
-		if l.cfg.clock != nil {
-			ops[i].Now = l.cfg.clock()
-			if err := driver.CheckTime("now", ops[i].Now); err != nil {
-				return nil, fmt.Errorf("%w (the clock of limiter %s)", err, l.cfg.name)
-			}
-		}
-		send = append(send, i)
 	}
+	sendSettles(ctx, checks, ops, send)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sluice: %w", err)
+	}
+	for _, i := range send {
+		settled(&ops[i], &out[i], checks[i])
+	}
+	return out, nil
+}
+
+// settleOp validates settle i, sets its Settlement's first fields and
+// builds its store operation; it reports a local reservation (degraded or
+// shadowed), which settles without the store.
+func settleOp(i int, c SettleCheck, now time.Time, op *driver.SettleOp, s *Settlement) (local bool, err error) {
+	l := c.Limiter
+	if err := reservingLimiter(l, "SettleCheck.Limiter", "settle", i); err != nil {
+		return false, err
+	}
+	if c.Key == "" {
+		return false, ErrInvalidKey
+	}
+	if c.Actual < 0 || c.Actual > driver.MaxSettle {
+		return false, &PolicyError{Err: ErrInvalidCost, Field: "Actual", Reason: fmt.Sprintf("actual %d is outside 0 to driver.MaxSettle (%d)", c.Actual, int64(driver.MaxSettle))}
+	}
+	kind, ok := parseReservationID(c.Reservation)
+	if !ok {
+		return false, fmt.Errorf("%w: %q (settle %d)", ErrInvalidReservation, clip(c.Reservation), i)
+	}
+	rule, err := reservingRule(l, c.Plan, "settle", i)
+	if err != nil {
+		return false, err
+	}
+	*s = Settlement{Actual: c.Actual, Limit: rule.Limit}
+	if kind == 'l' {
+		s.Settled, s.Degraded, s.Remaining = true, true, rule.Limit
+		return true, nil
+	}
+	k := l.storeKey(c.Key)
+	*op = driver.SettleOp{Key: k, Rule: rule, Record: driver.ReservationKey(k, c.Reservation), Actual: c.Actual,
+		MaxDebt: l.rsv.maxDebt, Deadline: now.Add(l.cfg.timeout)}
+	if l.ovs != nil {
+		op.Override = l.overrideKey(c.Key)
+	}
+	op.Now, err = limiterNow(l)
+	return false, err
+}
+
+// sendSettles sends the ops of the checks send, one batch per store, and
+// records a batch's error on each of its ops that has none of its own.
+func sendSettles(ctx context.Context, checks []SettleCheck, ops []driver.SettleOp, send []int) {
 	byStore(len(send), func(j int) driver.Reserver { return checks[send[j]].Limiter.rsv.store }, func(st driver.Reserver, idx []int) {
 		batch := make([]driver.SettleOp, len(idx))
 		for j, i := range idx {
@@ -493,42 +569,42 @@ func SettleAll(ctx context.Context, checks []SettleCheck) ([]Settlement, error) 
 			}
 		}
 	})
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("sluice: %w", err)
+}
+
+// settled fills s from the outcome of c's sent op: its error, or what the
+// store settled (forgetting a cached refusal a give-back may have undone,
+// and warning of an excess beyond the debt bound).
+func settled(op *driver.SettleOp, s *Settlement, c SettleCheck) {
+	l := c.Limiter
+	if op.Err != nil {
+		if errors.Is(op.Err, ErrInvalidTime) {
+			s.Err = fmt.Errorf("%w (the clock of limiter %s)", op.Err, l.cfg.name)
+		} else {
+			s.Err = fmt.Errorf("%w: settle %s: %w", ErrStoreUnavailable, l.cfg.name, op.Err)
+		}
+		return
 	}
-	for _, i := range send {
-		op, s, l := &ops[i], &out[i], checks[i].Limiter
-		if op.Err != nil {
-			if errors.Is(op.Err, ErrInvalidTime) {
-				s.Err = fmt.Errorf("%w (the clock of limiter %s)", op.Err, l.cfg.name)
-			} else {
-				s.Err = fmt.Errorf("%w: settle %s: %w", ErrStoreUnavailable, l.cfg.name, op.Err)
-			}
-			continue
+	r := op.Result
+	switch r.Status {
+	case driver.SettleUnknown:
+		s.Err = fmt.Errorf("%w: %s of %s", ErrUnknownReservation, c.Reservation, l.cfg.name)
+		return
+	case driver.SettleDone:
+		s.Settled = true
+		if excess := op.Actual - r.Estimate; excess > 0 {
+			s.Charged, s.Unpaid = r.Charged, excess-r.Charged
 		}
-		r := op.Result
-		switch r.Status {
-		case driver.SettleUnknown:
-			s.Err = fmt.Errorf("%w: %s of %s", ErrUnknownReservation, checks[i].Reservation, l.cfg.name)
-			continue
-		case driver.SettleDone:
-			s.Settled = true
-			if excess := op.Actual - r.Estimate; excess > 0 {
-				s.Charged, s.Unpaid = r.Charged, excess-r.Charged
-			}
-			if l.deny != nil && op.Actual < r.Estimate {
-				// A refusal cached before the give-back may no longer hold.
-				l.deny.forget(op.Key)
-			}
-		}
-		s.Estimate, s.Debt = r.Estimate, r.Debt
-		s.Remaining, s.RetryAfter, s.ResetAfter = r.Remaining, r.RetryAfter, r.ResetAfter
-		if s.Unpaid > 0 {
-			l.cfg.logger.Warn("sluice: a settle's excess is beyond the debt bound; the rest is not charged",
-				"limiter", l.cfg.name, "unpaid", s.Unpaid, "max_debt", l.rsv.maxDebt)
+		if l.deny != nil && op.Actual < r.Estimate {
+			// A refusal cached before the give-back may no longer hold.
+			l.deny.forget(op.Key)
 		}
 	}
-	return out, nil
+	s.Estimate, s.Debt = r.Estimate, r.Debt
+	s.Remaining, s.RetryAfter, s.ResetAfter = r.Remaining, r.RetryAfter, r.ResetAfter
+	if s.Unpaid > 0 {
+		l.cfg.logger.Warn("sluice: a settle's excess is beyond the debt bound; the rest is not charged",
+			"limiter", l.cfg.name, "unpaid", s.Unpaid, "max_debt", l.rsv.maxDebt)
+	}
 }
 
 // byStore calls run once per distinct store among the n items (store(i)

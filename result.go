@@ -51,6 +51,12 @@ type Result struct {
 	// OverrideInvalid reports that the key has an override the store could
 	// not use (malformed in Valkey): the plan or policy decided instead.
 	OverrideInvalid bool
+
+	// Warning reports an allowed decision that used at least the
+	// limiter's warning threshold of the limit (WithWarning): the key is
+	// close to its first refusal. Never set on a refusal or a degraded
+	// decision.
+	Warning bool
 }
 
 // LimitSource says which limit decided a Result: precedence is a key's

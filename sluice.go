@@ -64,6 +64,8 @@ type config struct {
 	ovOn     bool
 	rsvOn    bool           // WithReservations
 	rsv      ReserveOptions // see reserve.go
+	warn     int            // WithWarning's percent, 0 for none
+	warnSet  bool
 }
 
 // WithName names the limiter. The name is part of every key, so limiters
@@ -210,6 +212,9 @@ func New(store driver.Store, policy Policy, opts ...Option) (*Limiter, error) {
 	}
 	if cfg.failMode != FailOpen && cfg.failMode != FailClosed {
 		return nil, invalidField("WithFailMode", "unknown fail mode %d", cfg.failMode)
+	}
+	if err := checkWarning(&cfg); err != nil {
+		return nil, err
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
@@ -517,6 +522,7 @@ func (l *Limiter) finish(ctx context.Context, ops []driver.Op, out []Result, err
 			continue
 		}
 		*res = complete(op, l.rule)
+		res.Warning = l.warns(*res)
 		if res.Allowed && op.Cost > 0 && l.deny != nil {
 			// A take changes what a cached refusal of a larger cost implies.
 			l.deny.forgetStale(op.Key)

@@ -2,7 +2,8 @@
 // interceptors that decide each call with Sluice limiters, keyed by the
 // peer's address, a metadata value, the method, or any function of the call.
 //
-// A refused call fails with status RESOURCE_EXHAUSTED carrying a
+// A refused call fails with status RESOURCE_EXHAUSTED (or the refusing
+// limit's Limit.DenyCode) carrying a
 // google.rpc.RetryInfo detail (the delay after which the same call will be
 // allowed, as sluice.Result.RetryAfter) and a google.rpc.QuotaFailure
 // naming the limits that refused. A stream is decided once, when it opens;
@@ -37,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
@@ -114,6 +116,21 @@ type Limit struct {
 	// Methods, when not empty, restricts the limit to these full method
 	// names ("/pkg.Svc/Method"); other calls are not limited by it.
 	Methods []string
+	// DenyCode is the status code of the calls this limit refuses
+	// (default, the zero value: RESOURCE_EXHAUSTED; for example
+	// UNAVAILABLE for a limit that protects capacity rather than
+	// fairness). When several limits refuse a call, the one refused
+	// longest chooses.
+	DenyCode codes.Code
+	// Wait is the longest a call this limit refuses may wait for
+	// admission, all told, instead of failing (default 0: it fails at
+	// once). A waiting call sleeps the refusal's RetryAfter and is decided
+	// again, as sluice.Limiter.Wait does; it fails at once when the wait
+	// would exceed the least Wait of the limits refusing it, or when
+	// Config.MaxWaiting or MaxWaitingPerKey calls already wait. It takes
+	// nothing while it waits, and a call whose client cancels leaves at
+	// once. New refuses Wait on a limiter with CountRejected.
+	Wait time.Duration
 }
 
 // Config configures the interceptors.
@@ -125,12 +142,19 @@ type Config struct {
 	// Skip, when set and true for a call, lets it through unchecked (health
 	// checks, reflection).
 	Skip func(ctx context.Context, fullMethod string) bool
+	// MaxWaiting bounds the calls waiting for admission at once
+	// (Limit.Wait; default DefaultMaxWaiting), MaxWaitingPerKey those
+	// waiting for one key of one limit (default DefaultMaxWaitingPerKey):
+	// past them a call fails at once.
+	MaxWaiting, MaxWaitingPerKey int
 }
 
 // Interceptor holds the checked configuration.
 type Interceptor struct {
 	cfg     Config
 	methods []map[string]bool
+	waits   bool // some limit has a Wait
+	waiters *waiters
 }
 
 // ErrInvalidConfig is returned by New for a Config it cannot honour.
@@ -141,8 +165,12 @@ func New(cfg Config) (*Interceptor, error) {
 	if len(cfg.Limits) == 0 {
 		return nil, fmt.Errorf("%w: no limits", ErrInvalidConfig)
 	}
-	in := &Interceptor{cfg: cfg}
+	if err := checkWait(&cfg); err != nil {
+		return nil, err
+	}
+	in := &Interceptor{cfg: cfg, waiters: &waiters{max: cfg.MaxWaiting, maxPerKey: cfg.MaxWaitingPerKey, perKey: map[waitKey]int{}}}
 	for i, l := range cfg.Limits {
+		in.waits = in.waits || l.Wait > 0
 		if err := l.check(i); err != nil {
 			return nil, err
 		}
@@ -165,6 +193,8 @@ func (l *Limit) check(i int) error {
 		return fmt.Errorf("%w: Limits[%d].Key is nil", ErrInvalidConfig, i)
 	case l.Missing.kind == fallBack && l.Missing.fallback == nil:
 		return fmt.Errorf("%w: Limits[%d].Missing: FallBack needs a KeyFunc", ErrInvalidConfig, i)
+	case l.DenyCode > codes.Unauthenticated:
+		return fmt.Errorf("%w: Limits[%d].DenyCode: %d is not a gRPC status code", ErrInvalidConfig, i, l.DenyCode)
 	}
 	return nil
 }
@@ -224,27 +254,29 @@ func (in *Interceptor) check(ctx context.Context, fullMethod string) ([]*sluice.
 	if in.cfg.Skip != nil && in.cfg.Skip(ctx, fullMethod) {
 		return nil, nil
 	}
-	checks, err := in.checks(ctx, fullMethod)
+	checks, denyCodes, limits, err := in.checks(ctx, fullMethod)
 	if err != nil {
 		return nil, err
 	}
 	if len(checks) == 0 {
 		return nil, nil
 	}
-	d, err := sluice.AllowAll(ctx, checks)
+	d, err := in.decideWaiting(ctx, checks, limits)
 	if err != nil {
 		return nil, failure(ctx, err)
 	}
 	if d.Allowed {
 		return d.Leases, nil
 	}
-	return nil, refusal(checks, d)
+	return nil, refusal(checks, denyCodes, d)
 }
 
 // checks are the checks of the limits that apply to a call of fullMethod,
 // with their keys.
-func (in *Interceptor) checks(ctx context.Context, fullMethod string) ([]sluice.Check, error) {
-	checks := make([]sluice.Check, 0, len(in.cfg.Limits))
+func (in *Interceptor) checks(ctx context.Context, fullMethod string) (checks []sluice.Check, denyCodes []codes.Code, limits []int, err error) {
+	checks = make([]sluice.Check, 0, len(in.cfg.Limits))
+	denyCodes = make([]codes.Code, 0, len(in.cfg.Limits))
+	limits = make([]int, 0, len(in.cfg.Limits))
 	for i := range in.cfg.Limits {
 		l := &in.cfg.Limits[i]
 		if m := in.methods[i]; m != nil && !m[fullMethod] {
@@ -252,19 +284,25 @@ func (in *Interceptor) checks(ctx context.Context, fullMethod string) ([]sluice.
 		}
 		key, err := l.keyOf(ctx, fullMethod)
 		if err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		if key == "" { // Skip
 			continue
 		}
 		checks = append(checks, sluice.Check{Limiter: l.Limiter, Key: key, Cost: 1})
+		denyCodes = append(denyCodes, l.DenyCode)
+		limits = append(limits, i)
 	}
-	return checks, nil
+	return checks, denyCodes, limits, nil
 }
 
-// failure is the status of a decision that failed with err: the call's
+// failure is the status of a decision that failed with err: a status the
+// wait returned (the call's context ended while it waited), the call's
 // own context error, or UNAVAILABLE.
 func failure(ctx context.Context, err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err // the call's context ended while it waited
+	}
 	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()
 	}
@@ -280,13 +318,21 @@ type heldStream struct {
 
 func (s *heldStream) Context() context.Context { return s.ctx }
 
-// refusal is the RESOURCE_EXHAUSTED status of a refused decision.
-func refusal(checks []sluice.Check, d sluice.Decision) error {
+// refusal is the status of a refused decision: RESOURCE_EXHAUSTED, or
+// the DenyCode (denyCodes[i] for checks[i]) of the limit refused longest.
+func refusal(checks []sluice.Check, denyCodes []codes.Code, d sluice.Decision) error {
 	qf := &errdetails.QuotaFailure{}
 	var names []string
+	code, longest := codes.ResourceExhausted, time.Duration(-1)
 	for i, res := range d.Results {
 		if res.Allowed {
 			continue
+		}
+		if res.RetryAfter > longest {
+			longest, code = res.RetryAfter, codes.ResourceExhausted
+			if c := denyCodes[i]; c != codes.OK {
+				code = c
+			}
 		}
 		name := checks[i].Limiter.Name()
 		names = append(names, name)
@@ -295,7 +341,7 @@ func refusal(checks []sluice.Check, d sluice.Decision) error {
 			Description: fmt.Sprintf("limit %d; retry after %v", res.Limit, res.RetryAfter),
 		})
 	}
-	st := status.New(codes.ResourceExhausted, "rate limited by "+strings.Join(names, ", "))
+	st := status.New(code, "rate limited by "+strings.Join(names, ", "))
 	withDetails, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter())}, qf)
 	if err != nil {
 		return st.Err()

@@ -36,6 +36,12 @@ func serve(t *testing.T, cfg grpclimit.Config) healthpb.HealthClient {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveWith(t, in)
+}
+
+// serveWith is serve with the interceptors of in.
+func serveWith(t *testing.T, in *grpclimit.Interceptor) healthpb.HealthClient {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ const (
 )
 
 // headerNames lists the headers WriteHeaders may set.
-var headerNames = [...]string{HeaderXLimit, HeaderXRemaining, HeaderXReset, HeaderPolicy, HeaderRateLimit, HeaderRetryAfter}
+var headerNames = [...]string{HeaderXLimit, HeaderXRemaining, HeaderXReset, HeaderPolicy, HeaderRateLimit, HeaderRetryAfter, HeaderWarning}
 
 // HeaderOptions says which rate-limit headers WriteHeaders sets, and how.
 // The zero value sets them all, X-RateLimit-Reset in delta seconds.
@@ -39,6 +39,9 @@ type HeaderOptions struct {
 	ResetEpoch bool
 	// Now is the time of the decision, for ResetEpoch.
 	Now time.Time
+	// Warning sends HeaderWarning on allowed requests that crossed a
+	// limit's warning threshold (default not sent).
+	Warning bool
 }
 
 // WriteHeaders sets on h the rate-limit headers of st. It is the one
@@ -82,6 +85,11 @@ func writeFields(st *Status, o HeaderOptions, set func(name, value string)) {
 	}
 	if !st.Allowed && !o.OmitRetryAfter {
 		set(HeaderRetryAfter, strconv.FormatInt(st.retryAfterSeconds(), 10))
+	}
+	if o.Warning {
+		if v := st.warningField(); v != "" {
+			set(HeaderWarning, v)
+		}
 	}
 }
 
@@ -295,8 +303,9 @@ type Problem struct {
 	ViolatedPolicies []string `json:"violated-policies"`
 }
 
-// WriteProblem answers a refused request with 429 and an
-// application/problem+json body naming the violated policies of st. It
+// WriteProblem answers a refused request with 429 (or its Denier's
+// DenyStatus) and an application/problem+json body naming the violated
+// policies of st. It
 // does not set Retry-After; the Middleware has.
 func WriteProblem(w http.ResponseWriter, st *Status) {
 	p := Problem{
@@ -306,6 +315,7 @@ func WriteProblem(w http.ResponseWriter, st *Status) {
 		ViolatedPolicies: []string{},
 	}
 	if st != nil {
+		p.Status = st.DenyStatusCode()
 		if v := st.Violated(); v != nil {
 			p.ViolatedPolicies = v
 		}
@@ -316,7 +326,7 @@ func WriteProblem(w http.ResponseWriter, st *Status) {
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(http.StatusTooManyRequests)
+	w.WriteHeader(p.Status)
 	w.Write(body)
 }
 
@@ -330,5 +340,5 @@ func secondsText(n int64) string {
 
 func defaultDeny(w http.ResponseWriter, r *http.Request) {
 	st, _ := FromContext(r.Context())
-	WriteProblem(w, st)
+	WriteRefusal(w, st)
 }

@@ -36,7 +36,9 @@
 // body (RFC 9457) of type
 // https://iana.org/assignments/http-problem-types#quota-exceeded whose
 // "violated-policies" member names the refusing limits, unless
-// Config.DenyHandler answers instead.
+// Config.DenyHandler answers instead. A Limit may choose another status
+// (DenyStatus, such as 503) and a JSON body of its own (DenyBody): the
+// refusing limit refused longest answers (Status.Denier).
 //
 // Every response to a request that some Limit applied to carries, unless
 // switched off in Config (WriteHeaders writes them, for sluice serve too):
@@ -97,6 +99,7 @@ package httplimit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -136,6 +139,26 @@ type Limit struct {
 	// enforced, and named in violated-policies when it refuses. Use it for
 	// limits clients should not plan around, such as a global capacity.
 	Hidden bool
+
+	// DenyStatus is the HTTP status of the requests this limit refuses
+	// (default 429; for example 503 for a limit that protects capacity
+	// rather than fairness): 400 to 599. DenyBody, when set, is the JSON
+	// document sent instead of the problem+json body, as
+	// application/json. When several limits refuse one request, the one
+	// refused longest answers (Status.Denier). A Config.DenyHandler
+	// answers instead of both.
+	DenyStatus int
+	DenyBody   json.RawMessage
+
+	// Wait is the longest a request this limit refuses may wait for
+	// admission, all told, instead of being refused (default 0: refused at
+	// once). A waiting request sleeps the refusal's RetryAfter and is
+	// decided again, as sluice.Limiter.Wait does; it is refused at once
+	// when the wait would exceed the least Wait of the limits refusing it,
+	// or when Config.MaxWaiting or MaxWaitingPerKey requests already wait.
+	// It takes nothing while it waits, and a client that goes away leaves
+	// at once. New refuses Wait on a limiter with CountRejected.
+	Wait time.Duration
 }
 
 // Config configures a Middleware.
@@ -184,15 +207,28 @@ type Config struct {
 	// Now is the clock for ResetEpoch (default time.Now).
 	Now func() time.Time
 
+	// Warning sends HeaderWarning (X-RateLimit-Warning) on allowed
+	// requests that crossed a limit's warning threshold
+	// (sluice.WithWarning), naming those limits (default not sent).
+	Warning bool
+
 	// Logger receives errors (default slog.Default()).
 	Logger *slog.Logger
+
+	// MaxWaiting bounds the requests waiting for admission at once
+	// (Limit.Wait; default DefaultMaxWaiting), MaxWaitingPerKey those
+	// waiting for one key of one limit (default DefaultMaxWaitingPerKey):
+	// past them a request is refused at once.
+	MaxWaiting, MaxWaitingPerKey int
 }
 
 // A Middleware enforces limits on HTTP requests. It is safe for concurrent
 // use.
 type Middleware struct {
-	cfg    Config
-	limits []limit
+	cfg     Config
+	limits  []limit
+	waits   bool // some limit has a Wait
+	waiters *waiters
 }
 
 type limit struct {
@@ -208,18 +244,31 @@ func New(cfg Config) (*Middleware, error) {
 	if len(cfg.Limits) == 0 {
 		return nil, errors.New("httplimit: no limits")
 	}
-	m := &Middleware{cfg: cfg}
+	if err := checkWaitConfig(&cfg); err != nil {
+		return nil, err
+	}
+	if cfg.MaxWaiting == 0 {
+		cfg.MaxWaiting = DefaultMaxWaiting
+	}
+	if cfg.MaxWaitingPerKey == 0 {
+		cfg.MaxWaitingPerKey = DefaultMaxWaitingPerKey
+	}
+	m := &Middleware{cfg: cfg, waiters: newWaiters(cfg.MaxWaiting, cfg.MaxWaitingPerKey)}
 	names := make(map[string]int, len(cfg.Limits))
 	for i, l := range cfg.Limits {
 		name, err := l.checkedName(i)
 		if err != nil {
 			return nil, err
 		}
+		if err := checkResponse(l.DenyStatus, l.DenyBody); err != nil {
+			return nil, fmt.Errorf("httplimit: limit %d (%s): %w", i, name, err)
+		}
 		if j, dup := names[name]; dup {
 			return nil, fmt.Errorf("httplimit: limits %d and %d are both named %q; give one a Name", j, i, name)
 		}
 		names[name] = i
 		m.limits = append(m.limits, limit{Limit: l, name: name})
+		m.waits = m.waits || l.Wait > 0
 	}
 	m.defaults()
 	return m, nil
@@ -268,7 +317,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		st, err := m.Check(r)
+		st, err := m.checkWaiting(r)
 		if err != nil {
 			m.cfg.ErrorHandler(w, r, err)
 			return
@@ -282,6 +331,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			OmitRateLimit:  m.cfg.OmitRateLimit,
 			ResetEpoch:     m.cfg.ResetEpoch,
 			Now:            m.cfg.Now(),
+			Warning:        m.cfg.Warning,
 		})
 		r = r.WithContext(context.WithValue(r.Context(), statusKey{}, st))
 		if !st.Allowed {
@@ -333,17 +383,25 @@ func (l *limit) costOf(r *http.Request) int64 {
 // It returns a nil Status when no limit applies to r, and a *NoKeyError,
 // counting nothing, when a limit that refuses requests without a key finds
 // none for r.
+// Check never waits (Limit.Wait is the Handler's).
 func (m *Middleware) Check(r *http.Request) (*Status, error) {
+	st, _, err := m.check(r)
+	return st, err
+}
+
+// check is Check, and returns the index in m.limits of each limit of the
+// Status.
+func (m *Middleware) check(r *http.Request) (*Status, []int, error) {
 	checks, applied, err := m.checks(r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(checks) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	d, err := sluice.AllowAll(r.Context(), checks)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	st := &Status{Allowed: d.Allowed, Limits: make([]LimitStatus, len(applied))}
 	for j, i := range applied {
@@ -356,12 +414,15 @@ func (m *Middleware) Check(r *http.Request) (*Status, error) {
 			Result: d.Results[j],
 			Hidden: l.Hidden,
 			Shadow: l.Limiter.Shadow(),
+
+			DenyStatus: l.DenyStatus,
+			DenyBody:   l.DenyBody,
 		}
 		if d.Leases != nil {
 			st.Limits[j].Lease = d.Leases[j]
 		}
 	}
-	return st, nil
+	return st, applied, nil
 }
 
 func (m *Middleware) defaultError(w http.ResponseWriter, r *http.Request, err error) {
@@ -409,6 +470,11 @@ type LimitStatus struct {
 	// request, the lease it holds: Handler holds it for the request's
 	// lifetime (sluice.Hold); a caller of Check releases it.
 	Lease *sluice.Lease
+
+	// DenyStatus and DenyBody are the limit's response to a refusal
+	// (Limit.DenyStatus, Limit.DenyBody; zero: 429 with problem+json).
+	DenyStatus int
+	DenyBody   []byte
 }
 
 // RetryAfter returns the longest RetryAfter of the refusing limits: the

@@ -106,6 +106,9 @@ type settleOut struct {
 	remaining, retry, reset, debt, charged int64
 }
 
+// settle settles op under its key's lock: the record's status and
+// estimate, the algorithm's settle on the key's state, which it keeps or
+// deletes, and the record marked settled.
 func (s *Store) settle(op *driver.SettleOp) (driver.SettleResult, error) {
 	if err := (&driver.Op{Rule: op.Rule, Now: op.Now}).Validate(); err != nil {
 		return driver.SettleResult{}, err
@@ -121,52 +124,17 @@ func (s *Store) settle(op *driver.SettleOp) (driver.SettleResult, error) {
 	if now.IsZero() {
 		now = clockNow
 	}
-	us := now.UnixMicro()
 	var st state
 	it, err := sh.load(op.Key, op.Rule.Algorithm, clockNow, &st)
 	if err != nil {
 		return driver.SettleResult{}, err
 	}
 	r, _, _, _ := s.applyOverride(&driver.Op{Rule: op.Rule, Override: op.Override}, now, clockNow)
-	res := driver.SettleResult{Status: driver.SettleUnknown}
-	var receipt int64
-	if rec := s.rsv.get(op.Record, clockNow); rec != nil {
-		res.Status, res.Estimate, receipt = driver.SettleDone, rec.estimate, rec.receipt
-		if rec.settled {
-			res.Status = driver.SettleAlready
-		}
-	}
+	res, receipt := s.recordOf(op.Record, clockNow)
 	apply := res.Status == driver.SettleDone
-	diff := res.Estimate - op.Actual
-	exists := it != nil
-	var out settleOut
-	var write, del bool
-	switch r.Algorithm {
-	case driver.AlgorithmTokenBucket:
-		out, write, del = settleBucket(&st, exists, us, r.Limit, r.Param(), diff, op.MaxDebt, apply)
-	case driver.AlgorithmGCRA:
-		out, write, del = settleGCRA(&st, exists, us, r.Limit, r.Param(), diff, op.MaxDebt, apply)
-	case driver.AlgorithmFixedWindow:
-		if !r.Calendar.IsZero() {
-			b := luascript.CalendarBounds(&r, now)
-			found := false
-			for i := 0; i < 3; i++ {
-				if b[i] <= us && us < b[i+1] {
-					out, write, del = settleWindow(&st, exists, us, b[i], b[i], b[i+1], r.Limit, diff, op.MaxDebt, receipt, apply)
-					found = true
-					break
-				}
-			}
-			if !found {
-				return driver.SettleResult{}, fmt.Errorf("memstore: %w", driver.ErrClockSkew)
-			}
-		} else {
-			w := r.Param()
-			idx := floorDiv(us, w)
-			out, write, del = settleWindow(&st, exists, us, idx, idx*w, (idx+1)*w, r.Limit, diff, op.MaxDebt, receipt, apply)
-		}
-	default:
-		return driver.SettleResult{}, fmt.Errorf("memstore: %v keeps no reservations", r.Algorithm)
+	out, write, del, err := settleState(&st, it != nil, &r, now, res.Estimate-op.Actual, op.MaxDebt, receipt, apply)
+	if err != nil {
+		return driver.SettleResult{}, err
 	}
 	switch {
 	case del:
@@ -181,6 +149,50 @@ func (s *Store) settle(op *driver.SettleOp) (driver.SettleResult, error) {
 	res.RetryAfter = time.Duration(out.retry) * time.Microsecond
 	res.ResetAfter = time.Duration(out.reset) * time.Microsecond
 	return res, nil
+}
+
+// recordOf returns the status and estimate of the reservation record
+// (SettleUnknown when there is none live) and the receipt of its take.
+func (s *Store) recordOf(record string, clockNow time.Time) (res driver.SettleResult, receipt int64) {
+	res.Status = driver.SettleUnknown
+	if rec := s.rsv.get(record, clockNow); rec != nil {
+		res.Status, res.Estimate, receipt = driver.SettleDone, rec.estimate, rec.receipt
+		if rec.settled {
+			res.Status = driver.SettleAlready
+		}
+	}
+	return res, receipt
+}
+
+// settleState applies the settle of diff (estimate less actual; apply is
+// false for one settled before) to the key's state st (exists: it has
+// one) under the rule in force r at now, as settle.lua does.
+func settleState(st *state, exists bool, r *driver.Rule, now time.Time, diff, maxDebt, receipt int64, apply bool) (out settleOut, write, del bool, err error) {
+	us := now.UnixMicro()
+	switch r.Algorithm {
+	case driver.AlgorithmTokenBucket:
+		out, write, del = settleBucket(st, exists, us, r.Limit, r.Param(), diff, maxDebt, apply)
+	case driver.AlgorithmGCRA:
+		out, write, del = settleGCRA(st, exists, us, r.Limit, r.Param(), diff, maxDebt, apply)
+	case driver.AlgorithmFixedWindow:
+		if r.Calendar.IsZero() {
+			w := r.Param()
+			idx := floorDiv(us, w)
+			out, write, del = settleWindow(st, exists, us, idx, idx*w, (idx+1)*w, r.Limit, diff, maxDebt, receipt, apply)
+			return out, write, del, nil
+		}
+		b := luascript.CalendarBounds(r, now)
+		for i := 0; i < 3; i++ {
+			if b[i] <= us && us < b[i+1] {
+				out, write, del = settleWindow(st, exists, us, b[i], b[i], b[i+1], r.Limit, diff, maxDebt, receipt, apply)
+				return out, write, del, nil
+			}
+		}
+		return out, false, false, fmt.Errorf("memstore: %w", driver.ErrClockSkew)
+	default:
+		return out, false, false, fmt.Errorf("memstore: %v keeps no reservations", r.Algorithm)
+	}
+	return out, write, del, nil
 }
 
 // ceilDiv is ceil(a / b) for a >= 0, b > 0.

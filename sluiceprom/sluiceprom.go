@@ -11,6 +11,7 @@
 //	sluice_decisions_total{limiter, outcome}           counter
 //	sluice_store_errors_total{limiter, reason}          counter
 //	sluice_decision_duration_seconds{limiter}           histogram
+//	sluice_warnings_total{limiter}                      counter
 //
 // outcome is one of:
 //
@@ -43,8 +44,12 @@
 // 250ms: a healthy Valkey decides in well under a millisecond, and a
 // timed-out decision takes the limiter's timeout (50ms by default).
 //
+// warnings_total counts the allowed decisions that crossed the limiter's
+// warning threshold (sluice.WithWarning, Result.Warning): keys close to
+// their first refusal.
+//
 // The limiter label takes the limiters' names, so their number bounds the
-// series: 6 outcomes + 3 reasons + one histogram per limiter. Keys, which
+// series: 6 outcomes + 3 reasons + one warning counter + one histogram per limiter. Keys, which
 // are unbounded, are never labels.
 package sluiceprom
 
@@ -129,6 +134,7 @@ type Metrics struct {
 	errors    *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	leases    *prometheus.CounterVec
+	warnings  *prometheus.CounterVec
 
 	limiters sync.Map // limiter name -> *series
 }
@@ -138,6 +144,7 @@ type series struct {
 	outcomes [len(outcomes)]prometheus.Counter
 	reasons  [len(reasons)]prometheus.Counter
 	latency  prometheus.Observer
+	warnings prometheus.Counter
 }
 
 var _ sluice.Observer = (*Metrics)(nil)
@@ -179,6 +186,12 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Help:        "What became of in-flight limits' leases, by limiter and event: released, ended (a release found it already ended: expired or reset), renewed, lost (a renewal found it ended). Acquires and refusals are in decisions_total.",
 			ConstLabels: c.labels,
 		}, []string{"limiter", "event"}),
+		warnings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace:   c.namespace,
+			Name:        "warnings_total",
+			Help:        "Allowed decisions that crossed the limiter's warning threshold (sluice.WithWarning), by limiter.",
+			ConstLabels: c.labels,
+		}, []string{"limiter"}),
 	}
 	if reg != nil {
 		if err := reg.Register(m); err != nil {
@@ -194,6 +207,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.errors.Describe(ch)
 	m.latency.Describe(ch)
 	m.leases.Describe(ch)
+	m.warnings.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -202,6 +216,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.errors.Collect(ch)
 	m.latency.Collect(ch)
 	m.leases.Collect(ch)
+	m.warnings.Collect(ch)
 }
 
 // ObserveDecision implements sluice.Observer.
@@ -210,6 +225,9 @@ func (m *Metrics) ObserveDecision(limiter string, res sluice.Result, err error, 
 	s.outcomes[outcome(res)].Inc()
 	if res.Degraded || err != nil {
 		s.reasons[reason(err)].Inc()
+	}
+	if res.Warning {
+		s.warnings.Inc()
 	}
 	s.latency.Observe(latency.Seconds())
 }
@@ -228,7 +246,7 @@ func (m *Metrics) series(limiter string) *series {
 	if s, ok := m.limiters.Load(limiter); ok {
 		return s.(*series)
 	}
-	s := &series{latency: m.latency.WithLabelValues(limiter)}
+	s := &series{latency: m.latency.WithLabelValues(limiter), warnings: m.warnings.WithLabelValues(limiter)}
 	for i, o := range outcomes {
 		s.outcomes[i] = m.decisions.WithLabelValues(limiter, o)
 	}

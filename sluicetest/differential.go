@@ -85,10 +85,25 @@ func RandomRule(rng *rand.Rand, alg int) sluice.Rule {
 	case 2:
 		p = sluice.SlidingWindow{Limit: limit, Window: window}
 	case 3:
-		p = sluice.TokenBucket{Capacity: limit, Rate: float64(1+rng.IntN(20)) / float64(1+rng.IntN(3)), Per: window}
+		p = ratedPolicy(rng, false, limit, window)
 	default:
-		p = sluice.GCRA{Rate: float64(1 + rng.IntN(20)), Per: window, Burst: limit}
+		p = ratedPolicy(rng, true, limit, window)
 	}
+	return mustRule(p)
+}
+
+// ratedPolicy returns a TokenBucket (gcra false) or a GCRA of limit over
+// window, its rate drawn from rng.
+func ratedPolicy(rng *rand.Rand, gcra bool, limit int64, window time.Duration) sluice.Policy {
+	if gcra {
+		return sluice.GCRA{Rate: float64(1 + rng.IntN(20)), Per: window, Burst: limit}
+	}
+	return sluice.TokenBucket{Capacity: limit, Rate: float64(1+rng.IntN(20)) / float64(1+rng.IntN(3)), Per: window}
+}
+
+// mustRule returns p's rule; the random policies are valid by
+// construction, so an error is a bug of the generator.
+func mustRule(p sluice.Policy) sluice.Rule {
 	r, err := p.Rule()
 	if err != nil {
 		panic(err)

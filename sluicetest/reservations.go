@@ -128,8 +128,7 @@ func (m *rsvModel) settle(now int64, id string, actual int64) (s sluice.Settleme
 	if rv == nil {
 		return s, false
 	}
-	L := m.rule.Limit
-	s = sluice.Settlement{Actual: actual, Estimate: rv.estimate, Limit: L}
+	s = sluice.Settlement{Actual: actual, Estimate: rv.estimate, Limit: m.rule.Limit}
 	apply := !rv.settled
 	s.Settled = apply
 	rv.settled = true
@@ -137,81 +136,11 @@ func (m *rsvModel) settle(now int64, id string, actual int64) (s sluice.Settleme
 	excess := max(0, -diff)
 	switch m.rule.Algorithm {
 	case driver.AlgorithmTokenBucket:
-		iv, full := m.iv(), L*m.iv()
-		c := m.avail(now)
-		if apply && diff != 0 {
-			before := c
-			if diff > 0 {
-				c = min(full, c+diff*iv)
-				if c-before > diff*iv {
-					m.violation = "gave back more than the difference"
-				}
-			} else {
-				// Whole units while the credit stays at or above -maxDebt.
-				for s.Charged < excess && c-iv >= -m.maxDebt*iv {
-					c -= iv
-					s.Charged++
-				}
-			}
-			m.credit, m.ts, m.has = c, now, c < full
-		}
-		if c < -m.maxDebt*iv {
-			m.violation = fmt.Sprintf("debt %dµs beyond the bound %d units", -c, m.maxDebt)
-		}
-		if c < iv {
-			s.RetryAfter = us(iv - c)
-		}
-		if c < 0 {
-			s.Debt = (-c + iv - 1) / iv
-		}
-		s.Remaining, s.ResetAfter = max(0, c)/iv, us(full-c)
+		m.settleBucket(now, apply, diff, excess, &s)
 	case driver.AlgorithmGCRA:
-		iv, tau := m.iv(), L*m.iv()
-		t := max(m.tat, now)
-		if apply && diff != 0 {
-			if diff > 0 {
-				t = max(now, t-diff*iv)
-			} else {
-				for s.Charged < excess && t+iv <= now+tau+m.maxDebt*iv {
-					t += iv
-					s.Charged++
-				}
-			}
-			m.tat = t
-		}
-		if t-now-tau > m.maxDebt*iv {
-			m.violation = "GCRA debt beyond its bound"
-		}
-		if t-now > tau {
-			s.Debt = (t - now - tau + iv - 1) / iv
-		}
-		s.Remaining, s.RetryAfter, s.ResetAfter = max(0, now-t+tau)/iv, us(max(0, t+iv-tau-now)), us(t-now)
+		m.settleGCRA(now, apply, diff, excess, &s)
 	default:
-		idx, end := m.window(now)
-		c := m.counts[idx]
-		if apply && diff > 0 {
-			if from, _ := m.window(rv.at); from == idx {
-				back := min(c, diff)
-				c -= back
-				m.ledger[idx] -= diff // the window's ledger: the actual replaces the estimate
-			}
-		}
-		if apply && diff < 0 {
-			s.Charged = min(excess, max(0, L+m.maxDebt-c))
-			c += s.Charged
-			m.ledger[idx] += s.Charged
-		}
-		m.counts[idx] = c
-		if s.Charged > 0 && c > L+m.maxDebt {
-			m.violation = "an excess charged beyond limit + max debt"
-		}
-		if c+1 > L {
-			s.RetryAfter = us(end - now)
-		}
-		if c > 0 {
-			s.ResetAfter = us(end - now)
-		}
-		s.Remaining, s.Debt = max(0, L-c), max(0, c-L)
+		m.settleWindow(now, rv, apply, diff, excess, &s)
 	}
 	if !apply {
 		s.Charged = 0
@@ -219,6 +148,98 @@ func (m *rsvModel) settle(now int64, id string, actual int64) (s sluice.Settleme
 		s.Unpaid = excess - s.Charged
 	}
 	return s, true
+}
+
+// settleBucket is settle on a token bucket: the difference diff (estimate
+// less actual) given back, or the excess charged in whole units while the
+// credit stays at or above -maxDebt; apply is false for a second settle.
+func (m *rsvModel) settleBucket(now int64, apply bool, diff, excess int64, s *sluice.Settlement) {
+	iv, full := m.iv(), m.rule.Limit*m.iv()
+	c := m.avail(now)
+	if apply && diff != 0 {
+		before := c
+		if diff > 0 {
+			c = min(full, c+diff*iv)
+			if c-before > diff*iv {
+				m.violation = "gave back more than the difference"
+			}
+		} else {
+			// Whole units while the credit stays at or above -maxDebt.
+			for s.Charged < excess && c-iv >= -m.maxDebt*iv {
+				c -= iv
+				s.Charged++
+			}
+		}
+		m.credit, m.ts, m.has = c, now, c < full
+	}
+	if c < -m.maxDebt*iv {
+		m.violation = fmt.Sprintf("debt %dµs beyond the bound %d units", -c, m.maxDebt)
+	}
+	if c < iv {
+		s.RetryAfter = us(iv - c)
+	}
+	if c < 0 {
+		s.Debt = (-c + iv - 1) / iv
+	}
+	s.Remaining, s.ResetAfter = max(0, c)/iv, us(full-c)
+}
+
+// settleGCRA is settle on GCRA: the theoretical arrival time moves back
+// by the difference (not before now), or on by the excess in whole units
+// while the debt stays within maxDebt.
+func (m *rsvModel) settleGCRA(now int64, apply bool, diff, excess int64, s *sluice.Settlement) {
+	iv, tau := m.iv(), m.rule.Limit*m.iv()
+	t := max(m.tat, now)
+	if apply && diff != 0 {
+		if diff > 0 {
+			t = max(now, t-diff*iv)
+		} else {
+			for s.Charged < excess && t+iv <= now+tau+m.maxDebt*iv {
+				t += iv
+				s.Charged++
+			}
+		}
+		m.tat = t
+	}
+	if t-now-tau > m.maxDebt*iv {
+		m.violation = "GCRA debt beyond its bound"
+	}
+	if t-now > tau {
+		s.Debt = (t - now - tau + iv - 1) / iv
+	}
+	s.Remaining, s.RetryAfter, s.ResetAfter = max(0, now-t+tau)/iv, us(max(0, t+iv-tau-now)), us(t-now)
+}
+
+// settleWindow is settle on a fixed window: the difference given back
+// only within the reservation's window, the excess charged to the current
+// one up to limit + maxDebt.
+func (m *rsvModel) settleWindow(now int64, rv *modelRsv, apply bool, diff, excess int64, s *sluice.Settlement) {
+	L := m.rule.Limit
+	idx, end := m.window(now)
+	c := m.counts[idx]
+	if apply && diff > 0 {
+		if from, _ := m.window(rv.at); from == idx {
+			back := min(c, diff)
+			c -= back
+			m.ledger[idx] -= diff // the window's ledger: the actual replaces the estimate
+		}
+	}
+	if apply && diff < 0 {
+		s.Charged = min(excess, max(0, L+m.maxDebt-c))
+		c += s.Charged
+		m.ledger[idx] += s.Charged
+	}
+	m.counts[idx] = c
+	if s.Charged > 0 && c > L+m.maxDebt {
+		m.violation = "an excess charged beyond limit + max debt"
+	}
+	if c+1 > L {
+		s.RetryAfter = us(end - now)
+	}
+	if c > 0 {
+		s.ResetAfter = us(end - now)
+	}
+	s.Remaining, s.Debt = max(0, L-c), max(0, c-L)
 }
 
 // checkLedger: a window's count is what was charged in it: never less than
@@ -249,15 +270,11 @@ func randomReserveRule(rng *rand.Rand) sluice.Rule {
 	case 0:
 		p = sluice.FixedWindow{Limit: limit, Window: window, CountRejected: rng.IntN(4) == 0}
 	case 1:
-		p = sluice.TokenBucket{Capacity: limit, Rate: float64(1+rng.IntN(20)) / float64(1+rng.IntN(3)), Per: window}
+		p = ratedPolicy(rng, false, limit, window)
 	default:
-		p = sluice.GCRA{Rate: float64(1 + rng.IntN(20)), Per: window, Burst: limit}
+		p = ratedPolicy(rng, true, limit, window)
 	}
-	r, err := p.Rule()
-	if err != nil {
-		panic(err)
-	}
-	return r
+	return mustRule(p)
 }
 
 // policyOf returns the policy of a rule built by randomReserveRule.
@@ -275,108 +292,153 @@ func (p rulePolicy) Rule() (sluice.Rule, error) { return p.r, nil }
 // model's invariants hold (the debt bound; a window's count is what was
 // charged in it).
 func RunReservations(t *testing.T, h Harness, timelines int) {
-	ctx := context.Background()
 	for seed := range timelines {
-		rng := rand.New(rand.NewPCG(uint64(seed), 27))
-		rule := randomReserveRule(rng)
-		maxDebt := []int64{0, sluice.NoDebt, 1, int64(rng.IntN(30) + 1)}[rng.IntN(4)]
-		clock := NewClock()
-		clock.Advance(time.Duration(rng.IntN(3000)) * time.Millisecond)
-		l, err := sluice.New(h.Store, policyOf(rule), sluice.WithPrefix(Prefix(t)), sluice.WithName("r"), sluice.WithClock(clock.Now),
-			sluice.WithTimeout(5*time.Second), sluice.WithDenyCache(false), sluice.WithLogger(quiet), sluice.WithReservations(sluice.ReserveOptions{MaxDebt: maxDebt}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := newRsvModel(rule, l.MaxDebt())
-		var ids []string
-		var log []string
-		fail := func(format string, args ...any) {
-			t.Helper()
-			t.Fatalf("seed %d, %v, max debt %d:\n%s\n%s", seed, rule, l.MaxDebt(), joinLines(log), fmt.Sprintf(format, args...))
-		}
+		tl := newRsvTimeline(t, h, seed)
 		for step := range 120 {
-			now := clock.Now().UnixMicro()
-			switch k := rng.IntN(10); {
-			case k < 3: // reserve
-				est := int64(rng.IntN(int(rule.Limit) + 1))
-				r, err := l.Reserve(ctx, "k", est)
-				if err != nil {
-					fail("reserve: %v", err)
-				}
-				want := m.take(now, est)
-				log = append(log, fmt.Sprintf("%d t=%d reserve %d: %+v", step, now, est, r.Result))
-				if r.Result != want {
-					fail("reserve %d: store %+v, model %+v", est, r.Result, want)
-				}
-				if r.Allowed != (r.ID != "") {
-					fail("reserve %d: allowed %v with id %q", est, r.Allowed, r.ID)
-				}
-				if r.Allowed {
-					m.resv[r.ID] = &modelRsv{estimate: est, at: now}
-					ids = append(ids, r.ID)
-				}
-			case k < 6 && len(ids) > 0: // settle (again, sometimes)
-				id := ids[rng.IntN(len(ids))]
-				est := m.resv[id].estimate
-				var actual int64
-				switch rng.IntN(5) {
-				case 0:
-					actual = est
-				case 1:
-					actual = int64(rng.IntN(int(est) + 1))
-				case 2:
-					actual = est + int64(rng.IntN(4))
-				case 3:
-					actual = est + int64(rng.IntN(40)) // beyond the debt bound
-				default:
-					actual = 0
-				}
-				s, err := l.Settle(ctx, "k", id, actual)
-				if err != nil {
-					fail("settle: %v", err)
-				}
-				want, _ := m.settle(now, id, actual)
-				log = append(log, fmt.Sprintf("%d t=%d settle %s est %d actual %d: %+v", step, now, id[:4], est, actual, s))
-				if s != want {
-					fail("settle %d of %d: store %+v\nmodel %+v", actual, est, s, want)
-				}
-			case k < 7: // a take beside the reservations
-				cost := int64(rng.IntN(int(rule.Limit) + 1))
-				r, err := l.AllowN(ctx, "k", cost)
-				if err != nil {
-					fail("allow: %v", err)
-				}
-				want := m.take(now, cost)
-				log = append(log, fmt.Sprintf("%d t=%d allow %d: %+v", step, now, cost, r))
-				if r != want {
-					fail("allow %d: store %+v, model %+v", cost, r, want)
-				}
-			default: // time passes: to a window edge, a microsecond, or more
-				var d time.Duration
-				switch rng.IntN(4) {
-				case 0:
-					if rule.Algorithm == driver.AlgorithmFixedWindow {
-						_, end := m.window(now)
-						d = us(end-now) - time.Duration(rng.IntN(2))*time.Microsecond
-					} else {
-						d = rule.Interval
-					}
-				case 1:
-					d = time.Microsecond
-				default:
-					d = time.Duration(rng.IntN(int(rule.Period()/time.Microsecond)+1)) * time.Microsecond / 2
-				}
-				clock.Advance(d)
-				log = append(log, fmt.Sprintf("%d +%v", step, d))
+			now := tl.clock.Now().UnixMicro()
+			switch k := tl.rng.IntN(10); {
+			case k < 3:
+				tl.reserve(step, now)
+			case k < 6 && len(tl.ids) > 0:
+				tl.settle(step, now)
+			case k < 7:
+				tl.allow(step, now)
+			default:
+				tl.advance(step, now)
 			}
-			if v := m.checkLedger(); v != "" {
-				fail("model invariant: %s", v)
+			if v := tl.m.checkLedger(); v != "" {
+				tl.fail("model invariant: %s", v)
 			}
-			if len(log) > 30 {
-				log = log[1:]
+			if len(tl.log) > 30 {
+				tl.log = tl.log[1:]
 			}
 		}
 	}
+}
+
+// rsvTimeline is one random timeline of RunReservations: the limiter
+// under test on its fake clock, the model beside it, the ids reserved and
+// the last steps taken (for the failure message).
+type rsvTimeline struct {
+	t     *testing.T
+	ctx   context.Context
+	seed  int
+	rng   *rand.Rand
+	rule  sluice.Rule
+	clock *Clock
+	l     *sluice.Limiter
+	m     *rsvModel
+	ids   []string
+	log   []string
+}
+
+// newRsvTimeline draws timeline seed's rule, debt bound and start time,
+// and makes its limiter on h.Store and its model.
+func newRsvTimeline(t *testing.T, h Harness, seed int) *rsvTimeline {
+	rng := rand.New(rand.NewPCG(uint64(seed), 27))
+	rule := randomReserveRule(rng)
+	maxDebt := []int64{0, sluice.NoDebt, 1, int64(rng.IntN(30) + 1)}[rng.IntN(4)]
+	clock := NewClock()
+	clock.Advance(time.Duration(rng.IntN(3000)) * time.Millisecond)
+	l, err := sluice.New(h.Store, policyOf(rule), sluice.WithPrefix(Prefix(t)), sluice.WithName("r"), sluice.WithClock(clock.Now),
+		sluice.WithTimeout(5*time.Second), sluice.WithDenyCache(false), sluice.WithLogger(quiet), sluice.WithReservations(sluice.ReserveOptions{MaxDebt: maxDebt}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rsvTimeline{t: t, ctx: context.Background(), seed: seed, rng: rng, rule: rule, clock: clock, l: l, m: newRsvModel(rule, l.MaxDebt())}
+}
+
+// fail stops the test with the timeline's seed, rule and last steps.
+func (tl *rsvTimeline) fail(format string, args ...any) {
+	tl.t.Helper()
+	tl.t.Fatalf("seed %d, %v, max debt %d:\n%s\n%s", tl.seed, tl.rule, tl.l.MaxDebt(), joinLines(tl.log), fmt.Sprintf(format, args...))
+}
+
+// reserve reserves a random estimate on the store and the model.
+func (tl *rsvTimeline) reserve(step int, now int64) {
+	est := int64(tl.rng.IntN(int(tl.rule.Limit) + 1))
+	r, err := tl.l.Reserve(tl.ctx, "k", est)
+	if err != nil {
+		tl.fail("reserve: %v", err)
+	}
+	want := tl.m.take(now, est)
+	tl.log = append(tl.log, fmt.Sprintf("%d t=%d reserve %d: %+v", step, now, est, r.Result))
+	if r.Result != want {
+		tl.fail("reserve %d: store %+v, model %+v", est, r.Result, want)
+	}
+	if r.Allowed != (r.ID != "") {
+		tl.fail("reserve %d: allowed %v with id %q", est, r.Allowed, r.ID)
+	}
+	if r.Allowed {
+		tl.m.resv[r.ID] = &modelRsv{estimate: est, at: now}
+		tl.ids = append(tl.ids, r.ID)
+	}
+}
+
+// settle settles a random reservation (again, sometimes) at, below or
+// above its estimate, beyond the debt bound too, on the store and the
+// model.
+func (tl *rsvTimeline) settle(step int, now int64) {
+	id := tl.ids[tl.rng.IntN(len(tl.ids))]
+	est := tl.m.resv[id].estimate
+	var actual int64
+	switch tl.rng.IntN(5) {
+	case 0:
+		actual = est
+	case 1:
+		actual = int64(tl.rng.IntN(int(est) + 1))
+	case 2:
+		actual = est + int64(tl.rng.IntN(4))
+	case 3:
+		actual = est + int64(tl.rng.IntN(40)) // beyond the debt bound
+	default:
+		actual = 0
+	}
+	s, err := tl.l.Settle(tl.ctx, "k", id, actual)
+	if err != nil {
+		tl.fail("settle: %v", err)
+	}
+	want, _ := tl.m.settle(now, id, actual)
+	tl.log = append(tl.log, fmt.Sprintf("%d t=%d settle %s est %d actual %d: %+v", step, now, id[:4], est, actual, s))
+	if s != want {
+		tl.fail("settle %d of %d: store %+v\nmodel %+v", actual, est, s, want)
+	}
+}
+
+// allow takes a random cost beside the reservations, on the store and
+// the model.
+func (tl *rsvTimeline) allow(step int, now int64) {
+	cost := int64(tl.rng.IntN(int(tl.rule.Limit) + 1))
+	r, err := tl.l.AllowN(tl.ctx, "k", cost)
+	if err != nil {
+		tl.fail("allow: %v", err)
+	}
+	want := tl.m.take(now, cost)
+	tl.log = append(tl.log, fmt.Sprintf("%d t=%d allow %d: %+v", step, now, cost, r))
+	if r != want {
+		tl.fail("allow %d: store %+v, model %+v", cost, r, want)
+	}
+}
+
+// advance lets time pass: to a window edge (or a microsecond short of
+// it), a microsecond, or more.
+func (tl *rsvTimeline) advance(step int, now int64) {
+	var d time.Duration
+	switch tl.rng.IntN(4) {
+	case 0:
+		if tl.rule.Algorithm == driver.AlgorithmFixedWindow {
+			_, end := tl.m.window(now)
+			d = us(end-now) - time.Duration(tl.rng.IntN(2))*time.Microsecond
+		} else {
+			d = tl.rule.Interval
+		}
+	case 1:
+		d = time.Microsecond
+	default:
+		d = time.Duration(tl.rng.IntN(int(tl.rule.Period()/time.Microsecond)+1)) * time.Microsecond / 2
+	}
+	tl.clock.Advance(d)
+	tl.log = append(tl.log, fmt.Sprintf("%d +%v", step, d))
 }
 
 func joinLines(l []string) string {
@@ -407,20 +469,41 @@ func RunReservationInput(t *testing.T, h Harness) {
 	a := mk("a", sluice.TokenBucket{Capacity: 10, Rate: 10, Per: time.Second}, on)
 	b := mk("b", sluice.TokenBucket{Capacity: 10, Rate: 10, Per: time.Second}, on)
 	off := mk("off", sluice.TokenBucket{Capacity: 10, Rate: 10, Per: time.Second})
-	for _, c := range []struct {
-		name string
-		err  error
-		fn   func() error
-	}{
+	checkRefusals(t, []refusal{
 		{"negative estimate", sluice.ErrInvalidCost, func() error { _, err := a.Reserve(ctx, "x", -1); return err }},
 		{"estimate above the limit", sluice.ErrInvalidCost, func() error { _, err := a.Reserve(ctx, "x", 11); return err }},
 		{"empty key", sluice.ErrInvalidKey, func() error { _, err := a.Reserve(ctx, "", 1); return err }},
 		{"no reservations", sluice.ErrNoReservations, func() error { _, err := off.Reserve(ctx, "x", 1); return err }},
-	} {
+	})
+	checkBadSettles(t, a, b, off)
+	checkUnreservable(t, h, on)
+}
+
+// A refusal is one bad call of RunReservationInput and the error it must
+// wrap.
+type refusal struct {
+	name string
+	err  error
+	fn   func() error
+}
+
+// checkRefusals calls each refusal's fn and checks its error.
+func checkRefusals(t *testing.T, cases []refusal) {
+	t.Helper()
+	for _, c := range cases {
 		if err := c.fn(); !errors.Is(err, c.err) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.err)
 		}
 	}
+}
+
+// checkBadSettles reserves 4 of a's x and y, then checks that bad settles
+// (bad actuals, malformed, forged and others' ids, b's limiter, off's
+// without reservations) are refused and charge or give back nothing, and
+// that the real settle still works, once.
+func checkBadSettles(t *testing.T, a, b, off *sluice.Limiter) {
+	t.Helper()
+	ctx := context.Background()
 	r, err := a.Reserve(ctx, "x", 4)
 	if err != nil || !r.Allowed {
 		t.Fatal(r, err)
@@ -433,11 +516,7 @@ func RunReservationInput(t *testing.T, h Harness) {
 	if forged == r.ID {
 		forged = r.ID[:5] + "B" + r.ID[6:]
 	}
-	for _, c := range []struct {
-		name string
-		err  error
-		fn   func() error
-	}{
+	checkRefusals(t, []refusal{
 		{"negative actual", sluice.ErrInvalidCost, func() error { _, err := a.Settle(ctx, "x", r.ID, -1); return err }},
 		{"huge actual", sluice.ErrInvalidCost, func() error { _, err := a.Settle(ctx, "x", r.ID, driver.MaxSettle+1); return err }},
 		{"empty id", sluice.ErrInvalidReservation, func() error { _, err := a.Settle(ctx, "x", "", 1); return err }},
@@ -447,11 +526,7 @@ func RunReservationInput(t *testing.T, h Harness) {
 		{"another key's reservation", sluice.ErrUnknownReservation, func() error { _, err := a.Settle(ctx, "x", other.ID, 9); return err }},
 		{"another limiter's reservation", sluice.ErrUnknownReservation, func() error { _, err := b.Settle(ctx, "x", r.ID, 9); return err }},
 		{"settle on a limiter without reservations", sluice.ErrNoReservations, func() error { _, err := off.Settle(ctx, "x", r.ID, 1); return err }},
-	} {
-		if err := c.fn(); !errors.Is(err, c.err) {
-			t.Errorf("%s: %v, want %v", c.name, err, c.err)
-		}
-	}
+	})
 	// Nothing was charged or given back by any of them: x and y still
 	// have 6 each, b's x all 10.
 	for _, c := range []struct {
@@ -470,6 +545,13 @@ func RunReservationInput(t *testing.T, h Harness) {
 	if s, err := a.Settle(ctx, "x", r.ID, 1); err != nil || s.Settled || s.Remaining != 9 {
 		t.Errorf("second settle: %+v %v, want not settled, 9 remaining", s, err)
 	}
+}
+
+// checkUnreservable checks that New refuses reservations (on) for an
+// algorithm that cannot settle exactly, with the reason, and a negative
+// MaxDebt other than NoDebt.
+func checkUnreservable(t *testing.T, h Harness, on sluice.Option) {
+	t.Helper()
 	for _, p := range []sluice.Policy{sluice.SlidingLog{Limit: 5, Window: time.Second}, sluice.SlidingWindow{Limit: 5, Window: time.Second}} {
 		_, err := sluice.New(h.Store, p, on)
 		if !errors.Is(err, sluice.ErrInvalidPolicy) || !containsAll(sluice.Reason(err), "cannot settle exactly") {

@@ -30,32 +30,7 @@ var errReplicaAck = errors.New("valkeystore: reservations do not wait for replic
 // Reserve implements driver.Reserver.
 func (s *Store) Reserve(ctx context.Context, batch []driver.ReserveOp) error {
 	e := s.e
-	calls := make([]rcall, len(batch))
-	for i := range batch {
-		op := &batch[i]
-		c := &calls[i]
-		c.key, c.dl = op.Key, op.Deadline
-		sc := luascript.ReserveFor(&op.Rule)
-		switch {
-		case e.replicaAck > 0:
-			op.Err = errReplicaAck
-		case op.Validate() != nil:
-			op.Err = op.Validate()
-		case op.Cost < 0 || op.Record == "" || op.Life < time.Millisecond || op.Life%time.Millisecond != 0:
-			op.Err = fmt.Errorf("valkeystore: reservation of %q: record %q, life %v, estimate %d", op.Key, op.Record, op.Life, op.Cost)
-		case sc == nil:
-			op.Err = fmt.Errorf("valkeystore: %v keeps no reservations", op.Rule.Algorithm)
-		}
-		if op.Err != nil {
-			c.skip = true
-			continue
-		}
-		keys, ovIdx, recIdx := luascript.ReserveKeys(op)
-		args := luascript.AppendArgs(nil, &op.Op, ovIdx, e.clock())
-		c.sc, c.keys = sc, keys
-		c.args = []string{bytesString(args), bytesString(luascript.AppendReserveArgs(nil, op, recIdx))}
-	}
-	e.runCalls(ctx, calls, func(i int, r valkey.ValkeyResult) {
+	e.runCalls(ctx, callsOf(batch, e.reserveCall), func(i int, r valkey.ValkeyResult) {
 		op := &batch[i]
 		callErr := r.Error()
 		var reply string
@@ -73,31 +48,7 @@ func (s *Store) Reserve(ctx context.Context, batch []driver.ReserveOp) error {
 // Settle implements driver.Reserver.
 func (s *Store) Settle(ctx context.Context, batch []driver.SettleOp) error {
 	e := s.e
-	calls := make([]rcall, len(batch))
-	for i := range batch {
-		op := &batch[i]
-		c := &calls[i]
-		c.key, c.dl = op.Key, op.Deadline
-		switch {
-		case e.replicaAck > 0:
-			op.Err = errReplicaAck
-		case (&driver.Op{Rule: op.Rule, Now: op.Now}).Validate() != nil:
-			op.Err = (&driver.Op{Rule: op.Rule, Now: op.Now}).Validate()
-		case op.Actual < 0 || op.Actual > driver.MaxSettle || op.MaxDebt < 0 || op.Record == "":
-			op.Err = fmt.Errorf("valkeystore: settle of %q: actual %d, max debt %d, record %q", op.Key, op.Actual, op.MaxDebt, op.Record)
-		case luascript.ReserveFor(&op.Rule) == nil:
-			op.Err = fmt.Errorf("valkeystore: %v keeps no reservations", op.Rule.Algorithm)
-		}
-		if op.Err != nil {
-			c.skip = true
-			continue
-		}
-		keys, ovIdx := luascript.SettleKeys(op)
-		args, split := luascript.AppendSettleArgs(nil, op, ovIdx, e.clock())
-		c.sc, c.keys = luascript.Settle, keys
-		c.args = []string{bytesString(args[:split]), bytesString(args[split:])}
-	}
-	e.runCalls(ctx, calls, func(i int, r valkey.ValkeyResult) {
+	e.runCalls(ctx, callsOf(batch, e.settleCall), func(i int, r valkey.ValkeyResult) {
 		op := &batch[i]
 		if err := r.Error(); err != nil {
 			op.Err = fmt.Errorf("valkeystore: settle script: %w", err)
@@ -114,6 +65,67 @@ func (s *Store) Settle(ctx context.Context, batch []driver.SettleOp) error {
 		}
 	})
 	return nil
+}
+
+// callsOf builds the script call of each op of batch with call.
+func callsOf[T any](batch []T, call func(op *T) rcall) []rcall {
+	calls := make([]rcall, len(batch))
+	for i := range batch {
+		calls[i] = call(&batch[i])
+	}
+	return calls
+}
+
+// reserveCall checks op, setting op.Err when it is refused before
+// sending (its call skipped), and builds its script call: the algorithm's
+// script ended by reserve.lua.
+func (e *engine) reserveCall(op *driver.ReserveOp) rcall {
+	c := rcall{key: op.Key, dl: op.Deadline}
+	sc := luascript.ReserveFor(&op.Rule)
+	switch {
+	case e.replicaAck > 0:
+		op.Err = errReplicaAck
+	case op.Validate() != nil:
+		op.Err = op.Validate()
+	case op.Cost < 0 || op.Record == "" || op.Life < time.Millisecond || op.Life%time.Millisecond != 0:
+		op.Err = fmt.Errorf("valkeystore: reservation of %q: record %q, life %v, estimate %d", op.Key, op.Record, op.Life, op.Cost)
+	case sc == nil:
+		op.Err = fmt.Errorf("valkeystore: %v keeps no reservations", op.Rule.Algorithm)
+	}
+	if op.Err != nil {
+		c.skip = true
+		return c
+	}
+	keys, ovIdx, recIdx := luascript.ReserveKeys(op)
+	args := luascript.AppendArgs(nil, &op.Op, ovIdx, e.clock())
+	c.sc, c.keys = sc, keys
+	c.args = []string{bytesString(args), bytesString(luascript.AppendReserveArgs(nil, op, recIdx))}
+	return c
+}
+
+// settleCall checks op, setting op.Err when it is refused before sending
+// (its call skipped), and builds its script call, settle.lua.
+func (e *engine) settleCall(op *driver.SettleOp) rcall {
+	c := rcall{key: op.Key, dl: op.Deadline}
+	switch {
+	case e.replicaAck > 0:
+		op.Err = errReplicaAck
+	case (&driver.Op{Rule: op.Rule, Now: op.Now}).Validate() != nil:
+		op.Err = (&driver.Op{Rule: op.Rule, Now: op.Now}).Validate()
+	case op.Actual < 0 || op.Actual > driver.MaxSettle || op.MaxDebt < 0 || op.Record == "":
+		op.Err = fmt.Errorf("valkeystore: settle of %q: actual %d, max debt %d, record %q", op.Key, op.Actual, op.MaxDebt, op.Record)
+	case luascript.ReserveFor(&op.Rule) == nil:
+		op.Err = fmt.Errorf("valkeystore: %v keeps no reservations", op.Rule.Algorithm)
+	}
+	if op.Err != nil {
+		c.skip = true
+		return c
+	}
+	keys, ovIdx := luascript.SettleKeys(op)
+	args, split := luascript.AppendSettleArgs(nil, op, ovIdx, e.clock())
+	c.sc, c.keys = luascript.Settle, keys
+	c.args = []string{bytesString(args[:split]), bytesString(args[split:])}
+	return c
 }
 
 func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

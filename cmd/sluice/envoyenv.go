@@ -44,7 +44,10 @@ func (f *serveFlags) readEnvoyEnv(env func(string) (string, bool), stderr io.Wri
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 2
 	}
-	f.envoy, f.configPath = e, e.Dir
+	f.envoy = e
+	if e.XDS == nil {
+		f.configPath = e.Dir
+	}
 	f.applyEnvoyDefaults(e)
 	if e.Prefix != "" && !envoy.ValidPrefix(e.Prefix) {
 		fmt.Fprintf(stderr, "sluice serve: CACHE_KEY_PREFIX=%q: 1 to 64 characters without braces or spaces\n", e.Prefix)

@@ -136,35 +136,66 @@ func readSignal(signal, path string, get func(string) string) (*otelSignal, erro
 	default:
 		return nil, fmt.Errorf("%s=%q: sluice serve exports over OTLP only; want otlp or none", exporterVar, exporter)
 	}
-	// pick returns the per-signal variable when set, else the general one,
-	// and the name of the variable it came from.
-	pick := func(name string) (string, string) {
-		own := "OTEL_EXPORTER_OTLP_" + signal + "_" + name
-		if v := get(own); v != "" {
-			return v, own
-		}
-		general := "OTEL_EXPORTER_OTLP_" + name
-		return get(general), general
-	}
-	endpoint, endpointVar := pick("ENDPOINT")
+	v := otlpVars{signal: signal, get: get}
+	endpoint, endpointVar := v.pick("ENDPOINT")
 	if endpoint == "" && exporter == "" {
 		return nil, nil // nothing says to export
 	}
-	sig := &otelSignal{protocol: "http/protobuf"}
-	if p, pVar := pick("PROTOCOL"); p != "" {
-		switch p {
-		case "grpc", "http/protobuf":
-			sig.protocol = p
-		case "http/json":
-			return nil, fmt.Errorf("%s=%q: the OpenTelemetry Go exporters send no JSON; want grpc or http/protobuf", pVar, p)
-		default:
-			return nil, fmt.Errorf("%s=%q: want grpc or http/protobuf", pVar, p)
-		}
+	sig := &otelSignal{}
+	var err error
+	if sig.protocol, err = v.protocol(); err != nil {
+		return nil, err
 	}
+	if sig.endpoint, err = v.endpoint(endpoint, endpointVar, sig.protocol, path); err != nil {
+		return nil, err
+	}
+	if err := v.options(sig); err != nil {
+		return nil, err
+	}
+	return sig, nil
+}
+
+// otlpVars reads the OTEL_EXPORTER_OTLP_* variables of one signal.
+type otlpVars struct {
+	signal string // "TRACES" or "METRICS"
+	get    func(string) string
+}
+
+// pick returns the per-signal variable when set, else the general one,
+// and the name of the variable it came from.
+func (v otlpVars) pick(name string) (string, string) {
+	own := "OTEL_EXPORTER_OTLP_" + v.signal + "_" + name
+	if x := v.get(own); x != "" {
+		return x, own
+	}
+	general := "OTEL_EXPORTER_OTLP_" + name
+	return v.get(general), general
+}
+
+// protocol reads the signal's protocol (default http/protobuf).
+func (v otlpVars) protocol() (string, error) {
+	p, pVar := v.pick("PROTOCOL")
+	switch p {
+	case "":
+		return "http/protobuf", nil
+	case "grpc", "http/protobuf":
+		return p, nil
+	case "http/json":
+		return "", fmt.Errorf("%s=%q: the OpenTelemetry Go exporters send no JSON; want grpc or http/protobuf", pVar, p)
+	default:
+		return "", fmt.Errorf("%s=%q: want grpc or http/protobuf", pVar, p)
+	}
+}
+
+// endpoint returns the URL the signal is exported to, from endpoint (read
+// from endpointVar; "" for the specification's default of protocol): for
+// http/protobuf from the general variable, with the signal's path
+// appended.
+func (v otlpVars) endpoint(endpoint, endpointVar, protocol, path string) (*url.URL, error) {
 	if endpoint == "" {
 		// OTEL_<signal>_EXPORTER=otlp alone: the specification's defaults.
 		endpoint, endpointVar = "http://localhost:4318", "OTEL_EXPORTER_OTLP_ENDPOINT (default)"
-		if sig.protocol == "grpc" {
+		if protocol == "grpc" {
 			endpoint = "http://localhost:4317"
 		}
 	}
@@ -172,31 +203,36 @@ func readSignal(signal, path string, get func(string) string) (*otelSignal, erro
 	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.User != nil {
 		return nil, fmt.Errorf("%s=%q: want a URL such as http://collector:4318 (the scheme http or https, a host, no credentials)", endpointVar, endpoint)
 	}
-	if sig.protocol == "http/protobuf" && !strings.Contains(endpointVar, signal) {
+	if protocol == "http/protobuf" && !strings.Contains(endpointVar, v.signal) {
 		// The general endpoint is a base: the signal's path is appended.
 		u.Path = strings.TrimSuffix(u.Path, "/") + path
 	}
-	if sig.protocol == "grpc" && strings.Trim(u.Path, "/") != "" {
+	if protocol == "grpc" && strings.Trim(u.Path, "/") != "" {
 		return nil, fmt.Errorf("%s=%q: an OTLP/gRPC endpoint has no path", endpointVar, endpoint)
 	}
-	sig.endpoint = u
-	if h, hVar := pick("HEADERS"); h != "" {
+	return u, nil
+}
+
+// options reads the signal's headers, timeout and compression into sig.
+func (v otlpVars) options(sig *otelSignal) error {
+	var err error
+	if h, hVar := v.pick("HEADERS"); h != "" {
 		if sig.headers, err = parseKeyValues(h); err != nil {
-			return nil, fmt.Errorf("%s: %w", hVar, err) // not the value: it may hold a secret
+			return fmt.Errorf("%s: %w", hVar, err) // not the value: it may hold a secret
 		}
 	}
-	if t, tVar := pick("TIMEOUT"); t != "" {
+	if t, tVar := v.pick("TIMEOUT"); t != "" {
 		if sig.timeout, err = millis(tVar, t); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if c, cVar := pick("COMPRESSION"); c != "" {
+	if c, cVar := v.pick("COMPRESSION"); c != "" {
 		if c != "gzip" && c != "none" {
-			return nil, fmt.Errorf("%s=%q: want gzip or none", cVar, c)
+			return fmt.Errorf("%s=%q: want gzip or none", cVar, c)
 		}
 		sig.compression = c
 	}
-	return sig, nil
+	return nil
 }
 
 // parseKeyValues reads a W3C-baggage-like list, key=value,key=value, its

@@ -126,64 +126,69 @@ func newTelemetry(set *otelSettings) (*telemetry, error) {
 	return t, nil
 }
 
+// traceExporter is the OTLP span exporter of s.
 func traceExporter(ctx context.Context, s *otelSignal) (sdktrace.SpanExporter, error) {
 	if s.protocol == "grpc" {
-		opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpointURL(s.endpoint.String())}
-		if len(s.headers) > 0 {
-			opts = append(opts, otlptracegrpc.WithHeaders(s.headers))
-		}
-		if s.timeout > 0 {
-			opts = append(opts, otlptracegrpc.WithTimeout(s.timeout))
-		}
-		if s.compression == "gzip" {
-			opts = append(opts, otlptracegrpc.WithCompressor("gzip"))
-		}
-		return otlptracegrpc.New(ctx, opts...)
+		return otlptracegrpc.New(ctx, exporterOptions(s, otlptracegrpc.WithEndpointURL, otlptracegrpc.WithHeaders, otlptracegrpc.WithTimeout,
+			grpcCompression(otlptracegrpc.WithCompressor))...)
 	}
-	opts := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(s.endpoint.String())}
-	if len(s.headers) > 0 {
-		opts = append(opts, otlptracehttp.WithHeaders(s.headers))
-	}
-	if s.timeout > 0 {
-		opts = append(opts, otlptracehttp.WithTimeout(s.timeout))
-	}
-	switch s.compression {
-	case "gzip":
-		opts = append(opts, otlptracehttp.WithCompression(otlptracehttp.GzipCompression))
-	case "none":
-		opts = append(opts, otlptracehttp.WithCompression(otlptracehttp.NoCompression))
-	}
-	return otlptracehttp.New(ctx, opts...)
+	return otlptracehttp.New(ctx, exporterOptions(s, otlptracehttp.WithEndpointURL, otlptracehttp.WithHeaders, otlptracehttp.WithTimeout,
+		httpCompression(otlptracehttp.WithCompression, otlptracehttp.GzipCompression, otlptracehttp.NoCompression))...)
 }
 
+// metricExporter is the OTLP metric exporter of s.
 func metricExporter(ctx context.Context, s *otelSignal) (sdkmetric.Exporter, error) {
 	if s.protocol == "grpc" {
-		opts := []otlpmetricgrpc.Option{otlpmetricgrpc.WithEndpointURL(s.endpoint.String())}
-		if len(s.headers) > 0 {
-			opts = append(opts, otlpmetricgrpc.WithHeaders(s.headers))
-		}
-		if s.timeout > 0 {
-			opts = append(opts, otlpmetricgrpc.WithTimeout(s.timeout))
-		}
-		if s.compression == "gzip" {
-			opts = append(opts, otlpmetricgrpc.WithCompressor("gzip"))
-		}
-		return otlpmetricgrpc.New(ctx, opts...)
+		return otlpmetricgrpc.New(ctx, exporterOptions(s, otlpmetricgrpc.WithEndpointURL, otlpmetricgrpc.WithHeaders, otlpmetricgrpc.WithTimeout,
+			grpcCompression(otlpmetricgrpc.WithCompressor))...)
 	}
-	opts := []otlpmetrichttp.Option{otlpmetrichttp.WithEndpointURL(s.endpoint.String())}
+	return otlpmetrichttp.New(ctx, exporterOptions(s, otlpmetrichttp.WithEndpointURL, otlpmetrichttp.WithHeaders, otlpmetrichttp.WithTimeout,
+		httpCompression(otlpmetrichttp.WithCompression, otlpmetrichttp.GzipCompression, otlpmetrichttp.NoCompression))...)
+}
+
+// exporterOptions are the options of an OTLP exporter of s, made by the
+// exporter package's own functions: the endpoint, the headers and timeout
+// when set, and the compression when compression has an option for it.
+func exporterOptions[O any](s *otelSignal, endpoint func(string) O, headers func(map[string]string) O, timeout func(time.Duration) O,
+	compression func(string) (O, bool)) []O {
+	opts := []O{endpoint(s.endpoint.String())}
 	if len(s.headers) > 0 {
-		opts = append(opts, otlpmetrichttp.WithHeaders(s.headers))
+		opts = append(opts, headers(s.headers))
 	}
 	if s.timeout > 0 {
-		opts = append(opts, otlpmetrichttp.WithTimeout(s.timeout))
+		opts = append(opts, timeout(s.timeout))
 	}
-	switch s.compression {
-	case "gzip":
-		opts = append(opts, otlpmetrichttp.WithCompression(otlpmetrichttp.GzipCompression))
-	case "none":
-		opts = append(opts, otlpmetrichttp.WithCompression(otlpmetrichttp.NoCompression))
+	if o, ok := compression(s.compression); ok {
+		opts = append(opts, o)
 	}
-	return otlpmetrichttp.New(ctx, opts...)
+	return opts
+}
+
+// grpcCompression is the compression option of an OTLP/gRPC exporter:
+// gzip by its compressor name; none is its default.
+func grpcCompression[O any](withCompressor func(string) O) func(string) (O, bool) {
+	return func(c string) (O, bool) {
+		var o O
+		if c != "gzip" {
+			return o, false
+		}
+		return withCompressor("gzip"), true
+	}
+}
+
+// httpCompression is the compression option of an OTLP/HTTP exporter:
+// gzip or none.
+func httpCompression[O, C any](with func(C) O, gzip, none C) func(string) (O, bool) {
+	return func(c string) (O, bool) {
+		switch c {
+		case "gzip":
+			return with(gzip), true
+		case "none":
+			return with(none), true
+		}
+		var o O
+		return o, false
+	}
 }
 
 // storeOptions are the Valkey store's options: its client instrumented by

@@ -55,6 +55,8 @@ type serveFlags struct {
 	envoy *envoy.Env
 	// dirOpts is set when configPath is a directory.
 	dirOpts *config.DirOptions
+	// xds is the configuration's xDS source (xds.go), nil when not in use.
+	xds *xdsSource
 }
 
 func runServe(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
@@ -76,6 +78,11 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 		return code
 	}
 	defer tel.shutdown(logger)
+	xctx, stopXDS := context.WithCancel(ctx)
+	defer stopXDS()
+	if code := f.startXDS(xctx, logger, stderr); code != 0 {
+		return code
+	}
 	cfg, data, code := loadServeConfig(f, logger, stderr)
 	if cfg == nil {
 		return code
@@ -91,7 +98,13 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	if code, stop := f.envoyStartup(ctx, st, &opts, logger); stop {
 		return code
 	}
+	closePerSecond, err := f.openPerSecond(&opts, logger)
+	if err != nil {
+		return 1
+	}
+	defer closePerSecond()
 	srv, err := f.newServer(cfg, data, opts, stderr)
+	f.xds.served(srv, err)
 	if err != nil {
 		return 1
 	}
@@ -108,7 +121,7 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 // configuration, logged and printed on stderr.
 func (f *serveFlags) newServer(cfg *config.Config, data []byte, opts server.Options, stderr io.Writer) (*server.Server, error) {
 	logger := opts.Logger
-	if f.configPath == "" {
+	if f.configPath == "" && f.xds == nil {
 		logger.Warn("no --config given: serving the embedded example configuration (examples/sluice.yaml)")
 	}
 	srv, err := server.New(cfg, opts)
@@ -181,6 +194,10 @@ func (f *serveFlags) applyValkeyFlag(cfg *config.Config, stderr io.Writer) bool 
 // else the embedded example, and returns it with the bytes read.
 func (f *serveFlags) readConfig() (*config.Config, []byte, error) {
 	switch {
+	case f.xds != nil:
+		cfg := f.xds.firstConfig()
+		f.envoy.Adjust(cfg)
+		return cfg, nil, nil
 	case f.dirOpts != nil:
 		cfg, data, err := config.LoadDir(f.configPath, *f.dirOpts)
 		if err == nil && f.envoy != nil {
@@ -219,6 +236,9 @@ type listeners struct {
 	debug    *http.Server
 	debugL   net.Listener
 	shutdown time.Duration
+	// certs is the gRPC server's certificate under GRPC_SERVER_USE_TLS
+	// (grpctls.go), watched while serving; nil when not in use.
+	certs *envoy.ServerCerts
 }
 
 // listen opens the sockets: the flag's address when given, else the
@@ -232,7 +252,12 @@ func listen(srv *server.Server, cfg *config.Config, f *serveFlags, logger *slog.
 		return nil, err
 	}
 	l := &listeners{httpL: hl, shutdown: f.shutdownTimeout, http: newHTTPServer(srv.Handler(), logger)}
-	if err := l.listenGRPC(srv, grpcAddr, logger); err != nil {
+	grpcOpts, err := l.grpcTLS(f, logger)
+	if err != nil {
+		l.closeSockets()
+		return nil, err
+	}
+	if err := l.listenGRPC(srv, grpcAddr, logger, grpcOpts...); err != nil {
 		l.closeSockets()
 		return nil, err
 	}
@@ -261,7 +286,7 @@ func newHTTPServer(handler http.Handler, logger *slog.Logger) *http.Server {
 
 // listenGRPC opens the gRPC socket at addr and makes the gRPC server;
 // nothing when addr is "off".
-func (l *listeners) listenGRPC(srv *server.Server, addr string, logger *slog.Logger) error {
+func (l *listeners) listenGRPC(srv *server.Server, addr string, logger *slog.Logger, opts ...grpc.ServerOption) error {
 	if addr == "off" {
 		return nil
 	}
@@ -270,7 +295,7 @@ func (l *listeners) listenGRPC(srv *server.Server, addr string, logger *slog.Log
 		logger.Error("cannot listen for gRPC", "addr", addr, "err", err.Error())
 		return err
 	}
-	l.grpcL, l.grpc = gl, srv.NewGRPCServer()
+	l.grpcL, l.grpc = gl, srv.NewGRPCServer(opts...)
 	return nil
 }
 
@@ -310,6 +335,9 @@ func (l *listeners) serve(ctx context.Context, srv *server.Server, cfg *config.C
 	errc := make(chan error, 3)
 	go func() { errc <- fmt.Errorf("http: %w", l.http.Serve(l.httpL)) }()
 	grpcAddrShown, debugShown := "off", "off"
+	if l.certs != nil {
+		go l.certs.Watch(ctx)
+	}
 	if l.grpc != nil {
 		grpcAddrShown = l.grpcL.Addr().String()
 		go func() { errc <- fmt.Errorf("grpc: %w", l.grpc.Serve(l.grpcL)) }()

@@ -36,12 +36,12 @@ var notApplicable = map[string]string{
 
 // pendingRefusals are the variables whose refusal at start a case may
 // still meet, as docs/migrating-from-envoy-ratelimit.md lists them: what
-// Sluice does not support yet (REDIS_PERSECOND, GRPC_SERVER_USE_TLS,
-// CONFIG_TYPE=GRPC_XDS_SOTW).
+// Sluice does not support yet. None is left (REDIS_PERSECOND,
+// GRPC_SERVER_USE_TLS and CONFIG_TYPE=GRPC_XDS_SOTW are supported).
 // A case refused for any other reason fails the harness, and so does a
 // case that starts and then fails. Once Sluice supports one, its cases
 // start and must pass.
-var pendingRefusals = []string{"REDIS_PERSECOND", "GRPC_SERVER_USE_TLS", "CONFIG_TYPE"}
+var pendingRefusals []string
 
 // caseResult is one leaf case of upstream's suite.
 type caseResult struct {

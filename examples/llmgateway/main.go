@@ -114,30 +114,9 @@ func tenant(r *http.Request) string {
 
 // run serves until ctx ends; ready, when not nil, receives the address.
 func run(ctx context.Context, getenv func(string) string, ready chan<- string) error {
-	cfg := Config{RPM: 60, TPM: 40000, UsageHeader: "X-Usage-Total-Tokens"}
-	up := getenv("UPSTREAM")
-	if up == "" {
-		return errors.New("UPSTREAM is required (the LLM API's base URL)")
-	}
-	u, err := url.Parse(up)
-	if err != nil || u.Scheme == "" || u.Host == "" {
-		return fmt.Errorf("UPSTREAM %q is not an absolute URL", up)
-	}
-	cfg.Upstream = u
-	for _, v := range []struct {
-		name string
-		dst  *int64
-	}{{"RPM", &cfg.RPM}, {"TPM", &cfg.TPM}} {
-		if s := getenv(v.name); s != "" {
-			n, err := strconv.ParseInt(s, 10, 64)
-			if err != nil || n < 1 {
-				return fmt.Errorf("%s %q is not a positive whole number", v.name, s)
-			}
-			*v.dst = n
-		}
-	}
-	if h := getenv("USAGE_HEADER"); h != "" {
-		cfg.UsageHeader = h
+	cfg, err := configFromEnv(getenv)
+	if err != nil {
+		return err
 	}
 	cfg.Store = memstore.New()
 	if addr := getenv("VALKEY_ADDR"); addr != "" {
@@ -156,6 +135,42 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- string) e
 	if addr == "" {
 		addr = "localhost:8080"
 	}
+	return serve(ctx, h, addr, cfg.Upstream, ready)
+}
+
+// configFromEnv reads UPSTREAM (required), RPM, TPM and USAGE_HEADER.
+func configFromEnv(getenv func(string) string) (Config, error) {
+	cfg := Config{RPM: 60, TPM: 40000, UsageHeader: "X-Usage-Total-Tokens"}
+	up := getenv("UPSTREAM")
+	if up == "" {
+		return cfg, errors.New("UPSTREAM is required (the LLM API's base URL)")
+	}
+	u, err := url.Parse(up)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return cfg, fmt.Errorf("UPSTREAM %q is not an absolute URL", up)
+	}
+	cfg.Upstream = u
+	for _, v := range []struct {
+		name string
+		dst  *int64
+	}{{"RPM", &cfg.RPM}, {"TPM", &cfg.TPM}} {
+		if s := getenv(v.name); s != "" {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || n < 1 {
+				return cfg, fmt.Errorf("%s %q is not a positive whole number", v.name, s)
+			}
+			*v.dst = n
+		}
+	}
+	if h := getenv("USAGE_HEADER"); h != "" {
+		cfg.UsageHeader = h
+	}
+	return cfg, nil
+}
+
+// serve serves h on addr until ctx ends (then shuts down within 5s),
+// sending the address listened on to ready (when not nil).
+func serve(ctx context.Context, h http.Handler, addr string, upstream *url.URL, ready chan<- string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -167,7 +182,7 @@ func run(ctx context.Context, getenv func(string) string, ready chan<- string) e
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	slog.Info("llmgateway listening", "addr", ln.Addr().String(), "upstream", u.String())
+	slog.Info("llmgateway listening", "addr", ln.Addr().String(), "upstream", upstream.String())
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}

@@ -204,6 +204,8 @@ func TestErrors(t *testing.T) {
 		{"in_flight plans", "policies:\n  - {name: a, algorithm: in_flight, limit: 5, lease: 30s, plans: {pro: {limit: 9}}}\n", `plans is not used by in_flight`},
 		{"in_flight overrides", "policies:\n  - {name: a, algorithm: in_flight, limit: 5, lease: 30s, overrides: true}\n", `overrides is not used by in_flight`},
 		{"in_flight deny_cache", "policies:\n  - {name: a, algorithm: in_flight, limit: 5, lease: 30s, deny_cache: true}\n", `deny_cache is not used by in_flight`},
+		{"in_flight warn_at", "policies:\n  - {name: a, algorithm: in_flight, limit: 5, lease: 30s, warn_at: 80}\n", `warn_at is not used by in_flight`},
+		{"in_flight deny_status", "policies:\n  - {name: a, algorithm: in_flight, limit: 5, lease: 30s, deny_status: 503}\n", `deny_status is not used by in_flight`},
 		{"in_flight too large", "policies:\n  - {name: a, algorithm: in_flight, limit: 20000, lease: 30s}\n", `at most 10000 (MaxInFlightLimit)`},
 		{"lease on a rate policy", "policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s, lease: 30s}\n", `lease is not used by gcra`},
 		{"in_flight in envoy", "policies:\n  - {name: a, algorithm: in_flight, limit: 5, lease: 30s}\ndomains:\n  - domain: d\n    descriptors:\n      - {key: k, policy: a}\n", `policy "a" is in_flight`},

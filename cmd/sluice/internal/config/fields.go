@@ -266,10 +266,20 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 	{Name: "plans", Kind: KindMap, Section: plansSection, Algorithms: rateAlgorithms, Desc: "named plans: plan name → {limit} or {burst, rate}"},
 	{Name: "deny_cache", Kind: KindBool, Default: "true", Algorithms: rateAlgorithms,
 		Desc: "answer refused keys locally until their retry-after (true is refused with count_rejected, overrides or plans, where it is off)"},
+	{Name: "warn_at", Kind: KindInt, Algorithms: rateAlgorithms, Min: 1, Max: 99,
+		Desc: "percent of the limit used from which an allowed decision warns (\"warning\": true, sluice_warnings_total); absent: no warning"},
+	{Name: "warning_header", Kind: KindBool, Algorithms: rateAlgorithms, Default: "false",
+		Desc: "send X-RateLimit-Warning, naming the policy, with decisions that warn (needs warn_at)"},
+	{Name: "deny_status", Kind: KindInt, Algorithms: rateAlgorithms, Default: "429", Min: 400, Max: 599,
+		Desc: "HTTP status of refusals, such as 503 for a limit that protects capacity (forward auth, /v1/check's deny_status)"},
+	{Name: "deny_body", Kind: KindAny, Algorithms: rateAlgorithms,
+		Desc: "a mapping sent as the JSON body of refusals (application/json) instead of problem+json"},
 }, Rules: []string{
 	fmt.Sprintf("token_bucket, gcra: refilling from empty within %s (driver.MaxWindow)", duration(driver.MaxWindow)),
 	"zone is a known IANA time zone; a rate is positive; durations within their bounds",
 	"deny_cache: true is refused with count_rejected, overrides or plans",
+	"warning_header needs warn_at",
+	"a policy an Envoy descriptor uses takes no deny_status, deny_body or warning_header (Envoy's filter chooses the refusal)",
 	"policy names are unique",
 }}
 

@@ -144,6 +144,7 @@ func (d *decoder) rate(n *yaml.Node) (float64, time.Duration, bool) {
 // show_keys.
 func (d *decoder) policyOptions(f map[string]field, p *Policy) {
 	decodeFields(d, f, p, policyOptionDecoders)
+	d.beyondOptions(f, p)
 }
 
 // policyOptionDecoders decode the options of policyOptions.

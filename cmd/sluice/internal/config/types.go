@@ -141,6 +141,16 @@ type Policy struct {
 	// plans). A reset made by any process reaches it through Valkey's
 	// pub/sub (valkeystore.NoticeBound).
 	DenyCache bool
+	// WarnAt is the percent of the limit used from which an allowed
+	// decision warns (sluice.WithWarning); 0 for none. WarningHeader
+	// sends X-RateLimit-Warning with such decisions.
+	WarnAt        int
+	WarningHeader bool
+	// DenyStatus is the HTTP status of the policy's refusals (0: 429);
+	// DenyBody, when set, the JSON document sent with them instead of
+	// problem+json.
+	DenyStatus int
+	DenyBody   []byte
 	// Line is where the policy is defined.
 	Line int
 }

@@ -91,6 +91,13 @@ func (s *stack) seen() []http.Header {
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
+	return startStackEdited(t, nil)
+}
+
+// startStackEdited is startStack with deploy/forward-auth.yaml changed by
+// edit (nil: as shipped).
+func startStackEdited(t *testing.T, edit func(string) string) *stack {
+	t.Helper()
 	v := valkeytest.Start(t)
 	s := &stack{}
 	s.app = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -104,6 +111,16 @@ func startStack(t *testing.T) *stack {
 	cfg, err := filepath.Abs("forward-auth.yaml")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		b, err := os.ReadFile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg = filepath.Join(t.TempDir(), "forward-auth.yaml")
+		if err := os.WriteFile(cfg, []byte(edit(string(b))), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s.sluice = start(t, binary(t), nil, nil, "serve", "--config", cfg, "--valkey", v.Addr,
 		"--listen", "127.0.0.1:0", "--grpc-listen", "off")

@@ -27,6 +27,16 @@ type Env struct {
 	DirOptions config.DirOptions
 	// Valkey is the valkey section REDIS_* make.
 	Valkey *config.Valkey
+	// PerSecond is the per-second Valkey REDIS_PERSECOND_* make
+	// (persecond.go), nil unless REDIS_PERSECOND=true.
+	PerSecond *config.Valkey
+	// GRPCTLS is the gRPC server's TLS (tls.go), nil unless
+	// GRPC_SERVER_USE_TLS=true.
+	GRPCTLS *GRPCTLS
+	// XDS is the management server the configuration comes from under
+	// CONFIG_TYPE=GRPC_XDS_SOTW (xds.go), nil under FILE: Dir is then not
+	// read.
+	XDS *XDS
 	// LookupEnv answers the synthetic variable holding REDIS_AUTH's
 	// password, and the others from the environment.
 	LookupEnv                     func(string) (string, bool)
@@ -81,6 +91,9 @@ func ReadEnv(env func(string) (string, bool)) (*Env, error) {
 	e.Prefix = get("CACHE_KEY_PREFIX", "")
 	e.readOptions(env, boolean, bad)
 	e.readRedis(get, boolean, bad)
+	e.readPerSecond(get, boolean, bad)
+	e.readGRPCTLS(get, boolean, bad)
+	e.readConfigType(get, boolean, bad)
 	e.refuseUnsupported(get, boolean, bad)
 	e.readUpstreamRest(env, boolean, bad)
 	if len(errs) > 0 {
@@ -262,14 +275,11 @@ func (e *Env) refuseUnsupported(get func(k, def string) string, boolean func(str
 		bad("USE_STATSD=true: statsd is not supported; metrics are served in Prometheus format on /metrics (set USE_STATSD=false)")
 	}
 	e.Options.QuotaMode = boolean("QUOTA_MODE", false)
-	for _, k := range []string{"USE_DOG_STATSD", "REDIS_PERSECOND", "LIMIT_RESPONSE_HEADERS_ENABLED", "GRPC_SERVER_USE_TLS",
+	for _, k := range []string{"USE_DOG_STATSD", "LIMIT_RESPONSE_HEADERS_ENABLED",
 		"TRACING_ENABLED", "FORCE_START_WITHOUT_INITIAL_CONFIG", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"} {
 		if boolean(k, false) {
 			bad("%s=true is not supported by sluice", k)
 		}
-	}
-	if t := strings.ToUpper(get("CONFIG_TYPE", "FILE")); t != "FILE" {
-		bad("CONFIG_TYPE=%q: only FILE is supported (no xDS)", t)
 	}
 	if get("GRPC_UDS", "") != "" {
 		bad("GRPC_UDS: a Unix socket for gRPC is not supported")
@@ -301,6 +311,8 @@ func ValidPrefix(p string) bool {
 // Adjust completes a configuration read from the directory: the valkey
 // section and the prefix come from the environment.
 func (e *Env) Adjust(c *config.Config) {
+	// Per-second limits first: they take REDIS_PERSECOND_TIMEOUT.
+	e.adjustTimeouts(c)
 	if c.Valkey == nil {
 		v := *e.Valkey
 		c.Valkey = &v

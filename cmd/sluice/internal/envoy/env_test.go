@@ -47,7 +47,7 @@ func TestEnvoyEnv(t *testing.T) {
 	}
 	for _, kv := range [][]string{
 		{"USE_STATSD", "true"}, {"REDIS_TYPE", "sentinel"}, {"REDIS_TYPE", "proxy"}, {"REDIS_SOCKET_TYPE", "unix"}, {"BACKEND_TYPE", "memcache"},
-		{"LIMIT_RESPONSE_HEADERS_ENABLED", "true"}, {"CONFIG_TYPE", "GRPC_XDS_SOTW"}, {"NEAR_LIMIT_RATIO", "2"}, {"SHADOW_MODE", "maybe"},
+		{"LIMIT_RESPONSE_HEADERS_ENABLED", "true"}, {"CONFIG_TYPE", "GRPC_XDS_DELTA"}, {"NEAR_LIMIT_RATIO", "2"}, {"SHADOW_MODE", "maybe"},
 		{"REDIS_PERSECOND", "true"},
 	} {
 		if _, err := ReadEnv(mapEnv(with(kv...))); err == nil || !strings.Contains(err.Error(), kv[0]) {

@@ -38,13 +38,20 @@ type Variable struct {
 	Class Class
 	// Needs is the switch a Dependent variable is read under.
 	Needs string
-	// Sample is a value other than the default, for the tests.
+	// Sample is a value other than the default, for the tests, set
+	// with the variables With (name, value, ...) it needs.
 	Sample string
+	With   []string
 }
 
-func h(sample string) Variable       { return Variable{Class: Honoured, Sample: sample} }
-func refused(sample string) Variable { return Variable{Class: Refused, Sample: sample} }
-func noted(sample string) Variable   { return Variable{Class: Noted, Sample: sample} }
+func h(sample string) Variable { return Variable{Class: Honoured, Sample: sample} }
+func hw(sample string, with ...string) Variable {
+	return Variable{Class: Honoured, Sample: sample, With: with}
+}
+func refused(sample string, with ...string) Variable {
+	return Variable{Class: Refused, Sample: sample, With: with}
+}
+func noted(sample string) Variable { return Variable{Class: Noted, Sample: sample} }
 func dependent(needs, sample string) Variable {
 	return Variable{Class: Dependent, Needs: needs, Sample: sample}
 }
@@ -54,29 +61,29 @@ var Variables = map[string]Variable{
 	"HOST": h("127.0.0.1"), "PORT": h("9000"), "DEBUG_HOST": h("127.0.0.1"), "DEBUG_PORT": h("9002"),
 	"GRPC_HOST": h("127.0.0.1"), "GRPC_PORT": h("9001"), "GRPC_UDS": refused("/tmp/rl.sock"),
 	"GRPC_MAX_CONNECTION_AGE": h("1h"), "GRPC_MAX_CONNECTION_AGE_GRACE": h("1m"),
-	"GRPC_SERVER_USE_TLS":    refused("true"),
-	"GRPC_SERVER_TLS_CERT":   dependent("GRPC_SERVER_USE_TLS", "/c.pem"),
-	"GRPC_SERVER_TLS_KEY":    dependent("GRPC_SERVER_USE_TLS", "/k.pem"),
-	"GRPC_CLIENT_TLS_CACERT": dependent("GRPC_SERVER_USE_TLS", "/ca.pem"),
-	"GRPC_CLIENT_TLS_SAN":    dependent("GRPC_SERVER_USE_TLS", "client"),
+	"GRPC_SERVER_USE_TLS":    hw("true", "GRPC_SERVER_TLS_CERT", "/c.pem", "GRPC_SERVER_TLS_KEY", "/k.pem"),
+	"GRPC_SERVER_TLS_CERT":   h("/c.pem"),
+	"GRPC_SERVER_TLS_KEY":    h("/k.pem"),
+	"GRPC_CLIENT_TLS_CACERT": h("/ca.pem"),
+	"GRPC_CLIENT_TLS_SAN":    h("client"),
 	"LOG_LEVEL":              h("debug"), "LOG_FORMAT": h("json"),
-	"CONFIG_TYPE":                                   refused("GRPC_XDS_SOTW"),
+	"CONFIG_TYPE":                                   h("GRPC_XDS_SOTW"),
 	"FORCE_START_WITHOUT_INITIAL_CONFIG":            refused("true"),
-	"CONFIG_GRPC_XDS_NODE_ID":                       dependent("CONFIG_TYPE", "node"),
-	"CONFIG_GRPC_XDS_NODE_METADATA":                 dependent("CONFIG_TYPE", "a:b"),
-	"CONFIG_GRPC_XDS_SERVER_URL":                    dependent("CONFIG_TYPE", "xds:18000"),
-	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": dependent("CONFIG_TYPE", "1s"),
-	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS":     dependent("CONFIG_TYPE", "a:b"),
-	"CONFIG_GRPC_XDS_SERVER_USE_TLS":                dependent("CONFIG_TYPE", "true"),
-	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":               dependent("CONFIG_TYPE", "/c.pem"),
-	"CONFIG_GRPC_XDS_CLIENT_TLS_KEY":                dependent("CONFIG_TYPE", "/k.pem"),
-	"CONFIG_GRPC_XDS_SERVER_TLS_CACERT":             dependent("CONFIG_TYPE", "/ca.pem"),
-	"CONFIG_GRPC_XDS_SERVER_TLS_SAN":                dependent("CONFIG_TYPE", "xds"),
-	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL":           dependent("CONFIG_TYPE", "1s"),
-	"XDS_CLIENT_BACKOFF_MAX_INTERVAL":               dependent("CONFIG_TYPE", "2s"),
-	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR":              dependent("CONFIG_TYPE", "0.1"),
-	"XDS_CLIENT_BACKOFF_JITTER":                     dependent("CONFIG_TYPE", "false"),
-	"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES":              dependent("CONFIG_TYPE", "1000"),
+	"CONFIG_GRPC_XDS_NODE_ID":                       h("node"),
+	"CONFIG_GRPC_XDS_NODE_METADATA":                 h("a:b"),
+	"CONFIG_GRPC_XDS_SERVER_URL":                    h("xds:18000"),
+	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": h("1s"),
+	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS":     h("a:b"),
+	"CONFIG_GRPC_XDS_SERVER_USE_TLS":                h("true"),
+	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":               h("/c.pem"),
+	"CONFIG_GRPC_XDS_CLIENT_TLS_KEY":                h("/k.pem"),
+	"CONFIG_GRPC_XDS_SERVER_TLS_CACERT":             h("/ca.pem"),
+	"CONFIG_GRPC_XDS_SERVER_TLS_SAN":                h("xds"),
+	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL":           h("1s"),
+	"XDS_CLIENT_BACKOFF_MAX_INTERVAL":               h("2s"),
+	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR":              h("0.1"),
+	"XDS_CLIENT_BACKOFF_JITTER":                     h("false"),
+	"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES":              h("1000"),
 	"USE_DOG_STATSD":                                refused("true"),
 	"USE_DOG_STATSD_MOGRIFIERS":                     dependent("USE_DOG_STATSD", "X"),
 	"USE_STATSD":                                    refused("true"),
@@ -110,23 +117,23 @@ var Variables = map[string]Variable{
 	"REDIS_PIPELINE_WINDOW":                        noted("150us"),
 	"REDIS_PIPELINE_LIMIT":                         noted("8"),
 	"REDIS_CLUSTER_PIPELINE_PARALLELISM":           noted("4"),
-	"REDIS_PERSECOND":                              refused("true"),
-	"REDIS_PERSECOND_SOCKET_TYPE":                  dependent("REDIS_PERSECOND", "tcp"),
-	"REDIS_PERSECOND_TYPE":                         dependent("REDIS_PERSECOND", "cluster"),
-	"REDIS_PERSECOND_URL":                          dependent("REDIS_PERSECOND", "r2:6379"),
-	"REDIS_PERSECOND_POOL_SIZE":                    dependent("REDIS_PERSECOND", "5"),
-	"REDIS_PERSECOND_AUTH":                         dependent("REDIS_PERSECOND", "pw"),
-	"REDIS_PERSECOND_TLS":                          dependent("REDIS_PERSECOND", "true"),
+	"REDIS_PERSECOND":                              hw("true", "REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "r2:6379"),
+	"REDIS_PERSECOND_SOCKET_TYPE":                  h("tcp"),
+	"REDIS_PERSECOND_TYPE":                         h("cluster"),
+	"REDIS_PERSECOND_URL":                          h("r2:6379"),
+	"REDIS_PERSECOND_POOL_SIZE":                    noted("5"),
+	"REDIS_PERSECOND_AUTH":                         h("pw"),
+	"REDIS_PERSECOND_TLS":                          h("true"),
 	"REDIS_SENTINEL_AUTH":                          h("spw"),
-	"REDIS_PERSECOND_SENTINEL_AUTH":                dependent("REDIS_PERSECOND", "spw"),
-	"REDIS_PERSECOND_PIPELINE_WINDOW":              dependent("REDIS_PERSECOND", "150us"),
-	"REDIS_PERSECOND_PIPELINE_LIMIT":               dependent("REDIS_PERSECOND", "8"),
-	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": dependent("REDIS_PERSECOND", "4"),
+	"REDIS_PERSECOND_SENTINEL_AUTH":                h("spw"),
+	"REDIS_PERSECOND_PIPELINE_WINDOW":              noted("150us"),
+	"REDIS_PERSECOND_PIPELINE_LIMIT":               noted("8"),
+	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": noted("4"),
 	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":         h("true"),
 	"REDIS_TIMEOUT":                                h("1s"),
-	"REDIS_PERSECOND_TIMEOUT":                      dependent("REDIS_PERSECOND", "1s"),
+	"REDIS_PERSECOND_TIMEOUT":                      h("1s"),
 	"REDIS_POOL_ON_EMPTY_BEHAVIOR":                 refused("ERROR"),
-	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR":       dependent("REDIS_PERSECOND", "ERROR"),
+	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR":       refused("ERROR", "REDIS_PERSECOND", "true", "REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "r2:6379"),
 	"REDIS_STARTUP_INITIAL_INTERVAL":               noted("2s"),
 	"REDIS_STARTUP_MAX_INTERVAL":                   noted("10s"),
 	"REDIS_STARTUP_MAX_ELAPSED_TIME":               h("1m"),

@@ -59,10 +59,13 @@ func TestVariablesClassified(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := map[string]string{"RUNTIME_ROOT": "/rt", "RUNTIME_SUBDIRECTORY": "ratelimit", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "USE_STATSD": "false"}
-	read := func(k, v string) (*Env, error) {
+	read := func(k, v string, with []string) (*Env, error) {
 		m := map[string]string{}
 		for bk, bv := range base {
 			m[bk] = bv
+		}
+		for i := 0; i+1 < len(with); i += 2 {
+			m[with[i]] = with[i+1]
 		}
 		m[k] = v
 		return ReadEnv(mapEnv(m))
@@ -75,7 +78,7 @@ func TestVariablesClassified(t *testing.T) {
 			t.Errorf("%s has no sample value", k)
 			continue
 		}
-		e, err := read(k, v.Sample)
+		e, err := read(k, v.Sample, v.With)
 		switch v.Class {
 		case Refused:
 			if err == nil || !strings.Contains(err.Error(), k) {

@@ -54,8 +54,15 @@ type Result struct {
 	Rule     string `json:"rule"`
 	WindowMS int64  `json:"window_ms"`
 	// OverrideInvalid reports a key override the store could not use.
-	OverrideInvalid bool              `json:"override_invalid,omitempty"`
-	Headers         map[string]string `json:"headers,omitempty"`
+	OverrideInvalid bool `json:"override_invalid,omitempty"`
+	// Warning reports an allowed decision past the policy's warn_at.
+	Warning bool              `json:"warning,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+	// DenyStatus is, on a refusal, the HTTP status to answer the client
+	// with (the policy's deny_status, 429 by default); DenyBody the JSON
+	// body to send, when the policy has a deny_body.
+	DenyStatus int             `json:"deny_status,omitempty"`
+	DenyBody   json.RawMessage `json:"deny_body,omitempty"`
 }
 
 // MultiResult is the answer to {"checks":[...]}.
@@ -63,30 +70,31 @@ type MultiResult struct {
 	Allowed      bool     `json:"allowed"`
 	RetryAfterMS int64    `json:"retry_after_ms"`
 	Results      []Result `json:"results"`
+	// DenyStatus and DenyBody are, on a refusal, those of the result
+	// refused longest: its policy's response.
+	DenyStatus int             `json:"deny_status,omitempty"`
+	DenyBody   json.RawMessage `json:"deny_body,omitempty"`
 }
 
 func toResult(p *policy, key, plan string, cost int64, r sluice.Result) Result {
 	rule := p.ruleOf(plan, r)
-	return Result{
+	out := Result{
 		Policy: p.cfg.Name, Key: key, Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining,
 		RetryAfterMS: ceilMS(r.RetryAfter), ResetAfterMS: ceilMS(r.ResetAfter),
 		Degraded: r.Degraded, Shadow: r.Shadowed, Headers: headers(p, plan, cost, r),
 		Source: r.Source.String(), Plan: plan, Rule: rule.String(), WindowMS: ceilMS(rule.Period()),
-		OverrideInvalid: r.OverrideInvalid,
+		OverrideInvalid: r.OverrideInvalid, Warning: r.Warning,
 	}
+	denyOf(&out, p, r)
+	return out
 }
 
 // decodeCheck reads and validates a POST /v1/check body.
 func (s *Server) decodeCheck(w http.ResponseWriter, r *http.Request) (checkRequest, error) {
 	var req checkRequest
-	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
-	data, err := io.ReadAll(body)
+	data, err := s.readLimited(w, r)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return req, bad(http.StatusRequestEntityTooLarge, "the body is larger than %d bytes", s.opts.MaxBodyBytes)
-		}
-		return req, bad(http.StatusBadRequest, "reading the body: %v", err)
+		return req, err
 	}
 	return req, parseCheck(data, &req)
 }
@@ -135,13 +143,25 @@ func jsonError(err error) string {
 		return fmt.Sprintf("%v at byte %d", se, se.Offset)
 	case errors.As(err, &te):
 		if te.Field != "" {
-			return fmt.Sprintf("%s must be %s, got %s", strings.TrimPrefix(te.Field, "checkItem."), jsonType(te.Type.Kind().String()), te.Value)
+			return fmt.Sprintf("%s must be %s, got %s", jsonField(te.Field), jsonType(te.Type.Kind().String()), te.Value)
 		}
 		return fmt.Sprintf("want a JSON object, got %s", te.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "the JSON ends too early"
 	}
 	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// jsonField is the path of a field of a request body as the client wrote
+// it: without the embedded item type (checkItem, reserveItem, settleItem)
+// that encoding/json puts in front of a top-level field.
+func jsonField(field string) string {
+	for _, embedded := range []string{"checkItem.", "reserveItem.", "settleItem."} {
+		if f, ok := strings.CutPrefix(field, embedded); ok {
+			return f
+		}
+	}
+	return field
 }
 
 func jsonType(kind string) string {
@@ -157,14 +177,8 @@ func jsonType(kind string) string {
 }
 
 func validItem(c *checkItem, where string) error {
-	if c.Policy == "" {
-		return bad(http.StatusBadRequest, "%spolicy is missing", where)
-	}
-	if c.Key == "" {
-		return bad(http.StatusBadRequest, "%skey is missing or empty", where)
-	}
-	if len(c.Key) > MaxKeyLen {
-		return bad(http.StatusBadRequest, "%skey is %d bytes; at most %d are accepted", where, len(c.Key), MaxKeyLen)
+	if err := validTarget(c.Policy, c.Key, where); err != nil {
+		return err
 	}
 	if c.Cost == nil {
 		one := int64(1)
@@ -237,6 +251,9 @@ func (s *Server) checkAll(w http.ResponseWriter, r *http.Request, st *state, req
 	for i, res := range d.Results {
 		s.refused.note(pols[i].cfg, req.Checks[i].Key, res)
 		out.Results[i] = toResult(pols[i], req.Checks[i].Key, req.Checks[i].Plan, *req.Checks[i].Cost, res)
+	}
+	if b := denier(d); b >= 0 {
+		out.DenyStatus, out.DenyBody = out.Results[b].DenyStatus, out.Results[b].DenyBody
 	}
 	writeJSON(w, http.StatusOK, out)
 }

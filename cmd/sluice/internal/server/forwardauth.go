@@ -289,9 +289,18 @@ func writeForwardDecision(w http.ResponseWriter, fl flavor, rt *fwdRoute, d slui
 		return
 	}
 	// Refused: Retry-After always, whatever the policy's headers say;
-	// the proxy hands it to the client.
+	// the proxy hands it to the client. The policy refused longest
+	// chooses the response: its status and body, or for nginx (which
+	// passes on only 403) its name, for nginx to fetch the response.
 	w.Header()["Retry-After"] = []string{strconv.FormatInt(httplimit.RetryAfterSeconds(d.RetryAfter()), 10)}
-	problem(w, fl.refused, fmt.Sprintf("rate limited by policy %q (forward_auth route %s)", pols[b].cfg.Name, rt.cfg.Name))
+	dp := pols[denier(d)]
+	detail := fmt.Sprintf("rate limited by policy %q (forward_auth route %s)", dp.cfg.Name, rt.cfg.Name)
+	if fl.refused == http.StatusForbidden {
+		w.Header().Set(headerDenyPolicy, dp.cfg.Name)
+		problem(w, fl.refused, detail)
+		return
+	}
+	writeDenied(w, dp, dp.denyStatus(), detail)
 }
 
 // ForwardAuthKey returns the key forward_auth counts a request under when

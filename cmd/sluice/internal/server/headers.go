@@ -24,7 +24,7 @@ func ceilMS(d time.Duration) int64 {
 // them (the one writer of these headers): a shadow policy and a degraded
 // result are not shown.
 func headers(p *policy, plan string, cost int64, r sluice.Result) map[string]string {
-	if p.cfg.Headers == config.HeadersNone {
+	if p.cfg.Headers == config.HeadersNone && !p.cfg.WarningHeader {
 		return nil
 	}
 	st := httplimit.Status{Allowed: r.Allowed, Limits: []httplimit.LimitStatus{{
@@ -34,6 +34,7 @@ func headers(p *policy, plan string, cost int64, r sluice.Result) map[string]str
 		OmitXRateLimit: p.cfg.Headers&config.HeadersXRateLimit == 0,
 		OmitRateLimit:  p.cfg.Headers&config.HeadersIETF == 0,
 		OmitRetryAfter: p.cfg.Headers&config.HeadersRetryAfter == 0,
+		Warning:        p.cfg.WarningHeader,
 	})
 }
 

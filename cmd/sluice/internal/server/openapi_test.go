@@ -569,6 +569,9 @@ func TestOpenAPIResponses(t *testing.T) {
 			)
 		}
 	}
+	cases = append(cases,
+		apiCase{"GET", u + "/v1/forward-auth/nginx/refused/login", "/v1/forward-auth/nginx/refused/{policy}", "", nil, 429},
+		apiCase{"GET", u + "/v1/forward-auth/nginx/refused/nope", "/v1/forward-auth/nginx/refused/{policy}", "", nil, 404})
 	// The request bodies the document's schemas refuse, for their bounds;
 	// it accepts every body the server accepted.
 	schemaRefuses := map[string]bool{}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/driver"
 )
 
@@ -105,7 +106,10 @@ func (s *Server) buildOverride(c *config.Config, k overrideKey) (*policy, error)
 	if c.Valkey != nil && c.Valkey.Timeout > 0 {
 		opts = append(opts, sluice.WithTimeout(c.Valkey.Timeout))
 	}
-	lim2, err := sluice.New(s.opts.Store, cfg.Policy, opts...)
+	if s.opts.PerSecond != nil && s.opts.PerSecondTimeout > 0 && envoy.PerSecondPolicy(cfg) {
+		opts = append(opts, sluice.WithTimeout(s.opts.PerSecondTimeout))
+	}
+	lim2, err := sluice.New(s.storeOf(cfg), cfg.Policy, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -35,6 +36,11 @@ type policyInfo struct {
 	Plans []planInfo `json:"plans"`
 	// ShowKeys is how the policy's keys appear among the top refused keys.
 	ShowKeys string `json:"show_keys"`
+	// WarnAt is warn_at (omitted for none); DenyStatus and DenyBody the
+	// response to the policy's refusals.
+	WarnAt     int             `json:"warn_at,omitempty"`
+	DenyStatus int             `json:"deny_status"`
+	DenyBody   json.RawMessage `json:"deny_body,omitempty"`
 }
 
 // planInfo is one plan of a policy in GET /v1/policies.
@@ -61,6 +67,10 @@ func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
 			OnFailure: map[sluice.FailMode]string{sluice.FailOpen: "allow", sluice.FailClosed: "deny"}[c.FailMode],
 			Shadow:    c.Shadow, Headers: c.Headers.Names(), Description: c.Description, Envoy: c.Envoy, Domain: c.Domain,
 			Timeout: decisionTimeout(c).String(), Overrides: c.Overrides, Plans: []planInfo{}, ShowKeys: c.ShowKeys.String(),
+			WarnAt: c.WarnAt, DenyStatus: p.denyStatus(),
+		}
+		if c.DenyBody != nil {
+			info.DenyBody = json.RawMessage(c.DenyBody)
 		}
 		for _, pl := range c.Plans {
 			rule, _ := p.limiter.PlanRule(pl.Name)

@@ -95,8 +95,8 @@ type MultiSettleResult struct {
 	Results []SettleResult `json:"results"`
 }
 
-// readBody reads a request body within MaxBodyBytes.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, example string) ([]byte, error) {
+// readLimited reads a request body within MaxBodyBytes: 413 beyond.
+func (s *Server) readLimited(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -105,12 +105,32 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, example string
 		}
 		return nil, bad(http.StatusBadRequest, "reading the body: %v", err)
 	}
+	return data, nil
+}
+
+// readBody reads a request body within MaxBodyBytes, refusing an empty
+// one with the example of what to send.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, example string) ([]byte, error) {
+	data, err := s.readLimited(w, r)
+	if err != nil {
+		return nil, err
+	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, bad(http.StatusBadRequest, "the body is empty; send %s", example)
 	}
 	return data, nil
 }
 
+// validTarget checks an item's policy is named and its key valid (where
+// names the item).
+func validTarget(policy, key, where string) error {
+	if policy == "" {
+		return bad(http.StatusBadRequest, "%spolicy is missing", where)
+	}
+	return validKey(key, where)
+}
+
+// validKey checks a key is given and at most MaxKeyLen bytes.
 func validKey(key, where string) error {
 	if key == "" {
 		return bad(http.StatusBadRequest, "%skey is missing or empty", where)
@@ -136,68 +156,106 @@ func (st *state) reservingPolicy(name, where string) (*policy, error) {
 	return p, nil
 }
 
+// decodeBody reads a request body within MaxBodyBytes and decodes it
+// strictly into v (decodeStrict).
+func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, example string, v any) error {
+	data, err := s.readBody(w, r, example)
+	if err != nil {
+		return err
+	}
+	return decodeStrict(data, v)
+}
+
+// oneOrMany returns the items of a request in the single form (one, when
+// list is nil) or the multi form (list, under the field listName): the
+// multi form may not set a single-form field too (oneSet; both is the
+// refusal's text) and holds 1 to MaxChecks items.
+func oneOrMany[T any](one T, oneSet bool, list []T, listName, both string) (items []T, multi bool, err error) {
+	if list == nil {
+		return []T{one}, false, nil
+	}
+	if oneSet {
+		return nil, true, bad(http.StatusBadRequest, "%s", both)
+	}
+	if len(list) == 0 || len(list) > MaxChecks {
+		return nil, true, bad(http.StatusBadRequest, "%s must hold 1 to %d entries, got %d", listName, MaxChecks, len(list))
+	}
+	return list, true, nil
+}
+
+// itemWhere is the prefix naming item i of the list listName in an
+// error message, "" in the single form.
+func itemWhere(multi bool, listName string, i int) string {
+	if !multi {
+		return ""
+	}
+	return fmt.Sprintf("%s[%d].", listName, i)
+}
+
 // handleReserve is POST /v1/reservations/reserve.
 func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
-	data, err := s.readBody(w, r, `{"policy":"...","key":"...","estimate":4000}`)
+	var req reserveRequest
+	if err := s.decodeBody(w, r, `{"policy":"...","key":"...","estimate":4000}`, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	items, multi, err := oneOrMany(req.reserveItem, req.Policy != "" || req.Key != "" || req.Estimate != nil || req.Plan != "",
+		req.Reservations, "reservations", `send either one reservation ({"policy","key","estimate"}) or {"reservations":[...]}, not both`)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	var req reserveRequest
-	if err := decodeStrict(data, &req); err != nil {
+	checks, pols, err := reserveChecks(s.state.Load(), items, multi)
+	if err != nil {
 		s.fail(w, r, err)
 		return
-	}
-	items, multi := req.Reservations, req.Reservations != nil
-	if multi {
-		if req.Policy != "" || req.Key != "" || req.Estimate != nil || req.Plan != "" {
-			s.fail(w, r, bad(http.StatusBadRequest, `send either one reservation ({"policy","key","estimate"}) or {"reservations":[...]}, not both`))
-			return
-		}
-		if len(items) == 0 || len(items) > MaxChecks {
-			s.fail(w, r, bad(http.StatusBadRequest, "reservations must hold 1 to %d entries, got %d", MaxChecks, len(items)))
-			return
-		}
-	} else {
-		items = []reserveItem{req.reserveItem}
-	}
-	st := s.state.Load()
-	checks := make([]sluice.Check, len(items))
-	pols := make([]*policy, len(items))
-	for i, it := range items {
-		where := ""
-		if multi {
-			where = fmt.Sprintf("reservations[%d].", i)
-		}
-		if it.Policy == "" {
-			s.fail(w, r, bad(http.StatusBadRequest, "%spolicy is missing", where))
-			return
-		}
-		if err := validKey(it.Key, where); err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		if it.Estimate == nil || *it.Estimate < 0 {
-			s.fail(w, r, bad(http.StatusBadRequest, "%sestimate must be given, a whole number of units from 0", where))
-			return
-		}
-		p, err := st.reservingPolicy(it.Policy, where)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		if err := p.checkPlan(it.Plan, where, *it.Estimate); err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		pols[i] = p
-		checks[i] = sluice.Check{Limiter: p.limiter, Key: it.Key, Cost: *it.Estimate, Plan: it.Plan}
 	}
 	d, err := sluice.ReserveAll(r.Context(), checks)
 	if err != nil {
 		s.fail(w, r, s.decisionError(err, nil))
 		return
 	}
+	s.writeReserved(w, d, items, pols, multi)
+}
+
+// reserveChecks validates the reservations and resolves them to checks,
+// with the policy of each.
+func reserveChecks(st *state, items []reserveItem, multi bool) ([]sluice.Check, []*policy, error) {
+	checks := make([]sluice.Check, len(items))
+	pols := make([]*policy, len(items))
+	for i, it := range items {
+		p, err := reserveCheck(st, it, itemWhere(multi, "reservations", i))
+		if err != nil {
+			return nil, nil, err
+		}
+		pols[i] = p
+		checks[i] = sluice.Check{Limiter: p.limiter, Key: it.Key, Cost: *it.Estimate, Plan: it.Plan}
+	}
+	return checks, pols, nil
+}
+
+// reserveCheck validates one reservation (where names it) and returns its
+// policy.
+func reserveCheck(st *state, it reserveItem, where string) (*policy, error) {
+	if err := validTarget(it.Policy, it.Key, where); err != nil {
+		return nil, err
+	}
+	if it.Estimate == nil || *it.Estimate < 0 {
+		return nil, bad(http.StatusBadRequest, "%sestimate must be given, a whole number of units from 0", where)
+	}
+	p, err := st.reservingPolicy(it.Policy, where)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.checkPlan(it.Plan, where, *it.Estimate); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// writeReserved notes the refusals and answers with the reservations:
+// 200, or 429 with Retry-After when refused.
+func (s *Server) writeReserved(w http.ResponseWriter, d sluice.ReserveDecision, items []reserveItem, pols []*policy, multi bool) {
 	results := make([]ReserveResult, len(items))
 	for i, rv := range d.Reservations {
 		s.refused.note(pols[i].cfg, items[i].Key, rv.Result)
@@ -221,62 +279,21 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
 
 // handleSettle is POST /v1/reservations/settle.
 func (s *Server) handleSettle(w http.ResponseWriter, r *http.Request) {
-	data, err := s.readBody(w, r, `{"policy":"...","key":"...","reservation":"...","actual":1234}`)
+	var req settleRequest
+	if err := s.decodeBody(w, r, `{"policy":"...","key":"...","reservation":"...","actual":1234}`, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	items, multi, err := oneOrMany(req.settleItem, req.Policy != "" || req.Key != "" || req.Reservation != "" || req.Actual != nil || req.Plan != "",
+		req.Settlements, "settlements", `send either one settle ({"policy","key","reservation","actual"}) or {"settlements":[...]}, not both`)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	var req settleRequest
-	if err := decodeStrict(data, &req); err != nil {
+	checks, err := settleChecks(s.state.Load(), items, multi)
+	if err != nil {
 		s.fail(w, r, err)
 		return
-	}
-	items, multi := req.Settlements, req.Settlements != nil
-	if multi {
-		if req.Policy != "" || req.Key != "" || req.Reservation != "" || req.Actual != nil || req.Plan != "" {
-			s.fail(w, r, bad(http.StatusBadRequest, `send either one settle ({"policy","key","reservation","actual"}) or {"settlements":[...]}, not both`))
-			return
-		}
-		if len(items) == 0 || len(items) > MaxChecks {
-			s.fail(w, r, bad(http.StatusBadRequest, "settlements must hold 1 to %d entries, got %d", MaxChecks, len(items)))
-			return
-		}
-	} else {
-		items = []settleItem{req.settleItem}
-	}
-	st := s.state.Load()
-	checks := make([]sluice.SettleCheck, len(items))
-	for i, it := range items {
-		where := ""
-		if multi {
-			where = fmt.Sprintf("settlements[%d].", i)
-		}
-		if it.Policy == "" {
-			s.fail(w, r, bad(http.StatusBadRequest, "%spolicy is missing", where))
-			return
-		}
-		if err := validKey(it.Key, where); err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		if it.Reservation == "" {
-			s.fail(w, r, bad(http.StatusBadRequest, "%sreservation is missing (the id /v1/reservations/reserve answered)", where))
-			return
-		}
-		if it.Actual == nil || *it.Actual < 0 || *it.Actual > driver.MaxSettle {
-			s.fail(w, r, bad(http.StatusBadRequest, "%sactual must be given, a whole number of units from 0 to %d", where, int64(driver.MaxSettle)))
-			return
-		}
-		p, err := st.reservingPolicy(it.Policy, where)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		if _, ok := p.limiter.PlanRule(it.Plan); !ok {
-			s.fail(w, r, p.checkPlan(it.Plan, where, 0))
-			return
-		}
-		checks[i] = sluice.SettleCheck{Limiter: p.limiter, Key: it.Key, Plan: it.Plan, Reservation: it.Reservation, Actual: *it.Actual}
 	}
 	out, err := sluice.SettleAll(r.Context(), checks)
 	if err != nil {
@@ -287,6 +304,57 @@ func (s *Server) handleSettle(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, s.decisionError(err, nil))
 		return
 	}
+	results, err := settleResults(out, items, multi)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if multi {
+		writeJSON(w, http.StatusOK, MultiSettleResult{Results: results})
+		return
+	}
+	writeJSON(w, http.StatusOK, results[0])
+}
+
+// settleChecks validates the settles and resolves them to settle checks.
+func settleChecks(st *state, items []settleItem, multi bool) ([]sluice.SettleCheck, error) {
+	checks := make([]sluice.SettleCheck, len(items))
+	for i, it := range items {
+		p, err := settleCheck(st, it, itemWhere(multi, "settlements", i))
+		if err != nil {
+			return nil, err
+		}
+		checks[i] = sluice.SettleCheck{Limiter: p.limiter, Key: it.Key, Plan: it.Plan, Reservation: it.Reservation, Actual: *it.Actual}
+	}
+	return checks, nil
+}
+
+// settleCheck validates one settle (where names it) and returns its
+// policy.
+func settleCheck(st *state, it settleItem, where string) (*policy, error) {
+	if err := validTarget(it.Policy, it.Key, where); err != nil {
+		return nil, err
+	}
+	if it.Reservation == "" {
+		return nil, bad(http.StatusBadRequest, "%sreservation is missing (the id /v1/reservations/reserve answered)", where)
+	}
+	if it.Actual == nil || *it.Actual < 0 || *it.Actual > driver.MaxSettle {
+		return nil, bad(http.StatusBadRequest, "%sactual must be given, a whole number of units from 0 to %d", where, int64(driver.MaxSettle))
+	}
+	p, err := st.reservingPolicy(it.Policy, where)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := p.limiter.PlanRule(it.Plan); !ok {
+		return nil, p.checkPlan(it.Plan, where, 0)
+	}
+	return p, nil
+}
+
+// settleResults turns the settlements into their JSON form; a failed
+// settle is an entry's status and error in the multi form, the error
+// returned (404 for an unknown reservation) in the single form.
+func settleResults(out []sluice.Settlement, items []settleItem, multi bool) ([]SettleResult, error) {
 	results := make([]SettleResult, len(out))
 	for i, x := range out {
 		res := SettleResult{Settled: x.Settled, Status: "already_settled", Estimate: x.Estimate, Actual: x.Actual, Charged: x.Charged, Unpaid: x.Unpaid,
@@ -301,24 +369,18 @@ func (s *Server) handleSettle(w http.ResponseWriter, r *http.Request) {
 		case x.Err == nil:
 		case errors.Is(x.Err, sluice.ErrUnknownReservation):
 			if !multi {
-				s.fail(w, r, bad(http.StatusNotFound, "reservation %q of key %q is unknown to policy %q: never made, made for another key or policy, or expired", items[i].Reservation, items[i].Key, items[i].Policy))
-				return
+				return nil, bad(http.StatusNotFound, "reservation %q of key %q is unknown to policy %q: never made, made for another key or policy, or expired", items[i].Reservation, items[i].Key, items[i].Policy)
 			}
 			res.Status, res.Error = "unknown", "unknown reservation: never made, made for another key or policy, or expired"
 		default:
 			if !multi {
-				s.fail(w, r, x.Err)
-				return
+				return nil, x.Err
 			}
 			res.Status, res.Error = "error", x.Err.Error()
 		}
 		results[i] = res
 	}
-	if multi {
-		writeJSON(w, http.StatusOK, MultiSettleResult{Results: results})
-		return
-	}
-	writeJSON(w, http.StatusOK, results[0])
+	return results, nil
 }
 
 // reservationOptions turns reservations on for a policy whose algorithm

@@ -82,9 +82,11 @@ func TestReserveSettle(t *testing.T) {
 		{settle, `{"policy":"tpm","key":"tenant:42","reservation":"` + id + `"}`, 400, "actual must be given"},
 		{reserve, `{"policy":"tpm","key":"k","estimate":-1}`, 400, "estimate"},
 		{reserve, `{"policy":"tpm","key":"k","estimate":20000}`, 400, "could never be allowed"},
+		{reserve, `{"policy":"tpm","key":"k","estimate":"a"}`, 400, `body: estimate must be a whole number`},
+		{settle, `{"policy":"tpm","key":"k","reservation":"` + id + `","actual":1.5}`, 400, `body: actual must be a whole number`},
 	} {
 		r := do(t, "POST", c.url, c.body)
-		if r.code != c.code || !strings.Contains(r.raw, c.detail) {
+		if r.code != c.code || !strings.Contains(r.raw, c.detail) || strings.Contains(r.raw, "Item.") {
 			t.Errorf("%s: %d %s, want %d with %q", c.body, r.code, r.raw, c.code, c.detail)
 		}
 	}

@@ -65,6 +65,7 @@ func (s *Server) routes() []apiRoute {
 	add("GET /v1/overrides/{policy}", "overrides", s.admin(s.handleOverrideList))
 	add("/v1/forward-auth", "forward_auth", s.handleForwardAuth(flavorForwarded))
 	add("/v1/forward-auth/nginx", "forward_auth_nginx", s.handleForwardAuth(flavorNginx))
+	add("GET /v1/forward-auth/nginx/refused/{policy...}", "forward_auth_nginx_refused", s.handleNginxRefused)
 	s.envoyRoutes(add) // /json, /healthcheck, /rlconfig
 	add("GET /ui/state.json", "ui", s.handleUIState)
 	ui := s.handleUI()

@@ -67,6 +67,11 @@ type Options struct {
 	// DirPoll is how often a watched configuration directory is read
 	// besides its watch (default DirPollInterval).
 	DirPoll time.Duration
+	// PerSecond, when set, keeps the counters of the policies
+	// envoy.PerSecondPolicy selects (REDIS_PERSECOND, persecond.go), whose
+	// per-request overrides decide within PerSecondTimeout.
+	PerSecond        driver.Store
+	PerSecondTimeout time.Duration
 }
 
 // Server answers decisions for the policies of its current configuration.
@@ -318,15 +323,18 @@ func (s *Server) buildPolicy(cfg *config.Config, p *config.Policy) (*policy, err
 	}
 	opts = append(opts, sluice.WithTimeout(decisionTimeout(p)), sluice.WithOverrides(p.Overrides),
 		sluice.WithDenyCache(p.DenyCache))
+	if p.WarnAt > 0 {
+		opts = append(opts, sluice.WithWarning(p.WarnAt))
+	}
 	for _, pl := range p.Plans {
 		opts = append(opts, sluice.WithPlan(pl.Name, pl.Policy))
 	}
-	opts = append(opts, reservationOptions(p, s.opts.Store)...)
-	lim, err := sluice.New(s.opts.Store, p.Policy, append(opts, sluice.WithShadow(p.Shadow))...)
+	opts = append(opts, reservationOptions(p, s.storeOf(p))...)
+	lim, err := sluice.New(s.storeOf(p), p.Policy, append(opts, sluice.WithShadow(p.Shadow))...)
 	if err != nil {
 		return nil, fmt.Errorf("%s:%d: policy %q: %w", cfg.Source, p.Line, p.Name, err)
 	}
-	shadow, err := sluice.New(s.opts.Store, p.Policy, append(opts, sluice.WithShadow(true))...)
+	shadow, err := sluice.New(s.storeOf(p), p.Policy, append(opts, sluice.WithShadow(true))...)
 	if err != nil {
 		return nil, fmt.Errorf("%s:%d: policy %q: %w", cfg.Source, p.Line, p.Name, err)
 	}
@@ -371,7 +379,7 @@ func (s *Server) Ready(ctx context.Context) error {
 			return fmt.Errorf("store %s: %w", s.opts.StoreName, err)
 		}
 	}
-	return nil
+	return s.perSecondReady(ctx)
 }
 
 // Registry returns the registry the server's metrics are in.

@@ -1,0 +1,66 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// beyondBad are policies whose warn_at, warning_header, ... are refused at
+// load, each with the words the error must hold (the field's name first).
+var beyondBad = []struct{ name, policy, want string }{
+	{"warn_at zero", "warn_at: 0", "warn_at must be between 1 and 99"},
+	{"warn_at 100", "warn_at: 100", "warn_at must be between 1 and 99"},
+	{"warn_at a percent sign", "warn_at: 80%", "warn_at must be a whole number"},
+	{"warning_header alone", "warning_header: true", "warning_header needs warn_at"},
+	{"deny_status 200", "deny_status: 200", "deny_status must be between 400 and 599"},
+	{"deny_status text", "deny_status: busy", "deny_status must be a whole number"},
+	{"deny_body a string", "deny_body: busy", "deny_body must be a mapping"},
+	{"deny_body a list", "deny_body: [a]", "deny_body must be a mapping"},
+}
+
+// TestBeyondRefused: each bad field is refused at load, naming it.
+func TestBeyondRefused(t *testing.T) {
+	for _, tc := range beyondBad {
+		y := "policies:\n  - {name: p, algorithm: fixed_window, limit: 10, window: 1m, " + tc.policy + "}\n"
+		_, err := Parse("bad.yaml", []byte(y))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestBeyondDecoded: the fields land in Policy.
+func TestBeyondDecoded(t *testing.T) {
+	c, err := Parse("ok.yaml", []byte("policies:\n  - {name: p, algorithm: gcra, burst: 10, rate: 1/s, warn_at: 80, warning_header: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.Policy("p"); p.WarnAt != 80 || !p.WarningHeader || p.DenyStatus != 0 || p.DenyBody != nil {
+		t.Fatalf("%+v", p)
+	}
+	c, err = Parse("ok.yaml", []byte("policies:\n  - {name: p, algorithm: gcra, burst: 10, rate: 1/s, deny_status: 503, deny_body: {error: busy, n: [1, 2]}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.Policy("p"); p.DenyStatus != 503 || string(p.DenyBody) != `{"error":"busy","n":[1,2]}` {
+		t.Fatalf("%d %s", p.DenyStatus, p.DenyBody)
+	}
+}
+
+// TestBeyondEnvoyRefused: a descriptor may not use a policy whose
+// deny_status, deny_body or warning_header Envoy's answers cannot carry;
+// warn_at alone is accepted.
+func TestBeyondEnvoyRefused(t *testing.T) {
+	for _, tc := range []struct{ fields, want string }{
+		{"deny_status: 503", "deny_status and deny_body do not apply to Envoy"},
+		{"deny_body: {a: b}", "deny_status and deny_body do not apply to Envoy"},
+		{"warn_at: 80, warning_header: true", "warning_header does not apply to Envoy"},
+		{"warn_at: 80", ""},
+	} {
+		y := "policies:\n  - {name: p, algorithm: gcra, burst: 5, rate: 5/s, " + tc.fields + "}\ndomains:\n  - domain: d\n    descriptors:\n      - {key: k, policy: p}\n"
+		_, err := Parse("envoy.yaml", []byte(y))
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.fields, err, tc.want)
+		}
+	}
+}

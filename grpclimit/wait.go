@@ -1,0 +1,148 @@
+package grpclimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"google.golang.org/grpc/status"
+)
+
+// Waiting instead of refusing (Limit.Wait, Config.MaxWaiting,
+// Config.MaxWaitingPerKey), as httplimit's.
+
+// The default bounds on waiting calls.
+const (
+	DefaultMaxWaiting       = 1000
+	DefaultMaxWaitingPerKey = 10
+)
+
+// waiters bounds the calls waiting at once, in total and per limit and
+// key; it holds an entry only per (limit, key) with a waiter.
+type waiters struct {
+	mu        sync.Mutex
+	total     int
+	max       int
+	maxPerKey int
+	perKey    map[waitKey]int
+}
+
+type waitKey struct {
+	limit int
+	key   string
+}
+
+func (w *waiters) enter(keys []waitKey) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.total >= w.max {
+		return false
+	}
+	for _, k := range keys {
+		if w.perKey[k] >= w.maxPerKey {
+			return false
+		}
+	}
+	w.total++
+	for _, k := range keys {
+		w.perKey[k]++
+	}
+	return true
+}
+
+func (w *waiters) leave(keys []waitKey) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.total--
+	for _, k := range keys {
+		if w.perKey[k]--; w.perKey[k] <= 0 {
+			delete(w.perKey, k)
+		}
+	}
+}
+
+// Waiting returns the number of calls waiting for admission now.
+func (in *Interceptor) Waiting() int {
+	in.waiters.mu.Lock()
+	defer in.waiters.mu.Unlock()
+	return in.waiters.total
+}
+
+// checkWait validates the waiting bounds of cfg and its limits.
+func checkWait(cfg *Config) error {
+	if cfg.MaxWaiting < 0 || cfg.MaxWaitingPerKey < 0 {
+		return fmt.Errorf("%w: MaxWaiting and MaxWaitingPerKey must not be negative, got %d and %d", ErrInvalidConfig, cfg.MaxWaiting, cfg.MaxWaitingPerKey)
+	}
+	for i, l := range cfg.Limits {
+		if l.Wait < 0 {
+			return fmt.Errorf("%w: Limits[%d].Wait must not be negative, got %v", ErrInvalidConfig, i, l.Wait)
+		}
+		if l.Wait > 0 && l.Limiter != nil && l.Limiter.Rule().CountRejected {
+			return fmt.Errorf("%w: Limits[%d].Wait cannot apply to a limiter with CountRejected (every retry while waiting would count as a refusal)", ErrInvalidConfig, i)
+		}
+	}
+	if cfg.MaxWaiting == 0 {
+		cfg.MaxWaiting = DefaultMaxWaiting
+	}
+	if cfg.MaxWaitingPerKey == 0 {
+		cfg.MaxWaitingPerKey = DefaultMaxWaitingPerKey
+	}
+	return nil
+}
+
+// decideWaiting decides checks (limits[i] the index in Config.Limits of
+// checks[i]), waiting for admission while the refusing limits allow: it
+// sleeps the refusal's RetryAfter and decides again, as
+// sluice.Limiter.Wait does, and returns the refusal at once when
+// RetryAfter would take it past the least Wait of the refusing limits or
+// the waiting places are taken. A call whose context ends while it waits
+// leaves at once with its status, having taken nothing.
+func (in *Interceptor) decideWaiting(ctx context.Context, checks []sluice.Check, limits []int) (sluice.Decision, error) {
+	d, err := sluice.AllowAll(ctx, checks)
+	if err != nil || d.Allowed || !in.waits {
+		return d, err
+	}
+	start := time.Now()
+	var keys []waitKey
+	for j, res := range d.Results {
+		if !res.Allowed {
+			keys = append(keys, waitKey{limit: limits[j], key: checks[j].Key})
+		}
+	}
+	entered := false
+	defer func() {
+		if entered {
+			in.waiters.leave(keys)
+		}
+	}()
+	for !d.Allowed {
+		delay := max(d.RetryAfter(), time.Millisecond)
+		bound := time.Duration(-1)
+		for j, res := range d.Results {
+			if w := in.cfg.Limits[limits[j]].Wait; !res.Allowed && (bound < 0 || w < bound) {
+				bound = w
+			}
+		}
+		if time.Since(start)+delay > bound {
+			return d, nil
+		}
+		if !entered {
+			if entered = in.waiters.enter(keys); !entered {
+				return d, nil
+			}
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return d, status.FromContextError(ctx.Err()).Err()
+		case <-t.C:
+		}
+		if d, err = sluice.AllowAll(ctx, checks); err != nil {
+			return d, err
+		}
+	}
+	return d, nil
+}
