@@ -13,7 +13,8 @@ import (
 type Check struct {
 	Limiter *Limiter
 	Key     string
-	// Cost is the units to take; zero peeks. In AllowEach, a negative Cost
+	// Cost is the units to take; zero peeks. On an InFlight limiter, 1
+	// takes a lease (AllowAll only; see Decision.Leases). In AllowEach, a negative Cost
 	// gives units back to a FixedWindow's current window (as Envoy's
 	// is_negative_hits asks); its Result is allowed. AllowAll refuses
 	// negative costs.
@@ -31,6 +32,10 @@ type Decision struct {
 	// the decision is a refusal, the Results of the checks that allowed are
 	// those of their first pass (the units they took have been given back).
 	Results []Result
+	// Leases holds, when the decision is allowed and a check on an
+	// InFlight limiter took a lease, one entry per check: that check's
+	// lease, nil for the others. Nil when no lease was taken.
+	Leases []*Lease
 }
 
 // RetryAfter returns the longest RetryAfter among the refusing checks: the
@@ -77,10 +82,19 @@ func longestRetry(allowed bool, n int, result func(i int) Result) time.Duration 
 //
 // Degraded checks follow their limiter's fail mode; shadow-mode checks never
 // refuse. Each check has its limiter's timeout.
+//
+// A check of cost 1 on an InFlight limiter takes a lease: when the
+// decision is allowed, Decision.Leases holds it (release it when the work
+// is done); when it is refused, the lease is released with the refunds.
 func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
+	start := time.Now()
 	d, ops, err := decideEach(ctx, checks, false)
-	if err != nil || d.Allowed {
+	if err != nil {
 		return d, err
+	}
+	if d.Allowed {
+		d.Leases = leasesOf(checks, ops, d.Results, start)
+		return d, nil
 	}
 	// Give back what the allowing checks took. Degraded checks took nothing.
 	var refundChecks []Check
@@ -95,6 +109,9 @@ func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
 			// The refund is decided now (on the limiter's clock, if it has
 			// one), and gives back what the take with op's Receipt took.
 			r := driver.Op{Key: op.Key, Rule: op.Rule, Cost: -op.Cost, Receipt: op.Receipt, Deadline: now.Add(l.cfg.timeout)}
+			if !op.Lease.IsZero() {
+				r.Receipt, r.Lease = 0, op.Lease // the release of the lease taken
+			}
 			if l.cfg.clock != nil {
 				r.Now = l.cfg.clock()
 			}
@@ -147,6 +164,14 @@ func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []
 	for i, c := range checks {
 		if c.Limiter == nil {
 			return Decision{}, nil, invalidField("Check.Limiter", "check %d has no limiter", i)
+		}
+		if c.Limiter.rule.Algorithm == driver.AlgorithmInFlight {
+			op, err := leaseCheck(i, c, refunds)
+			if err != nil {
+				return Decision{}, nil, err
+			}
+			ops[i] = op
+			continue
 		}
 		cost := c.Cost
 		if refunds && cost < 0 {

@@ -8,8 +8,8 @@ import (
 	"github.com/sluicehq/sluice/driver"
 )
 
-// A Policy is one of FixedWindow, SlidingLog, SlidingWindow, TokenBucket and
-// GCRA. New validates it and turns it into a Rule for the store.
+// A Policy is one of FixedWindow, SlidingLog, SlidingWindow, TokenBucket,
+// GCRA and InFlight. New validates it and turns it into a Rule for the store.
 type Policy interface {
 	// Rule validates the policy and returns its normalized form.
 	Rule() (Rule, error)

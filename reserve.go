@@ -129,6 +129,8 @@ func reservable(rule Rule) error {
 		return invalidField("WithReservations", "WithReservations: %v cannot settle exactly: it keeps one entry per unit, at most its limit, so it could not hold the excess of a settle beyond the limit (use TokenBucket, GCRA or FixedWindow)", rule.Algorithm)
 	case driver.AlgorithmSlidingWindow:
 		return invalidField("WithReservations", "WithReservations: %v cannot settle exactly: its estimate weights the previous window's count by a float that a settle across the window edge would round (use TokenBucket, GCRA or FixedWindow)", rule.Algorithm)
+	case driver.AlgorithmInFlight:
+		return invalidField("WithReservations", "WithReservations: %v limits how many things run at once, not how many units are spent: there is no estimate to settle; hold a lease (Acquire, then Release) for the work's lifetime instead", rule.Algorithm)
 	}
 	return invalidField("WithReservations", "WithReservations: unknown algorithm %v", rule.Algorithm)
 }

@@ -13,7 +13,8 @@ import (
 // identical.
 func defaultName(r Rule) string {
 	short := map[driver.Algorithm]string{driver.AlgorithmFixedWindow: "fw", driver.AlgorithmSlidingLog: "sl",
-		driver.AlgorithmSlidingWindow: "sw", driver.AlgorithmTokenBucket: "tb", driver.AlgorithmGCRA: "gcra"}[r.Algorithm]
+		driver.AlgorithmSlidingWindow: "sw", driver.AlgorithmTokenBucket: "tb", driver.AlgorithmGCRA: "gcra",
+		driver.AlgorithmInFlight: "if"}[r.Algorithm]
 	if r.CountRejected {
 		short += "c" // fwc, slc
 	}

@@ -220,6 +220,9 @@ func New(store driver.Store, policy Policy, opts ...Option) (*Limiter, error) {
 		cfg.logger = slog.Default()
 	}
 	l := &Limiter{store: store, rule: rule, cfg: cfg}
+	if err := checkInFlightOptions(rule, &cfg); err != nil {
+		return nil, err
+	}
 	if l.plans, err = buildPlans(rule, cfg.plans); err != nil {
 		return nil, err
 	}
@@ -274,7 +277,7 @@ func (l *Limiter) setDenyCache() error {
 			return invalidField("WithDenyCache", "WithDenyCache(true): a limiter with overrides never uses the deny cache (an override set by another process must apply at once)")
 		}
 	}
-	if cfg.deny == 1 || cfg.deny == 0 && l.notify != nil && !rule.CountRejected && len(l.plans) == 0 && l.ovs == nil {
+	if cfg.deny == 1 || cfg.deny == 0 && l.notify != nil && !rule.CountRejected && len(l.plans) == 0 && l.ovs == nil && rule.Algorithm != driver.AlgorithmInFlight {
 		l.deny = newDenyCache(rule, l.notify != nil)
 		if l.notify != nil {
 			// The store holds the cache, never the Limiter: once the
@@ -453,6 +456,9 @@ func (l *Limiter) check(key string, r Rule, n int64) error {
 	}
 	if n < 0 {
 		return badCost("cost %d is negative", n)
+	}
+	if r.Algorithm == driver.AlgorithmInFlight && n != 0 {
+		return l.wrongKind("a rate decision")
 	}
 	if l.ovs != nil {
 		// An override may raise the limit: only what no limit allows is

@@ -28,11 +28,16 @@
 // their deny caches forget a key, implements [DeleteNotifier] and calls
 // [DeleteWatcher]s.
 //
+// An Op of [AlgorithmInFlight] (sluice.InFlight) names its lease
+// ([Op.Lease], a [LeaseID]) to acquire (Cost 1), renew ([Op.Renew]) or
+// release (Cost -1) it; a key holds at most the Rule's Limit leases, each
+// ending the Rule's Window after its acquire or last renewal.
+//
 // The bounds ([MaxLimit], [MinWindow], [MaxWindow], [MaxSlidingLogLimit],
-// [MinTime], [MaxTime]) keep every count, time stamp and time to live exact
+// [MaxInFlightLimit], [MinTime], [MaxTime]) keep every count, time stamp and time to live exact
 // in the float64 numbers Lua computes with. Errors of rules and records are
 // [*PolicyError]s wrapping [ErrInvalidPolicy], [ErrInvalidCost],
-// [ErrInvalidOverride] or [ErrInvalidTime]; package sluice re-declares
+// [ErrInvalidOverride], [ErrInvalidLease] or [ErrInvalidTime]; package sluice re-declares
 // those a user tests for, with the same values.
 //
 // Package sluicetest is the conformance suite every Store must pass

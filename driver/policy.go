@@ -16,6 +16,7 @@ const (
 	AlgorithmSlidingWindow
 	AlgorithmTokenBucket
 	AlgorithmGCRA
+	AlgorithmInFlight // at most Limit leases at once (see sluice.InFlight)
 )
 
 var algorithmNames = [...]string{
@@ -24,6 +25,7 @@ var algorithmNames = [...]string{
 	AlgorithmSlidingWindow: "sliding_window",
 	AlgorithmTokenBucket:   "token_bucket",
 	AlgorithmGCRA:          "gcra",
+	AlgorithmInFlight:      "in_flight",
 }
 
 // String returns the algorithm's configuration name, such as "token_bucket".
@@ -35,14 +37,14 @@ func (a Algorithm) String() string {
 }
 
 // ParseAlgorithm returns the Algorithm named s ("fixed_window",
-// "sliding_log", "sliding_window", "token_bucket" or "gcra").
+// "sliding_log", "sliding_window", "token_bucket", "gcra" or "in_flight").
 func ParseAlgorithm(s string) (Algorithm, error) {
 	for a, name := range algorithmNames {
 		if name != "" && name == s {
 			return Algorithm(a), nil
 		}
 	}
-	return 0, invalid("unknown algorithm %q (want fixed_window, sliding_log, sliding_window, token_bucket or gcra)", s)
+	return 0, invalid("unknown algorithm %q (want fixed_window, sliding_log, sliding_window, token_bucket, gcra or in_flight)", s)
 }
 
 // MinWindow is the shortest window or period a policy may have.
@@ -128,25 +130,31 @@ func CheckRefill(field string, limit int64, interval time.Duration) error {
 // Params are the numbers a policy is made of, by the names a configuration
 // file gives them: Limit is the limit, capacity or burst; Window is for the
 // window algorithms, Rate and Per for TokenBucket and GCRA (see
-// Algorithm.Rated).
+// Algorithm.Rated), Lease for InFlight.
 type Params struct {
 	Limit         int64
 	Window        time.Duration
 	Rate          float64
 	Per           time.Duration
-	Calendar      Calendar // FixedWindow only, instead of Window
-	CountRejected bool     // FixedWindow and SlidingLog only
+	Calendar      Calendar      // FixedWindow only, instead of Window
+	CountRejected bool          // FixedWindow and SlidingLog only
+	Lease         time.Duration // InFlight only
 }
 
 // Takes reports whether a takes the fields p sets: the one place that
-// says which algorithm takes CountRejected, a Calendar, a Window, or Rate
-// and Per (the policy types have only the fields of their algorithm).
+// says which algorithm takes CountRejected, a Calendar, a Window, Rate
+// and Per, or a Lease (the policy types have only the fields of their
+// algorithm).
 func (a Algorithm) Takes(p Params) error {
 	switch {
 	case p.CountRejected && a != AlgorithmSlidingLog && a != AlgorithmFixedWindow:
 		return invalidField("CountRejected", "CountRejected is only for %v and %v, not %v", AlgorithmFixedWindow, AlgorithmSlidingLog, a)
 	case !p.Calendar.IsZero() && a != AlgorithmFixedWindow:
 		return invalidField("Calendar", "a Calendar period is only for %v, not %v", AlgorithmFixedWindow, a)
+	case p.Lease != 0 && a != AlgorithmInFlight:
+		return invalidField("Lease", "a Lease is only for %v, not %v", AlgorithmInFlight, a)
+	case a == AlgorithmInFlight && (p.Window != 0 || p.Rate != 0 || p.Per != 0):
+		return invalidField("Window", "%v takes Limit and Lease, not Window, Rate or Per", a)
 	case a.Rated() && p.Window != 0:
 		return invalidField("Window", "%v takes Rate and Per, not Window", a)
 	case !a.Rated() && (p.Rate != 0 || p.Per != 0):

@@ -14,11 +14,12 @@ import (
 // For the window algorithms, Limit units may be taken per Window. For
 // TokenBucket, Limit is the capacity and Interval the time to earn one token;
 // for GCRA, Limit is the burst and Interval the emission interval (both
-// Per/Rate rounded to the microsecond).
+// Per/Rate rounded to the microsecond). For InFlight, Limit is the most
+// leases at once and Window the lease (see sluice.InFlight).
 type Rule struct {
 	Algorithm     Algorithm
 	Limit         int64
-	Window        time.Duration // window algorithms
+	Window        time.Duration // window algorithms; InFlight: the lease
 	Calendar      Calendar      // FixedWindow with calendar periods, instead of Window
 	Interval      time.Duration // TokenBucket, GCRA: time per unit
 	CountRejected bool          // SlidingLog, FixedWindow: refused requests are counted too
@@ -52,6 +53,8 @@ func (r Rule) Validate() error {
 			return invalidField("Interval", "Interval must be a positive whole number of microseconds, got %v", r.Interval)
 		}
 		return CheckRefill("Limit", r.Limit, r.Interval)
+	case AlgorithmInFlight:
+		return validateInFlight(r)
 	}
 	return invalid("unknown algorithm %v", r.Algorithm)
 }
@@ -148,6 +151,8 @@ func (r Rule) State() string {
 		return "tb3" // microseconds of credit and their time
 	case AlgorithmGCRA:
 		return "gcra"
+	case AlgorithmInFlight:
+		return "if1" // a sorted set: lease id, scored by when it ends
 	}
 	return "x" + strconv.Itoa(int(r.Algorithm))
 }
@@ -159,6 +164,8 @@ func (r Rule) String() string {
 		return fmt.Sprintf("token_bucket(capacity=%d, interval=%v)", r.Limit, r.Interval)
 	case AlgorithmGCRA:
 		return fmt.Sprintf("gcra(burst=%d, interval=%v)", r.Limit, r.Interval)
+	case AlgorithmInFlight:
+		return fmt.Sprintf("in_flight(limit=%d, lease=%v)", r.Limit, r.Window)
 	}
 	s := fmt.Sprintf("%v(limit=%d, window=%v", r.Algorithm, r.Limit, r.Window)
 	if r.isCalendar() {

@@ -98,6 +98,17 @@ type Op struct {
 	// Now is the time of the decision. The zero Time means the store's own
 	// clock (Valkey's TIME).
 	Now time.Time
+	// Lease is, for InFlight, the id of the lease the Op acquires (Cost
+	// 1), renews (Renew) or releases (Cost -1); zero for a peek (Cost 0)
+	// and for every other algorithm. An acquire's Result is allowed when
+	// the lease was added, a renewal's when the lease had not ended (it
+	// then ends Rule.Window after the decision), a release's when it
+	// removed a lease that had not ended. Receipt is then when the lease
+	// ends, in microseconds of the deciding clock (the decision's time when
+	// it was not added or renewed).
+	Lease LeaseID
+	// Renew makes an InFlight Op with a Lease a renewal (Cost 0).
+	Renew bool
 	// Deadline is when the decision is due (the limiter's timeout); the zero
 	// Time means only ctx bounds it. It travels with the Op rather than as a
 	// context, so that a store that merges concurrent decisions pays for
@@ -121,6 +132,9 @@ func (op *Op) Validate() error {
 		if err := CheckTime("now", op.Now); err != nil {
 			return err
 		}
+	}
+	if op.Rule.Algorithm == AlgorithmInFlight || !op.Lease.IsZero() || op.Renew {
+		return validateLeaseOp(op)
 	}
 	if op.Cost < 0 && op.Receipt == 0 {
 		return &PolicyError{Err: ErrInvalidCost, Field: "Op.Receipt", Reason: fmt.Sprintf("a refund (cost %d) needs the Receipt of the take it gives back", op.Cost)}

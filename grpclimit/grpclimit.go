@@ -15,6 +15,13 @@
 //	}})
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(in.Unary()), grpc.ChainStreamInterceptor(in.Stream()))
 //
+// A Limit whose Limiter enforces sluice.InFlight (at most N calls at once
+// per key) takes a lease for each allowed call and holds it while the call
+// runs: a unary call until its handler returns, a stream until it ends. A
+// call that outlives the Lease has it renewed (sluice.Hold); when a
+// renewal finds the lease ended, the call's context is canceled with the
+// error (wrapping sluice.ErrLeaseLost) as its cause.
+//
 // When the store cannot decide, each limiter's fail mode does (sluice's
 // Degraded results); a degraded refusal is RESOURCE_EXHAUSTED too.
 //
@@ -211,8 +218,14 @@ func methodSet(i int, names []string) (map[string]bool, error) {
 // Unary returns the unary server interceptor.
 func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := in.check(ctx, info.FullMethod); err != nil {
+		leases, err := in.check(ctx, info.FullMethod)
+		if err != nil {
 			return nil, err
+		}
+		if leases != nil {
+			var stop func()
+			ctx, stop = sluice.Hold(ctx, leases...)
+			defer stop()
 		}
 		return handler(ctx, req)
 	}
@@ -222,33 +235,40 @@ func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
 // when it opens.
 func (in *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := in.check(ss.Context(), info.FullMethod); err != nil {
+		leases, err := in.check(ss.Context(), info.FullMethod)
+		if err != nil {
 			return err
+		}
+		if leases != nil {
+			ctx, stop := sluice.Hold(ss.Context(), leases...)
+			defer stop()
+			ss = &heldStream{ServerStream: ss, ctx: ctx}
 		}
 		return handler(srv, ss)
 	}
 }
 
-// check decides a call: nil to proceed, or the status error to return.
-func (in *Interceptor) check(ctx context.Context, fullMethod string) error {
+// check decides a call: nil to proceed, with the leases of its in-flight
+// limits, or the status error to return.
+func (in *Interceptor) check(ctx context.Context, fullMethod string) ([]*sluice.Lease, error) {
 	if in.cfg.Skip != nil && in.cfg.Skip(ctx, fullMethod) {
-		return nil
+		return nil, nil
 	}
 	checks, denyCodes, limits, err := in.checks(ctx, fullMethod)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(checks) == 0 {
-		return nil
+		return nil, nil
 	}
 	d, err := in.decideWaiting(ctx, checks, limits)
 	if err != nil {
-		return failure(ctx, err)
+		return nil, failure(ctx, err)
 	}
 	if d.Allowed {
-		return nil
+		return d.Leases, nil
 	}
-	return refusal(checks, denyCodes, d)
+	return nil, refusal(checks, denyCodes, d)
 }
 
 // checks are the checks of the limits that apply to a call of fullMethod,
@@ -288,6 +308,15 @@ func failure(ctx context.Context, err error) error {
 	}
 	return status.Errorf(codes.Unavailable, "rate limit decision failed: %v", err)
 }
+
+// heldStream is a stream whose context is the one its leases are held
+// for (sluice.Hold): canceled, with the cause, when a renewal is lost.
+type heldStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *heldStream) Context() context.Context { return s.ctx }
 
 // refusal is the status of a refused decision: RESOURCE_EXHAUSTED, or
 // the DenyCode (denyCodes[i] for checks[i]) of the limit refused longest.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // The rate-limit header names, as the conventions and the draft spell them.
@@ -46,7 +47,8 @@ type HeaderOptions struct {
 // WriteHeaders sets on h the rate-limit headers of st. It is the one
 // writer of these headers: the Middleware and sluice serve both call it.
 //
-// Hidden limits and limiters in shadow mode are never shown; degraded
+// Hidden limits, limiters in shadow mode and in-flight limits are never
+// shown; degraded
 // results (the store could not decide) are not shown in RateLimit nor in
 // X-RateLimit-*, since nothing is known about the budget, while their
 // policy stays in RateLimit-Policy.
@@ -121,8 +123,11 @@ func HeaderFields(st *Status, o HeaderOptions) map[string]string {
 	return m
 }
 
-// shown reports whether l's policy is shown in headers.
-func (l *LimitStatus) shown() bool { return !l.Hidden && !l.Shadow }
+// shown reports whether l's policy is shown in headers: not for hidden
+// limits, shadow mode, or in-flight limits (not a quota per window).
+func (l *LimitStatus) shown() bool {
+	return !l.Hidden && !l.Shadow && l.Rule.Algorithm != driver.AlgorithmInFlight
+}
 
 // advertised reports whether l's result is shown in headers: its policy
 // is, and the result is known (not degraded) and not a shadow decision.

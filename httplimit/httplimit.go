@@ -66,6 +66,20 @@
 //
 // Two Limits with the same name are refused by New.
 //
+// # In-flight limits
+//
+// A Limit whose Limiter enforces sluice.InFlight (at most N requests at
+// once per key) takes a lease for each allowed request and holds it for
+// the request's lifetime: it is released when the handler returns or
+// panics, and when the client goes away (the request's context ends). A
+// handler that outlives the lease (a streaming response) has it renewed
+// every third of the Lease; when a renewal finds the lease ended, the
+// request's context is canceled, with the error (wrapping
+// sluice.ErrLeaseLost) as its cause (context.Cause). A refusal answers 429
+// with Retry-After, the time until the earliest lease ends at the latest.
+// In-flight limits are not quotas per window: they are never shown in the
+// rate-limit headers.
+//
 // # Failure and shadow mode
 //
 // Limiters decide by their fail mode when the store is unavailable, and
@@ -324,6 +338,12 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			m.cfg.DenyHandler.ServeHTTP(w, r)
 			return
 		}
+		if leases := st.leases(); leases != nil {
+			// In-flight limits: the leases live as long as the request.
+			ctx, stop := sluice.Hold(r.Context(), leases...)
+			defer stop()
+			r = r.WithContext(ctx)
+		}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -358,6 +378,8 @@ func (l *limit) costOf(r *http.Request) int64 {
 
 // Check decides the limits for r and takes what they cost, as Handler does,
 // without answering: for handlers that limit part of their work themselves.
+// The leases of in-flight limits (LimitStatus.Lease) are then the caller's
+// to release.
 // It returns a nil Status when no limit applies to r, and a *NoKeyError,
 // counting nothing, when a limit that refuses requests without a key finds
 // none for r.
@@ -395,6 +417,9 @@ func (m *Middleware) check(r *http.Request) (*Status, []int, error) {
 
 			DenyStatus: l.DenyStatus,
 			DenyBody:   l.DenyBody,
+		}
+		if d.Leases != nil {
+			st.Limits[j].Lease = d.Leases[j]
 		}
 	}
 	return st, applied, nil
@@ -441,6 +466,10 @@ type LimitStatus struct {
 	Result sluice.Result
 	Hidden bool // Limit.Hidden: never shown in headers
 	Shadow bool // the limiter is in shadow mode: never shown in headers
+	// Lease is, for an in-flight limit (sluice.InFlight) that allowed the
+	// request, the lease it holds: Handler holds it for the request's
+	// lifetime (sluice.Hold); a caller of Check releases it.
+	Lease *sluice.Lease
 
 	// DenyStatus and DenyBody are the limit's response to a refusal
 	// (Limit.DenyStatus, Limit.DenyBody; zero: 429 with problem+json).

@@ -12,7 +12,7 @@ import (
 )
 
 // algorithms are the algorithm files of the scripts.
-var algorithms = []*algorithm{fixedWindowAlg, slidingLogAlg, slidingWindowAlg, tokenBucketAlg, gcraAlg, calendarAlg}
+var algorithms = []*algorithm{fixedWindowAlg, slidingLogAlg, slidingWindowAlg, tokenBucketAlg, gcraAlg, calendarAlg, inFlightAlg}
 
 // TestAssembly checks the contract of the scripts' assembly on the
 // pieces of every script (each algorithm with each ending): no top-level

@@ -45,6 +45,8 @@ var (
 	gcraLua string
 	//go:embed scripts/calendar.lua
 	calendarLua string
+	//go:embed scripts/inflight.lua
+	inFlightLua string
 )
 
 // An algorithm is one algorithm file: the body of a function that returns
@@ -71,6 +73,7 @@ var (
 	tokenBucketAlg   = &algorithm{name: "tokenBucket", src: tokenBucketLua}
 	gcraAlg          = &algorithm{name: "gcra", src: gcraLua}
 	calendarAlg      = &algorithm{name: "calendar", src: calendarLua, uses: []*algorithm{fixedWindowAlg}}
+	inFlightAlg      = &algorithm{name: "inFlight", src: inFlightLua}
 )
 
 // A piece is a part of an assembled script: the top-level locals of one
@@ -161,6 +164,7 @@ var scripts = [...]*Script{
 	driver.AlgorithmSlidingWindow: newScript(slidingWindowAlg),
 	driver.AlgorithmTokenBucket:   newScript(tokenBucketAlg),
 	driver.AlgorithmGCRA:          newScript(gcraAlg),
+	driver.AlgorithmInFlight:      newScript(inFlightAlg),
 }
 
 // calendar decides fixed windows over calendar periods: calendar.lua's
@@ -185,7 +189,14 @@ const clockSkew = 2
 const (
 	recordArgs   = 5*8 + 3
 	calendarArgs = 4 * 8
+	leaseArgs    = 16
 	overrideArgs = 5 * 8
+)
+
+// The record's part byte: what follows its fixed part.
+const (
+	partCalendar = 1
+	partLease    = 2
 )
 
 // ArgsSize is the length of op's record among a call's arguments
@@ -194,6 +205,9 @@ func ArgsSize(op *driver.Op, override bool) int {
 	n := recordArgs
 	if !op.Rule.Calendar.IsZero() {
 		n += calendarArgs
+	}
+	if op.Rule.Algorithm == driver.AlgorithmInFlight {
+		n += leaseArgs
 	}
 	if override {
 		n += overrideArgs
@@ -205,7 +219,8 @@ func ArgsSize(op *driver.Op, override bool) int {
 // string the scripts take: see batch.lua) and returns the extended
 // buffer: now in microseconds (0: the server's TIME), limit, the
 // algorithm's parameter, cost, and for a refund (negative cost) the
-// receipt of the take it refunds, else 0, then its flags. For calendar
+// receipt of the take it refunds, else 0, then its flags. For InFlight the
+// lease id follows (Op.Lease; the flag is Op.Renew). For calendar
 // periods the first instants of the four periods around the Op's time
 // follow, or around clock when the server's TIME decides
 // (CalendarBounds). A caller that sends op.Override among the
@@ -217,7 +232,8 @@ func AppendArgs(dst []byte, op *driver.Op, overrideKey int, clock time.Time) []b
 	if !op.Now.IsZero() {
 		now = op.Now.UnixMicro()
 	}
-	if op.Cost < 0 {
+	lease := op.Rule.Algorithm == driver.AlgorithmInFlight
+	if op.Cost < 0 && !lease {
 		receipt = op.Receipt
 	}
 	dst = appendInt64(dst, now)
@@ -226,7 +242,17 @@ func AppendArgs(dst []byte, op *driver.Op, overrideKey int, clock time.Time) []b
 	dst = appendInt64(dst, op.Cost)
 	dst = appendInt64(dst, receipt)
 	cal := !op.Rule.Calendar.IsZero()
-	dst = append(dst, flag(op.Rule.CountRejected), flag(cal), flag(overrideKey > 0))
+	var part byte
+	switch {
+	case cal:
+		part = partCalendar
+	case lease:
+		part = partLease
+	}
+	dst = append(dst, flag(op.Rule.CountRejected || op.Renew), part, flag(overrideKey > 0))
+	if lease {
+		dst = append(dst, op.Lease[:]...)
+	}
 	if cal {
 		dst = appendCalendar(dst, op, clock)
 	}

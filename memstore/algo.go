@@ -26,12 +26,13 @@ type reply struct {
 // algorithm are used.
 type state struct {
 	alg      driver.Algorithm
-	w, c, p  int64   // fixed and sliding window: window number, count, previous count
-	credit   int64   // token bucket: microseconds of credit
-	ts       int64   // token bucket: time of credit
-	tat      int64   // GCRA: theoretical arrival time
-	log      []int64 // sliding log: sorted times
-	ttlMicro int64   // time to live from now, set by the algorithm when it writes
+	w, c, p  int64                    // fixed and sliding window: window number, count, previous count
+	credit   int64                    // token bucket: microseconds of credit
+	ts       int64                    // token bucket: time of credit
+	tat      int64                    // GCRA: theoretical arrival time
+	log      []int64                  // sliding log: sorted times
+	leases   map[driver.LeaseID]int64 // in-flight: when each lease ends
+	ttlMicro int64                    // time to live from now, set by the algorithm when it writes
 }
 
 // retryLoops bounds the search for the first microsecond at which a refused

@@ -122,8 +122,11 @@ func (s *Store) decide(op *driver.Op) (driver.Result, error) {
 		// the override lapses (the plan's limit admits the cost).
 		cost, receipt = 0, 0
 	}
-	rep, write, del, err := runAlgorithm(&st, it != nil, us, now, &r, cost, receipt)
-	if err != nil {
+	var rep reply
+	var write, del bool
+	if r.Algorithm == driver.AlgorithmInFlight {
+		rep, write, del = inFlight(&st, us, r.Limit, r.Param(), op.Cost, op.Renew, op.Lease)
+	} else if rep, write, del, err = runAlgorithm(&st, it != nil, us, now, &r, cost, receipt); err != nil {
 		return driver.Result{}, err
 	}
 	if overLimit {

@@ -133,6 +133,7 @@ type Metrics struct {
 	decisions *prometheus.CounterVec
 	errors    *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
+	leases    *prometheus.CounterVec
 	warnings  *prometheus.CounterVec
 
 	limiters sync.Map // limiter name -> *series
@@ -147,6 +148,7 @@ type series struct {
 }
 
 var _ sluice.Observer = (*Metrics)(nil)
+var _ sluice.LeaseObserver = (*Metrics)(nil)
 var _ prometheus.Collector = (*Metrics)(nil)
 
 // New returns Metrics registered with reg. With a nil reg it registers
@@ -178,6 +180,12 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Buckets:     c.buckets,
 			ConstLabels: c.labels,
 		}, []string{"limiter"}),
+		leases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace:   c.namespace,
+			Name:        "lease_events_total",
+			Help:        "What became of in-flight limits' leases, by limiter and event: released, ended (a release found it already ended: expired or reset), renewed, lost (a renewal found it ended). Acquires and refusals are in decisions_total.",
+			ConstLabels: c.labels,
+		}, []string{"limiter", "event"}),
 		warnings: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace:   c.namespace,
 			Name:        "warnings_total",
@@ -198,6 +206,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.decisions.Describe(ch)
 	m.errors.Describe(ch)
 	m.latency.Describe(ch)
+	m.leases.Describe(ch)
 	m.warnings.Describe(ch)
 }
 
@@ -206,6 +215,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.decisions.Collect(ch)
 	m.errors.Collect(ch)
 	m.latency.Collect(ch)
+	m.leases.Collect(ch)
 	m.warnings.Collect(ch)
 }
 
@@ -220,6 +230,11 @@ func (m *Metrics) ObserveDecision(limiter string, res sluice.Result, err error, 
 		s.warnings.Inc()
 	}
 	s.latency.Observe(latency.Seconds())
+}
+
+// ObserveLease implements sluice.LeaseObserver.
+func (m *Metrics) ObserveLease(limiter string, ev sluice.LeaseEvent) {
+	m.leases.WithLabelValues(limiter, ev.String()).Inc()
 }
 
 // Limiter creates the series of limiter at zero, so that dashboards and

@@ -589,6 +589,16 @@ type keyState struct {
 	Fields       map[string]string `json:"fields,omitempty"`
 	Entries      []string          `json:"entries,omitempty"`
 	EntryCount   int64             `json:"entry_count,omitempty"`
+	// Leases are an in_flight key's leases, the soonest to end first, with
+	// the time each has left by Valkey's clock (ended ones not yet reaped
+	// show 0 or less).
+	Leases []leaseState `json:"leases,omitempty"`
+}
+
+// leaseState is one lease of an in_flight key.
+type leaseState struct {
+	ID       string  `json:"id"`
+	EndsInMS float64 `json:"ends_in_ms"`
 }
 
 func runInspect(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
@@ -662,10 +672,25 @@ func printKeyState(w io.Writer, st *keyState) {
 	for _, n := range slices.Sorted(maps.Keys(st.Fields)) {
 		fmt.Fprintf(w, " %s=%s", n, st.Fields[n])
 	}
-	if st.Type == "zset" {
+	if st.Type == "zset" && st.Leases == nil {
 		fmt.Fprintf(w, " %d entries; oldest: %s", st.EntryCount, strings.Join(st.Entries, " "))
 	}
 	fmt.Fprintln(w)
+	if st.Leases != nil {
+		printLeases(w, st.Leases)
+	}
+}
+
+// printLeases shows an in_flight key's leases, at most 20 of them.
+func printLeases(w io.Writer, leases []leaseState) {
+	fmt.Fprintf(w, "leases     %d held\n", len(leases))
+	for i, ls := range leases {
+		if i == 20 {
+			fmt.Fprintf(w, "           ... and %d more (--json lists them all)\n", len(leases)-i)
+			return
+		}
+		fmt.Fprintf(w, "           %s ends in %v\n", ls.ID, time.Duration(ls.EndsInMS*1e6).Round(time.Millisecond))
+	}
 }
 
 // inForceOf names where the rule in force comes from: "override until
@@ -751,7 +776,7 @@ func readRawState(ctx context.Context, c valkey.Client, l *sluice.Limiter, st *k
 	case "string":
 		err = readStringState(ctx, c, l, st)
 	case "zset":
-		err = readZsetState(ctx, c, st)
+		err = readZsetState(ctx, c, l, st)
 	}
 	if err != nil {
 		return err
@@ -762,6 +787,29 @@ func readRawState(ctx context.Context, c valkey.Client, l *sluice.Limiter, st *k
 	}
 	st.TTLMS = float64(ttl)
 	return nil
+}
+
+// readLeases reads an in_flight key's leases (at most MaxInFlightLimit)
+// and the time each has left by Valkey's clock.
+func readLeases(ctx context.Context, c valkey.Client, sk string) ([]leaseState, error) {
+	zs, err := c.Do(ctx, c.B().Zrange().Key(sk).Min("0").Max("-1").Withscores().Build()).AsZScores()
+	if err != nil {
+		return nil, err
+	}
+	t, err := c.Do(ctx, c.B().Time().Build()).AsStrSlice()
+	if err != nil || len(t) != 2 {
+		return nil, fmt.Errorf("TIME: %v", err)
+	}
+	sec, _ := strconv.ParseInt(t[0], 10, 64)
+	usec, _ := strconv.ParseInt(t[1], 10, 64)
+	now := sec*1_000_000 + usec
+	out := make([]leaseState, 0, len(zs))
+	for _, z := range zs {
+		var id driver.LeaseID
+		copy(id[:], z.Member)
+		out = append(out, leaseState{ID: "h" + id.String(), EndsInMS: (z.Score - float64(now)) / 1000})
+	}
+	return out, nil
 }
 
 // readStringState reads st's string state into st.Fields, decoded into
@@ -781,11 +829,15 @@ func readStringState(ctx context.Context, c valkey.Client, l *sluice.Limiter, st
 }
 
 // readZsetState reads the size and the ten oldest entries of st's sorted
-// set.
-func readZsetState(ctx context.Context, c valkey.Client, st *keyState) error {
+// set, or for an in_flight key its leases.
+func readZsetState(ctx context.Context, c valkey.Client, l *sluice.Limiter, st *keyState) error {
 	sk := st.StoreKey
 	var err error
 	if st.EntryCount, err = c.Do(ctx, c.B().Zcard().Key(sk).Build()).AsInt64(); err != nil {
+		return err
+	}
+	if l.Rule().Algorithm == driver.AlgorithmInFlight {
+		st.Leases, err = readLeases(ctx, c, sk)
 		return err
 	}
 	st.Entries, err = c.Do(ctx, c.B().Zrange().Key(sk).Min("0").Max("9").Build()).AsStrSlice()

@@ -37,6 +37,7 @@ func InForce(r sluice.Rule, res sluice.Result) sluice.Rule {
 // not determine it:
 //
 //   - nothing is taken (Remaining is Limit), or res is Degraded;
+//   - for InFlight, whose leases may be released at any time;
 //   - for SlidingLog and SlidingWindow, whose Result does not say when the
 //     oldest counted unit leaves the window, except after a refusal of
 //     cost 1 or a peek (then it is RetryAfter) and, for SlidingLog, with a
@@ -45,7 +46,8 @@ func InForce(r sluice.Rule, res sluice.Result) sluice.Rule {
 // FixedWindow restores everything at the window's end (ResetAfter);
 // TokenBucket and GCRA earn the next unit within one Interval.
 func NextUnit(r sluice.Rule, res sluice.Result, cost int64) (d time.Duration, known bool) {
-	if res.Degraded || res.Remaining >= r.Limit {
+	if res.Degraded || res.Remaining >= r.Limit || r.Algorithm == driver.AlgorithmInFlight {
+		// For InFlight: a lease may be released at any time.
 		return 0, false
 	}
 	if !res.Allowed && cost <= 1 {

@@ -8,10 +8,12 @@
 --   '<i8i8i8i8i8BBB': now (microseconds; 0 = the server's TIME, read once
 --   per call), limit, the algorithm's parameter (0 for calendar periods),
 --   cost, receipt (for a negative cost, the receipt of the take it
---   refunds; else 0), flag (1: CountRejected), calendar (1: four bounds
---   follow, see calendar.lua), override (1: its key and bounds follow);
+--   refunds; else 0), flag (1: CountRejected; for in-flight, 1: renew),
+--   part (1: four calendar bounds follow, see calendar.lua; 2: a lease id
+--   follows, see inflight.lua), override (1: its key and bounds follow);
 --   then for calendar periods '<i8i8i8i8', the first instants of four
---   periods; then for an override '<i8i8i8i8i8', the index in KEYS of the
+--   periods, or for in-flight 'c16', the lease id (passed to decide as
+--   its receipt); then for an override '<i8i8i8i8i8', the index in KEYS of the
 --   override key and the bounds it must keep (see override in
 --   prelude.lua).
 -- Reply: one string, a record of 50 bytes per decision, in order
@@ -48,6 +50,9 @@ local function decideAll(KEYS, args)
       local b1, b2, b3, b4
       b1, b2, b3, b4, pos = struct.unpack('<i8i8i8i8', args, pos)
       param = { b1, b2, b3, b4 }
+    elseif cal == 2 then
+      -- An in-flight decision: its lease id takes the receipt's place.
+      receipt, pos = struct.unpack('c16', args, pos)
     end
     local ov, ovLimit, ovParam, untl = 0, 0, 0, 0
     if ovr == 1 then

@@ -198,6 +198,18 @@ func TestErrors(t *testing.T) {
 		{"envoy key wildcard", "domain: d\ndescriptors:\n  - key: 'k*'\n    rate_limit: {unit: second, requests_per_unit: 5}\n", `a '*' in a key is not supported`},
 		{"envoy share_threshold", "domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true, rate_limit: {unit: second, requests_per_unit: 5}}\n", `share_threshold applies only to a wildcard value`},
 		{"envoy counting", "domain: d\ncounting: some\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 5}}\n", `counting must be each or all_or_nothing`},
+		{"in_flight without lease", "policies:\n  - {name: a, algorithm: in_flight, limit: 5}\n", `in_flight needs lease`},
+		{"in_flight without limit", "policies:\n  - {name: a, algorithm: in_flight, lease: 30s}\n", `in_flight needs limit`},
+		{"in_flight window", "policies:\n  - {name: a, algorithm: in_flight, limit: 5, lease: 30s, window: 1s}\n", `window is not used by in_flight`},
+		{"in_flight plans", "policies:\n  - {name: a, algorithm: in_flight, limit: 5, lease: 30s, plans: {pro: {limit: 9}}}\n", `plans is not used by in_flight`},
+		{"in_flight overrides", "policies:\n  - {name: a, algorithm: in_flight, limit: 5, lease: 30s, overrides: true}\n", `overrides is not used by in_flight`},
+		{"in_flight deny_cache", "policies:\n  - {name: a, algorithm: in_flight, limit: 5, lease: 30s, deny_cache: true}\n", `deny_cache is not used by in_flight`},
+		{"in_flight warn_at", "policies:\n  - {name: a, algorithm: in_flight, limit: 5, lease: 30s, warn_at: 80}\n", `warn_at is not used by in_flight`},
+		{"in_flight deny_status", "policies:\n  - {name: a, algorithm: in_flight, limit: 5, lease: 30s, deny_status: 503}\n", `deny_status is not used by in_flight`},
+		{"in_flight too large", "policies:\n  - {name: a, algorithm: in_flight, limit: 20000, lease: 30s}\n", `at most 10000 (MaxInFlightLimit)`},
+		{"lease on a rate policy", "policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s, lease: 30s}\n", `lease is not used by gcra`},
+		{"in_flight in envoy", "policies:\n  - {name: a, algorithm: in_flight, limit: 5, lease: 30s}\ndomains:\n  - domain: d\n    descriptors:\n      - {key: k, policy: a}\n", `policy "a" is in_flight`},
+		{"in_flight in forward auth", "policies:\n  - {name: a, algorithm: in_flight, limit: 5, lease: 30s}\nforward_auth:\n  trusted_proxies: [127.0.0.1]\n  routes:\n    - limits: [{policy: a, key: client_ip}]\n", `policy "a" is in_flight`},
 		{"envoy unlimited unit", "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unlimited: true, unit: second}}\n", `unit makes no sense with unlimited`},
 	}
 	for _, tc := range cases {
@@ -210,6 +222,18 @@ func TestErrors(t *testing.T) {
 				t.Fatalf("error:\n%v\nwant it to contain:\n%s", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestInFlightPolicy: algorithm in_flight with limit and lease.
+func TestInFlightPolicy(t *testing.T) {
+	c, err := Parse("ok.yaml", []byte("policies:\n  - {name: exports, algorithm: in_flight, limit: 20, lease: 30s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Policy("exports")
+	if p.Policy != (sluice.InFlight{Limit: 20, Lease: 30 * time.Second}) || p.DenyCache {
+		t.Fatalf("policy %+v, deny cache %v", p.Policy, p.DenyCache)
 	}
 }
 

@@ -136,15 +136,19 @@ func fieldsFor(sec *Section, a driver.Algorithm) []string {
 }
 
 var (
-	fixed   = driver.AlgorithmFixedWindow
-	sliding = driver.AlgorithmSlidingWindow
-	slog    = driver.AlgorithmSlidingLog
-	tbucket = driver.AlgorithmTokenBucket
-	gcra    = driver.AlgorithmGCRA
+	fixed    = driver.AlgorithmFixedWindow
+	sliding  = driver.AlgorithmSlidingWindow
+	slog     = driver.AlgorithmSlidingLog
+	tbucket  = driver.AlgorithmTokenBucket
+	gcra     = driver.AlgorithmGCRA
+	inflight = driver.AlgorithmInFlight
 )
 
 // algorithms lists the algorithms in the order the reference shows them.
-var algorithms = []driver.Algorithm{fixed, slog, sliding, tbucket, gcra}
+var algorithms = []driver.Algorithm{fixed, slog, sliding, tbucket, gcra, inflight}
+
+// rateAlgorithms are the algorithms of rate limits (all but in_flight).
+var rateAlgorithms = []driver.Algorithm{fixed, slog, sliding, tbucket, gcra}
 
 func str(name, desc string) *Field { return &Field{Name: name, Kind: KindString, Desc: desc} }
 func boolean(name, def, desc string) *Field {
@@ -223,12 +227,16 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 	{Name: "name", Kind: KindString, Required: true, Pattern: policyNamePattern,
 		Desc: fmt.Sprintf("unique name, 1 to %d of [A-Za-z0-9_.-]", maxPolicyName)},
 	{Name: "algorithm", Kind: KindEnum, Required: true, Enum: algorithmNames(), Desc: "the algorithm (docs/algorithms.md)"},
-	{Name: "limit", Kind: KindInt, Min: 1, Max: driver.MaxLimit, Algorithms: []driver.Algorithm{fixed, slog, sliding},
-		RequiredBy: []driver.Algorithm{fixed, slog, sliding},
-		Desc:       fmt.Sprintf("requests allowed per window (sliding_log: at most %d)", driver.MaxSlidingLogLimit)},
+	{Name: "limit", Kind: KindInt, Min: 1, Max: driver.MaxLimit, Algorithms: []driver.Algorithm{fixed, slog, sliding, inflight},
+		RequiredBy: []driver.Algorithm{fixed, slog, sliding, inflight},
+		Desc: fmt.Sprintf("requests allowed per window (sliding_log: at most %d); in_flight: leases at once per key (at most %d)",
+			driver.MaxSlidingLogLimit, driver.MaxInFlightLimit)},
 	{Name: "window", Kind: KindDuration, MinDur: driver.MinWindow, MaxDur: driver.MaxWindow, Algorithms: []driver.Algorithm{fixed, slog, sliding},
 		RequiredBy: []driver.Algorithm{slog, sliding},
 		Desc:       "the window (fixed_window: or period)"},
+	{Name: "lease", Kind: KindDuration, MinDur: driver.MinWindow, MaxDur: driver.MaxWindow, Algorithms: []driver.Algorithm{inflight},
+		RequiredBy: []driver.Algorithm{inflight},
+		Desc:       "in_flight: a lease ends this long after it was acquired or last renewed, unless released first"},
 	{Name: "period", Kind: KindEnum, Enum: []string{"day", "week", "month"}, Algorithms: []driver.Algorithm{fixed},
 		Desc: "a calendar period instead of window, with zone"},
 	{Name: "zone", Kind: KindString, Algorithms: []driver.Algorithm{fixed},
@@ -242,7 +250,7 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 		Desc: "refused attempts count too (a lockout)"},
 	enum("on_failure", "allow", "when Valkey cannot decide in time: allow or deny", "allow", "deny"),
 	boolean("shadow", "false", "never refuse: report \"shadow\": true instead"),
-	{Name: "headers", Kind: KindCustom, Default: "all", Type: "a name or a list of names",
+	{Name: "headers", Kind: KindCustom, Default: "all", Type: "a name or a list of names", Algorithms: rateAlgorithms,
 		Desc: "response headers: all, none, or one or a list of x-ratelimit, ietf, retry-after",
 		Schema: map[string]any{"anyOf": []any{
 			map[string]any{"enum": headerValues()},
@@ -252,19 +260,19 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 		Desc: "bounds each decision of this policy"},
 	str("description", "free text shown by GET /v1/policies"),
 	enum("show_keys", "hashed", "how keys appear among the top refused: hashed, truncated or raw", "hashed", "truncated", "raw"),
-	boolean("overrides", "false", "read key overrides (PUT /v1/overrides/POLICY/KEY)"),
+	{Name: "overrides", Kind: KindBool, Default: "false", Algorithms: rateAlgorithms, Desc: "read key overrides (PUT /v1/overrides/POLICY/KEY)"},
 	{Name: "max_debt", Kind: KindInt, Default: "the limit", Min: 0, Max: driver.MaxLimit, Algorithms: []driver.Algorithm{fixed, tbucket, gcra},
 		Desc: "reservations (POST /v1/reservations/settle): the most a settle above its estimate may leave owed, in units beyond the limit; 0 for none"},
-	{Name: "plans", Kind: KindMap, Section: plansSection, Desc: "named plans: plan name → {limit} or {burst, rate}"},
-	{Name: "deny_cache", Kind: KindBool, Default: "true",
+	{Name: "plans", Kind: KindMap, Section: plansSection, Algorithms: rateAlgorithms, Desc: "named plans: plan name → {limit} or {burst, rate}"},
+	{Name: "deny_cache", Kind: KindBool, Default: "true", Algorithms: rateAlgorithms,
 		Desc: "answer refused keys locally until their retry-after (true is refused with count_rejected, overrides or plans, where it is off)"},
-	{Name: "warn_at", Kind: KindInt, Min: 1, Max: 99,
+	{Name: "warn_at", Kind: KindInt, Algorithms: rateAlgorithms, Min: 1, Max: 99,
 		Desc: "percent of the limit used from which an allowed decision warns (\"warning\": true, sluice_warnings_total); absent: no warning"},
-	{Name: "warning_header", Kind: KindBool, Default: "false",
+	{Name: "warning_header", Kind: KindBool, Algorithms: rateAlgorithms, Default: "false",
 		Desc: "send X-RateLimit-Warning, naming the policy, with decisions that warn (needs warn_at)"},
-	{Name: "deny_status", Kind: KindInt, Default: "429", Min: 400, Max: 599,
+	{Name: "deny_status", Kind: KindInt, Algorithms: rateAlgorithms, Default: "429", Min: 400, Max: 599,
 		Desc: "HTTP status of refusals, such as 503 for a limit that protects capacity (forward auth, /v1/check's deny_status)"},
-	{Name: "deny_body", Kind: KindAny,
+	{Name: "deny_body", Kind: KindAny, Algorithms: rateAlgorithms,
 		Desc: "a mapping sent as the JSON body of refusals (application/json) instead of problem+json"},
 }, Rules: []string{
 	fmt.Sprintf("token_bucket, gcra: refilling from empty within %s (driver.MaxWindow)", duration(driver.MaxWindow)),

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/driver"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -406,6 +407,8 @@ func (d *decoder) limitPolicy(n *yaml.Node, c *Config, what string) string {
 	name := d.str(n, what+": policy")
 	if p := c.Policy(name); p == nil || p.Envoy {
 		d.errorf(n, "%s: policy %q is not defined in policies", what, name)
+	} else if p.Algorithm == driver.AlgorithmInFlight {
+		d.errorf(n, "%s: policy %q is in_flight: a forward-auth sub-request ends before the request it guards, so its lease could not be held (use POST /v1/leases)", what, name)
 	}
 	return name
 }

@@ -60,7 +60,7 @@ func (d *decoder) policyName(n *yaml.Node, f map[string]field, c *Config) string
 func (d *decoder) policyAlgorithm(n *yaml.Node, f map[string]field, name string) (driver.Algorithm, bool) {
 	x, ok := f["algorithm"]
 	if !ok {
-		d.errorf(n, "policy %q: algorithm is missing (fixed_window, sliding_log, sliding_window, token_bucket or gcra)", name)
+		d.errorf(n, "policy %q: algorithm is missing (fixed_window, sliding_log, sliding_window, token_bucket, gcra or in_flight)", name)
 		return 0, false
 	}
 	alg, err := driver.ParseAlgorithm(d.str(x.val, "algorithm"))
@@ -118,6 +118,9 @@ func (d *decoder) policyParams(f map[string]field, name string) driver.Params {
 	}
 	if x, ok := f["count_rejected"]; ok {
 		params.CountRejected = d.boolean(x.val, "count_rejected")
+	}
+	if x, ok := f["lease"]; ok {
+		params.Lease = d.durationField(x.val, "lease", policySection.Field("lease"))
 	}
 	return params
 }
@@ -220,6 +223,8 @@ func (d *decoder) policyExtras(f map[string]field, p *Policy) {
 // apply, with the reason; "" when it can.
 func (p *Policy) denyCacheNever() string {
 	switch {
+	case p.Algorithm == driver.AlgorithmInFlight:
+		return "in_flight (a release may free a slot at any time)"
 	case p.Params.CountRejected:
 		return "count_rejected (refused attempts must reach Valkey to be counted)"
 	case p.Overrides:

@@ -22,6 +22,8 @@ func PolicyOf(a driver.Algorithm, p driver.Params) (sluice.Policy, error) {
 		pol = sluice.TokenBucket{Capacity: p.Limit, Rate: p.Rate, Per: p.Per}
 	case driver.AlgorithmGCRA:
 		pol = sluice.GCRA{Rate: p.Rate, Per: p.Per, Burst: p.Limit}
+	case driver.AlgorithmInFlight:
+		pol = sluice.InFlight{Limit: p.Limit, Lease: p.Lease}
 	default:
 		return nil, &sluice.PolicyError{Err: sluice.ErrInvalidPolicy, Reason: fmt.Sprintf("unknown algorithm %v", a)}
 	}

@@ -30,6 +30,7 @@ func TestAlgorithmPolicy(t *testing.T) {
 		{driver.AlgorithmSlidingWindow, driver.Params{Limit: 3, Window: time.Second}},
 		{driver.AlgorithmTokenBucket, driver.Params{Limit: 3, Rate: 1, Per: time.Second}},
 		{driver.AlgorithmGCRA, driver.Params{Limit: 3, Rate: 1, Per: time.Second}},
+		{driver.AlgorithmInFlight, driver.Params{Limit: 3, Lease: time.Minute}},
 	}
 	for _, c := range ok {
 		pol, err := PolicyOf(c.a, c.p)
@@ -48,6 +49,10 @@ func TestAlgorithmPolicy(t *testing.T) {
 		{driver.AlgorithmSlidingWindow, driver.Params{Limit: 3, Window: time.Second, CountRejected: true}},
 		{driver.AlgorithmTokenBucket, driver.Params{Limit: 3, Rate: 1, Per: time.Second, Window: time.Second}},
 		{driver.AlgorithmGCRA, driver.Params{Limit: 3}},
+		{driver.AlgorithmGCRA, driver.Params{Limit: 3, Rate: 1, Per: time.Second, Lease: time.Minute}},
+		{driver.AlgorithmInFlight, driver.Params{Limit: 3}},
+		{driver.AlgorithmInFlight, driver.Params{Limit: 3, Lease: time.Minute, Window: time.Second}},
+		{driver.AlgorithmInFlight, driver.Params{Limit: 3, Lease: time.Minute, Rate: 1, Per: time.Second}},
 		{driver.Algorithm(99), driver.Params{Limit: 3, Window: time.Second}},
 	} {
 		if _, err := PolicyOf(c.a, c.p); !errors.Is(err, sluice.ErrInvalidPolicy) {

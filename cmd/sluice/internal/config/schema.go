@@ -199,12 +199,18 @@ func policyRules() []any {
 func algorithmSchema(a driver.Algorithm) map[string]any {
 	props, req := algorithmFields(policySection.Fields, a)
 	planProps, planReq := algorithmFields(plansSection.Fields, a)
+	if a == driver.AlgorithmInFlight {
+		// one sorted-set entry per lease
+		props["limit"] = map[string]any{"maximum": driver.MaxInFlightLimit}
+	}
 	if a == driver.AlgorithmSlidingLog {
 		// one sorted-set entry per unit
 		props["limit"] = map[string]any{"maximum": driver.MaxSlidingLogLimit}
 		planProps["limit"] = map[string]any{"maximum": driver.MaxSlidingLogLimit}
 	}
-	props["plans"] = map[string]any{"additionalProperties": map[string]any{"properties": planProps, "required": planReq}}
+	if policySection.Field("plans").takes(a) {
+		props["plans"] = map[string]any{"additionalProperties": map[string]any{"properties": planProps, "required": planReq}}
+	}
 	then := map[string]any{"properties": props}
 	if len(req) > 0 {
 		then["required"] = req

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // POST /v1/check: one check, or several decided together.
@@ -212,6 +213,10 @@ func (s *Server) checkOne(w http.ResponseWriter, r *http.Request, st *state, req
 		s.fail(w, r, err)
 		return
 	}
+	if err := p.rateOnly(""); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	if err := p.checkPlan(req.Plan, "", *req.Cost); err != nil {
 		s.fail(w, r, err)
 		return
@@ -263,6 +268,9 @@ func (st *state) multiChecks(items []checkItem) ([]sluice.Check, []*policy, erro
 		if err != nil {
 			return nil, nil, err
 		}
+		if err := p.rateOnly(fmt.Sprintf("checks[%d].", i)); err != nil {
+			return nil, nil, err
+		}
 		if err := p.checkPlan(c.Plan, fmt.Sprintf("checks[%d].", i), *c.Cost); err != nil {
 			return nil, nil, err
 		}
@@ -298,4 +306,13 @@ func (st *state) policy(name, where string) (*policy, error) {
 		return nil, bad(http.StatusNotFound, "%spolicy %q is not configured (GET /v1/policies lists them)", where, name)
 	}
 	return p, nil
+}
+
+// rateOnly refuses an in_flight policy in POST /v1/check: a unit taken
+// there could never be released.
+func (p *policy) rateOnly(where string) error {
+	if p.cfg.Algorithm == driver.AlgorithmInFlight {
+		return bad(http.StatusBadRequest, "%spolicy %q is in_flight: take a lease with POST /v1/leases/acquire, not /v1/check", where, p.cfg.Name)
+	}
+	return nil
 }

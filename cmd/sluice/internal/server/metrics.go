@@ -94,3 +94,12 @@ func (o observers) ObserveDecision(limiter string, res sluice.Result, err error,
 		x.ObserveDecision(limiter, res, err, latency)
 	}
 }
+
+// ObserveLease passes a lease event to the observers that take them.
+func (o observers) ObserveLease(limiter string, ev sluice.LeaseEvent) {
+	for _, x := range o {
+		if lo, ok := x.(sluice.LeaseObserver); ok {
+			lo.ObserveLease(limiter, ev)
+		}
+	}
+}

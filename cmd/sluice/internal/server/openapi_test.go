@@ -145,6 +145,8 @@ func TestOpenAPIBounds(t *testing.T) {
 	}{
 		{"/components/schemas/CheckItem/properties/key/maxLength", MaxKeyLen},
 		{"/components/parameters/Key/schema/maxLength", MaxKeyLen},
+		{"/components/schemas/LeaseAcquireRequest/properties/key/maxLength", MaxKeyLen},
+		{"/components/schemas/LeaseRequest/properties/key/maxLength", MaxKeyLen},
 		{"/components/schemas/CheckRequest/oneOf/1/properties/checks/maxItems", MaxChecks},
 		{"/components/schemas/MultiResult/properties/results/maxItems", MaxChecks},
 		{"/paths/~1v1~1top-refused/get/parameters/2/schema/maximum", maxTopRefused},
@@ -374,6 +376,7 @@ policies:
   - {name: api, algorithm: token_bucket, burst: 3, rate: 1/m, on_failure: allow, plans: {pro: {burst: 5}}}
   - {name: login, algorithm: sliding_log, limit: 1, window: 15m, on_failure: deny, headers: [retry-after], show_keys: raw}
   - {name: quota, algorithm: fixed_window, limit: 3, window: 1h, overrides: true}
+  - {name: exports, algorithm: in_flight, limit: 2, lease: 30s}
 forward_auth:
   trusted_proxies: [127.0.0.0/8]
   routes:
@@ -518,6 +521,34 @@ func TestOpenAPIResponses(t *testing.T) {
 		{"POST", u + "/v1/reservations/settle", "/v1/reservations/settle", `{"policy":"api","key":"s1","reservation":"forged","actual":1}`, nil, 400},
 		{"POST", u + "/v1/reservations/settle", "/v1/reservations/settle", `{"policy":"api","key":"s1","reservation":"` + sid + `","actual":-1}`, nil, 400},
 	}
+	// Leases: a lease taken beforehand renews and releases; a forged
+	// well-formed id renews with 410 and releases nothing.
+	_, body := send(t, "POST", u+"/v1/leases/acquire", `{"policy":"exports","key":"held"}`, nil)
+	var held struct{ Lease string }
+	if err := json.Unmarshal(body, &held); err != nil || held.Lease == "" {
+		t.Fatalf("acquire: %s", body)
+	}
+	forged := "h" + strings.Repeat("A", 21) + "Q"
+	cases = append(cases,
+		apiCase{"POST", u + "/v1/leases/acquire", "/v1/leases/acquire", `{"policy":"exports","key":"t"}`, nil, 200},
+		apiCase{"POST", u + "/v1/leases/acquire", "/v1/leases/acquire", `{"policy":"exports","key":"t"}`, nil, 200},
+		apiCase{"POST", u + "/v1/leases/acquire", "/v1/leases/acquire", `{"policy":"exports","key":"t"}`, nil, 429},
+		apiCase{"POST", u + "/v1/leases/acquire", "/v1/leases/acquire", `{"policy":"api","key":"t"}`, nil, 400},
+		apiCase{"POST", u + "/v1/leases/acquire", "/v1/leases/acquire", `{"policy":"nope","key":"t"}`, nil, 404},
+		apiCase{"POST", u + "/v1/leases/acquire", "/v1/leases/acquire", `{"policy":"exports","key":"t","lease":"x"}`, nil, 400},
+		apiCase{"POST", u + "/v1/leases/acquire", "/v1/leases/acquire", `{"policy":"exports","key":"` + strings.Repeat("k", DefaultMaxBodyBytes) + `"}`, nil, 413},
+		apiCase{"POST", u + "/v1/leases/renew", "/v1/leases/renew", `{"policy":"exports","key":"held","lease":"` + held.Lease + `"}`, nil, 200},
+		apiCase{"POST", u + "/v1/leases/renew", "/v1/leases/renew", `{"policy":"exports","key":"held","lease":"` + forged + `"}`, nil, 410},
+		apiCase{"POST", u + "/v1/leases/renew", "/v1/leases/renew", `{"policy":"exports","key":"held","lease":"not-a-lease"}`, nil, 400},
+		apiCase{"POST", u + "/v1/leases/renew", "/v1/leases/renew", `{"policy":"nope","key":"held","lease":"` + forged + `"}`, nil, 404},
+		apiCase{"POST", u + "/v1/leases/renew", "/v1/leases/renew", `{"policy":"exports","key":"` + strings.Repeat("k", DefaultMaxBodyBytes) + `"}`, nil, 413},
+		apiCase{"POST", u + "/v1/leases/release", "/v1/leases/release", `{"policy":"exports","key":"held","lease":"` + held.Lease + `"}`, nil, 200},
+		apiCase{"POST", u + "/v1/leases/release", "/v1/leases/release", `{"policy":"exports","key":"held","lease":"` + held.Lease + `"}`, nil, 200},
+		apiCase{"POST", u + "/v1/leases/release", "/v1/leases/release", `{"policy":"exports","key":"held"}`, nil, 400},
+		apiCase{"POST", u + "/v1/leases/release", "/v1/leases/release", `{"policy":"nope","key":"held","lease":"` + forged + `"}`, nil, 404},
+		apiCase{"POST", u + "/v1/leases/release", "/v1/leases/release", `{"policy":"exports","key":"` + strings.Repeat("k", DefaultMaxBodyBytes) + `"}`, nil, 413},
+		apiCase{"POST", u + "/v1/check", "/v1/check", `{"policy":"exports","key":"t"}`, nil, 400},
+	)
 	// Forward auth answers any method: allowed, refused, a path it cannot
 	// match, and off.
 	for _, m := range openAPIMethods {

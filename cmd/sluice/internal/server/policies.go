@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 )
 
 // GET /v1/policies.
@@ -18,6 +19,7 @@ type policyInfo struct {
 	Limit       int64    `json:"limit"`
 	Window      string   `json:"window,omitempty"`
 	Rate        string   `json:"rate,omitempty"`
+	Lease       string   `json:"lease,omitempty"` // in_flight
 	Rule        string   `json:"rule"`
 	OnFailure   string   `json:"on_failure"`
 	Shadow      bool     `json:"shadow"`
@@ -80,9 +82,12 @@ func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
 			}
 			info.Plans = append(info.Plans, pi)
 		}
-		if c.Algorithm.Rated() {
+		switch {
+		case c.Algorithm == driver.AlgorithmInFlight:
+			info.Lease = c.Params.Lease.String()
+		case c.Algorithm.Rated():
 			info.Rate = fmt.Sprintf("%g/%s", c.Params.Rate, unitName(c.Params.Per))
-		} else {
+		default:
 			info.Window = c.Window().String()
 		}
 		out.Policies = append(out.Policies, info)

@@ -147,6 +147,9 @@ func (st *state) reservingPolicy(name, where string) (*policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.cfg.Algorithm == driver.AlgorithmInFlight {
+		return nil, bad(http.StatusBadRequest, "%spolicy %q is in_flight: it limits how many things run at once, with no estimate to settle; hold a lease instead (POST /v1/leases/acquire, then /v1/leases/release)", where, p.cfg.Name)
+	}
 	if !p.limiter.Reservations() {
 		return nil, bad(http.StatusBadRequest, "%spolicy %q (%v) takes no reservations: only fixed_window, token_bucket and gcra settle exactly", where, p.cfg.Name, p.cfg.Algorithm)
 	}

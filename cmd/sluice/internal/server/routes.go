@@ -50,6 +50,9 @@ func (s *Server) routes() []apiRoute {
 		rs = append(rs, apiRoute{method: method, path: path, name: name, handler: h})
 	}
 	add("POST /v1/check", "check", s.handleCheck)
+	add("POST /v1/leases/acquire", "leases_acquire", s.handleAcquire)
+	add("POST /v1/leases/renew", "leases_renew", s.handleRenew)
+	add("POST /v1/leases/release", "leases_release", s.handleRelease)
 	add("POST /v1/reservations/reserve", "reserve", s.handleReserve)
 	add("POST /v1/reservations/settle", "settle", s.handleSettle)
 	add("GET /v1/policies", "policies", s.handlePolicies)

@@ -124,6 +124,13 @@ func NewPlan(opts Options) (*Plan, error) {
 	if err := checkOptions(&opts); err != nil {
 		return nil, err
 	}
+	for _, pol := range opts.Policies {
+		if pol.Algorithm == driver.AlgorithmInFlight {
+			// Its traffic needs durations (how long each request holds its
+			// lease), which the traffic sources do not have.
+			return nil, fmt.Errorf("policy %q is in_flight: sluice simulate draws rate policies only (traffic with durations is not supported)", pol.Name)
+		}
+	}
 	p := &Plan{opts: opts, Start: DefaultStart, Requests: make([]int64, len(opts.Policies))}
 	if err := p.addSources(opts.Traffic, opts.Policies); err != nil {
 		return nil, err

@@ -53,6 +53,7 @@ import (
 	"github.com/sluicehq/sluice/cmd/sluice/internal/doctor"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/store"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/valkeyops"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/valkeystore"
 	"github.com/valkey-io/valkey-go"
 )
@@ -401,6 +402,15 @@ func unknownPolicy(cfg *config.Config, name string) error {
 func (r *run) policy(ctx context.Context, p *config.Policy) *PolicyReport {
 	rule, _ := p.Policy.Rule() // validated by config
 	pr := &PolicyReport{Name: p.Name, Rule: rule.String(), FailMode: p.FailMode.String(), Timeout: r.timeout(p).String(), Shadow: p.Shadow, Passed: true}
+	if rule.Algorithm == driver.AlgorithmInFlight {
+		// Never reported as passed: its checks (at most Limit at once across
+		// processes, a crashed holder's slot back after Lease) are not here.
+		chk := &Check{Name: "in_flight", Figures: map[string]float64{}}
+		chk.fail("sluice verify does not check in_flight policies (the library's tests do: docs/inflight.md)")
+		pr.Passed = false
+		pr.Checks = append(pr.Checks, chk)
+		return pr
+	}
 	for _, c := range []struct {
 		name string
 		run  func(context.Context, *config.Policy, *Check)

@@ -250,3 +250,14 @@ policies:
 		t.Errorf("keys left: %v", left)
 	}
 }
+
+// TestInFlightNotPassed: an in_flight policy is reported failed, with the
+// reason, never passed unchecked.
+func TestInFlightNotPassed(t *testing.T) {
+	srv := valkeytest.Shared(t)
+	rep := run(t, opts(loadConfig(t, []string{srv.Addr}, "policies:\n  - {name: exports, algorithm: in_flight, limit: 5, lease: 30s}\n")))
+	if len(rep.Policies) != 1 || rep.Policies[0].Passed || len(rep.Policies[0].Checks) != 1 ||
+		!strings.Contains(rep.Policies[0].Checks[0].Failures[0], "does not check in_flight policies") {
+		t.Fatalf("report %+v", rep.Policies)
+	}
+}

@@ -1,0 +1,551 @@
+package sluicetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
+)
+
+// RunInFlight runs the in-flight limit's tests: random timelines against an
+// exact reference model, and the Limiter's lease semantics.
+func RunInFlight(t *testing.T, h Harness) {
+	t.Run("Timelines", func(t *testing.T) { RunInFlightTimelines(t, h) })
+	t.Run("Limiter", func(t *testing.T) { RunInFlightLimiter(t, h) })
+	t.Run("BadInput", func(t *testing.T) { RunInFlightBadInput(t, h) })
+	t.Run("AllowAll", func(t *testing.T) { RunInFlightAllowAll(t, h) })
+}
+
+// leaseModel is the reference model of one in-flight key: the leases that
+// exist, each with when it ends (microseconds). It shares no code with the
+// stores: a lease exists while now < end; an acquire adds one while fewer
+// than limit exist; a renewal of an existing lease moves its end to now +
+// lease; a release removes an existing one.
+type leaseModel struct {
+	limit, lease int64
+	ends         map[driver.LeaseID]int64
+}
+
+// live returns the ends of the leases that exist at now.
+func (m *leaseModel) live(now int64) []int64 {
+	var out []int64
+	for _, e := range m.ends {
+		if now < e {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (m *leaseModel) exists(id driver.LeaseID, now int64) bool {
+	e, ok := m.ends[id]
+	return ok && now < e
+}
+
+// want returns the Result and receipt the model gives op at now, and
+// applies op.
+func (m *leaseModel) want(op driver.Op, now int64) (driver.Result, int64) {
+	allowed := false
+	receipt := now
+	switch {
+	case op.Renew:
+		if m.exists(op.Lease, now) {
+			m.ends[op.Lease] = now + m.lease
+			allowed, receipt = true, now+m.lease
+		}
+	case op.Cost == -1:
+		if m.exists(op.Lease, now) {
+			delete(m.ends, op.Lease)
+			allowed = true
+		}
+	default:
+		if int64(len(m.live(now))) < m.limit {
+			allowed = true
+			if op.Cost == 1 {
+				m.ends[op.Lease] = now + m.lease
+				receipt = now + m.lease
+			}
+		}
+	}
+	live := m.live(now)
+	res := driver.Result{Allowed: allowed, Remaining: max(0, m.limit-int64(len(live)))}
+	if !allowed && !op.Renew && op.Cost >= 0 {
+		// The first instant at which fewer than limit leases exist.
+		sort.Slice(live, func(i, j int) bool { return live[i] < live[j] })
+		for _, t := range live {
+			n := 0
+			for _, e := range live {
+				if t < e {
+					n++
+				}
+			}
+			if int64(n) < m.limit {
+				res.RetryAfter = time.Duration(t-now) * time.Microsecond
+				break
+			}
+		}
+	}
+	for _, e := range live {
+		res.ResetAfter = max(res.ResetAfter, time.Duration(e-now)*time.Microsecond)
+	}
+	return res, receipt
+}
+
+// driftClock is a fake clock that runs at least as fast as the real one:
+// Now is a fake start, plus the real time elapsed, plus the steps taken.
+// Keys expire by the store's real clock; on this clock every lease of a key
+// has ended by the time the key may have expired.
+type driftClock struct {
+	start, real time.Time
+	offset      time.Duration
+}
+
+func newDriftClock() *driftClock { return &driftClock{start: Epoch, real: time.Now()} }
+
+func (c *driftClock) now() time.Time {
+	return c.start.Add(time.Since(c.real) + c.offset).Truncate(time.Microsecond)
+}
+
+func (c *driftClock) step(d time.Duration) { c.offset += d }
+
+// to moves the clock to t when t is not before its time, and reports
+// whether it did.
+func (c *driftClock) to(t time.Time) bool {
+	d := t.Sub(c.now())
+	if d < 0 {
+		return false
+	}
+	c.offset += d
+	return true
+}
+
+// RunInFlightTimelines runs random timelines of acquires, renewals,
+// releases (double ones, of ended leases, of another key's lease, forged)
+// and peeks on a few in-flight keys, with steps down to a microsecond and
+// steps to exactly a lease's end, and checks every Result and receipt
+// against the reference model. Ops go one at a time and in batches of
+// several keys.
+func RunInFlightTimelines(t *testing.T, h Harness) {
+	for seed := uint64(1); seed <= 6; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 26))
+			limit := int64(1 + rng.IntN(4))
+			lease := time.Duration(2_000_000+rng.IntN(2_000_000)) * time.Microsecond
+			rule := sluice.Rule{Algorithm: driver.AlgorithmInFlight, Limit: limit, Window: lease}
+			prefix := Prefix(t)
+			keys := []string{
+				driver.Key(prefix, "if", rule, "a"),
+				driver.Key(prefix, "if", rule, "b"),
+				driver.Key(prefix, "if", rule, "c"),
+			}
+			models := map[string]*leaseModel{}
+			var known []struct {
+				key string
+				id  driver.LeaseID
+			}
+			for _, k := range keys {
+				models[k] = &leaseModel{limit: limit, lease: lease.Microseconds(), ends: map[driver.LeaseID]int64{}}
+			}
+			clock := newDriftClock()
+			randomID := func() driver.LeaseID {
+				var id driver.LeaseID
+				for i := range id {
+					id[i] = byte(rng.IntN(256))
+				}
+				return id
+			}
+			// pickOp returns a random Op for key at now.
+			pickOp := func(key string) (driver.Op, string) {
+				op := driver.Op{Key: key, Rule: rule}
+				pickID := func() (driver.LeaseID, string) {
+					switch r := rng.IntN(10); {
+					case r < 7 && len(known) > 0:
+						k := known[rng.IntN(len(known))]
+						if k.key != key {
+							return k.id, "another key's"
+						}
+						return k.id, "known"
+					default:
+						return randomID(), "forged"
+					}
+				}
+				switch r := rng.IntN(100); {
+				case r < 40:
+					op.Cost, op.Lease = 1, randomID()
+					return op, "acquire"
+				case r < 60:
+					id, what := pickID()
+					op.Renew, op.Lease = true, id
+					return op, "renew " + what
+				case r < 90:
+					id, what := pickID()
+					op.Cost, op.Lease = -1, id
+					return op, "release " + what
+				default:
+					return op, "peek"
+				}
+			}
+			ctx := context.Background()
+			for step := 0; step < 300; step++ {
+				// Time moves: not at all, a microsecond, a little, or to
+				// exactly the end of a known lease (or just before it).
+				switch r := rng.IntN(10); {
+				case r < 2:
+				case r < 4:
+					clock.step(time.Microsecond)
+				case r < 7:
+					clock.step(time.Duration(rng.Int64N(lease.Microseconds()/3)) * time.Microsecond)
+				default:
+					var ends []int64
+					for _, m := range models {
+						for _, e := range m.ends {
+							ends = append(ends, e)
+						}
+					}
+					if len(ends) > 0 {
+						e := ends[rng.IntN(len(ends))] - int64(rng.IntN(2))
+						clock.to(time.UnixMicro(e))
+					}
+				}
+				now := clock.now()
+				us := now.UnixMicro()
+				n := 1
+				if rng.IntN(4) == 0 {
+					n = len(keys)
+				}
+				perm := rng.Perm(len(keys))[:n]
+				batch := make([]driver.Op, n)
+				descs := make([]string, n)
+				for j, ki := range perm {
+					batch[j], descs[j] = pickOp(keys[ki])
+					batch[j].Now = now
+				}
+				if err := h.Store.Do(ctx, batch); err != nil {
+					t.Fatalf("step %d: Do: %v", step, err)
+				}
+				for j := range batch {
+					op := batch[j]
+					if op.Err != nil {
+						t.Fatalf("step %d: %s: %v", step, descs[j], op.Err)
+					}
+					m := models[op.Key]
+					want, receipt := m.want(op, us)
+					if op.Result != want || op.Receipt != receipt {
+						t.Fatalf("step %d at +%dµs, %s on %s:\n got %+v receipt %d\nwant %+v receipt %d",
+							step, us-Epoch.UnixMicro(), descs[j], op.Key, op.Result, op.Receipt, want, receipt)
+					}
+					if op.Cost == 1 && op.Result.Allowed {
+						known = append(known, struct {
+							key string
+							id  driver.LeaseID
+						}{op.Key, op.Lease})
+					}
+				}
+			}
+			h.CheckTTLs(t, prefix, rule)
+		})
+	}
+}
+
+// newInFlight returns an in-flight limiter of limit and lease on h.Store
+// under a fake clock.
+func (h Harness) newInFlight(t *testing.T, limit int64, lease time.Duration, opts ...sluice.Option) (*sluice.Limiter, *Clock) {
+	t.Helper()
+	clock := NewClock()
+	l := h.NewLimiter(t, sluice.InFlight{Limit: limit, Lease: lease}, append([]sluice.Option{sluice.WithClock(clock.Now)}, opts...)...)
+	return l, clock
+}
+
+func acquire(t *testing.T, l *sluice.Limiter, key string, want sluice.Result) *sluice.Lease {
+	t.Helper()
+	ls, res, err := l.Acquire(context.Background(), key)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	want.Limit = l.Rule().Limit
+	if res != want {
+		t.Fatalf("Acquire(%q):\n got %+v\nwant %+v", key, res, want)
+	}
+	if (ls != nil) != res.Allowed {
+		t.Fatalf("Acquire(%q): lease %v with allowed %v", key, ls, res.Allowed)
+	}
+	return ls
+}
+
+func release(t *testing.T, ls *sluice.Lease, want bool) {
+	t.Helper()
+	got, err := ls.Release(context.Background())
+	if err != nil || got != want {
+		t.Fatalf("Release of a lease of %q: %v, %v; want %v, nil", ls.Key(), got, err, want)
+	}
+}
+
+// RunInFlightLimiter checks the Limiter's lease semantics on h.Store: at
+// most Limit at once, RetryAfter the earliest end, a lease ending exactly
+// Lease after its acquire or renewal, Renew of an ended lease failing with
+// ErrLeaseLost and taking no slot, Release idempotent and working on a
+// canceled context, and rate decisions refused.
+func RunInFlightLimiter(t *testing.T, h Harness) {
+	ctx := context.Background()
+	const lease = 10 * time.Second
+	l, clock := h.newInFlight(t, 3, lease)
+	a := acquire(t, l, "k", sluice.Result{Allowed: true, Remaining: 2, ResetAfter: lease})
+	clock.Advance(time.Second)
+	b := acquire(t, l, "k", sluice.Result{Allowed: true, Remaining: 1, ResetAfter: lease})
+	clock.Advance(time.Second)
+	c := acquire(t, l, "k", sluice.Result{Allowed: true, Remaining: 0, ResetAfter: lease})
+	clock.Advance(time.Second)
+	// Refused: the earliest lease (a) ends 7s from now, the latest 9s.
+	acquire(t, l, "k", sluice.Result{Remaining: 0, RetryAfter: 7 * time.Second, ResetAfter: 9 * time.Second})
+	if res, err := l.Peek(ctx, "k"); err != nil || res.Allowed || res.RetryAfter != 7*time.Second {
+		t.Fatalf("Peek of a full key: %+v, %v", res, err)
+	}
+	// A release frees a slot at once, sooner than RetryAfter said.
+	release(t, b, true)
+	release(t, b, false) // idempotent
+	d := acquire(t, l, "k", sluice.Result{Allowed: true, Remaining: 0, ResetAfter: lease})
+	// Renewing a moves its end to 10s from now.
+	clock.Advance(6 * time.Second) // a ends in 1s
+	if err := a.Renew(ctx); err != nil {
+		t.Fatalf("Renew of a live lease: %v", err)
+	}
+	// c ends at exactly Lease after its acquire: ended at that instant.
+	clock.Set(2*time.Second + lease)
+	if err := c.Renew(ctx); !errors.Is(err, sluice.ErrLeaseLost) {
+		t.Fatalf("Renew at exactly the end of a lease: %v, want ErrLeaseLost", err)
+	}
+	release(t, c, false) // ended: nothing freed, no error
+	// c's renewal took no slot: a, d hold two, one is free.
+	acquire(t, l, "k", sluice.Result{Allowed: true, Remaining: 0, ResetAfter: lease})
+	// A release on a canceled context still releases.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if ok, err := d.Release(cctx); !ok || err != nil {
+		t.Fatalf("Release on a canceled context: %v, %v", ok, err)
+	}
+	// The lease kept by its id (as a client does) renews and releases.
+	back, err := l.Lease("k", a.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := back.Renew(ctx); err != nil {
+		t.Fatalf("Renew by id: %v", err)
+	}
+	release(t, back, true)
+	release(t, a, false)
+	if err := a.Renew(ctx); !errors.Is(err, sluice.ErrLeaseLost) {
+		t.Fatalf("Renew of a released lease: %v, want ErrLeaseLost", err)
+	}
+	// Rate decisions are refused on an in-flight limiter.
+	if _, err := l.Allow(ctx, "k"); !errors.Is(err, sluice.ErrWrongKind) {
+		t.Fatalf("Allow on an in-flight limiter: %v, want ErrWrongKind", err)
+	}
+	if err := l.Wait(ctx, "k"); !errors.Is(err, sluice.ErrWrongKind) {
+		t.Fatalf("Wait on an in-flight limiter: %v, want ErrWrongKind", err)
+	}
+	rate := h.NewLimiter(t, sluice.TokenBucket{Capacity: 1, Rate: 1, Per: time.Second})
+	if _, _, err := rate.Acquire(ctx, "k"); !errors.Is(err, sluice.ErrWrongKind) {
+		t.Fatalf("Acquire on a rate limiter: %v, want ErrWrongKind", err)
+	}
+	if _, err := rate.Lease("k", a.ID()); !errors.Is(err, sluice.ErrWrongKind) {
+		t.Fatalf("Lease on a rate limiter: %v, want ErrWrongKind", err)
+	}
+	// A key emptied by releases is gone at once.
+	e := acquire(t, l, "emptied", sluice.Result{Allowed: true, Remaining: 2, ResetAfter: lease})
+	release(t, e, true)
+	if h.TTLs != nil {
+		if keys := h.TTLs(t, storeKey(l, "emptied")); len(keys) != 0 {
+			t.Errorf("a key emptied by releases is still stored: %v", keys)
+		}
+	}
+	// Reset frees every slot of the key, and its leases are lost.
+	x := acquire(t, l, "r", sluice.Result{Allowed: true, Remaining: 2, ResetAfter: lease})
+	if err := l.Reset(ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Renew(ctx); !errors.Is(err, sluice.ErrLeaseLost) {
+		t.Fatalf("Renew after Reset: %v, want ErrLeaseLost", err)
+	}
+}
+
+// RunInFlightBadInput: empty and huge keys, malformed and forged lease
+// ids, and another key's lease: a clear error or a no-op, never another
+// holder's slot.
+func RunInFlightBadInput(t *testing.T, h Harness) {
+	ctx := context.Background()
+	l, _ := h.newInFlight(t, 1, 10*time.Second)
+	if _, _, err := l.Acquire(ctx, ""); !errors.Is(err, sluice.ErrInvalidKey) {
+		t.Fatalf("Acquire of an empty key: %v", err)
+	}
+	huge := strings.Repeat("x", 1<<16)
+	hl := acquire(t, l, huge, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 10 * time.Second})
+	acquire(t, l, huge, sluice.Result{Remaining: 0, RetryAfter: 10 * time.Second, ResetAfter: 10 * time.Second})
+	release(t, hl, true)
+	held := acquire(t, l, "victim", sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 10 * time.Second})
+	for _, id := range []string{"", "h", "x" + held.ID()[1:], held.ID() + "A", held.ID()[:22], "h!!!!!!!!!!!!!!!!!!!!!!", "hAAAAAAAAAAAAAAAAAAAAAA", "h" + strings.Repeat("A", 21) + "B"} {
+		if _, err := l.Lease("victim", id); !errors.Is(err, sluice.ErrInvalidLease) {
+			t.Errorf("Lease(%q): %v, want ErrInvalidLease", id, err)
+		}
+	}
+	if _, err := l.Lease("", held.ID()); !errors.Is(err, sluice.ErrInvalidKey) {
+		t.Errorf("Lease of an empty key: %v", err)
+	}
+	// A well-formed id that names no lease of the key: the victim's id
+	// under another key, and a forged one.
+	other, err := l.Lease("other", held.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(t, other, false)
+	if err := other.Renew(ctx); !errors.Is(err, sluice.ErrLeaseLost) {
+		t.Fatalf("Renew of another key's lease: %v", err)
+	}
+	forgedID := []byte(held.ID())
+	if forgedID[5] == 'A' {
+		forgedID[5] = 'B'
+	} else {
+		forgedID[5] = 'A'
+	}
+	forged, err := l.Lease("victim", string(forgedID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(t, forged, false)
+	if err := forged.Renew(ctx); !errors.Is(err, sluice.ErrLeaseLost) {
+		t.Fatalf("Renew of a forged lease: %v", err)
+	}
+	// The victim still holds its slot.
+	acquire(t, l, "victim", sluice.Result{Remaining: 0, RetryAfter: 10 * time.Second, ResetAfter: 10 * time.Second})
+	release(t, held, true)
+}
+
+// RunInFlightAllowAll checks a lease together with a rate limit: a
+// refusal by either takes nothing from the other.
+func RunInFlightAllowAll(t *testing.T, h Harness) {
+	ctx := context.Background()
+	l, clock := h.newInFlight(t, 1, 10*time.Second)
+	rate := h.NewLimiter(t, sluice.FixedWindow{Limit: 2, Window: time.Hour}, sluice.WithClock(clock.Now))
+	checks := []sluice.Check{{Limiter: l, Key: "k", Cost: 1}, {Limiter: rate, Key: "k", Cost: 1}}
+	d, err := sluice.AllowAll(ctx, checks)
+	if err != nil || !d.Allowed || len(d.Leases) != 2 || d.Leases[0] == nil || d.Leases[1] != nil {
+		t.Fatalf("AllowAll: %+v, %v", d, err)
+	}
+	first := d.Leases[0]
+	// The lease refuses: the rate limit keeps its unit.
+	d, err = sluice.AllowAll(ctx, checks)
+	if err != nil || d.Allowed || d.Leases != nil || d.Results[0].Allowed || !d.Results[1].Allowed {
+		t.Fatalf("AllowAll with the lease taken: %+v, %v", d, err)
+	}
+	if res, _ := rate.Peek(ctx, "k"); res.Remaining != 1 {
+		t.Fatalf("the rate limit after a refused lease: %+v, want 1 remaining", res)
+	}
+	release(t, first, true)
+	// The rate limit's last unit, then the rate limit refuses: the lease
+	// it took is released.
+	d, err = sluice.AllowAll(ctx, checks)
+	if err != nil || !d.Allowed {
+		t.Fatalf("AllowAll: %+v, %v", d, err)
+	}
+	release(t, d.Leases[0], true)
+	d, err = sluice.AllowAll(ctx, checks)
+	if err != nil || d.Allowed || !d.Results[0].Allowed || d.Results[1].Allowed {
+		t.Fatalf("AllowAll with the rate limit spent: %+v, %v", d, err)
+	}
+	if d.Results[0].Remaining != 1 {
+		t.Errorf("the lease's Result after its release: %+v, want 1 remaining", d.Results[0])
+	}
+	if res, _ := l.Peek(ctx, "k"); !res.Allowed || res.Remaining != 1 {
+		t.Fatalf("the in-flight key after a refused rate limit: %+v, want its slot free", res)
+	}
+	if _, err := sluice.AllowEach(ctx, checks); !errors.Is(err, sluice.ErrWrongKind) {
+		t.Fatalf("AllowEach with a lease: %v, want ErrWrongKind", err)
+	}
+	if _, err := sluice.AllowAll(ctx, []sluice.Check{{Limiter: l, Key: "k", Cost: 2}}); !errors.Is(err, sluice.ErrInvalidCost) {
+		t.Fatalf("AllowAll with a lease of cost 2: %v, want ErrInvalidCost", err)
+	}
+}
+
+// HoldAtOnce runs workers goroutines that each take leases of key on l
+// for random durations until stop, and records when each holder held
+// one by its own clock; it returns the most leases held at once by those
+// timestamps and the number of leases taken.
+func HoldAtOnce(l *sluice.Limiter, key string, workers int, hold time.Duration, stop <-chan struct{}) (maxAt int, taken int, err error) {
+	type span struct{ from, to time.Time }
+	var (
+		mu    sync.Mutex
+		spans []span
+		first error
+		wg    sync.WaitGroup
+	)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, 5))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ls, res, err := l.Acquire(context.Background(), key)
+				if err != nil || res.Degraded {
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("acquire: %v (degraded %v)", err, res.Degraded)
+					}
+					mu.Unlock()
+					return
+				}
+				if ls == nil {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				from := time.Now()
+				time.Sleep(time.Duration(rng.Int64N(int64(hold))))
+				to := time.Now()
+				if _, err := ls.Release(context.Background()); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+				mu.Lock()
+				spans = append(spans, span{from, to})
+				mu.Unlock()
+			}
+		}(uint64(w))
+	}
+	wg.Wait()
+	type ev struct {
+		t time.Time
+		d int
+	}
+	var evs []ev
+	for _, s := range spans {
+		evs = append(evs, ev{s.from, 1}, ev{s.to, -1})
+	}
+	// Ends before starts at one instant: a holder's end was recorded
+	// before its release, and a start after the acquire.
+	sort.Slice(evs, func(i, j int) bool {
+		if evs[i].t.Equal(evs[j].t) {
+			return evs[i].d < evs[j].d
+		}
+		return evs[i].t.Before(evs[j].t)
+	})
+	cur := 0
+	for _, e := range evs {
+		cur += e.d
+		maxAt = max(maxAt, cur)
+	}
+	return maxAt, len(spans), first
+}
