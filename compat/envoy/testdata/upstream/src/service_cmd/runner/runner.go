@@ -14,6 +14,14 @@
 // case as refused at start, and runs the cases after it in a new process.
 // (Upstream's cases would otherwise wait for a port no one opens, and then
 // index into the missing answer.)
+//
+// Each runner prints "SLUICE-COMPAT-SPAN-START <unix ns>" when NewRunner
+// is called and "SLUICE-COMPAT-SPAN-END <unix ns>" when Stop returns: the
+// harness reads them to tell whether a case straddled a minute edge (its
+// limits' windows are clock-aligned, as upstream's). With
+// SLUICE_COMPAT_ALIGN=<seconds> set (the harness sets it when it re-runs
+// such a case), NewRunner first waits for the next minute edge unless at
+// least that many seconds remain before it.
 package runner
 
 import (
@@ -59,6 +67,8 @@ type Runner struct {
 // NewRunner starts `sluice serve` with s as its environment and waits
 // until it serves gRPC, or has exited.
 func NewRunner(s settings.Settings) Runner {
+	alignToMinute()
+	fmt.Printf("SLUICE-COMPAT-SPAN-START %d\n", time.Now().UnixNano())
 	r := Runner{s: s, done: make(chan struct{}), stderr: &bytes.Buffer{}}
 	r.stats = &Store{url: fmt.Sprintf("http://localhost:%d/metrics", s.Port)}
 	bin := os.Getenv("SLUICE_BIN")
@@ -112,6 +122,21 @@ func NewRunner(s settings.Settings) Runner {
 	return r
 }
 
+// alignToMinute waits for the next minute edge (and a little after it)
+// when fewer than SLUICE_COMPAT_ALIGN seconds remain before it.
+func alignToMinute() {
+	secs, err := strconv.ParseFloat(os.Getenv("SLUICE_COMPAT_ALIGN"), 64)
+	if err != nil || secs <= 0 {
+		return
+	}
+	now := time.Now()
+	edge := now.Truncate(time.Minute).Add(time.Minute)
+	if edge.Sub(now) < time.Duration(secs*float64(time.Second)) {
+		fmt.Printf("SLUICE-COMPAT-ALIGN: waiting %v for the minute edge\n", edge.Sub(now).Round(time.Millisecond))
+		time.Sleep(time.Until(edge) + 100*time.Millisecond)
+	}
+}
+
 // noteRefused reports the binary's refusal and ends the test process.
 func (r *Runner) noteRefused() {
 	msg := strings.TrimSpace(r.stderr.String())
@@ -127,6 +152,7 @@ func (r *Runner) Run() { <-r.done }
 
 // Stop ends the process (SIGTERM, then SIGKILL after 10s) and waits for it.
 func (r *Runner) Stop() {
+	defer func() { fmt.Printf("SLUICE-COMPAT-SPAN-END %d\n", time.Now().UnixNano()) }()
 	if r.cmd == nil || r.cmd.Process == nil {
 		return
 	}
