@@ -136,8 +136,39 @@ func (f *serveFlags) serverOptions(cfg *config.Config, env func(string) (string,
 	return opts
 }
 
+// waitConnected waits, in upstream's mode, for the first connection of
+// store (named name) before the ports open, as envoyproxy/ratelimit opens
+// none before its Redis pools connect: stop is true when the start ends
+// here (REDIS_STARTUP_MAX_ELAPSED_TIME passed: code 1; a signal: 0). A
+// store that is not lazily connected (or nil) is not waited for.
+func (f *serveFlags) waitConnected(ctx context.Context, name string, store driver.Store, logger *slog.Logger) (code int, stop bool) {
+	lz, ok := store.(interface {
+		Wait(context.Context) (*valkeystore.Store, error)
+	})
+	if !ok {
+		return 0, false
+	}
+	ctx, cancel := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer cancel()
+	if d := f.envoy.StartupMaxElapsed; d > 0 {
+		var c context.CancelFunc
+		ctx, c = context.WithTimeout(ctx, d)
+		defer c()
+	}
+	logger.Info("waiting for the first connection to " + name + " before opening the ports")
+	if _, err := lz.Wait(ctx); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			logger.Error(name+" not connected within REDIS_STARTUP_MAX_ELAPSED_TIME", "wait", f.envoy.StartupMaxElapsed.String())
+			return 1, true
+		}
+		return 0, true // stopped by a signal before serving
+	}
+	return 0, false
+}
+
 // envoyStartup starts as envoyproxy/ratelimit does, under its environment:
-// no port opens before the store's first connection (so that
+// no port opens before the first connection of the store (and of the
+// per-second store, with REDIS_PERSECOND) (so that
 // /healthcheck and the gRPC health service say serving only once Valkey
 // answers), waiting at most REDIS_STARTUP_MAX_ELAPSED_TIME (0: until
 // SIGTERM); and with REDIS_HEALTH_CHECK_ACTIVE_CONNECTION, both say not
@@ -147,23 +178,12 @@ func (f *serveFlags) envoyStartup(ctx context.Context, st driver.Store, opts *se
 	if f.envoy == nil {
 		return 0, false
 	}
-	if lz, ok := st.(interface {
-		Wait(context.Context) (*valkeystore.Store, error)
-	}); ok {
-		ctx, cancel := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
-		defer cancel()
-		if d := f.envoy.StartupMaxElapsed; d > 0 {
-			var c context.CancelFunc
-			ctx, c = context.WithTimeout(ctx, d)
-			defer c()
-		}
-		logger.Info("waiting for the first connection to valkey before opening the ports")
-		if _, err := lz.Wait(ctx); err != nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				logger.Error("valkey not connected within REDIS_STARTUP_MAX_ELAPSED_TIME", "wait", f.envoy.StartupMaxElapsed.String())
-				return 1, true
-			}
-			return 0, true // stopped by a signal before serving
+	for _, w := range []struct {
+		name  string
+		store driver.Store
+	}{{"valkey", st}, {"the per-second valkey (REDIS_PERSECOND_URL)", opts.PerSecond}} {
+		if code, stop := f.waitConnected(ctx, w.name, w.store, logger); stop {
+			return code, true
 		}
 	}
 	if f.envoy.HealthCheckActiveConnection {

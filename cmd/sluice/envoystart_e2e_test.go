@@ -185,3 +185,57 @@ func TestEnvoyStartupMaxElapsed(t *testing.T) {
 		t.Errorf("something listens on the HTTP port")
 	}
 }
+
+// TestEnvoyStartAfterPerSecondValkey: with REDIS_PERSECOND, no port opens
+// before the per-second Valkey is connected too, as no decision on a
+// per-second limit could be counted before (it would be decided by the
+// fail mode).
+func TestEnvoyStartAfterPerSecondValkey(t *testing.T) {
+	v, perSecond := valkeytest.Start(t), valkeytest.Start(t)
+	perSecond.Pause(t)
+	root := t.TempDir()
+	runtimeTree(t, root, "v1", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 5}}\n"})
+	ports := freePorts(t, 3)
+	httpAddr, grpcAddr := "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1])
+	cmd := exec.Command(binary(t), "serve")
+	cmd.Env = []string{"RUNTIME_ROOT=" + filepath.Join(root, "current"), "RUNTIME_SUBDIRECTORY=ratelimit",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + v.Addr, "REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp",
+		"REDIS_PERSECOND_URL=" + perSecond.Addr, "USE_STATSD=false", "LOG_FORMAT=json", "LOG_LEVEL=info",
+		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(ports[0]), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ports[1]),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[2])}
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("sluice serve's log:\n%s", logs.String())
+		}
+	})
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+		if h, g := health(t, httpAddr, grpcAddr); h != "down" || g != "down" {
+			t.Fatalf("before the per-second Valkey answers: /healthcheck says %q, gRPC health %q; want no port open", h, g)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	perSecond.Resume(t)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		h, g := health(t, httpAddr, grpcAddr)
+		if strings.HasPrefix(h, "OK") && g == "SERVING" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("once the per-second Valkey answers: /healthcheck says %q, gRPC health %q", h, g)
+		}
+	}
+}

@@ -95,14 +95,14 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	defer closeStore()
 	opts.Store, opts.StoreName = st, storeName
 	opts.Observer = tel.observer(st, logger)
-	if code, stop := f.envoyStartup(ctx, st, &opts, logger); stop {
-		return code
-	}
 	closePerSecond, err := f.openPerSecond(&opts, logger)
 	if err != nil {
 		return 1
 	}
 	defer closePerSecond()
+	if code, stop := f.envoyStartup(ctx, st, &opts, logger); stop {
+		return code
+	}
 	srv, err := f.newServer(cfg, data, opts, stderr)
 	f.xds.served(srv, err)
 	if err != nil {
