@@ -136,122 +136,161 @@ func (c *driftClock) to(t time.Time) bool {
 func RunInFlightTimelines(t *testing.T, h Harness) {
 	for seed := uint64(1); seed <= 6; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, 26))
-			limit := int64(1 + rng.IntN(4))
-			lease := time.Duration(2_000_000+rng.IntN(2_000_000)) * time.Microsecond
-			rule := sluice.Rule{Algorithm: driver.AlgorithmInFlight, Limit: limit, Window: lease}
-			prefix := Prefix(t)
-			keys := []string{
-				driver.Key(prefix, "if", rule, "a"),
-				driver.Key(prefix, "if", rule, "b"),
-				driver.Key(prefix, "if", rule, "c"),
-			}
-			models := map[string]*leaseModel{}
-			var known []struct {
-				key string
-				id  driver.LeaseID
-			}
-			for _, k := range keys {
-				models[k] = &leaseModel{limit: limit, lease: lease.Microseconds(), ends: map[driver.LeaseID]int64{}}
-			}
-			clock := newDriftClock()
-			randomID := func() driver.LeaseID {
-				var id driver.LeaseID
-				for i := range id {
-					id[i] = byte(rng.IntN(256))
-				}
-				return id
-			}
-			// pickOp returns a random Op for key at now.
-			pickOp := func(key string) (driver.Op, string) {
-				op := driver.Op{Key: key, Rule: rule}
-				pickID := func() (driver.LeaseID, string) {
-					switch r := rng.IntN(10); {
-					case r < 7 && len(known) > 0:
-						k := known[rng.IntN(len(known))]
-						if k.key != key {
-							return k.id, "another key's"
-						}
-						return k.id, "known"
-					default:
-						return randomID(), "forged"
-					}
-				}
-				switch r := rng.IntN(100); {
-				case r < 40:
-					op.Cost, op.Lease = 1, randomID()
-					return op, "acquire"
-				case r < 60:
-					id, what := pickID()
-					op.Renew, op.Lease = true, id
-					return op, "renew " + what
-				case r < 90:
-					id, what := pickID()
-					op.Cost, op.Lease = -1, id
-					return op, "release " + what
-				default:
-					return op, "peek"
-				}
-			}
+			tl := newLeaseTimeline(t, seed)
 			ctx := context.Background()
 			for step := 0; step < 300; step++ {
-				// Time moves: not at all, a microsecond, a little, or to
-				// exactly the end of a known lease (or just before it).
-				switch r := rng.IntN(10); {
-				case r < 2:
-				case r < 4:
-					clock.step(time.Microsecond)
-				case r < 7:
-					clock.step(time.Duration(rng.Int64N(lease.Microseconds()/3)) * time.Microsecond)
-				default:
-					var ends []int64
-					for _, m := range models {
-						for _, e := range m.ends {
-							ends = append(ends, e)
-						}
-					}
-					if len(ends) > 0 {
-						e := ends[rng.IntN(len(ends))] - int64(rng.IntN(2))
-						clock.to(time.UnixMicro(e))
-					}
-				}
-				now := clock.now()
-				us := now.UnixMicro()
-				n := 1
-				if rng.IntN(4) == 0 {
-					n = len(keys)
-				}
-				perm := rng.Perm(len(keys))[:n]
-				batch := make([]driver.Op, n)
-				descs := make([]string, n)
-				for j, ki := range perm {
-					batch[j], descs[j] = pickOp(keys[ki])
-					batch[j].Now = now
-				}
+				tl.moveTime()
+				now := tl.clock.now()
+				batch, descs := tl.pickBatch(now)
 				if err := h.Store.Do(ctx, batch); err != nil {
 					t.Fatalf("step %d: Do: %v", step, err)
 				}
-				for j := range batch {
-					op := batch[j]
-					if op.Err != nil {
-						t.Fatalf("step %d: %s: %v", step, descs[j], op.Err)
-					}
-					m := models[op.Key]
-					want, receipt := m.want(op, us)
-					if op.Result != want || op.Receipt != receipt {
-						t.Fatalf("step %d at +%dµs, %s on %s:\n got %+v receipt %d\nwant %+v receipt %d",
-							step, us-Epoch.UnixMicro(), descs[j], op.Key, op.Result, op.Receipt, want, receipt)
-					}
-					if op.Cost == 1 && op.Result.Allowed {
-						known = append(known, struct {
-							key string
-							id  driver.LeaseID
-						}{op.Key, op.Lease})
-					}
-				}
+				tl.check(t, step, now.UnixMicro(), batch, descs)
 			}
-			h.CheckTTLs(t, prefix, rule)
+			h.CheckTTLs(t, tl.prefix, tl.rule)
 		})
+	}
+}
+
+// knownLease is a lease a timeline acquired, kept to renew and release.
+type knownLease struct {
+	key string
+	id  driver.LeaseID
+}
+
+// leaseTimeline is one random timeline of RunInFlightTimelines: its
+// random numbers, its keys with their reference models, the leases it
+// acquired and its clock.
+type leaseTimeline struct {
+	rng    *rand.Rand
+	rule   sluice.Rule
+	lease  time.Duration
+	prefix string
+	keys   []string
+	models map[string]*leaseModel
+	known  []knownLease
+	clock  *driftClock
+}
+
+// newLeaseTimeline draws the limit and lease of seed's timeline and sets
+// up its three keys, each with an empty model.
+func newLeaseTimeline(t *testing.T, seed uint64) *leaseTimeline {
+	rng := rand.New(rand.NewPCG(seed, 26))
+	limit := int64(1 + rng.IntN(4))
+	lease := time.Duration(2_000_000+rng.IntN(2_000_000)) * time.Microsecond
+	tl := &leaseTimeline{rng: rng, lease: lease, prefix: Prefix(t), models: map[string]*leaseModel{}}
+	tl.rule = sluice.Rule{Algorithm: driver.AlgorithmInFlight, Limit: limit, Window: lease}
+	for _, name := range []string{"a", "b", "c"} {
+		tl.keys = append(tl.keys, driver.Key(tl.prefix, "if", tl.rule, name))
+	}
+	for _, k := range tl.keys {
+		tl.models[k] = &leaseModel{limit: limit, lease: lease.Microseconds(), ends: map[driver.LeaseID]int64{}}
+	}
+	tl.clock = newDriftClock()
+	return tl
+}
+
+// randomID returns a random (forged) lease id.
+func (tl *leaseTimeline) randomID() driver.LeaseID {
+	var id driver.LeaseID
+	for i := range id {
+		id[i] = byte(tl.rng.IntN(256))
+	}
+	return id
+}
+
+// pickID returns a lease id to renew or release on key: mostly a known
+// lease (of key or of another), else a forged one; and which it is.
+func (tl *leaseTimeline) pickID(key string) (driver.LeaseID, string) {
+	switch r := tl.rng.IntN(10); {
+	case r < 7 && len(tl.known) > 0:
+		k := tl.known[tl.rng.IntN(len(tl.known))]
+		if k.key != key {
+			return k.id, "another key's"
+		}
+		return k.id, "known"
+	default:
+		return tl.randomID(), "forged"
+	}
+}
+
+// pickOp returns a random Op for key, and what it is.
+func (tl *leaseTimeline) pickOp(key string) (driver.Op, string) {
+	op := driver.Op{Key: key, Rule: tl.rule}
+	switch r := tl.rng.IntN(100); {
+	case r < 40:
+		op.Cost, op.Lease = 1, tl.randomID()
+		return op, "acquire"
+	case r < 60:
+		id, what := tl.pickID(key)
+		op.Renew, op.Lease = true, id
+		return op, "renew " + what
+	case r < 90:
+		id, what := tl.pickID(key)
+		op.Cost, op.Lease = -1, id
+		return op, "release " + what
+	default:
+		return op, "peek"
+	}
+}
+
+// moveTime moves the clock: not at all, a microsecond, a little, or to
+// exactly the end of a known lease (or just before it).
+func (tl *leaseTimeline) moveTime() {
+	switch r := tl.rng.IntN(10); {
+	case r < 2:
+	case r < 4:
+		tl.clock.step(time.Microsecond)
+	case r < 7:
+		tl.clock.step(time.Duration(tl.rng.Int64N(tl.lease.Microseconds()/3)) * time.Microsecond)
+	default:
+		var ends []int64
+		for _, m := range tl.models {
+			for _, e := range m.ends {
+				ends = append(ends, e)
+			}
+		}
+		if len(ends) > 0 {
+			e := ends[tl.rng.IntN(len(ends))] - int64(tl.rng.IntN(2))
+			tl.clock.to(time.UnixMicro(e))
+		}
+	}
+}
+
+// pickBatch returns the ops of one step at now: one key's, or (a quarter
+// of the time) every key's in a random order; and what each is.
+func (tl *leaseTimeline) pickBatch(now time.Time) ([]driver.Op, []string) {
+	n := 1
+	if tl.rng.IntN(4) == 0 {
+		n = len(tl.keys)
+	}
+	perm := tl.rng.Perm(len(tl.keys))[:n]
+	batch := make([]driver.Op, n)
+	descs := make([]string, n)
+	for j, ki := range perm {
+		batch[j], descs[j] = tl.pickOp(tl.keys[ki])
+		batch[j].Now = now
+	}
+	return batch, descs
+}
+
+// check checks each op of a batch done at us against its key's model,
+// and keeps the leases acquired.
+func (tl *leaseTimeline) check(t *testing.T, step int, us int64, batch []driver.Op, descs []string) {
+	t.Helper()
+	for j := range batch {
+		op := batch[j]
+		if op.Err != nil {
+			t.Fatalf("step %d: %s: %v", step, descs[j], op.Err)
+		}
+		want, receipt := tl.models[op.Key].want(op, us)
+		if op.Result != want || op.Receipt != receipt {
+			t.Fatalf("step %d at +%dµs, %s on %s:\n got %+v receipt %d\nwant %+v receipt %d",
+				step, us-Epoch.UnixMicro(), descs[j], op.Key, op.Result, op.Receipt, want, receipt)
+		}
+		if op.Cost == 1 && op.Result.Allowed {
+			tl.known = append(tl.known, knownLease{op.Key, op.Lease})
+		}
 	}
 }
 
@@ -294,24 +333,44 @@ func release(t *testing.T, ls *sluice.Lease, want bool) {
 // ErrLeaseLost and taking no slot, Release idempotent and working on a
 // canceled context, and rate decisions refused.
 func RunInFlightLimiter(t *testing.T, h Harness) {
-	ctx := context.Background()
 	const lease = 10 * time.Second
 	l, clock := h.newInFlight(t, 3, lease)
-	a := acquire(t, l, "k", sluice.Result{Allowed: true, Remaining: 2, ResetAfter: lease})
+	a, c, d := checkInFlightFull(t, l, clock, lease)
+	checkInFlightEnds(t, l, clock, lease, a, c, d)
+	checkInFlightByID(t, l, a)
+	checkInFlightWrongKind(t, h, l, a.ID())
+	checkInFlightEmptied(t, h, l, lease)
+}
+
+// checkInFlightFull fills key "k" of l (limit 3) a second apart, checks
+// the refusal's RetryAfter and that a release frees a slot at once; it
+// returns the first and third leases and the one taken after the release.
+func checkInFlightFull(t *testing.T, l *sluice.Limiter, clock *Clock, lease time.Duration) (a, c, d *sluice.Lease) {
+	t.Helper()
+	a = acquire(t, l, "k", sluice.Result{Allowed: true, Remaining: 2, ResetAfter: lease})
 	clock.Advance(time.Second)
 	b := acquire(t, l, "k", sluice.Result{Allowed: true, Remaining: 1, ResetAfter: lease})
 	clock.Advance(time.Second)
-	c := acquire(t, l, "k", sluice.Result{Allowed: true, Remaining: 0, ResetAfter: lease})
+	c = acquire(t, l, "k", sluice.Result{Allowed: true, Remaining: 0, ResetAfter: lease})
 	clock.Advance(time.Second)
 	// Refused: the earliest lease (a) ends 7s from now, the latest 9s.
 	acquire(t, l, "k", sluice.Result{Remaining: 0, RetryAfter: 7 * time.Second, ResetAfter: 9 * time.Second})
-	if res, err := l.Peek(ctx, "k"); err != nil || res.Allowed || res.RetryAfter != 7*time.Second {
+	if res, err := l.Peek(context.Background(), "k"); err != nil || res.Allowed || res.RetryAfter != 7*time.Second {
 		t.Fatalf("Peek of a full key: %+v, %v", res, err)
 	}
 	// A release frees a slot at once, sooner than RetryAfter said.
 	release(t, b, true)
 	release(t, b, false) // idempotent
-	d := acquire(t, l, "k", sluice.Result{Allowed: true, Remaining: 0, ResetAfter: lease})
+	d = acquire(t, l, "k", sluice.Result{Allowed: true, Remaining: 0, ResetAfter: lease})
+	return a, c, d
+}
+
+// checkInFlightEnds checks that renewing a moves its end, that c ends at
+// exactly Lease after its acquire and its failed renewal takes no slot,
+// and that d's release works on a canceled context.
+func checkInFlightEnds(t *testing.T, l *sluice.Limiter, clock *Clock, lease time.Duration, a, c, d *sluice.Lease) {
+	t.Helper()
+	ctx := context.Background()
 	// Renewing a moves its end to 10s from now.
 	clock.Advance(6 * time.Second) // a ends in 1s
 	if err := a.Renew(ctx); err != nil {
@@ -331,7 +390,13 @@ func RunInFlightLimiter(t *testing.T, h Harness) {
 	if ok, err := d.Release(cctx); !ok || err != nil {
 		t.Fatalf("Release on a canceled context: %v, %v", ok, err)
 	}
-	// The lease kept by its id (as a client does) renews and releases.
+}
+
+// checkInFlightByID checks that a lease kept by its id (as a client does)
+// renews and releases, and that a is lost after.
+func checkInFlightByID(t *testing.T, l *sluice.Limiter, a *sluice.Lease) {
+	t.Helper()
+	ctx := context.Background()
 	back, err := l.Lease("k", a.ID())
 	if err != nil {
 		t.Fatal(err)
@@ -344,7 +409,13 @@ func RunInFlightLimiter(t *testing.T, h Harness) {
 	if err := a.Renew(ctx); !errors.Is(err, sluice.ErrLeaseLost) {
 		t.Fatalf("Renew of a released lease: %v, want ErrLeaseLost", err)
 	}
-	// Rate decisions are refused on an in-flight limiter.
+}
+
+// checkInFlightWrongKind checks that rate decisions are refused on the
+// in-flight limiter l, and lease decisions on a rate limiter.
+func checkInFlightWrongKind(t *testing.T, h Harness, l *sluice.Limiter, id string) {
+	t.Helper()
+	ctx := context.Background()
 	if _, err := l.Allow(ctx, "k"); !errors.Is(err, sluice.ErrWrongKind) {
 		t.Fatalf("Allow on an in-flight limiter: %v, want ErrWrongKind", err)
 	}
@@ -355,10 +426,16 @@ func RunInFlightLimiter(t *testing.T, h Harness) {
 	if _, _, err := rate.Acquire(ctx, "k"); !errors.Is(err, sluice.ErrWrongKind) {
 		t.Fatalf("Acquire on a rate limiter: %v, want ErrWrongKind", err)
 	}
-	if _, err := rate.Lease("k", a.ID()); !errors.Is(err, sluice.ErrWrongKind) {
+	if _, err := rate.Lease("k", id); !errors.Is(err, sluice.ErrWrongKind) {
 		t.Fatalf("Lease on a rate limiter: %v, want ErrWrongKind", err)
 	}
-	// A key emptied by releases is gone at once.
+}
+
+// checkInFlightEmptied checks that a key emptied by releases is gone at
+// once, and that Reset frees every slot of a key and loses its leases.
+func checkInFlightEmptied(t *testing.T, h Harness, l *sluice.Limiter, lease time.Duration) {
+	t.Helper()
+	ctx := context.Background()
 	e := acquire(t, l, "emptied", sluice.Result{Allowed: true, Remaining: 2, ResetAfter: lease})
 	release(t, e, true)
 	if h.TTLs != nil {
@@ -366,7 +443,6 @@ func RunInFlightLimiter(t *testing.T, h Harness) {
 			t.Errorf("a key emptied by releases is still stored: %v", keys)
 		}
 	}
-	// Reset frees every slot of the key, and its leases are lost.
 	x := acquire(t, l, "r", sluice.Result{Allowed: true, Remaining: 2, ResetAfter: lease})
 	if err := l.Reset(ctx, "r"); err != nil {
 		t.Fatal(err)
@@ -478,54 +554,72 @@ func RunInFlightAllowAll(t *testing.T, h Harness) {
 // one by its own clock; it returns the most leases held at once by those
 // timestamps and the number of leases taken.
 func HoldAtOnce(l *sluice.Limiter, key string, workers int, hold time.Duration, stop <-chan struct{}) (maxAt int, taken int, err error) {
-	type span struct{ from, to time.Time }
-	var (
-		mu    sync.Mutex
-		spans []span
-		first error
-		wg    sync.WaitGroup
-	)
+	hs := &holdSpans{}
+	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func(seed uint64) {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, 5))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ls, res, err := l.Acquire(context.Background(), key)
-				if err != nil || res.Degraded {
-					mu.Lock()
-					if first == nil {
-						first = fmt.Errorf("acquire: %v (degraded %v)", err, res.Degraded)
-					}
-					mu.Unlock()
-					return
-				}
-				if ls == nil {
-					time.Sleep(time.Millisecond)
-					continue
-				}
-				from := time.Now()
-				time.Sleep(time.Duration(rng.Int64N(int64(hold))))
-				to := time.Now()
-				if _, err := ls.Release(context.Background()); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-				}
-				mu.Lock()
-				spans = append(spans, span{from, to})
-				mu.Unlock()
-			}
+			hs.work(l, key, hold, stop, rand.New(rand.NewPCG(seed, 5)))
 		}(uint64(w))
 	}
 	wg.Wait()
+	return mostAtOnce(hs.spans), len(hs.spans), hs.first
+}
+
+// holdSpan is when one holder held a lease, by its own clock.
+type holdSpan struct{ from, to time.Time }
+
+// holdSpans collects the spans of HoldAtOnce's workers and their first
+// error.
+type holdSpans struct {
+	mu    sync.Mutex
+	spans []holdSpan
+	first error
+}
+
+// fail records err unless an error came first.
+func (hs *holdSpans) fail(err error) {
+	hs.mu.Lock()
+	if hs.first == nil {
+		hs.first = err
+	}
+	hs.mu.Unlock()
+}
+
+// work takes leases of key on l and holds each for a random duration up
+// to hold until stop, recording each span; it stops at an error or a
+// degraded decision of Acquire.
+func (hs *holdSpans) work(l *sluice.Limiter, key string, hold time.Duration, stop <-chan struct{}, rng *rand.Rand) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		ls, res, err := l.Acquire(context.Background(), key)
+		if err != nil || res.Degraded {
+			hs.fail(fmt.Errorf("acquire: %v (degraded %v)", err, res.Degraded))
+			return
+		}
+		if ls == nil {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		from := time.Now()
+		time.Sleep(time.Duration(rng.Int64N(int64(hold))))
+		to := time.Now()
+		if _, err := ls.Release(context.Background()); err != nil {
+			hs.fail(err)
+		}
+		hs.mu.Lock()
+		hs.spans = append(hs.spans, holdSpan{from, to})
+		hs.mu.Unlock()
+	}
+}
+
+// mostAtOnce returns the most spans that overlap at one instant.
+func mostAtOnce(spans []holdSpan) (maxAt int) {
 	type ev struct {
 		t time.Time
 		d int
@@ -547,5 +641,5 @@ func HoldAtOnce(l *sluice.Limiter, key string, workers int, hold time.Duration, 
 		cur += e.d
 		maxAt = max(maxAt, cur)
 	}
-	return maxAt, len(spans), first
+	return maxAt
 }

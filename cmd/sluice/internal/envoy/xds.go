@@ -99,17 +99,27 @@ var xdsVariables = []string{"CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_MET
 func (e *Env) readConfigType(get func(k, def string) string, boolean func(string, bool) bool, bad func(string, ...any)) {
 	switch t := strings.ToUpper(get("CONFIG_TYPE", "FILE")); t {
 	case "FILE":
-		for _, k := range xdsVariables {
-			if v := get(k, ""); v != "" {
-				e.Notes = append(e.Notes, k+"="+v+" is not used: CONFIG_TYPE is FILE (as upstream)")
-			}
-		}
-		return
+		e.noteUnusedXDS(get)
 	case "GRPC_XDS_SOTW":
+		e.XDS = readXDS(get, boolean, bad)
 	default:
 		bad("CONFIG_TYPE=%q: want FILE or GRPC_XDS_SOTW", t)
-		return
 	}
+}
+
+// noteUnusedXDS notes each xDS variable that is set while CONFIG_TYPE is
+// FILE: it is not used.
+func (e *Env) noteUnusedXDS(get func(k, def string) string) {
+	for _, k := range xdsVariables {
+		if v := get(k, ""); v != "" {
+			e.Notes = append(e.Notes, k+"="+v+" is not used: CONFIG_TYPE is FILE (as upstream)")
+		}
+	}
+}
+
+// readXDS reads the xDS variables of CONFIG_TYPE=GRPC_XDS_SOTW, reporting
+// each bad one to bad.
+func readXDS(get func(k, def string) string, boolean func(string, bool) bool, bad func(string, ...any)) *XDS {
 	duration := func(k, def string) time.Duration {
 		v := get(k, def)
 		d, err := time.ParseDuration(v)
@@ -124,6 +134,15 @@ func (e *Env) readConfigType(get func(k, def string) string, boolean func(string
 		Backoff: Backoff{Initial: duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10s"), Max: duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s"),
 			Jitter: boolean("XDS_CLIENT_BACKOFF_JITTER", true)},
 	}
+	x.readLimits(get, bad)
+	x.readNodeMetadata(get, bad)
+	x.readHeaders(get, bad)
+	x.readTLS(get, boolean, bad)
+	return x
+}
+
+// readLimits reads the backoff's random factor and the largest response.
+func (x *XDS) readLimits(get func(k, def string) string, bad func(string, ...any)) {
 	if f, err := strconv.ParseFloat(get("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5"), 64); err != nil || f < 0 || f > 1 {
 		bad("XDS_CLIENT_BACKOFF_RANDOM_FACTOR=%q: want a number from 0 to 1", get("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", ""))
 	} else {
@@ -136,7 +155,11 @@ func (e *Env) readConfigType(get func(k, def string) string, boolean func(string
 		}
 		x.MaxMsgSize = n
 	}
-	// "key1=value1,key2=value2", as upstream splits it.
+}
+
+// readNodeMetadata reads the node's metadata: "key1=value1,key2=value2",
+// as upstream splits it.
+func (x *XDS) readNodeMetadata(get func(k, def string) string, bad func(string, ...any)) {
 	for _, kv := range splitList(get("CONFIG_GRPC_XDS_NODE_METADATA", "")) {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
@@ -145,7 +168,11 @@ func (e *Env) readConfigType(get func(k, def string) string, boolean func(string
 		}
 		x.Node.Metadata.Fields[k] = structpb.NewStringValue(v)
 	}
-	// "key1:value1,key2:value2", as envconfig reads a map.
+}
+
+// readHeaders reads the stream's headers: "key1:value1,key2:value2", as
+// envconfig reads a map.
+func (x *XDS) readHeaders(get func(k, def string) string, bad func(string, ...any)) {
 	for _, kv := range splitList(get("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "")) {
 		k, v, ok := strings.Cut(kv, ":")
 		if !ok {
@@ -157,6 +184,11 @@ func (e *Env) readConfigType(get func(k, def string) string, boolean func(string
 		}
 		x.Headers[strings.ToLower(strings.TrimSpace(k))] = v
 	}
+}
+
+// readTLS reads the TLS to the management server, nil unless
+// CONFIG_GRPC_XDS_SERVER_USE_TLS is true.
+func (x *XDS) readTLS(get func(k, def string) string, boolean func(string, bool) bool, bad func(string, ...any)) {
 	if boolean("CONFIG_GRPC_XDS_SERVER_USE_TLS", false) {
 		x.TLS = &XDSTLS{CAFile: get("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ""), CertFile: get("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", ""),
 			KeyFile: get("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", ""), ServerName: get("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "")}
@@ -164,7 +196,6 @@ func (e *Env) readConfigType(get func(k, def string) string, boolean func(string
 			bad("CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together")
 		}
 	}
-	e.XDS = x
 }
 
 func splitList(s string) []string {
