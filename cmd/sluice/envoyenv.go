@@ -187,13 +187,33 @@ func (f *serveFlags) envoyStartup(ctx context.Context, st driver.Store, opts *se
 		}
 	}
 	if f.envoy.HealthCheckActiveConnection {
-		if p, ok := st.(interface{ Ping(context.Context) error }); ok {
-			opts.Envoy.StoreHealth = func(ctx context.Context) error {
-				ctx, cancel := context.WithTimeout(ctx, time.Second)
-				defer cancel()
-				return p.Ping(ctx)
-			}
-		}
+		opts.Envoy.StoreHealth = storeHealth(st, opts.PerSecond)
 	}
 	return 0, false
+}
+
+// storeHealth is the health check of REDIS_HEALTH_CHECK_ACTIVE_CONNECTION:
+// each of stores that can be pinged (the per-second one too) answers a
+// PING within a second; nil when none can.
+func storeHealth(stores ...driver.Store) func(context.Context) error {
+	type pinger interface{ Ping(context.Context) error }
+	var ps []pinger
+	for _, st := range stores {
+		if p, ok := st.(pinger); ok {
+			ps = append(ps, p)
+		}
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		for _, p := range ps {
+			if err := p.Ping(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }

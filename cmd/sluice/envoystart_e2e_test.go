@@ -189,7 +189,8 @@ func TestEnvoyStartupMaxElapsed(t *testing.T) {
 // TestEnvoyStartAfterPerSecondValkey: with REDIS_PERSECOND, no port opens
 // before the per-second Valkey is connected too, as no decision on a
 // per-second limit could be counted before (it would be decided by the
-// fail mode).
+// fail mode); with REDIS_HEALTH_CHECK_ACTIVE_CONNECTION, losing it makes
+// the health checks say not serving.
 func TestEnvoyStartAfterPerSecondValkey(t *testing.T) {
 	v, perSecond := valkeytest.Start(t), valkeytest.Start(t)
 	perSecond.Pause(t)
@@ -202,7 +203,7 @@ func TestEnvoyStartAfterPerSecondValkey(t *testing.T) {
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + v.Addr, "REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp",
 		"REDIS_PERSECOND_URL=" + perSecond.Addr, "USE_STATSD=false", "LOG_FORMAT=json", "LOG_LEVEL=info",
 		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(ports[0]), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ports[1]),
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[2])}
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[2]), "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true"}
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
@@ -229,13 +230,22 @@ func TestEnvoyStartAfterPerSecondValkey(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	perSecond.Resume(t)
+	healthBecomes(t, httpAddr, grpcAddr, "once the per-second Valkey answers", "OK", "SERVING")
+	perSecond.Kill(t)
+	healthBecomes(t, httpAddr, grpcAddr, "the per-second Valkey lost", "500", "NOT_SERVING")
+}
+
+// healthBecomes waits (20s at most) until /healthcheck starts with
+// wantHTTP and the gRPC health service says wantGRPC.
+func healthBecomes(t *testing.T, httpAddr, grpcAddr, what, wantHTTP, wantGRPC string) {
+	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		h, g := health(t, httpAddr, grpcAddr)
-		if strings.HasPrefix(h, "OK") && g == "SERVING" {
+		if strings.HasPrefix(h, wantHTTP) && g == wantGRPC {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("once the per-second Valkey answers: /healthcheck says %q, gRPC health %q", h, g)
+			t.Fatalf("%s: /healthcheck says %q, gRPC health %q; want %q and %q", what, h, g, wantHTTP, wantGRPC)
 		}
 	}
 }
