@@ -92,25 +92,7 @@ func TestEnvoyStartAfterValkey(t *testing.T) {
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + v.Addr, "USE_STATSD=false", "LOG_FORMAT=json", "LOG_LEVEL=info",
 		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(ports[0]), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ports[1]),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[2]), "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true"}
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("sluice serve's log:\n%s", logs.String())
-		}
-	})
+	exited := startServe(t, cmd)
 	waitFor := func(what, wantHTTP, wantGRPC string, within time.Duration) {
 		t.Helper()
 		deadline := time.Now().Add(within)
@@ -204,25 +186,7 @@ func TestEnvoyStartAfterPerSecondValkey(t *testing.T) {
 		"REDIS_PERSECOND_URL=" + perSecond.Addr, "USE_STATSD=false", "LOG_FORMAT=json", "LOG_LEVEL=info",
 		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(ports[0]), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ports[1]),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[2]), "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true"}
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("sluice serve's log:\n%s", logs.String())
-		}
-	})
+	startServe(t, cmd)
 	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
 		if h, g := health(t, httpAddr, grpcAddr); h != "down" || g != "down" {
 			t.Fatalf("before the per-second Valkey answers: /healthcheck says %q, gRPC health %q; want no port open", h, g)
@@ -248,4 +212,31 @@ func healthBecomes(t *testing.T, httpAddr, grpcAddr, what, wantHTTP, wantGRPC st
 			t.Fatalf("%s: /healthcheck says %q, gRPC health %q; want %q and %q", what, h, g, wantHTTP, wantGRPC)
 		}
 	}
+}
+
+// startServe starts cmd (a sluice serve), stops it with SIGTERM when the
+// test ends (killing it after 10s) and logs its stderr when the test
+// failed; the channel closes when it exits.
+func startServe(t *testing.T, cmd *exec.Cmd) <-chan struct{} {
+	t.Helper()
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("sluice serve's log:\n%s", logs.String())
+		}
+	})
+	return exited
 }
