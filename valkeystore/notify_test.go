@@ -2,6 +2,7 @@ package valkeystore_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 // cachedRefusal waits (up to 5s) until l answers key's refusal from its
 // deny cache: the key's state is deleted behind the store's back (a DEL
 // that sends no notice), and l still refuses.
-func cachedRefusal(t *testing.T, l *sluice.Limiter, raw valkey.Client, key string) {
+func cachedRefusal(t *testing.T, l *sluice.Limiter, prefix string, raw valkey.Client, key string) {
 	t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(5 * time.Second)
@@ -23,7 +24,7 @@ func cachedRefusal(t *testing.T, l *sluice.Limiter, raw valkey.Client, key strin
 		if res, _ := l.Allow(ctx, key); res.Allowed {
 			t.Fatalf("the second request within a burst of 1 was allowed: %+v", res)
 		}
-		if err := raw.Do(ctx, raw.B().Del().Key(driver.Key(sluice.DefaultPrefix, l.Name(), l.Rule(), key)).Build()).Error(); err != nil {
+		if err := raw.Do(ctx, raw.B().Del().Key(driver.Key(prefix, l.Name(), l.Rule(), key)).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
 		if res, _ := l.Allow(ctx, key); !res.Allowed {
@@ -51,16 +52,19 @@ func allowedWithin(t *testing.T, l *sluice.Limiter, key string, bound time.Durat
 func testResetReachesOtherStore(t *testing.T, c1, c2 valkey.Client) {
 	ctx := context.Background()
 	p := sluice.GCRA{Rate: 1, Per: time.Hour, Burst: 1}
-	a, err := sluice.New(newStore(t, c1), p, sluice.WithName("notice-a"))
+	// A prefix of its own: no other test's store listens to its notices,
+	// so the count of subscriptions reached is this test's.
+	prefix := fmt.Sprintf("rl:notice%d", time.Now().UnixNano())
+	a, err := sluice.New(newStore(t, c1), p, sluice.WithName("notice-a"), sluice.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := sluice.New(newStore(t, c2), p, sluice.WithName("notice-a"), sluice.WithDenyCache(false))
+	b, err := sluice.New(newStore(t, c2), p, sluice.WithName("notice-a"), sluice.WithPrefix(prefix), sluice.WithDenyCache(false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, key := range []string{"user-1", "user-2", "user-3"} {
-		cachedRefusal(t, a, c2, key)
+		cachedRefusal(t, a, prefix, c2, key)
 		// The state is back, and the key refused by the store too.
 		a.Allow(ctx, key)
 		n, err := b.ResetNotify(ctx, key)
@@ -101,7 +105,7 @@ func TestNoticeSubscriptionKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cachedRefusal(t, a, raw, "k")
+	cachedRefusal(t, a, sluice.DefaultPrefix, raw, "k")
 	// The state is deleted with no notice, and the subscription killed.
 	if err := raw.Do(ctx, raw.B().Del().Key(driver.Key(sluice.DefaultPrefix, a.Name(), a.Rule(), "k")).Build()).Error(); err != nil {
 		t.Fatal(err)
@@ -112,7 +116,7 @@ func TestNoticeSubscriptionKilled(t *testing.T) {
 	d := allowedWithin(t, a, "k", 5*time.Second)
 	t.Logf("allowed %v after the subscription was killed", d)
 	// Subscribed again: the cache answers again.
-	cachedRefusal(t, a, raw, "k")
+	cachedRefusal(t, a, sluice.DefaultPrefix, raw, "k")
 }
 
 // BenchmarkReset measures a Limiter.Reset on a standalone server: DEL,
@@ -156,7 +160,7 @@ func TestNoticeChannelSlotMoved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cachedRefusal(t, a, c2, "k")
+	cachedRefusal(t, a, sluice.DefaultPrefix, c2, "k")
 	slot := valkeytest.Slot("sluice:deletes:{" + sluice.DefaultPrefix + "}")
 	from := c.PrimaryOf(slot)
 	to := (from + 1) % len(c.Primaries)
@@ -167,7 +171,7 @@ func TestNoticeChannelSlotMoved(t *testing.T) {
 	c.MoveSlots(t, c.Primaries[from], c.Primaries[to], slot, slot)
 	d := allowedWithin(t, a, "k", 5*time.Second)
 	t.Logf("allowed %v after the channel's slot moved", d)
-	cachedRefusal(t, a, c2, "k")
+	cachedRefusal(t, a, sluice.DefaultPrefix, c2, "k")
 	a.Allow(ctx, "k")
 	n, err := b.ResetNotify(ctx, "k")
 	if err != nil || n != 1 {
