@@ -93,7 +93,23 @@ func TestInFlightFailover(t *testing.T) {
 			}()
 		}
 	}
+	// Kill the primary once enough leases are held (a loaded machine may
+	// take longer than the usual 300ms to get there).
+	heldNow := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, h := range leases {
+			if !h.releasing {
+				n++
+			}
+		}
+		return n
+	}
 	time.Sleep(300 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && heldNow() < 15; {
+		time.Sleep(20 * time.Millisecond)
+	}
 	primary.Kill(t)
 	killed := time.Now()
 	mu.Lock()
