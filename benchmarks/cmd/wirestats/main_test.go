@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -26,9 +27,13 @@ func TestWirestatsSmoke(t *testing.T) {
 		}
 		rows++
 		f := strings.Split(line, "|")
-		// reads/dec, writes/dec: one each for a serial decision.
-		if r, w := strings.TrimSpace(f[4]), strings.TrimSpace(f[5]); r != "1.00" || w != "1.00" {
-			t.Errorf("reads %s writes %s per decision, want 1.00 each: %s", r, w, line)
+		// reads/dec, writes/dec: one each for a serial decision, plus the
+		// few the round's own set-up and statistics cost, which show as
+		// 0.01 when a loaded machine makes only a few thousand decisions.
+		r, _ := strconv.ParseFloat(strings.TrimSpace(f[4]), 64)
+		w, _ := strconv.ParseFloat(strings.TrimSpace(f[5]), 64)
+		if r < 1 || r > 1.02 || w < 1 || w > 1.02 {
+			t.Errorf("reads %v writes %v per decision, want 1.00 each (at most 1.02): %s", r, w, line)
 		}
 		if !strings.Contains(f[8], "evalsha 1.00") {
 			t.Errorf("commands %q lack one EVALSHA per decision", f[8])
