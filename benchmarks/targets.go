@@ -170,14 +170,14 @@ func sluicePolicy(algorithm string, p Profile) (sluice.Policy, error) {
 	b, r, per := gcraLimit(p)
 	burst, rate := int64(b), float64(r)
 	if alg.Rated() {
-		return PolicyOf(alg, driver.Params{Limit: burst, Rate: rate, Per: per})
+		return sluice.PolicyOf(alg, driver.Params{Limit: burst, Rate: rate, Per: per})
 	}
 	if alg == driver.AlgorithmSlidingLog {
 		// One entry per unit: the log holds at most MaxSlidingLogLimit, and
 		// every hot run starts on a fresh key.
 		limit = min(limit, driver.MaxSlidingLogLimit)
 	}
-	return PolicyOf(alg, driver.Params{Limit: limit, Window: window})
+	return sluice.PolicyOf(alg, driver.Params{Limit: limit, Window: window})
 }
 
 // SluiceRule is the Rule Sluice's target enforces for algorithm under

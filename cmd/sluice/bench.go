@@ -139,7 +139,7 @@ func benchPolicy(alg string, limit int64, window time.Duration) (sluice.Policy, 
 	if a.Rated() { // limit per window
 		params = driver.Params{Limit: limit, Rate: float64(limit), Per: window}
 	}
-	return config.PolicyOf(a, params)
+	return sluice.PolicyOf(a, params)
 }
 
 // runBench is "sluice bench": see benchUsage.

@@ -117,7 +117,7 @@ func TestValkeyFloorDecides(t *testing.T) {
 		alg  driver.Algorithm
 	}{{openValkeyFloor, driver.AlgorithmGCRA}, {openValkeyFloor, driver.AlgorithmTokenBucket}, {openRawFloor, driver.AlgorithmGCRA}} {
 		alg := tc.alg
-		policy, err := benchmarks.PolicyOf(alg, driver.Params{Limit: 3, Rate: 1, Per: time.Hour})
+		policy, err := sluice.PolicyOf(alg, driver.Params{Limit: 3, Rate: 1, Per: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -186,7 +186,7 @@ func (d *decoder) showKeys(p *Policy, n *yaml.Node) {
 // library refuses.
 func (d *decoder) buildPolicy(n *yaml.Node, p *Policy, params driver.Params) bool {
 	p.Params = params
-	pol, err := PolicyOf(p.Algorithm, params)
+	pol, err := sluice.PolicyOf(p.Algorithm, params)
 	if err != nil {
 		d.errorf(n, "policy %q: %s", p.Name, sluice.Reason(err))
 		return false
@@ -317,7 +317,7 @@ func (d *decoder) plan(v *yaml.Node, p *Policy, name, limitField string, allowed
 	if x, ok := f["rate"]; ok && !d.planRate(x.val, &params) {
 		return Plan{}, false
 	}
-	pol, err := PolicyOf(p.Algorithm, params)
+	pol, err := sluice.PolicyOf(p.Algorithm, params)
 	if err != nil {
 		d.errorf(v, "policy %q: plan %q: %s", p.Name, name, sluice.Reason(err))
 		return Plan{}, false

@@ -1,4 +1,4 @@
-package config
+package sluice_test
 
 import (
 	"errors"
@@ -33,7 +33,7 @@ func TestAlgorithmPolicy(t *testing.T) {
 		{driver.AlgorithmInFlight, driver.Params{Limit: 3, Lease: time.Minute}},
 	}
 	for _, c := range ok {
-		pol, err := PolicyOf(c.a, c.p)
+		pol, err := sluice.PolicyOf(c.a, c.p)
 		if err != nil {
 			t.Fatalf("%v %+v: %v", c.a, c.p, err)
 		}
@@ -55,7 +55,7 @@ func TestAlgorithmPolicy(t *testing.T) {
 		{driver.AlgorithmInFlight, driver.Params{Limit: 3, Lease: time.Minute, Rate: 1, Per: time.Second}},
 		{driver.Algorithm(99), driver.Params{Limit: 3, Window: time.Second}},
 	} {
-		if _, err := PolicyOf(c.a, c.p); !errors.Is(err, sluice.ErrInvalidPolicy) {
+		if _, err := sluice.PolicyOf(c.a, c.p); !errors.Is(err, sluice.ErrInvalidPolicy) {
 			t.Errorf("%v %+v: %v, want ErrInvalidPolicy", c.a, c.p, err)
 		}
 	}
@@ -80,7 +80,7 @@ func TestRuleTakesWhatPolicyTakes(t *testing.T) {
 			{func() driver.Params { q := p; q.CountRejected = true; return q }(), func() sluice.Rule { s := r; s.CountRejected = true; return s }()},
 			{func() driver.Params { q := p; q.Window, q.Calendar = 0, day; return q }(), func() sluice.Rule { s := r; s.Window, s.Calendar = 0, day; return s }()},
 		} {
-			_, perr := PolicyOf(a, tc.p)
+			_, perr := sluice.PolicyOf(a, tc.p)
 			rerr := tc.r.Validate()
 			if (perr == nil) != (rerr == nil) {
 				t.Errorf("%v: Policy(%+v): %v, but Rule %v: %v", a, tc.p, perr, tc.r, rerr)
