@@ -167,8 +167,12 @@ func section(name, desc string, s *Section) *Field {
 // addressPattern: host:port (the decoder asks for a colon).
 const addressPattern = ":"
 
-// policyNamePattern is checkName's rule.
-var policyNamePattern = fmt.Sprintf("^[A-Za-z0-9_.-]{1,%d}$", maxPolicyName)
+// policyNamePattern is checkName's rule: 1 to maxPolicyName of
+// [A-Za-z0-9_.-], not "." nor "..", written without lookahead (RE2 and
+// ECMA 262 alike): a name starts with a character other than a dot, or
+// with one dot and another character, or with two dots and more.
+var policyNamePattern = fmt.Sprintf("^([A-Za-z0-9_-][A-Za-z0-9_.-]{0,%d}|\\.[A-Za-z0-9_-][A-Za-z0-9_.-]{0,%d}|\\.\\.[A-Za-z0-9_.-]{1,%d})$",
+	maxPolicyName-1, maxPolicyName-2, maxPolicyName-2)
 
 // boolSpellings are the YAML 1.1 spellings of booleans the decoder reads
 // as envoyproxy/ratelimit's parser does, for the schema (YAML 1.2 readers
@@ -225,7 +229,7 @@ var plansSection = &Section{Path: "policies[].plans.NAME", Def: "plan", Fields: 
 
 var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field{
 	{Name: "name", Kind: KindString, Required: true, Pattern: policyNamePattern,
-		Desc: fmt.Sprintf("unique name, 1 to %d of [A-Za-z0-9_.-]", maxPolicyName)},
+		Desc: fmt.Sprintf("unique name, 1 to %d of [A-Za-z0-9_.-], not . nor ..", maxPolicyName)},
 	{Name: "algorithm", Kind: KindEnum, Required: true, Enum: algorithmNames(), Desc: "the algorithm (docs/algorithms.md)"},
 	{Name: "limit", Kind: KindInt, Min: 1, Max: driver.MaxLimit, Algorithms: []driver.Algorithm{fixed, slog, sliding, inflight},
 		RequiredBy: []driver.Algorithm{fixed, slog, sliding, inflight},

@@ -429,10 +429,15 @@ func (d *decoder) headerSet(x *yaml.Node) Headers {
 	return 0
 }
 
-// checkName validates a policy name: 1 to maxPolicyName of [A-Za-z0-9_.-].
+// checkName validates a policy name: 1 to maxPolicyName of [A-Za-z0-9_.-],
+// not "." nor "..", which a URL path naming the policy (such as
+// /v1/forward-auth/nginx/refused/{policy}) would read as a dot segment.
 func checkName(name string) error {
 	if name == "" || len(name) > maxPolicyName {
 		return fmt.Errorf("must be 1 to %d characters, got %d", maxPolicyName, len(name))
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("%q: \".\" and \"..\" are not names (a URL path naming the policy would read them as a dot segment)", name)
 	}
 	for i := 0; i < len(name); i++ {
 		if !nameChar(rune(name[i])) {
