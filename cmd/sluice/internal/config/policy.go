@@ -198,7 +198,7 @@ func (d *decoder) buildPolicy(n *yaml.Node, p *Policy, params driver.Params) boo
 }
 
 // policyExtras decodes what needs the validated policy: overrides, plans,
-// and the deny cache, which applies only where a refusal says what the
+// max_debt, wait, and the deny cache, which applies only where a refusal says what the
 // store would answer next: not under count_rejected, overrides or plans.
 func (d *decoder) policyExtras(f map[string]field, p *Policy) {
 	if x, ok := f["overrides"]; ok {
@@ -212,6 +212,7 @@ func (d *decoder) policyExtras(f map[string]field, p *Policy) {
 			p.MaxDebt = &v
 		}
 	}
+	d.waitOption(f, p)
 	never := p.denyCacheNever()
 	p.DenyCache = never == ""
 	if x, ok := f["deny_cache"]; ok {

@@ -223,7 +223,7 @@ func (s *Server) handleForwardAuth(fl flavor) http.HandlerFunc {
 			fa.answerUnmatched(w, fl, o)
 			return
 		}
-		d, err := sluice.AllowAll(r.Context(), checks)
+		d, err := admit(r.Context(), s, allowAllWait(checks, pols))
 		if err != nil {
 			s.fail(w, r, s.decisionError(err, nil))
 			return
