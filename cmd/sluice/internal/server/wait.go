@@ -25,12 +25,34 @@ type waiters struct {
 	total, max int
 	perKey     map[waitKey]int
 	maxPerKey  int
+	// stop is closed when the server stops (StopWaiting): whoever waits
+	// is answered at once, and no one waits any more.
+	stop     chan struct{}
+	stopOnce sync.Once
 }
 
 type waitKey struct{ limiter, key string }
 
 func newWaiters() *waiters {
-	return &waiters{perKey: map[waitKey]int{}, max: config.DefaultMaxWaiting, maxPerKey: config.DefaultMaxWaitingPerKey}
+	return &waiters{perKey: map[waitKey]int{}, max: config.DefaultMaxWaiting, maxPerKey: config.DefaultMaxWaitingPerKey, stop: make(chan struct{})}
+}
+
+// StopWaiting answers every request waiting for admission with its
+// refusal at once, and refuses those that would wait from then on at
+// once: sluice serve calls it when it shuts down, so that its grace period
+// is not spent on waits.
+func (s *Server) StopWaiting() {
+	s.waiters.stopOnce.Do(func() { close(s.waiters.stop) })
+}
+
+// stopped reports whether StopWaiting was called.
+func (w *waiters) stopped() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // setBounds applies a configuration's bounds (0: the default); those
@@ -132,8 +154,9 @@ func (w *wait[D]) bound(i int) time.Duration {
 // with wait refuse it, the decision after waiting for admission: it sleeps the refusal's RetryAfter and
 // decides again, as sluice.Limiter.Wait does, and returns the refusal at
 // once when the wait would take it past the least wait of the policies
-// refusing it, or when no waiting place is free. A client that goes away
-// leaves at once (the context's error). A waiting request takes nothing:
+// refusing it, when no waiting place is free, or when the server stops
+// (StopWaiting). A client that goes away leaves at once (the context's
+// error). A waiting request takes nothing:
 // a refused decision takes nothing, and it decides again only when its
 // sleep is over.
 func admit[D any](ctx context.Context, s *Server, w wait[D]) (D, error) {
@@ -156,7 +179,7 @@ func admit[D any](ctx context.Context, s *Server, w wait[D]) (D, error) {
 	}()
 	for {
 		delay := max(longestRetry(res), time.Millisecond)
-		if time.Since(start)+delay > w.waitBound(res) {
+		if time.Since(start)+delay > w.waitBound(res) || s.waiters.stopped() {
 			s.countWaits(waited, waitRefused)
 			return d, nil
 		}
@@ -166,7 +189,10 @@ func admit[D any](ctx context.Context, s *Server, w wait[D]) (D, error) {
 				return d, nil
 			}
 		}
-		if err = sleep(ctx, delay); err == nil {
+		if !sleep(ctx, s.waiters.stop, delay) {
+			continue // stopped: answered refused above
+		}
+		if err = ctx.Err(); err == nil {
 			d, err = w.decide(ctx)
 		}
 		if err != nil {
@@ -255,16 +281,18 @@ func (s *Server) countWaits(pols []*policy, outcome string) {
 	}
 }
 
-// sleep waits d, or until ctx ends (then returning its error).
-func sleep(ctx context.Context, d time.Duration) error {
+// sleep waits d, or until ctx ends or stop is closed; it reports false
+// when stop ended it (ctx.Err() says whether ctx did).
+func sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
+	case <-stop:
+		return false
 	case <-t.C:
-		return nil
 	}
+	return true
 }
 
 // allowAllWait is the wait of checks decided together (sluice.AllowAll),

@@ -313,3 +313,26 @@ func settledMemStats(m *runtime.MemStats) {
 		}
 	}
 }
+
+// TestWaitStopServe: when the server stops (StopWaiting), a waiting
+// request is answered with its refusal at once, and a request refused
+// after that does not wait; both count as refused.
+func TestWaitStopServe(t *testing.T) {
+	s, _ := waitServer(t, waitYAML)
+	ctx := context.Background()
+	serveCheck(s, ctx, `{"policy":"slow","key":"k"}`)
+	answer := make(chan *httptest.ResponseRecorder, 1)
+	go func() { answer <- serveCheck(s, ctx, `{"policy":"slow","key":"k"}`) }()
+	waitUntil(t, "the waiter", func() bool { return s.waiters.waiting() == 1 })
+	s.StopWaiting()
+	if w := <-answer; w.Code != 200 || allowed(w) || !strings.Contains(w.Body.String(), `"retry_after_ms":`) {
+		t.Fatalf("the waiter after StopWaiting: %d %s", w.Code, w.Body)
+	}
+	if w := serveCheck(s, ctx, `{"policy":"slow","key":"k"}`); allowed(w) || s.waiters.waiting() != 0 {
+		t.Fatalf("after StopWaiting: %s, %d waiting", w.Body, s.waiters.waiting())
+	}
+	if got := waits(s, "slow.gcra", waitRefused); got != 2 {
+		t.Fatalf("refused %d, want 2", got)
+	}
+	s.StopWaiting() // twice is harmless
+}
