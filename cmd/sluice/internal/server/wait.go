@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -231,12 +232,13 @@ func containsPolicy(ps []*policy, p *policy) bool {
 }
 
 // waitPlaces are the waiting places a request refused with res takes:
-// one per refusing check.
+// one per refusing policy and key (a key checked twice takes one).
 func waitPlaces(pols []*policy, keys []string, res []sluice.Result) []waitKey {
 	var out []waitKey
 	for i, r := range res {
-		if !r.Allowed {
-			out = append(out, waitKey{limiter: pols[i].cfg.Limiter, key: keys[i]})
+		k := waitKey{limiter: pols[i].cfg.Limiter, key: keys[i]}
+		if !r.Allowed && !slices.Contains(out, k) {
+			out = append(out, k)
 		}
 	}
 	return out

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -335,4 +336,17 @@ func TestWaitStopServe(t *testing.T) {
 		t.Fatalf("refused %d, want 2", got)
 	}
 	s.StopWaiting() // twice is harmless
+}
+
+// TestWaitPlaces: a request takes one waiting place per refusing policy
+// and key, a key checked twice taking one.
+func TestWaitPlaces(t *testing.T) {
+	a := &policy{cfg: &config.Policy{Limiter: "a.gcra"}}
+	b := &policy{cfg: &config.Policy{Limiter: "b.gcra"}}
+	no, ok := sluice.Result{}, sluice.Result{Allowed: true}
+	got := waitPlaces([]*policy{a, a, b, b, a}, []string{"k", "k", "k", "m", "m"}, []sluice.Result{no, no, no, ok, no})
+	want := []waitKey{{"a.gcra", "k"}, {"b.gcra", "k"}, {"a.gcra", "m"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%v, want %v", got, want)
+	}
 }
