@@ -179,8 +179,8 @@ func admit[D any](ctx context.Context, s *Server, w wait[D]) (D, error) {
 		}
 	}()
 	for {
-		delay := max(longestRetry(res), time.Millisecond)
-		if time.Since(start)+delay > w.waitBound(res) || s.waiters.stopped() {
+		delay, ok := w.next(time.Since(start), res)
+		if !ok || s.waiters.stopped() {
 			s.countWaits(waited, waitRefused)
 			return d, nil
 		}
@@ -207,6 +207,15 @@ func admit[D any](ctx context.Context, s *Server, w wait[D]) (D, error) {
 			return d, nil
 		}
 	}
+}
+
+// next says how long a request refused with res, having waited elapsed
+// so far, sleeps before it decides again: the longest RetryAfter of the
+// refusing checks (at least 1ms, as sluice.Limiter.Wait); false when that
+// would take it past the least bound of the refusing checks.
+func (w *wait[D]) next(elapsed time.Duration, res []sluice.Result) (time.Duration, bool) {
+	delay := max(longestRetry(res), time.Millisecond)
+	return delay, elapsed+delay <= w.waitBound(res)
 }
 
 // waitingPolicies are the distinct policies with wait among those

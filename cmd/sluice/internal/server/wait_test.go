@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -348,5 +349,77 @@ func TestWaitPlaces(t *testing.T) {
 	want := []waitKey{{"a.gcra", "k"}, {"b.gcra", "k"}, {"a.gcra", "m"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("%v, want %v", got, want)
+	}
+}
+
+// TestWaitNextProperty compares wait.next, on random refusals (a few
+// checks, each allowed or refused with a random RetryAfter, of policies
+// with and without wait, peeks among them) after a random time waited,
+// with a plain reference: sleep the longest RetryAfter of the refusing
+// checks (at least 1ms), unless the time waited and that sleep pass the
+// least wait of the refusing checks (a peek's being 0).
+func TestWaitNextProperty(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	waits := []time.Duration{0, time.Millisecond, 50 * time.Millisecond, time.Second, time.Minute}
+	for range 20000 {
+		n := 1 + rng.IntN(4)
+		w := wait[sluice.Decision]{}
+		res := make([]sluice.Result, n)
+		refused := false
+		for i := range n {
+			w.pols = append(w.pols, &policy{cfg: &config.Policy{Wait: waits[rng.IntN(len(waits))]}})
+			w.costs = append(w.costs, int64(rng.IntN(3)))
+			res[i] = sluice.Result{Allowed: rng.IntN(3) == 0, RetryAfter: time.Duration(rng.Int64N(int64(2 * time.Second)))}
+			if res[i].Allowed {
+				res[i].RetryAfter = 0
+			}
+			refused = refused || !res[i].Allowed
+		}
+		if !refused {
+			continue
+		}
+		elapsed := time.Duration(rng.Int64N(int64(2 * time.Second)))
+		// The reference.
+		var longest time.Duration
+		least := time.Duration(1 << 62)
+		for i := range n {
+			if res[i].Allowed {
+				continue
+			}
+			if res[i].RetryAfter > longest {
+				longest = res[i].RetryAfter
+			}
+			b := w.pols[i].cfg.Wait
+			if w.costs[i] == 0 {
+				b = 0
+			}
+			if b < least {
+				least = b
+			}
+		}
+		if longest < time.Millisecond {
+			longest = time.Millisecond
+		}
+		wantSleep := elapsed+longest <= least
+		delay, ok := w.next(elapsed, res)
+		if delay != longest || ok != wantSleep {
+			t.Fatalf("elapsed %v, results %+v, costs %v: next %v %v, want %v %v", elapsed, res, w.costs, delay, ok, longest, wantSleep)
+		}
+	}
+}
+
+// TestWaitNextEdge: the bound is inclusive, to the nanosecond: a wait
+// that ends exactly at it sleeps, one a nanosecond past it does not.
+func TestWaitNextEdge(t *testing.T) {
+	w := wait[sluice.Decision]{pols: []*policy{{cfg: &config.Policy{Wait: time.Second}}}, costs: []int64{1}}
+	res := []sluice.Result{{RetryAfter: 300 * time.Millisecond}}
+	if d, ok := w.next(700*time.Millisecond, res); d != 300*time.Millisecond || !ok {
+		t.Fatalf("at the bound: %v %v", d, ok)
+	}
+	if _, ok := w.next(700*time.Millisecond+1, res); ok {
+		t.Fatal("a nanosecond past the bound sleeps")
+	}
+	if d, ok := w.next(0, []sluice.Result{{}}); d != time.Millisecond || !ok {
+		t.Fatalf("a refusal without RetryAfter: %v %v, want 1ms", d, ok)
 	}
 }
