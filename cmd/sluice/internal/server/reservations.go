@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -211,18 +210,7 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	keys, costs := checkKeys(checks)
-	d, err := admit(r.Context(), s, wait[sluice.ReserveDecision]{
-		pols: pols, keys: keys, costs: costs,
-		results: func(d sluice.ReserveDecision) []sluice.Result {
-			res := make([]sluice.Result, len(d.Reservations))
-			for i, rv := range d.Reservations {
-				res[i] = rv.Result
-			}
-			return res
-		},
-		decide: func(ctx context.Context) (sluice.ReserveDecision, error) { return sluice.ReserveAll(ctx, checks) },
-	})
+	d, err := admit(r.Context(), s, reserveAllWait(checks, pols))
 	if err != nil {
 		s.fail(w, r, s.decisionError(err, nil))
 		return

@@ -317,6 +317,23 @@ func allowAllWait(checks []sluice.Check, pols []*policy) wait[sluice.Decision] {
 	}
 }
 
+// reserveAllWait is the wait of reservations made together
+// (sluice.ReserveAll), pols[i] the policy of checks[i].
+func reserveAllWait(checks []sluice.Check, pols []*policy) wait[sluice.ReserveDecision] {
+	keys, costs := checkKeys(checks)
+	return wait[sluice.ReserveDecision]{
+		pols: pols, keys: keys, costs: costs,
+		results: func(d sluice.ReserveDecision) []sluice.Result {
+			res := make([]sluice.Result, len(d.Reservations))
+			for i, rv := range d.Reservations {
+				res[i] = rv.Result
+			}
+			return res
+		},
+		decide: func(ctx context.Context) (sluice.ReserveDecision, error) { return sluice.ReserveAll(ctx, checks) },
+	}
+}
+
 // checkKeys are the keys and costs of checks.
 func checkKeys(checks []sluice.Check) (keys []string, costs []int64) {
 	keys, costs = make([]string, len(checks)), make([]int64, len(checks))
