@@ -34,9 +34,9 @@ admin:
 valkey:
   timeout: 2s
 policies:
-  - {name: api, algorithm: token_bucket, burst: 20, rate: 1/m, description: per API key, show_keys: raw}
+  - {name: api, algorithm: token_bucket, burst: 20, rate: 1/m, description: per API key, show_keys: raw, wait: 1s}
   - {name: login, algorithm: sliding_log, limit: 5, window: 15m, on_failure: deny, description: per username}
-  - {name: search, algorithm: sliding_window, limit: 100, window: 1m, show_keys: truncated}
+  - {name: search, algorithm: sliding_window, limit: 100, window: 1m, show_keys: truncated, warn_at: 1}
 `
 
 // browser starts Debian's Chromium headless with a fresh profile.
@@ -197,6 +197,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if want["api.token_bucket"]["allowed"] == 0 || want["api.token_bucket"]["denied"] == 0 || want["login.sliding_log"]["denied"] == 0 {
 		t.Fatalf("the traffic should have both allowed and refused: %v", want)
 	}
+	checkWarningsCard(t, ctx, p.HTTP)
 	for _, f := range []string{"p50", "p99"} {
 		if s := cellText("api", f); !strings.HasSuffix(s, "ms") && !strings.HasSuffix(s, "µs") {
 			t.Errorf("api %s: %q, want a latency", f, s)
@@ -330,6 +331,52 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", out, len(shot))
+}
+
+// checkWarningsCard: the warnings and waits card shows the service's own
+// counters: search's warnings (warn_at: 1, so every allowed search after
+// the first warns) and api's waits refused (wait: 1s, a refusal's wait of
+// about a minute passes it); login, with neither, is not listed.
+func checkWarningsCard(t *testing.T, ctx context.Context, base string) {
+	t.Helper()
+	cell := func(policy, field string) string {
+		return textOf(t, ctx, fmt.Sprintf(`#warnings tr[data-policy=%q] td[data-field=%q]`, policy, field))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		warnings := scrapeValue(t, base, `sluice_warnings_total{limiter="search.sliding_window"}`)
+		refused := scrapeValue(t, base, `sluice_server_waits_total{limiter="api.token_bucket",outcome="refused"}`)
+		page := [4]string{cell("search", "warnings"), cell("api", "wait_refused"), cell("search", "warn_at"), cell("api", "wait")}
+		want := [4]string{warnings, refused, "1%", "1000ms"}
+		if page == want && warnings != "0" && refused != "0" && textOf(t, ctx, "#waiting") == "0" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the warnings card shows %q, /metrics %q (both nonzero), waiting %q", page, want, textOf(t, ctx, "#waiting"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got := textOf(t, ctx, `#warnings tr[data-policy="login"]`); got != "(missing)" {
+		t.Errorf("login (no warn_at, no wait) is listed: %q", got)
+	}
+}
+
+// scrapeValue returns the value of series in base's /metrics, "0" when it
+// is absent (a counter not yet counted).
+func scrapeValue(t *testing.T, base, series string) string {
+	t.Helper()
+	resp, err := client.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			return v
+		}
+	}
+	return "0"
 }
 
 // TestDashboardAssets: the page and its files are served from the binary

@@ -69,6 +69,8 @@ func envoyUnhonoured(p *Policy) string {
 	switch {
 	case p.DenyStatus != 0 || p.DenyBody != nil:
 		return "deny_status and deny_body do not apply to Envoy's answers (Envoy's rate-limit filter chooses the refusal's status: rate_limited_status); use another policy for Envoy"
+	case p.Wait > 0:
+		return "wait does not apply to Envoy's answers (Envoy's rate-limit filter waits only its own short timeout, then its failure mode decides); use another policy for Envoy"
 	case p.WarningHeader:
 		return "warning_header does not apply to Envoy's answers; use another policy for Envoy (warn_at alone still counts sluice_warnings_total)"
 	}

@@ -55,6 +55,10 @@ type Config struct {
 	Domains []*Domain
 	// ForwardAuth is nil when the forward-auth endpoints are off.
 	ForwardAuth *ForwardAuth
+	// MaxWaiting bounds the requests waiting for admission at once (a
+	// policy's wait), MaxWaitingPerKey those waiting for one key of one
+	// policy; 0 (a configuration not of sluice's format) for the defaults.
+	MaxWaiting, MaxWaitingPerKey int
 }
 
 // Policy returns the policy named name, or nil.
@@ -172,6 +176,7 @@ func (d *decoder) sluice(c *Config, root *yaml.Node) {
 		return
 	}
 	decodeFields(d, f, c, topDecoders)
+	d.waitBounds(f, c)
 }
 
 // topDecoders decode the top-level sections of sluice's format, in the

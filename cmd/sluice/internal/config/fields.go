@@ -167,8 +167,12 @@ func section(name, desc string, s *Section) *Field {
 // addressPattern: host:port (the decoder asks for a colon).
 const addressPattern = ":"
 
-// policyNamePattern is checkName's rule.
-var policyNamePattern = fmt.Sprintf("^[A-Za-z0-9_.-]{1,%d}$", maxPolicyName)
+// policyNamePattern is checkName's rule: 1 to maxPolicyName of
+// [A-Za-z0-9_.-], not "." nor "..", written without lookahead (RE2 and
+// ECMA 262 alike): a name starts with a character other than a dot, or
+// with one dot and another character, or with two dots and more.
+var policyNamePattern = fmt.Sprintf("^([A-Za-z0-9_-][A-Za-z0-9_.-]{0,%d}|\\.[A-Za-z0-9_-][A-Za-z0-9_.-]{0,%d}|\\.\\.[A-Za-z0-9_.-]{1,%d})$",
+	maxPolicyName-1, maxPolicyName-2, maxPolicyName-2)
 
 // boolSpellings are the YAML 1.1 spellings of booleans the decoder reads
 // as envoyproxy/ratelimit's parser does, for the schema (YAML 1.2 readers
@@ -225,7 +229,7 @@ var plansSection = &Section{Path: "policies[].plans.NAME", Def: "plan", Fields: 
 
 var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field{
 	{Name: "name", Kind: KindString, Required: true, Pattern: policyNamePattern,
-		Desc: fmt.Sprintf("unique name, 1 to %d of [A-Za-z0-9_.-]", maxPolicyName)},
+		Desc: fmt.Sprintf("unique name, 1 to %d of [A-Za-z0-9_.-], not . nor ..", maxPolicyName)},
 	{Name: "algorithm", Kind: KindEnum, Required: true, Enum: algorithmNames(), Desc: "the algorithm (docs/algorithms.md)"},
 	{Name: "limit", Kind: KindInt, Min: 1, Max: driver.MaxLimit, Algorithms: []driver.Algorithm{fixed, slog, sliding, inflight},
 		RequiredBy: []driver.Algorithm{fixed, slog, sliding, inflight},
@@ -274,12 +278,15 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 		Desc: "HTTP status of refusals, such as 503 for a limit that protects capacity (forward auth, /v1/check's deny_status)"},
 	{Name: "deny_body", Kind: KindAny, Algorithms: rateAlgorithms,
 		Desc: "a mapping sent as the JSON body of refusals (application/json) instead of problem+json"},
+	{Name: "wait", Kind: KindDuration, Algorithms: rateAlgorithms, MinDur: time.Millisecond, MaxDur: MaxWait,
+		Desc: "how long a refused request of /v1/check, reservations or forward auth may wait for admission, all told, before it is refused (absent: refused at once; docs/beyond-refusing.md)"},
 }, Rules: []string{
 	fmt.Sprintf("token_bucket, gcra: refilling from empty within %s (driver.MaxWindow)", duration(driver.MaxWindow)),
 	"zone is a known IANA time zone; a rate is positive; durations within their bounds",
 	"deny_cache: true is refused with count_rejected, overrides or plans",
 	"warning_header needs warn_at",
-	"a policy an Envoy descriptor uses takes no deny_status, deny_body or warning_header (Envoy's filter chooses the refusal)",
+	"a policy an Envoy descriptor uses takes no deny_status, deny_body or warning_header (Envoy's filter chooses the refusal), nor wait",
+	"wait is refused with count_rejected",
 	"policy names are unique",
 }}
 
@@ -359,7 +366,11 @@ var topSection = &Section{Path: "(top level)", Def: "sluice", Fields: []*Field{
 	list("domains", "Envoy rate-limit domains: descriptors mapped to policies or to envoyproxy/ratelimit limits",
 		&Field{Kind: KindSection, Section: domainSection}),
 	section("forward_auth", "route rules for reverse proxies (docs/proxies.md); absent: the forward-auth endpoints are off", forwardAuthSection),
-}, Rules: []string{"at least one policy or domain"}}
+	{Name: "max_waiting", Kind: KindInt, Default: fmt.Sprint(DefaultMaxWaiting), Min: 1, Max: MaxWaitingBound,
+		Desc: "the most requests waiting for admission at once (policies' wait), in this process; past it a request is refused at once"},
+	{Name: "max_waiting_per_key", Kind: KindInt, Default: fmt.Sprint(DefaultMaxWaitingPerKey), Min: 1, Max: MaxWaitingBound,
+		Desc: "the most requests waiting at once for one key of one policy, in this process"},
+}, Rules: []string{"at least one policy or domain", "max_waiting and max_waiting_per_key need a policy with wait"}}
 
 // Sections lists the sections in the reference's order.
 var Sections = []*Section{topSection, valkeySection, tlsSection, sentinelSection, adminSection,

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -68,5 +69,29 @@ func TestPolicyErrorsOnce(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "sluice:") || strings.Contains(err.Error(), "invalid policy") {
 			t.Errorf("%q: %v, want the reason alone", y, err)
 		}
+	}
+}
+
+// TestPolicyNameDots: "." and ".." are refused as policy names (they make
+// an odd path segment in GET /v1/forward-auth/nginx/refused/{policy} and
+// the other URLs naming a policy); other names of dots are names, and the
+// schema's pattern agrees with the decoder on each.
+func TestPolicyNameDots(t *testing.T) {
+	pattern := regexp.MustCompile(policyNamePattern)
+	for name, ok := range map[string]bool{".": false, "..": false, "...": true, ".a": true, "a.": true, "..a": true, "a..": true, "_": true, "-.": true} {
+		_, err := Parse("x.yaml", []byte(fmt.Sprintf("policies:\n  - {name: '%s', algorithm: gcra, burst: 5, rate: 5/s}\n", name)))
+		if ok != (err == nil) {
+			t.Errorf("policy name %q: %v, want accepted %v", name, err, ok)
+		}
+		if !ok && err != nil && !strings.Contains(err.Error(), `"." and ".." are not names`) {
+			t.Errorf("policy name %q: %v, want the reason", name, err)
+		}
+		if pattern.MatchString(name) != ok {
+			t.Errorf("policy name %q: the schema's pattern says %v", name, !ok)
+		}
+	}
+	if !pattern.MatchString(strings.Repeat("n", maxPolicyName)) || pattern.MatchString(strings.Repeat("n", maxPolicyName+1)) ||
+		!pattern.MatchString(".."+strings.Repeat("n", maxPolicyName-2)) || pattern.MatchString(".."+strings.Repeat("n", maxPolicyName-1)) {
+		t.Errorf("the pattern's length bound")
 	}
 }

@@ -198,7 +198,7 @@ func (d *decoder) buildPolicy(n *yaml.Node, p *Policy, params driver.Params) boo
 }
 
 // policyExtras decodes what needs the validated policy: overrides, plans,
-// and the deny cache, which applies only where a refusal says what the
+// max_debt, wait, and the deny cache, which applies only where a refusal says what the
 // store would answer next: not under count_rejected, overrides or plans.
 func (d *decoder) policyExtras(f map[string]field, p *Policy) {
 	if x, ok := f["overrides"]; ok {
@@ -212,6 +212,7 @@ func (d *decoder) policyExtras(f map[string]field, p *Policy) {
 			p.MaxDebt = &v
 		}
 	}
+	d.waitOption(f, p)
 	never := p.denyCacheNever()
 	p.DenyCache = never == ""
 	if x, ok := f["deny_cache"]; ok {
@@ -429,10 +430,15 @@ func (d *decoder) headerSet(x *yaml.Node) Headers {
 	return 0
 }
 
-// checkName validates a policy name: 1 to maxPolicyName of [A-Za-z0-9_.-].
+// checkName validates a policy name: 1 to maxPolicyName of [A-Za-z0-9_.-],
+// not "." nor "..", which a URL path naming the policy (such as
+// /v1/forward-auth/nginx/refused/{policy}) would read as a dot segment.
 func checkName(name string) error {
 	if name == "" || len(name) > maxPolicyName {
 		return fmt.Errorf("must be 1 to %d characters, got %d", maxPolicyName, len(name))
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("%q: \".\" and \"..\" are not names (a URL path naming the policy would read them as a dot segment)", name)
 	}
 	for i := 0; i < len(name); i++ {
 		if !nameChar(rune(name[i])) {

@@ -151,6 +151,10 @@ type Policy struct {
 	// problem+json.
 	DenyStatus int
 	DenyBody   []byte
+	// Wait is how long a request the policy refuses may wait for
+	// admission, all told, in /v1/check, reservations and forward auth
+	// (0: refused at once).
+	Wait time.Duration
 	// Line is where the policy is defined.
 	Line int
 }

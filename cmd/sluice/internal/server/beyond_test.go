@@ -137,3 +137,39 @@ func TestPoliciesShowBeyond(t *testing.T) {
 		t.Fatalf("%s", r.raw)
 	}
 }
+
+const warnRouteYAML = `
+policies:
+  - {name: minute, algorithm: fixed_window, limit: 4, window: 1m, warn_at: 50, warning_header: true}
+  - {name: hour, algorithm: fixed_window, limit: 10, window: 1h, warn_at: 20, warning_header: true}
+  - {name: day, algorithm: fixed_window, limit: 100, window: 24h, warn_at: 1}
+  - {name: dark, algorithm: fixed_window, limit: 100, window: 24h, warn_at: 1, warning_header: true, shadow: true}
+forward_auth:
+  trusted_proxies: [10.0.0.0/8]
+  routes:
+    - path_prefix: /api
+      limits:
+        - {policy: dark, key: client_ip}
+        - {policy: day, key: client_ip}
+        - {policy: hour, key: client_ip}
+        - {policy: minute, key: {all: [client_ip, header:X-User]}}
+`
+
+// TestWarningHeaderRoute: a forward-auth answer's X-RateLimit-Warning
+// names every policy of the route whose decision warned and that sends
+// the header, in the route's order and each once, not only the binding
+// one; a policy without warning_header and a shadow policy are not named.
+func TestWarningHeaderRoute(t *testing.T) {
+	s := fwdServer(t, warnRouteYAML, nil)
+	// The second request leaves 2 of minute's 4 (50%, for each of its two
+	// keys) and 8 of hour's 10 (20%): both warn, minute binds.
+	for i, want := range []string{"", `"hour", "minute"`} {
+		w := fwd(s, "GET", "h", "/api/x", "192.0.2.9", "X-User", "u")
+		if w.Code != 200 || hget(w, "X-RateLimit-Warning") != want {
+			t.Fatalf("request %d: %d, X-RateLimit-Warning %q, want %q (%v)", i+1, w.Code, hget(w, "X-RateLimit-Warning"), want, w.Header())
+		}
+		if i == 1 && policyOf(w) != "minute" {
+			t.Fatalf("binding policy %q, want minute", policyOf(w))
+		}
+	}
+}

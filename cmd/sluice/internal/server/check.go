@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -221,7 +222,13 @@ func (s *Server) checkOne(w http.ResponseWriter, r *http.Request, st *state, req
 		s.fail(w, r, err)
 		return
 	}
-	res, err := p.limiter.AllowPlan(r.Context(), req.Key, req.Plan, *req.Cost)
+	res, err := admit(r.Context(), s, wait[sluice.Result]{
+		pols: []*policy{p}, keys: []string{req.Key}, costs: []int64{*req.Cost},
+		results: func(res sluice.Result) []sluice.Result { return []sluice.Result{res} },
+		decide: func(ctx context.Context) (sluice.Result, error) {
+			return p.limiter.AllowPlan(ctx, req.Key, req.Plan, *req.Cost)
+		},
+	})
 	if err != nil {
 		s.fail(w, r, s.decisionError(err, p))
 		return
@@ -242,7 +249,7 @@ func (s *Server) checkAll(w http.ResponseWriter, r *http.Request, st *state, req
 		s.fail(w, r, err)
 		return
 	}
-	d, err := sluice.AllowAll(r.Context(), checks)
+	d, err := admit(r.Context(), s, allowAllWait(checks, pols))
 	if err != nil {
 		s.fail(w, r, s.decisionError(err, nil))
 		return

@@ -61,6 +61,10 @@ type dashState struct {
 	Risks []dashRisk `json:"risks"`
 	// Version is sluice_build_info's version label.
 	Version string `json:"version,omitempty"`
+	// Warnings are the policies with warn_at or wait, with their warnings
+	// and waits; Waiting the requests waiting now (dashboard_warn.go).
+	Warnings []dashWarning `json:"warnings"`
+	Waiting  int64         `json:"waiting"`
 }
 
 type dashConfig struct {
@@ -126,6 +130,7 @@ func (s *Server) handleUIState(w http.ResponseWriter, r *http.Request) {
 	}
 	out.Config = s.dashConfigOf(st)
 	byLimiter := out.addPolicies(st)
+	warnings := out.addWarnings(st)
 	families, err := s.reg.Gather()
 	if err != nil {
 		s.fail(w, r, err)
@@ -134,6 +139,7 @@ func (s *Server) handleUIState(w http.ResponseWriter, r *http.Request) {
 	for _, mf := range families {
 		for _, m := range mf.GetMetric() {
 			out.addMetric(mf.GetName(), m, metricLabels(m), byLimiter)
+			out.addWarnMetric(mf.GetName(), dashSample{m: m, labels: metricLabels(m)}, warnings)
 		}
 	}
 	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Address < out.Nodes[j].Address })

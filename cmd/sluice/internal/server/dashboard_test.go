@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,4 +83,40 @@ func grepMetric(m, name string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestUIStateWarnings: /ui/state.json lists the policies with warn_at or
+// wait, with sluice_warnings_total and sluice_server_waits_total, and the
+// requests waiting now; a policy with neither is not listed.
+func TestUIStateWarnings(t *testing.T) {
+	_, ts := newTestServer(t, strings.Replace(warnYAML, "forward_auth:", `  - {name: patient, algorithm: gcra, burst: 1, rate: 1/m, wait: 1s}
+  - {name: plain, algorithm: gcra, burst: 1, rate: 1/m}
+forward_auth:`, 1))
+	for range 4 {
+		do(t, "POST", ts.URL+"/v1/check", `{"policy":"api","key":"k"}`)
+	}
+	for range 2 {
+		do(t, "POST", ts.URL+"/v1/check", `{"policy":"patient","key":"k"}`) // the second: refused, its wait would pass 1s
+	}
+	var st struct {
+		Warnings []struct {
+			Name     string         `json:"name"`
+			WarnAt   int            `json:"warn_at"`
+			WaitMS   int64          `json:"wait_ms"`
+			Warnings int64          `json:"warnings"`
+			Waits    map[string]int `json:"waits"`
+		} `json:"warnings"`
+		Waiting *int `json:"waiting"`
+	}
+	r := do(t, "GET", ts.URL+"/ui/state.json", "")
+	if err := json.Unmarshal([]byte(r.raw), &st); err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprintf("%+v", st.Warnings)
+	want := "[{Name:api WarnAt:75 WaitMS:0 Warnings:2 Waits:map[abandoned:0 admitted:0 full:0 refused:0]} " +
+		"{Name:quiet WarnAt:50 WaitMS:0 Warnings:0 Waits:map[abandoned:0 admitted:0 full:0 refused:0]} " +
+		"{Name:patient WarnAt:0 WaitMS:1000 Warnings:0 Waits:map[abandoned:0 admitted:0 full:0 refused:1]}]"
+	if got != want || st.Waiting == nil || *st.Waiting != 0 {
+		t.Fatalf("warnings %s, waiting %v\nwant %s", got, st.Waiting, want)
+	}
 }

@@ -223,7 +223,7 @@ func (s *Server) handleForwardAuth(fl flavor) http.HandlerFunc {
 			fa.answerUnmatched(w, fl, o)
 			return
 		}
-		d, err := sluice.AllowAll(r.Context(), checks)
+		d, err := admit(r.Context(), s, allowAllWait(checks, pols))
 		if err != nil {
 			s.fail(w, r, s.decisionError(err, nil))
 			return
@@ -285,6 +285,9 @@ func writeForwardDecision(w http.ResponseWriter, fl flavor, rt *fwdRoute, d slui
 		}
 	}
 	if d.Allowed {
+		if v := warningField(d, pols); v != "" {
+			w.Header()[httplimit.HeaderWarning] = []string{v}
+		}
 		w.WriteHeader(http.StatusOK)
 		return
 	}
@@ -301,6 +304,24 @@ func writeForwardDecision(w http.ResponseWriter, fl flavor, rt *fwdRoute, d slui
 		return
 	}
 	writeDenied(w, dp, dp.denyStatus(), detail)
+}
+
+// warningField is X-RateLimit-Warning for allowed decision d: every
+// policy of the route with warning_header whose decision warned, once
+// each, in the route's order (as httplimit names several limits); "" for
+// none. httplimit writes the value, leaving out shadow policies.
+func warningField(d sluice.Decision, pols []*policy) string {
+	st := httplimit.Status{Allowed: true}
+	named := map[*policy]bool{}
+	for i, res := range d.Results {
+		p := pols[i]
+		if !p.cfg.WarningHeader || !res.Warning || named[p] {
+			continue
+		}
+		named[p] = true
+		st.Limits = append(st.Limits, httplimit.LimitStatus{Name: p.cfg.Name, Rule: p.limiter.Rule(), Result: res, Shadow: p.cfg.Shadow})
+	}
+	return httplimit.HeaderFields(&st, httplimit.HeaderOptions{OmitXRateLimit: true, OmitRateLimit: true, OmitRetryAfter: true, Warning: true})[httplimit.HeaderWarning]
 }
 
 // ForwardAuthKey returns the key forward_auth counts a request under when

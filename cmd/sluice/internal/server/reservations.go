@@ -210,7 +210,7 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	d, err := sluice.ReserveAll(r.Context(), checks)
+	d, err := admit(r.Context(), s, reserveAllWait(checks, pols))
 	if err != nil {
 		s.fail(w, r, s.decisionError(err, nil))
 		return

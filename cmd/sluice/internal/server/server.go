@@ -91,6 +91,10 @@ type Server struct {
 	wrongToken logThrottle // admin requests with a wrong token
 	state      atomic.Pointer[state]
 	applyMu    sync.Mutex
+	// waiters are the requests waiting for admission (wait.go), counted
+	// in waitsTotal.
+	waiters    *waiters
+	waitsTotal *prometheus.CounterVec
 	// lastSum is the SHA-256 of the configuration file being served.
 	lastSum    [32]byte
 	lastSumSet bool
@@ -130,7 +134,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, errors.New("server: nil store")
 	}
 	opts.setDefaults()
-	s := &Server{opts: opts, log: opts.Logger, refused: newRefusedKeys(), wrongToken: logThrottle{interval: 10 * time.Second}}
+	s := &Server{opts: opts, log: opts.Logger, refused: newRefusedKeys(), wrongToken: logThrottle{interval: 10 * time.Second}, waiters: newWaiters()}
 	if err := s.setUpMetrics(); err != nil {
 		return nil, err
 	}
@@ -163,6 +167,7 @@ func (s *Server) setUpMetrics() error {
 		s.reg = newRegistry()
 	}
 	s.metrics = newMetrics(s.reg)
+	s.reg.MustRegister(s.waitMetrics()...)
 	if vh, ok := s.opts.Store.(valkeyHealth); ok {
 		s.reg.MustRegister(newValkeyCollector(vh))
 	}
@@ -193,6 +198,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 	}
 	s.warnValkeyChange(cfg)
 	s.state.Store(st)
+	s.waiters.setBounds(cfg.MaxWaiting, cfg.MaxWaitingPerKey)
 	for _, w := range cfg.ForwardAuth.Warnings(cfg.Source) {
 		s.log.Warn(w)
 	}

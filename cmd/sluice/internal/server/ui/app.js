@@ -126,6 +126,36 @@
     }
   }
 
+  // renderWarnings fills the warnings and waits card, with rates over the
+  // same baseline as the policies' (run after renderPolicies).
+  function renderWarnings(st) {
+    const nowMs = Date.parse(st.now);
+    const bi = baseline(history, nowMs, RATE_FLOOR_S);
+    const prev = bi >= 0 ? history[bi] : null;
+    const dt = prev ? (nowMs - Date.parse(prev.now)) / 1000 : 0;
+    const tbody = $("warnings").tBodies[0];
+    tbody.replaceChildren();
+    const old = {};
+    if (prev && prev.warnings) for (const w of prev.warnings) old[w.name] = w;
+    for (const w of st.warnings) {
+      const o = old[w.name];
+      const row = el("tr");
+      row.dataset.policy = w.name;
+      cell(row, w.name, "name");
+      cell(row, w.warn_at ? w.warn_at + "%" : "–", "warn_at", "num");
+      cell(row, fmtRate(o && dt > 0 ? Math.max(0, w.warnings - o.warnings) / dt : null), "warnings_rate", "num");
+      cell(row, w.warnings, "warnings", "num" + (w.warnings ? " warn" : ""));
+      cell(row, w.wait_ms ? w.wait_ms + "ms" : "–", "wait", "num");
+      cell(row, w.waits.admitted, "admitted", "num");
+      cell(row, w.waits.refused, "wait_refused", "num");
+      cell(row, w.waits.full, "full", "num" + (w.waits.full ? " bad" : ""));
+      cell(row, w.waits.abandoned, "abandoned", "num");
+      tbody.appendChild(row);
+    }
+    $("waiting").textContent = String(st.waiting);
+    $("warnings-note").textContent = st.warnings.length ? "" : "No policy sets warn_at or wait.";
+  }
+
   function renderNodes(st) {
     const tbody = $("nodes").tBodies[0];
     tbody.replaceChildren();
@@ -242,6 +272,7 @@
       $("version").textContent = st.version ? "sluice " + st.version : "";
       renderConfig(st, p.status === 200 ? p.body : null);
       renderPolicies(st);
+      renderWarnings(st);
       renderNodes(st);
       await renderTop();
       history.push(st);
