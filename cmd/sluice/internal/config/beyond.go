@@ -53,11 +53,20 @@ func (d *decoder) denyBody(p *Policy, n *yaml.Node) {
 }
 
 // beyondOptions decodes the fields of beyondDecoders into p and refuses
-// those that need another: warning_header without warn_at.
+// those that need another or cannot apply: warning_header without warn_at,
+// deny_status and deny_body on a shadow policy.
 func (d *decoder) beyondOptions(f map[string]field, p *Policy) {
 	decodeFields(d, f, p, beyondDecoders)
 	if x, ok := f["warning_header"]; ok && p.WarningHeader && p.WarnAt == 0 {
 		d.errorf(x.key, "policy %q: warning_header needs warn_at (the percent of the limit used from which a decision warns)", p.Name)
+	}
+	if !p.Shadow {
+		return
+	}
+	for _, name := range []string{"deny_status", "deny_body"} {
+		if x, ok := f[name]; ok {
+			d.errorf(x.key, "policy %q: %s cannot apply with shadow: true (a shadow policy never refuses)", p.Name, name)
+		}
 	}
 }
 

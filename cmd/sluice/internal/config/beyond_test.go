@@ -20,6 +20,9 @@ var beyondBad = []struct{ name, policy, want string }{
 	{"wait zero", "wait: 0s", "wait must be"},
 	{"wait over a minute", "wait: 61s", "wait must be"},
 	{"wait a number", "wait: 2", "wait"},
+	{"deny_status on a shadow policy", "shadow: true, deny_status: 503", "deny_status cannot apply with shadow: true"},
+	{"deny_body on a shadow policy", "shadow: true, deny_body: {a: b}", "deny_body cannot apply with shadow: true"},
+	{"wait on a shadow policy", "shadow: true, wait: 1s", "wait cannot apply with shadow: true"},
 }
 
 // TestBeyondRefused: each bad field is refused at load, naming it.

@@ -286,7 +286,7 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 	"deny_cache: true is refused with count_rejected, overrides or plans",
 	"warning_header needs warn_at",
 	"a policy an Envoy descriptor uses takes no deny_status, deny_body or warning_header (Envoy's filter chooses the refusal), nor wait",
-	"wait is refused with count_rejected",
+	"wait is refused with count_rejected; wait, deny_status and deny_body are refused with shadow: true (a shadow policy never refuses)",
 	"policy names are unique",
 }}
 

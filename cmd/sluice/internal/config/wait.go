@@ -17,7 +17,7 @@ const (
 )
 
 // waitOption decodes p's wait, refusing it where retries would count
-// (count_rejected). It runs on the validated policy (policyExtras).
+// (count_rejected) and where nothing is refused (shadow). It runs on the validated policy (policyExtras).
 func (d *decoder) waitOption(f map[string]field, p *Policy) {
 	x, ok := f["wait"]
 	if !ok {
@@ -26,6 +26,9 @@ func (d *decoder) waitOption(f map[string]field, p *Policy) {
 	p.Wait = d.durationField(x.val, "wait", policySection.Field("wait"))
 	if p.Params.CountRejected {
 		d.errorf(x.key, "policy %q: wait cannot apply with count_rejected (every retry while waiting would count as a refusal)", p.Name)
+	}
+	if p.Shadow {
+		d.errorf(x.key, "policy %q: wait cannot apply with shadow: true (a shadow policy never refuses, so nothing waits)", p.Name)
 	}
 }
 
