@@ -120,7 +120,8 @@ type Limit struct {
 	// (default, the zero value: RESOURCE_EXHAUSTED; for example
 	// UNAVAILABLE for a limit that protects capacity rather than
 	// fairness). When several limits refuse a call, the one refused
-	// longest chooses.
+	// longest chooses. New refuses it on a limiter in shadow mode (it
+	// never refuses).
 	DenyCode codes.Code
 	// Wait is the longest a call this limit refuses may wait for
 	// admission, all told, instead of failing (default 0: it fails at
@@ -129,7 +130,8 @@ type Limit struct {
 	// would exceed the least Wait of the limits refusing it, or when
 	// Config.MaxWaiting or MaxWaitingPerKey calls already wait. It takes
 	// nothing while it waits, and a call whose client cancels leaves at
-	// once. New refuses Wait on a limiter with CountRejected.
+	// once. New refuses Wait on a limiter with CountRejected or in shadow
+	// mode.
 	Wait time.Duration
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -70,7 +71,8 @@ func (in *Interceptor) Waiting() int {
 	return in.waiters.total
 }
 
-// checkWait validates the waiting bounds of cfg and its limits.
+// checkWait validates the waiting bounds of cfg and its limits, and
+// refuses what a limiter in shadow mode would never apply.
 func checkWait(cfg *Config) error {
 	if cfg.MaxWaiting < 0 || cfg.MaxWaitingPerKey < 0 {
 		return fmt.Errorf("%w: MaxWaiting and MaxWaitingPerKey must not be negative, got %d and %d", ErrInvalidConfig, cfg.MaxWaiting, cfg.MaxWaitingPerKey)
@@ -81,6 +83,9 @@ func checkWait(cfg *Config) error {
 		}
 		if l.Wait > 0 && l.Limiter != nil && l.Limiter.Rule().CountRejected {
 			return fmt.Errorf("%w: Limits[%d].Wait cannot apply to a limiter with CountRejected (every retry while waiting would count as a refusal)", ErrInvalidConfig, i)
+		}
+		if l.Limiter != nil && l.Limiter.Shadow() && (l.Wait > 0 || l.DenyCode != codes.OK) {
+			return fmt.Errorf("%w: Limits[%d]: Wait and DenyCode cannot apply to a limiter in shadow mode (it never refuses)", ErrInvalidConfig, i)
 		}
 	}
 	if cfg.MaxWaiting == 0 {

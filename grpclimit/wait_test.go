@@ -99,9 +99,15 @@ func TestWaitRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	shadow, err := sluice.New(memstore.New(), sluice.FixedWindow{Limit: 1, Window: time.Minute}, sluice.WithShadow(true))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, l := range []grpclimit.Limit{
 		{Limiter: gcra(t, 1), Key: grpclimit.Method(), Wait: -1},
 		{Limiter: cr, Key: grpclimit.Method(), Wait: time.Second},
+		{Limiter: shadow, Key: grpclimit.Method(), Wait: time.Second},
+		{Limiter: shadow, Key: grpclimit.Method(), DenyCode: codes.Unavailable},
 	} {
 		if _, err := grpclimit.New(grpclimit.Config{Limits: []grpclimit.Limit{l}}); !errors.Is(err, grpclimit.ErrInvalidConfig) {
 			t.Errorf("%+v: %v", l, err)

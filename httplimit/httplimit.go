@@ -146,7 +146,8 @@ type Limit struct {
 	// document sent instead of the problem+json body, as
 	// application/json. When several limits refuse one request, the one
 	// refused longest answers (Status.Denier). A Config.DenyHandler
-	// answers instead of both.
+	// answers instead of both. New refuses both on a limiter in shadow
+	// mode (it never refuses).
 	DenyStatus int
 	DenyBody   json.RawMessage
 
@@ -157,7 +158,8 @@ type Limit struct {
 	// when the wait would exceed the least Wait of the limits refusing it,
 	// or when Config.MaxWaiting or MaxWaitingPerKey requests already wait.
 	// It takes nothing while it waits, and a client that goes away leaves
-	// at once. New refuses Wait on a limiter with CountRejected.
+	// at once. New refuses Wait on a limiter with CountRejected or in
+	// shadow mode.
 	Wait time.Duration
 }
 

@@ -75,7 +75,8 @@ func (m *Middleware) Waiting() int {
 	return m.waiters.total
 }
 
-// checkWaitConfig validates the waiting bounds of cfg and of its limits.
+// checkWaitConfig validates the waiting bounds of cfg and of its limits,
+// and refuses what a limiter in shadow mode would never apply.
 func checkWaitConfig(cfg *Config) error {
 	if cfg.MaxWaiting < 0 || cfg.MaxWaitingPerKey < 0 {
 		return fmt.Errorf("httplimit: MaxWaiting and MaxWaitingPerKey must not be negative, got %d and %d", cfg.MaxWaiting, cfg.MaxWaitingPerKey)
@@ -86,6 +87,9 @@ func checkWaitConfig(cfg *Config) error {
 		}
 		if l.Wait > 0 && l.Limiter != nil && l.Limiter.Rule().CountRejected {
 			return fmt.Errorf("httplimit: limit %d: Wait cannot apply to a limiter with CountRejected (every retry while waiting would count as a refusal)", i)
+		}
+		if l.Limiter != nil && l.Limiter.Shadow() && (l.Wait > 0 || l.DenyStatus != 0 || l.DenyBody != nil) {
+			return fmt.Errorf("httplimit: limit %d: Wait, DenyStatus and DenyBody cannot apply to a limiter in shadow mode (it never refuses)", i)
 		}
 	}
 	return nil

@@ -134,6 +134,7 @@ func TestWaitRefused(t *testing.T) {
 	store := memstore.New()
 	l := waitLimiter(t, store, 1)
 	cr := newLimiter(t, store, sluice.SlidingLog{Limit: 1, Window: time.Minute, CountRejected: true}, "cr", nil)
+	shadow := newLimiter(t, store, sluice.FixedWindow{Limit: 1, Window: time.Minute}, "shadow", nil, sluice.WithShadow(true))
 	for _, tc := range []struct {
 		cfg  Config
 		want string
@@ -141,6 +142,9 @@ func TestWaitRefused(t *testing.T) {
 		{Config{Limits: []Limit{{Limiter: l, Key: Constant("k"), Wait: -1}}}, "Wait must not be negative"},
 		{Config{Limits: []Limit{{Limiter: l, Key: Constant("k")}}, MaxWaiting: -1}, "MaxWaiting"},
 		{Config{Limits: []Limit{{Limiter: cr, Key: Constant("k"), Wait: time.Second}}}, "CountRejected"},
+		{Config{Limits: []Limit{{Limiter: shadow, Key: Constant("k"), Wait: time.Second}}}, "shadow mode"},
+		{Config{Limits: []Limit{{Limiter: shadow, Key: Constant("k"), DenyStatus: 503}}}, "shadow mode"},
+		{Config{Limits: []Limit{{Limiter: shadow, Key: Constant("k"), DenyBody: []byte(`{}`)}}}, "shadow mode"},
 	} {
 		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v, want an error with %q", err, tc.want)
