@@ -62,7 +62,7 @@ func TestWarningServe(t *testing.T) {
 
 const denyYAML = `
 policies:
-  - {name: capacity, algorithm: fixed_window, limit: 1, window: 1h, deny_status: 503, deny_body: {error: busy}}
+  - {name: capacity, algorithm: gcra, burst: 1, rate: 1/h, deny_status: 503, deny_body: {error: busy}}   # refused about an hour, always longer than fair (fixed windows of 1h and 1m end together once an hour)
   - {name: fair, algorithm: fixed_window, limit: 1, window: 1m, deny_status: 420}
   - {name: plain, algorithm: fixed_window, limit: 1, window: 1m}
 forward_auth:
