@@ -21,7 +21,7 @@ func TestBlockedHeaders(t *testing.T) {
 		blocked, retry, rateLimitVal string
 	}{
 		{200, "", "", ""},
-		{429, "", "", ""}, // the window's own refusal (checked below)
+		{429, "", "", ""},                      // the window's own refusal (checked below)
 		{429, `"api"`, "90", `"api";r=0;t=90`}, // the second refusal starts the block
 		{429, `"api"`, "90", `"api";r=0;t=90`},
 	} {
