@@ -125,6 +125,10 @@ func (k *keyEnv) limiter(p *config.Policy) (*sluice.Limiter, error) {
 	for _, pl := range p.Plans {
 		opts = append(opts, sluice.WithPlan(pl.Name, pl.Policy))
 	}
+	if p.Penalty != nil {
+		// Reset then lifts a block, and inspect's peek sees it.
+		opts = append(opts, sluice.WithPenalty(*p.Penalty))
+	}
 	return sluice.New(k.store, p.Policy, opts...)
 }
 

@@ -274,6 +274,8 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 		Desc: "HTTP status of refusals, such as 503 for a limit that protects capacity (forward auth, /v1/check's deny_status)"},
 	{Name: "deny_body", Kind: KindAny, Algorithms: rateAlgorithms,
 		Desc: "a mapping sent as the JSON body of refusals (application/json) instead of problem+json"},
+	{Name: "penalty", Kind: KindSection, Section: penaltySection, Algorithms: rateAlgorithms,
+		Desc: "block a key refused `after` times within `within`, for longer each time (policies[].penalty; \"blocked\": true, sluice_blocks_total)"},
 }, Rules: []string{
 	fmt.Sprintf("token_bucket, gcra: refilling from empty within %s (driver.MaxWindow)", duration(driver.MaxWindow)),
 	"zone is a known IANA time zone; a rate is positive; durations within their bounds",
@@ -363,7 +365,7 @@ var topSection = &Section{Path: "(top level)", Def: "sluice", Fields: []*Field{
 
 // Sections lists the sections in the reference's order.
 var Sections = []*Section{topSection, valkeySection, tlsSection, sentinelSection, adminSection,
-	policySection, plansSection, domainSection, descriptorSection, rateLimitSection, replacesSection,
+	policySection, plansSection, penaltySection, domainSection, descriptorSection, rateLimitSection, replacesSection,
 	forwardAuthSection, routeSection, routeLimitSection}
 
 func init() {

@@ -151,6 +151,9 @@ type Policy struct {
 	// problem+json.
 	DenyStatus int
 	DenyBody   []byte
+	// Penalty is the policy's penalty for repeat offenders
+	// (sluice.WithPenalty); nil for none.
+	Penalty *sluice.Penalty
 	// Line is where the policy is defined.
 	Line int
 }
