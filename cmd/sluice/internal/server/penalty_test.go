@@ -3,8 +3,14 @@ package server
 import (
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/envoy"
 )
 
 const penaltyYAML = `
@@ -66,5 +72,35 @@ func TestPenaltyServe(t *testing.T) {
 	r = do(t, "POST", ts.URL+"/v1/reservations/reserve", `{"policy":"login","key":"k","estimate":1}`)
 	if r.code != 400 || !strings.Contains(r.raw, "has a penalty") {
 		t.Fatalf("a reservation of a policy with a penalty: %d %s", r.code, r.raw)
+	}
+}
+
+// TestPenaltyEnvoy: an Envoy descriptor whose policy has a penalty is
+// answered OVER_LIMIT while the key is blocked, with the block's end as
+// its duration until reset.
+func TestPenaltyEnvoy(t *testing.T) {
+	_, c, _ := startEnvoy(t, `
+policies:
+  - {name: p, algorithm: fixed_window, limit: 1, window: 720h, penalty: {after: 2, within: 1m, block: 10m}}
+domains:
+  - domain: d
+    descriptors:
+      - {key: k, policy: p}
+`, envoy.Options{})
+	var codes []rlsv3.RateLimitResponse_Code
+	var last *rlsv3.RateLimitResponse
+	for range 4 {
+		r, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonrl.RateLimitDescriptor{desc("k", "v")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes, last = append(codes, r.OverallCode), r
+	}
+	want := []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT, rlsv3.RateLimitResponse_OVER_LIMIT, rlsv3.RateLimitResponse_OVER_LIMIT}
+	if !slices.Equal(codes, want) {
+		t.Fatalf("codes %v, want %v", codes, want)
+	}
+	if d := last.Statuses[0].DurationUntilReset.AsDuration(); d <= 9*time.Minute || d > 10*time.Minute {
+		t.Fatalf("duration until reset %v, want the block's end (10m)", d)
 	}
 }
