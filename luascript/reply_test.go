@@ -216,3 +216,19 @@ func TestDecodePenalty(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodePenaltyState reads a penalty key's state as penalty.lua packs
+// it ('<i8i8i8i8'), and refuses another length.
+func TestDecodePenaltyState(t *testing.T) {
+	var b []byte
+	for _, v := range []int64{1_764_000_000_000_001, 2, 1_764_000_060_000_000, 3} {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v))
+	}
+	st, err := DecodePenalty(string(b))
+	if err != nil || st != (PenaltyState{WindowStart: 1_764_000_000_000_001, Count: 2, Until: 1_764_000_060_000_000, Level: 3}) {
+		t.Fatalf("%+v %v", st, err)
+	}
+	if _, err := DecodePenalty(string(b[:31])); err == nil {
+		t.Fatal("31 bytes decoded")
+	}
+}
