@@ -123,3 +123,12 @@ func (l *Limiter) cacheRefusal(op *driver.Op, res *Result, sent int64, seq uint6
 		l.deny.put(op.Key, op.Cost, *res, sent, seq)
 	}
 }
+
+// setPenaltyAndReservations checks the penalty (checkPenalty, which
+// refuses one with reservations) and resolves WithReservations.
+func (l *Limiter) setPenaltyAndReservations() error {
+	if err := l.checkPenalty(); err != nil {
+		return err
+	}
+	return l.setReservations()
+}

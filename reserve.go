@@ -72,13 +72,9 @@ type reservations struct {
 	store   driver.Reserver
 }
 
-// setReservations checks the penalty first (checkPenalty, which refuses
-// one with reservations), then resolves WithReservations, refusing what
-// cannot be settled exactly.
+// setReservations resolves WithReservations, refusing what cannot be
+// settled exactly.
 func (l *Limiter) setReservations() error {
-	if err := l.checkPenalty(); err != nil {
-		return err
-	}
 	if !l.cfg.rsvOn {
 		return nil
 	}

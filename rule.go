@@ -30,9 +30,6 @@ func defaultName(r Rule) string {
 // it does not, or when the request may be allowed. The deny cache answers
 // with it.
 func laterRefusal(r Rule, res Result, need0, need int64, d time.Duration) (later Result, ok bool) {
-	if res.Blocked {
-		return blockedLater(res, d)
-	}
 	if d < 0 || d >= res.RetryAfter {
 		return Result{}, false
 	}

@@ -235,7 +235,7 @@ func New(store driver.Store, policy Policy, opts ...Option) (*Limiter, error) {
 		}
 		l.ovs = ovs
 	}
-	if err := l.setReservations(); err != nil {
+	if err := l.setPenaltyAndReservations(); err != nil {
 		return nil, err
 	}
 	l.notify, _ = store.(driver.DeleteNotifier)

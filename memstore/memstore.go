@@ -102,10 +102,7 @@ func (s *Store) Do(ctx context.Context, batch []driver.Op) error {
 // applies the key's override, runs the algorithm, and keeps or deletes
 // the state as the algorithm says.
 func (s *Store) decide(op *driver.Op) (driver.Result, error) {
-	if err := op.Validate(); err != nil {
-		return driver.Result{}, err
-	}
-	if err := s.checkPenaltyKey(op); err != nil {
+	if err := s.checkOp(op); err != nil {
 		return driver.Result{}, err
 	}
 	sh := s.shard(op.Key)

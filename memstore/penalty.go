@@ -76,9 +76,13 @@ func (sh *shard) penaltyRefused(key string, now int64, p *driver.Penalty, clockN
 	return d
 }
 
-// checkPenaltyKey refuses an Op whose penalty key is not in its key's
-// shard: its hash tag differs (on a cluster it would be in another slot).
-func (s *Store) checkPenaltyKey(op *driver.Op) error {
+// checkOp refuses an Op a store cannot execute (Op.Validate), and one
+// whose penalty key is not in its key's shard: its hash tag differs (on a
+// cluster it would be in another slot).
+func (s *Store) checkOp(op *driver.Op) error {
+	if err := op.Validate(); err != nil {
+		return err
+	}
 	if op.PenaltyKey != "" && hashTag(op.PenaltyKey) != hashTag(op.Key) {
 		return fmt.Errorf("memstore: penalty key %q does not share the hash tag of key %q", op.PenaltyKey, op.Key)
 	}
