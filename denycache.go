@@ -144,6 +144,9 @@ func (c *denyCache) get(key []byte, cost int64, now int64) (Result, bool) {
 	// The cache's clock is nanoseconds; the store's answers are whole
 	// microseconds.
 	d := time.Duration(now-e.at) / time.Microsecond * time.Microsecond
+	if e.res.Blocked {
+		return blockedLater(e.res, d) // a penalty's block refuses any cost
+	}
 	return laterRefusal(c.rule, e.res, e.need, max(cost, 1), d)
 }
 

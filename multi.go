@@ -192,6 +192,7 @@ func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []
 		if c.Limiter.ovs != nil {
 			ops[i].Override = c.Limiter.overrideKey(c.Key)
 		}
+		c.Limiter.withPenalty(&ops[i], c.Key)
 		if c.Cost < 0 {
 			// A fixed window gives back from the window of its receipt:
 			// the current one.

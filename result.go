@@ -52,6 +52,19 @@ type Result struct {
 	// not use (malformed in Valkey): the plan or policy decided instead.
 	OverrideInvalid bool
 
+	// Blocked reports a refusal by the limiter's penalty (WithPenalty):
+	// the key is blocked. RetryAfter and ResetAfter are then the time left
+	// of the block, and Remaining is 0; when the block ends the policy
+	// decides again (and may still refuse, if its window outlasts the
+	// block). In shadow mode Allowed is true and Shadowed set, and Blocked
+	// says the key would have been blocked.
+	Blocked bool
+
+	// BlockStarted reports that this decision's refusal started the block
+	// (the Penalty.After-th refusal within Penalty.Within): Blocked is set
+	// too. Observers count blocks by it.
+	BlockStarted bool
+
 	// Warning reports an allowed decision that used at least the
 	// limiter's warning threshold of the limit (WithWarning): the key is
 	// close to its first refusal. Never set on a refusal or a degraded

@@ -50,22 +50,24 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	name     string
-	nameSet  bool
-	prefix   string
-	clock    func() time.Time
-	failMode FailMode
-	timeout  time.Duration
-	shadow   bool
-	logger   *slog.Logger
-	observer Observer
-	deny     int8 // WithDenyCache: 0 by default, 1 on, -1 off
-	plans    []namedPolicy
-	ovOn     bool
-	rsvOn    bool           // WithReservations
-	rsv      ReserveOptions // see reserve.go
-	warn     int            // WithWarning's percent, 0 for none
-	warnSet  bool
+	name       string
+	nameSet    bool
+	prefix     string
+	clock      func() time.Time
+	failMode   FailMode
+	timeout    time.Duration
+	shadow     bool
+	logger     *slog.Logger
+	observer   Observer
+	deny       int8 // WithDenyCache: 0 by default, 1 on, -1 off
+	plans      []namedPolicy
+	ovOn       bool
+	rsvOn      bool           // WithReservations
+	rsv        ReserveOptions // see reserve.go
+	warn       int            // WithWarning's percent, 0 for none
+	warnSet    bool
+	penalty    Penalty // WithPenalty; see penalty.go
+	penaltySet bool
 }
 
 // WithName names the limiter. The name is part of every key, so limiters
@@ -233,7 +235,7 @@ func New(store driver.Store, policy Policy, opts ...Option) (*Limiter, error) {
 		}
 		l.ovs = ovs
 	}
-	if err := l.setReservations(); err != nil {
+	if err := l.setPenaltyAndReservations(); err != nil {
 		return nil, err
 	}
 	l.notify, _ = store.(driver.DeleteNotifier)
@@ -396,6 +398,7 @@ func (l *Limiter) allow(ctx context.Context, key string, r Rule, n int64) (Resul
 	if l.ovs != nil {
 		batch[0].Override = l.overrideKey(key)
 	}
+	l.withPenalty(&batch[0], key)
 	var out [1]Result
 	if err := l.do(ctx, batch, out[:], seq); err != nil {
 		return Result{}, err
@@ -528,9 +531,7 @@ func (l *Limiter) finish(ctx context.Context, ops []driver.Op, out []Result, err
 			l.deny.forgetStale(op.Key)
 		}
 		if !res.Allowed {
-			if l.deny != nil && op.Cost >= 0 {
-				l.deny.put(op.Key, op.Cost, *res, sent, seq)
-			}
+			l.cacheRefusal(op, res, sent, seq)
 			if l.cfg.shadow {
 				res.Allowed = true
 				res.Shadowed = true
@@ -564,7 +565,7 @@ func (l *Limiter) logStoreError(err error) {
 func complete(op *driver.Op, policy Rule) Result {
 	s := &op.Result
 	res := Result{Allowed: s.Allowed, Limit: op.Rule.Limit, Remaining: s.Remaining, RetryAfter: s.RetryAfter,
-		ResetAfter: s.ResetAfter, OverrideInvalid: s.OverrideInvalid}
+		ResetAfter: s.ResetAfter, OverrideInvalid: s.OverrideInvalid, Blocked: s.Blocked, BlockStarted: s.BlockStarted}
 	switch {
 	case s.Override:
 		res.Source, res.Limit, res.OverrideParam = SourceOverride, s.OverrideLimit, s.OverrideParam
@@ -588,7 +589,8 @@ func (l *Limiter) degrade(op *driver.Op) Result {
 }
 
 // Reset forgets all state of key, as if it had never been seen: the next
-// request starts with the full limit ("unlock this user"). On a
+// request starts with the full limit ("unlock this user"), and a block
+// of its penalty (WithPenalty) is lifted and its escalation forgotten. On a
 // driver.DeleteNotifier store it is ResetNotify: the deny caches of every process
 // hear of it. On any other store, only this limiter's cache does: another
 // process's limiter that was asked for a deny cache (WithDenyCache(true))
@@ -613,14 +615,18 @@ func (l *Limiter) ResetNotify(ctx context.Context, key string) (int, error) {
 	if l.deny != nil {
 		l.deny.Deleted(k)
 	}
+	keys := []string{k}
+	if pk := l.penaltyKey(key); pk != "" {
+		keys = append(keys, pk) // a block lifted, its escalation forgotten
+	}
 	tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
 	n := -1
 	var err error
 	if l.notify != nil {
-		n, err = l.notify.DeleteNotify(tctx, l.cfg.prefix, k)
+		n, err = l.notify.DeleteNotify(tctx, l.cfg.prefix, keys...)
 	} else {
-		err = l.store.Delete(tctx, k)
+		err = l.store.Delete(tctx, keys...)
 	}
 	if l.deny != nil {
 		// A refusal of a request sent before the delete, cached since,

@@ -26,7 +26,9 @@
 // are [OverrideRecord]s checked by [CheckRecord], under [OverrideKey] and
 // listed in [OverrideIndex]); one that tells other processes of resets, so
 // their deny caches forget a key, implements [DeleteNotifier] and calls
-// [DeleteWatcher]s.
+// [DeleteWatcher]s; one that decides penalties (an Op's [Penalty], under
+// its [PenaltyKey], in the same atomic step as the decision) implements
+// [Penalizer] and fills in Result.Blocked and Result.BlockStarted.
 //
 // An Op of [AlgorithmInFlight] (sluice.InFlight) names its lease
 // ([Op.Lease], a [LeaseID]) to acquire (Cost 1), renew ([Op.Renew]) or

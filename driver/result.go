@@ -40,4 +40,12 @@ type Result struct {
 	// OverrideInvalid reports that the key has an override the store could
 	// not use (malformed): the Op's Rule decided instead.
 	OverrideInvalid bool
+
+	// Blocked reports a refusal by the Op's Penalty: the key is blocked,
+	// RetryAfter and ResetAfter are the time left of the block and
+	// Remaining is 0. BlockStarted reports that this decision's refusal
+	// started the block (the Penalty.After-th refusal in its window);
+	// Blocked is then set too.
+	Blocked      bool
+	BlockStarted bool
 }

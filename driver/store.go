@@ -109,6 +109,11 @@ type Op struct {
 	Lease LeaseID
 	// Renew makes an InFlight Op with a Lease a renewal (Cost 0).
 	Renew bool
+	// Penalty is the limiter's penalty (see Penalty and Penalizer); the
+	// zero Penalty means none. PenaltyKey is then the store key of the
+	// key's penalty state (PenaltyKey), "" when Penalty is zero.
+	Penalty    Penalty
+	PenaltyKey string
 	// Deadline is when the decision is due (the limiter's timeout); the zero
 	// Time means only ctx bounds it. It travels with the Op rather than as a
 	// context, so that a store that merges concurrent decisions pays for
@@ -132,6 +137,9 @@ func (op *Op) Validate() error {
 		if err := CheckTime("now", op.Now); err != nil {
 			return err
 		}
+	}
+	if err := validatePenaltyOp(op); err != nil {
+		return err
 	}
 	if op.Rule.Algorithm == AlgorithmInFlight || !op.Lease.IsZero() || op.Renew {
 		return validateLeaseOp(op)

@@ -6,7 +6,9 @@
 // limit's Limit.DenyCode) carrying a
 // google.rpc.RetryInfo detail (the delay after which the same call will be
 // allowed, as sluice.Result.RetryAfter) and a google.rpc.QuotaFailure
-// naming the limits that refused. A stream is decided once, when it opens;
+// naming the limits that refused (a violation whose description begins
+// "blocked by the limit's penalty" when a limit's penalty blocks the key,
+// sluice.WithPenalty: the retry is then the block's end). A stream is decided once, when it opens;
 // its messages are not counted.
 //
 //	lim, _ := sluice.New(store, sluice.GCRA{Rate: 10, Per: time.Second, Burst: 20}, sluice.WithName("rpc"))
@@ -338,10 +340,11 @@ func refusal(checks []sluice.Check, denyCodes []codes.Code, d sluice.Decision) e
 		}
 		name := checks[i].Limiter.Name()
 		names = append(names, name)
-		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
-			Subject:     name,
-			Description: fmt.Sprintf("limit %d; retry after %v", res.Limit, res.RetryAfter),
-		})
+		desc := fmt.Sprintf("limit %d; retry after %v", res.Limit, res.RetryAfter)
+		if res.Blocked {
+			desc = fmt.Sprintf("blocked by the limit's penalty; retry after %v", res.RetryAfter)
+		}
+		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{Subject: name, Description: desc})
 	}
 	st := status.New(code, "rate limited by "+strings.Join(names, ", "))
 	withDetails, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter())}, qf)

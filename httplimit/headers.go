@@ -22,7 +22,7 @@ const (
 )
 
 // headerNames lists the headers WriteHeaders may set.
-var headerNames = [...]string{HeaderXLimit, HeaderXRemaining, HeaderXReset, HeaderPolicy, HeaderRateLimit, HeaderRetryAfter, HeaderWarning}
+var headerNames = [...]string{HeaderXLimit, HeaderXRemaining, HeaderXReset, HeaderPolicy, HeaderRateLimit, HeaderRetryAfter, HeaderWarning, HeaderBlocked}
 
 // HeaderOptions says which rate-limit headers WriteHeaders sets, and how.
 // The zero value sets them all, X-RateLimit-Reset in delta seconds.
@@ -68,7 +68,10 @@ type HeaderOptions struct {
 //     it.
 //   - Retry-After, on a refusal: the seconds, rounded up and at least 1,
 //     until every refusing limit could allow the request, and never earlier
-//     than the t of a refusing limit.
+//     than the t of a refusing limit: for a key blocked by a penalty, the
+//     block's end.
+//   - X-RateLimit-Blocked, on a refusal, names the shown limits whose
+//     penalty blocks the key (HeaderBlocked).
 func WriteHeaders(h http.Header, st *Status, o HeaderOptions) {
 	writeFields(st, o, h.Set)
 }
@@ -90,6 +93,9 @@ func writeFields(st *Status, o HeaderOptions, set func(name, value string)) {
 		if v := st.warningField(); v != "" {
 			set(HeaderWarning, v)
 		}
+	}
+	if v := st.blockedField(); v != "" {
+		set(HeaderBlocked, v)
 	}
 }
 

@@ -41,3 +41,31 @@ func (s *Status) Warned() []string {
 	}
 	return names
 }
+
+// HeaderBlocked is the header that names, on a refused request, the
+// limits whose penalty (sluice.WithPenalty) blocks the key
+// (Result.Blocked), as a structured-field list of their quoted policy
+// names: X-RateLimit-Blocked: "login". Retry-After is then at least the
+// block's end. It is sent whenever a shown limit is blocked; never for a
+// Hidden limit or a limiter in shadow mode.
+const HeaderBlocked = "X-RateLimit-Blocked"
+
+// blockedField returns HeaderBlocked's value for st: the advertised limits
+// whose Result is blocked, "" for none (and for an allowed request).
+func (s *Status) blockedField() string {
+	if s.Allowed {
+		return ""
+	}
+	var b strings.Builder
+	for i := range s.Limits {
+		l := &s.Limits[i]
+		if !l.advertised() || !l.Result.Blocked {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(sfString(l.Name))
+	}
+	return b.String()
+}

@@ -38,6 +38,17 @@
 // on it. The per-address limit bounds how many accounts one address can
 // lock: an attempt the address limit refuses gives its username unit back.
 //
+// Progressive lockout (Config.AddressPenalty, a sluice.Penalty) blocks an
+// address that keeps being refused, for longer each time: for example 1
+// minute after 5 refusals, then 2, 4, up to an hour, forgiven after a day.
+// It applies per address only, on purpose: an attacker who fails a
+// victim's username on purpose then blocks only their own address, never
+// the victim's account, while a per-username penalty would let anyone
+// lock any account out for as long as the penalty grows. The price is
+// that an attack spread over many addresses is slowed by the per-username
+// limit alone (which never escalates). A blocked address is refused
+// without its username being counted (Verdict.Blocked).
+//
 // A [Config] configures a Guard: it is data (what a configuration file or a
 // flag set fills in, and a zero field its default), not the functional
 // options (Option) with which package sluice and the stores configure
@@ -111,8 +122,17 @@ type Config struct {
 	// which trusts no proxy and groups IPv6 by /64.
 	ClientIP *clientip.Resolver
 
+	// AddressPenalty, when not zero, blocks an address that keeps being
+	// refused by PerAddress (sluice.WithPenalty on the per-address limiter
+	// only): progressive lockout per address, which an attacker cannot
+	// turn against a victim's account (see the package doc). A blocked
+	// attempt has Verdict.Blocked set and RetryAfter the block's end.
+	AddressPenalty sluice.Penalty
+
 	// Options are passed to both limiters after the guard's own, such as
-	// sluice.WithPrefix, sluice.WithTimeout or sluice.WithObserver.
+	// sluice.WithPrefix, sluice.WithTimeout or sluice.WithObserver. A
+	// penalty belongs in AddressPenalty, not here: here it would apply per
+	// username too.
 	Options []sluice.Option
 }
 
@@ -188,7 +208,11 @@ func (cfg *Config) limiters() (user, addr *sluice.Limiter, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("login: per-username limit: %w", err)
 	}
-	addr, err = sluice.New(cfg.Store, cfg.PerAddress, opts("-addr")...)
+	addrOpts := opts("-addr")
+	if !cfg.AddressPenalty.IsZero() {
+		addrOpts = append(addrOpts, sluice.WithPenalty(cfg.AddressPenalty))
+	}
+	addr, err = sluice.New(cfg.Store, cfg.PerAddress, addrOpts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("login: per-address limit: %w", err)
 	}
@@ -232,6 +256,9 @@ type Verdict struct {
 	// Degraded reports that the store could not decide and the fail mode
 	// did.
 	Degraded bool
+	// Blocked reports that the address is blocked by Config.AddressPenalty
+	// (Address.Blocked): RetryAfter is then at least the block's end.
+	Blocked bool
 	// Username and Address are the two limits' Results.
 	Username, Address sluice.Result
 }
@@ -277,6 +304,7 @@ func (g *Guard) Attempt(ctx context.Context, username string, addr netip.Addr) (
 		Username:   d.Results[0],
 		Address:    d.Results[1],
 		Degraded:   d.Results[0].Degraded || d.Results[1].Degraded,
+		Blocked:    d.Results[1].Blocked,
 	}
 	v.Tripped = tripped(v.Username.Allowed, v.Address.Allowed)
 	return v, nil

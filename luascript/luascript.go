@@ -27,6 +27,8 @@ import (
 var (
 	//go:embed scripts/prelude.lua
 	preludeLua string
+	//go:embed scripts/penalty.lua
+	penaltyLua string
 	//go:embed scripts/batch.lua
 	batchLua string
 	//go:embed scripts/one.lua
@@ -83,12 +85,12 @@ type piece struct {
 }
 
 // pieces returns the pieces of the script of a, in order, ending with
-// ending (oneLua or crossLua): prelude.lua; each algorithm a uses, then a,
+// ending (oneLua or crossLua): prelude.lua; penalty.lua; each algorithm a uses, then a,
 // each as "local <name> = (function(...) <file> end)(<uses>)"; the
 // binding of a's table to the locals decide, flush and readsFirst;
 // batch.lua; the ending.
 func pieces(a *algorithm, ending string) []piece {
-	ps := []piece{{"prelude.lua", preludeLua}}
+	ps := []piece{{"prelude.lua", preludeLua}, {"penalty.lua", penaltyLua}}
 	seen := map[*algorithm]bool{}
 	var add func(a *algorithm)
 	add = func(a *algorithm) {
@@ -187,10 +189,11 @@ const clockSkew = 2
 // Argument records (see batch.lua): a decision's fixed part, and the
 // parts that follow it for calendar periods and for an override.
 const (
-	recordArgs   = 5*8 + 3
+	recordArgs   = 5*8 + 4
 	calendarArgs = 4 * 8
 	leaseArgs    = 16
 	overrideArgs = 5 * 8
+	penaltyArgs  = 6 * 8
 )
 
 // The record's part byte: what follows its fixed part.
@@ -212,6 +215,9 @@ func ArgsSize(op *driver.Op, override bool) int {
 	if override {
 		n += overrideArgs
 	}
+	if op.PenaltyKey != "" {
+		n += penaltyArgs
+	}
 	return n
 }
 
@@ -226,8 +232,11 @@ func ArgsSize(op *driver.Op, override bool) int {
 // (CalendarBounds). A caller that sends op.Override among the
 // call's keys passes its index in KEYS (from 1) as overrideKey, and the
 // record ends with it and the bounds an override must keep to apply
-// (OverrideBounds); 0 when the decision reads no override.
-func AppendArgs(dst []byte, op *driver.Op, overrideKey int, clock time.Time) []byte {
+// (OverrideBounds); 0 when the decision reads no override. Likewise a
+// caller that sends op.PenaltyKey passes its index as penaltyKey, and the
+// record ends with it and the penalty's numbers (see penalty.lua); 0 for
+// none.
+func AppendArgs(dst []byte, op *driver.Op, overrideKey, penaltyKey int, clock time.Time) []byte {
 	var now, receipt int64
 	if !op.Now.IsZero() {
 		now = op.Now.UnixMicro()
@@ -249,7 +258,7 @@ func AppendArgs(dst []byte, op *driver.Op, overrideKey int, clock time.Time) []b
 	case lease:
 		part = partLease
 	}
-	dst = append(dst, flag(op.Rule.CountRejected || op.Renew), part, flag(overrideKey > 0))
+	dst = append(dst, flag(op.Rule.CountRejected || op.Renew), part, flag(overrideKey > 0), flag(penaltyKey > 0))
 	if lease {
 		dst = append(dst, op.Lease[:]...)
 	}
@@ -259,7 +268,21 @@ func AppendArgs(dst []byte, op *driver.Op, overrideKey int, clock time.Time) []b
 	if overrideKey > 0 {
 		dst = appendOverride(dst, op, overrideKey)
 	}
+	if penaltyKey > 0 {
+		dst = appendPenalty(dst, &op.Penalty, penaltyKey)
+	}
 	return dst
+}
+
+// appendPenalty appends the penalty key's index in KEYS and p's numbers in
+// microseconds: after, within, block, the longest block and forgive.
+func appendPenalty(dst []byte, p *driver.Penalty, penaltyKey int) []byte {
+	dst = appendInt64(dst, int64(penaltyKey))
+	dst = appendInt64(dst, p.After)
+	dst = appendInt64(dst, p.Within.Microseconds())
+	dst = appendInt64(dst, p.Block.Microseconds())
+	dst = appendInt64(dst, p.Longest().Microseconds())
+	return appendInt64(dst, p.Forgive.Microseconds())
 }
 
 // appendCalendar appends the first instants of the four calendar periods
@@ -304,11 +327,11 @@ func appendInt64(dst []byte, v int64) []byte {
 var ErrReply = errors.New("reply out of range")
 
 // RecordSize is the length in bytes of one decision's record in a call's
-// reply (see batch.lua): allowed and the override's status, one byte
-// each, then remaining, retry after and reset after in microseconds, the
+// reply (see batch.lua): allowed, the override's status and the
+// penalty's, one byte each, then remaining, retry after and reset after in microseconds, the
 // receipt, the override's limit and its parameter, each a little-endian
 // int64.
-const RecordSize = 2 + 6*8
+const RecordSize = 3 + 6*8
 
 // DecodeCall reads the reply of a call that decided n keys, one string
 // of n records (see batch.lua), and passes each decision's Result and
@@ -369,30 +392,37 @@ func decodeRecord(r string) (driver.Result, int64, error) {
 		return driver.Result{}, 0, driver.ErrClockSkew
 	}
 	if !rec.valid() {
-		return driver.Result{}, 0, fmt.Errorf("%w: allowed %d, override status %d, remaining %d, retry after %dµs, reset after %dµs, receipt %d, override limit %d, parameter %dµs",
-			ErrReply, rec.allowed, rec.status, rec.remaining, rec.retry, rec.reset, rec.receipt, rec.ovLimit, rec.ovParam)
+		return driver.Result{}, 0, fmt.Errorf("%w: allowed %d, override status %d, penalty status %d, remaining %d, retry after %dµs, reset after %dµs, receipt %d, override limit %d, parameter %dµs",
+			ErrReply, rec.allowed, rec.status, rec.penalty, rec.remaining, rec.retry, rec.reset, rec.receipt, rec.ovLimit, rec.ovParam)
 	}
 	return rec.result(), rec.receipt, nil
 }
 
 // A replyRecord is one decision's record, read (see RecordSize).
 type replyRecord struct {
-	allowed, status                  byte
+	allowed, status, penalty         byte
 	remaining, retry, reset, receipt int64
 	ovLimit, ovParam                 int64
 }
 
 func readRecord(r string) replyRecord {
 	return replyRecord{
-		allowed: r[0], status: r[1],
-		remaining: int64At(r, 2), retry: int64At(r, 10), reset: int64At(r, 18),
-		receipt: int64At(r, 26), ovLimit: int64At(r, 34), ovParam: int64At(r, 42),
+		allowed: r[0], status: r[1], penalty: r[2],
+		remaining: int64At(r, 3), retry: int64At(r, 11), reset: int64At(r, 19),
+		receipt: int64At(r, 27), ovLimit: int64At(r, 35), ovParam: int64At(r, 43),
 	}
 }
 
 // valid reports whether rec holds what the scripts return.
 func (rec *replyRecord) valid() bool {
-	return rec.allowed <= 1 && rec.remaining >= 0 && micros(rec.retry) && micros(rec.reset) && rec.receipt > 0 && rec.overrideValid()
+	return rec.allowed <= 1 && rec.remaining >= 0 && micros(rec.retry) && micros(rec.reset) && rec.receipt > 0 && rec.overrideValid() && rec.penaltyValid()
+}
+
+// penaltyValid reports whether the penalty's status (0: none, 1: blocked,
+// 2: blocked by this refusal) agrees with the decision: a blocked one is
+// refused, with nothing remaining and a retry.
+func (rec *replyRecord) penaltyValid() bool {
+	return rec.penalty == 0 || rec.penalty <= 2 && rec.allowed == 0 && rec.remaining == 0 && rec.retry > 0
 }
 
 // overrideValid reports whether the override's status (0: none, 1:
@@ -414,6 +444,8 @@ func (rec *replyRecord) result() driver.Result {
 		RetryAfter:      time.Duration(rec.retry) * time.Microsecond,
 		ResetAfter:      time.Duration(rec.reset) * time.Microsecond,
 		OverrideInvalid: rec.status == 2,
+		Blocked:         rec.penalty > 0,
+		BlockStarted:    rec.penalty == 2,
 	}
 	if rec.status == 1 {
 		res.Override, res.OverrideLimit, res.OverrideParam = true, rec.ovLimit, rec.ovParam

@@ -17,8 +17,12 @@ type record struct {
 	remaining, retry, reset, receipt, ovLimit, ovParam int64
 }
 
-func (r record) bytes() string {
-	b := []byte{r.allowed, r.status}
+func (r record) bytes() string { return r.penalized(0) }
+
+// penalized is r's bytes with the penalty's status (0 none, 1 blocked, 2
+// blocked by this refusal).
+func (r record) penalized(penalty byte) string {
+	b := []byte{r.allowed, r.status, penalty}
 	for _, v := range []int64{r.remaining, r.retry, r.reset, r.receipt, r.ovLimit, r.ovParam} {
 		b = binary.LittleEndian.AppendUint64(b, uint64(v))
 	}
@@ -178,5 +182,53 @@ func TestFillCall(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDecodePenalty: the penalty's status byte reads as Blocked and
+// BlockStarted, and only on a refusal with nothing remaining and a retry.
+func TestDecodePenalty(t *testing.T) {
+	const receipt = 1_764_000_000_123_456
+	blocked := record{0, 0, 0, 60_000_000, 60_000_000, receipt, 0, 0}
+	for _, tc := range []struct {
+		name    string
+		rec     record
+		penalty byte
+		want    driver.Result
+		wantErr bool
+	}{
+		{"blocked", blocked, 1, driver.Result{Blocked: true, RetryAfter: time.Minute, ResetAfter: time.Minute}, false},
+		{"block started", blocked, 2, driver.Result{Blocked: true, BlockStarted: true, RetryAfter: time.Minute, ResetAfter: time.Minute}, false},
+		{"status out of range", blocked, 3, driver.Result{}, true},
+		{"blocked but allowed", record{1, 0, 0, 60_000_000, 60_000_000, receipt, 0, 0}, 1, driver.Result{}, true},
+		{"blocked with units left", record{0, 0, 1, 60_000_000, 60_000_000, receipt, 0, 0}, 1, driver.Result{}, true},
+		{"blocked without a retry", record{0, 0, 0, 0, 60_000_000, receipt, 0, 0}, 2, driver.Result{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got driver.Result
+			var gotErr error
+			if err := DecodeCall(tc.rec.penalized(tc.penalty), 1, func(_ int, res driver.Result, _ int64, err error) { got, gotErr = res, err }); err != nil {
+				t.Fatal(err)
+			}
+			if (gotErr != nil) != tc.wantErr || got != tc.want {
+				t.Fatalf("got %+v, %v; want %+v, error %v", got, gotErr, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestDecodePenaltyState reads a penalty key's state as penalty.lua packs
+// it ('<i8i8i8i8'), and refuses another length.
+func TestDecodePenaltyState(t *testing.T) {
+	var b []byte
+	for _, v := range []int64{1_764_000_000_000_001, 2, 1_764_000_060_000_000, 3} {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v))
+	}
+	st, err := DecodePenalty(string(b))
+	if err != nil || st != (PenaltyState{WindowStart: 1_764_000_000_000_001, Count: 2, Until: 1_764_000_060_000_000, Level: 3}) {
+		t.Fatalf("%+v %v", st, err)
+	}
+	if _, err := DecodePenalty(string(b[:31])); err == nil {
+		t.Fatal("31 bytes decoded")
 	}
 }

@@ -27,7 +27,7 @@ func TestScriptReply(t *testing.T) {
 	var args []byte
 	for range keys {
 		op := driver.Op{Key: "k", Rule: rule, Cost: 1, Now: time.UnixMicro(now)}
-		args = luascript.AppendArgs(args, &op, 0, time.Time{})
+		args = luascript.AppendArgs(args, &op, 0, 0, time.Time{})
 	}
 	sc := luascript.For(driver.AlgorithmGCRA)
 	reply, err := c.Do(ctx, c.B().Eval().Script(sc.Src).Numkeys(int64(len(keys))).Key(keys...).Arg(string(args)).Build()).ToString()
@@ -85,7 +85,7 @@ func TestStateLayout(t *testing.T) {
 			key := "{state}" + tc.rule.String()
 			op := driver.Op{Key: key, Rule: tc.rule, Cost: 1, Now: time.UnixMicro(now)}
 			sc := luascript.ForRule(&tc.rule)
-			if err := c.Do(ctx, c.B().Eval().Script(sc.Src).Numkeys(1).Key(key).Arg(string(luascript.AppendArgs(nil, &op, 0, time.Time{}))).Build()).Error(); err != nil {
+			if err := c.Do(ctx, c.B().Eval().Script(sc.Src).Numkeys(1).Key(key).Arg(string(luascript.AppendArgs(nil, &op, 0, 0, time.Time{}))).Build()).Error(); err != nil {
 				t.Fatal(err)
 			}
 			v, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString()

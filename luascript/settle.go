@@ -82,7 +82,7 @@ func SettleKeys(op *driver.SettleOp) (keys []string, overrideIdx int) {
 // starts in it; clock is as for AppendArgs.
 func AppendSettleArgs(dst []byte, op *driver.SettleOp, overrideIdx int, clock time.Time) ([]byte, int) {
 	o := driver.Op{Key: op.Key, Rule: op.Rule, Cost: op.Actual, Now: op.Now}
-	dst = AppendArgs(dst, &o, overrideIdx, clock)
+	dst = AppendArgs(dst, &o, overrideIdx, 0, clock)
 	split := len(dst)
 	dst = appendInt64(dst, op.MaxDebt)
 	var alg byte = 1

@@ -41,3 +41,20 @@ func DecodeState(r *sluice.Rule, v string) (map[string]string, error) {
 	}
 	return m, nil
 }
+
+// PenaltyState is the state a penalty key holds (penalty.lua): the open
+// window of refusals (its start and count; 0 and 0 for none), the end of
+// the last block and the level, the number of blocks in a row. Times are
+// microseconds since the Unix epoch.
+type PenaltyState struct {
+	WindowStart, Count, Until, Level int64
+}
+
+// DecodePenalty returns the state packed in v, the string under a penalty
+// key (driver.PenaltyKey): what sluice inspect shows.
+func DecodePenalty(v string) (PenaltyState, error) {
+	if len(v) != 4*8 {
+		return PenaltyState{}, fmt.Errorf("a penalty's state is %d bytes, want 32", len(v))
+	}
+	return PenaltyState{WindowStart: int64At(v, 0), Count: int64At(v, 8), Until: int64At(v, 16), Level: int64At(v, 24)}, nil
+}

@@ -41,6 +41,7 @@ type Store struct {
 type shard struct {
 	mu     sync.Mutex
 	m      map[string]*item
+	pen    map[string]penState // penalty keys: see penalty.go
 	writes int
 }
 
@@ -72,13 +73,17 @@ func New(opts ...Option) *Store {
 	}
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]*item)
+		s.shards[i].pen = make(map[string]penState)
 	}
 	s.ovs.init()
 	return s
 }
 
+// shard returns the shard of key: of its hash tag, so that the keys of one
+// identity (its counters, override and penalty keys) share a lock, as
+// they share a slot on a Valkey Cluster.
 func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)%shardCount]
+	return &s.shards[maphash.String(s.seed, hashTag(key))%shardCount]
 }
 
 // Do implements driver.Store. Each Op is decided under its shard's lock.
@@ -97,7 +102,7 @@ func (s *Store) Do(ctx context.Context, batch []driver.Op) error {
 // applies the key's override, runs the algorithm, and keeps or deletes
 // the state as the algorithm says.
 func (s *Store) decide(op *driver.Op) (driver.Result, error) {
-	if err := op.Validate(); err != nil {
+	if err := s.checkOp(op); err != nil {
 		return driver.Result{}, err
 	}
 	sh := s.shard(op.Key)
@@ -122,6 +127,15 @@ func (s *Store) decide(op *driver.Op) (driver.Result, error) {
 		// the override lapses (the plan's limit admits the cost).
 		cost, receipt = 0, 0
 	}
+	if op.PenaltyKey != "" && op.Cost >= 0 {
+		if u := sh.penaltyUntil(op.PenaltyKey, us, clockNow); u > 0 {
+			// Blocked: refused, the algorithm neither read nor written.
+			op.Receipt = us
+			res := (&reply{retry: u - us, reset: u - us}).result(over, ovInvalid, &r)
+			res.Blocked = true
+			return res, nil
+		}
+	}
 	var rep reply
 	var write, del bool
 	if r.Algorithm == driver.AlgorithmInFlight {
@@ -134,7 +148,15 @@ func (s *Store) decide(op *driver.Op) (driver.Result, error) {
 	}
 	sh.settle(op.Key, it, &st, write, del, clockNow)
 	op.Receipt = rep.receiptOr(us)
-	return rep.result(over, ovInvalid, &r), nil
+	started := false
+	if op.PenaltyKey != "" && !rep.allowed && op.Cost > 0 {
+		if d := sh.penaltyRefused(op.PenaltyKey, us, &op.Penalty, clockNow); d > 0 {
+			rep.remaining, rep.retry, rep.reset, started = 0, d, d, true
+		}
+	}
+	res := rep.result(over, ovInvalid, &r)
+	res.Blocked, res.BlockStarted = started, started
+	return res, nil
 }
 
 // opNow is the time op is decided at: its own, or the store's clock.
@@ -257,6 +279,11 @@ func (sh *shard) sweep(now time.Time) {
 			delete(sh.m, k)
 		}
 	}
+	for k, st := range sh.pen {
+		if !now.Before(st.expires) {
+			delete(sh.pen, k)
+		}
+	}
 }
 
 // Delete implements driver.Store.
@@ -268,6 +295,7 @@ func (s *Store) Delete(ctx context.Context, keys ...string) error {
 		sh := s.shard(k)
 		sh.mu.Lock()
 		delete(sh.m, k)
+		delete(sh.pen, k)
 		sh.mu.Unlock()
 	}
 	return nil
@@ -284,6 +312,11 @@ func (s *Store) TTLs(prefix string) map[string]time.Duration {
 		for k, it := range sh.m {
 			if now.Before(it.expires) && strings.HasPrefix(k, prefix) {
 				out[k] = it.expires.Sub(now)
+			}
+		}
+		for k, st := range sh.pen {
+			if now.Before(st.expires) && strings.HasPrefix(k, prefix) {
+				out[k] = st.expires.Sub(now)
 			}
 		}
 		sh.mu.Unlock()

@@ -75,6 +75,10 @@ func (s *Store) Reserve(ctx context.Context, batch []driver.ReserveOp) error {
 	}
 	for i := range batch {
 		op := &batch[i]
+		if op.PenaltyKey != "" || !op.Penalty.IsZero() {
+			op.Err = fmt.Errorf("memstore: reservation of %q: a reservation takes no penalty", op.Key)
+			continue
+		}
 		if op.Record == "" || op.Life < time.Millisecond || op.Life%time.Millisecond != 0 || op.Cost < 0 {
 			op.Err = fmt.Errorf("memstore: reservation of %q: record %q, life %v, estimate %d", op.Key, op.Record, op.Life, op.Cost)
 			continue

@@ -103,6 +103,8 @@ func (s *Store) Reserve(ctx context.Context, batch []driver.ReserveOp) error {
 		switch err := op.Validate(); {
 		case err != nil:
 			op.Err = err
+		case op.PenaltyKey != "" || !op.Penalty.IsZero():
+			op.Err = fmt.Errorf("redisstore: reservation of %q: a reservation takes no penalty", op.Key)
 		case op.Cost < 0 || op.Record == "" || op.Life < time.Millisecond || op.Life%time.Millisecond != 0:
 			op.Err = fmt.Errorf("redisstore: reservation of %q: record %q, life %v, estimate %d", op.Key, op.Record, op.Life, op.Cost)
 		case sc == nil:
@@ -116,7 +118,7 @@ func (s *Store) Reserve(ctx context.Context, batch []driver.ReserveOp) error {
 			dl = d
 		}
 		keys, ovIdx, recIdx := luascript.ReserveKeys(op)
-		args := luascript.AppendArgs(nil, &op.Op, ovIdx, time.Now())
+		args := luascript.AppendArgs(nil, &op.Op, ovIdx, 0, time.Now())
 		calls[i] = rcall{sc: sc, keys: keys, args: []string{string(args), string(luascript.AppendReserveArgs(nil, op, recIdx))}}
 	}
 	s.runCalls(ctx, calls, dl, func(i int, reply string, err error) {

@@ -267,16 +267,29 @@ func command(ctx context.Context, batch []driver.Op, c call, sha bool) scriptCmd
 	} else {
 		args = append(args, "eval", sc.Src)
 	}
+	nk := len(args)
 	args = append(args, n)
 	size := 0
 	for _, i := range c.ops {
 		args = append(args, batch[i].Key)
 		size += luascript.ArgsSize(&batch[i], false)
 	}
+	// The penalty keys (driver.PenaltyKey) follow the decisions' keys, in
+	// their slot.
+	keys := n
+	pen := make([]int, len(c.ops))
+	for j, i := range c.ops {
+		if batch[i].PenaltyKey != "" {
+			args = append(args, batch[i].PenaltyKey)
+			keys++
+			pen[j] = keys
+		}
+	}
+	args[nk] = keys
 	buf := make([]byte, 0, size)
 	clock := time.Now()
-	for _, i := range c.ops {
-		buf = luascript.AppendArgs(buf, &batch[i], 0, clock)
+	for j, i := range c.ops {
+		buf = luascript.AppendArgs(buf, &batch[i], 0, pen[j], clock)
 	}
 	return scriptCmd{redis.NewCmd(ctx, append(args, buf)...)}
 }
@@ -322,3 +335,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	return s.client.Ping(ctx).Err()
 }
+
+// Penalties implements driver.Penalizer: the scripts valkeystore runs keep
+// the key's penalty state under its penalty key, in the key's slot.
+func (s *Store) Penalties() bool { return true }

@@ -48,8 +48,14 @@
 // warning threshold (sluice.WithWarning, Result.Warning): keys close to
 // their first refusal.
 //
+// blocks_total counts the blocks started by the limiter's penalty
+// (sluice.WithPenalty, Result.BlockStarted), and blocked_total the
+// refusals of blocked keys (Result.Blocked, the refusal that started the
+// block included, from the store or the deny cache); both are among the
+// denied (or shadow_denied) decisions of decisions_total.
+//
 // The limiter label takes the limiters' names, so their number bounds the
-// series: 6 outcomes + 3 reasons + one warning counter + one histogram per limiter. Keys, which
+// series: 6 outcomes + 3 reasons + the warning and the two penalty counters + one histogram per limiter. Keys, which
 // are unbounded, are never labels.
 package sluiceprom
 
@@ -135,6 +141,8 @@ type Metrics struct {
 	latency   *prometheus.HistogramVec
 	leases    *prometheus.CounterVec
 	warnings  *prometheus.CounterVec
+	blocks    *prometheus.CounterVec
+	blocked   *prometheus.CounterVec
 
 	limiters sync.Map // limiter name -> *series
 }
@@ -145,6 +153,8 @@ type series struct {
 	reasons  [len(reasons)]prometheus.Counter
 	latency  prometheus.Observer
 	warnings prometheus.Counter
+	blocks   prometheus.Counter
+	blocked  prometheus.Counter
 }
 
 var _ sluice.Observer = (*Metrics)(nil)
@@ -192,6 +202,18 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Help:        "Allowed decisions that crossed the limiter's warning threshold (sluice.WithWarning), by limiter.",
 			ConstLabels: c.labels,
 		}, []string{"limiter"}),
+		blocks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace:   c.namespace,
+			Name:        "blocks_total",
+			Help:        "Blocks started by the limiter's penalty (sluice.WithPenalty), by limiter.",
+			ConstLabels: c.labels,
+		}, []string{"limiter"}),
+		blocked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace:   c.namespace,
+			Name:        "blocked_total",
+			Help:        "Refusals of keys blocked by the limiter's penalty, the refusal that started the block included, by limiter (among the denied decisions).",
+			ConstLabels: c.labels,
+		}, []string{"limiter"}),
 	}
 	if reg != nil {
 		if err := reg.Register(m); err != nil {
@@ -208,6 +230,8 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.latency.Describe(ch)
 	m.leases.Describe(ch)
 	m.warnings.Describe(ch)
+	m.blocks.Describe(ch)
+	m.blocked.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -217,6 +241,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.latency.Collect(ch)
 	m.leases.Collect(ch)
 	m.warnings.Collect(ch)
+	m.blocks.Collect(ch)
+	m.blocked.Collect(ch)
 }
 
 // ObserveDecision implements sluice.Observer.
@@ -228,6 +254,12 @@ func (m *Metrics) ObserveDecision(limiter string, res sluice.Result, err error, 
 	}
 	if res.Warning {
 		s.warnings.Inc()
+	}
+	if res.Blocked {
+		s.blocked.Inc()
+		if res.BlockStarted {
+			s.blocks.Inc()
+		}
 	}
 	s.latency.Observe(latency.Seconds())
 }
@@ -246,7 +278,8 @@ func (m *Metrics) series(limiter string) *series {
 	if s, ok := m.limiters.Load(limiter); ok {
 		return s.(*series)
 	}
-	s := &series{latency: m.latency.WithLabelValues(limiter), warnings: m.warnings.WithLabelValues(limiter)}
+	s := &series{latency: m.latency.WithLabelValues(limiter), warnings: m.warnings.WithLabelValues(limiter),
+		blocks: m.blocks.WithLabelValues(limiter), blocked: m.blocked.WithLabelValues(limiter)}
 	for i, o := range outcomes {
 		s.outcomes[i] = m.decisions.WithLabelValues(limiter, o)
 	}

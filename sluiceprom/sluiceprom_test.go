@@ -150,15 +150,15 @@ func TestOutcomes(t *testing.T) {
 		"sluice_decision_duration_seconds_count{limiter=open}":     4,
 	})
 	// Every series of a limiter exists once it has decided: 6 outcomes, 3
-	// reasons, the warnings, the histogram.
+	// reasons, the warnings, the blocks and blocked refusals, the histogram.
 	n := 0
 	for k := range got {
 		if strings.Contains(k, "limiter=enforced}") || strings.Contains(k, "limiter=enforced,outcome") || strings.Contains(k, "limiter=enforced,reason") {
 			n++
 		}
 	}
-	if n != 6+3+1+2 { // histogram: _count and _sum
-		t.Errorf("%d series for one limiter, want 12", n)
+	if n != 6+3+1+2+2 { // histogram: _count and _sum
+		t.Errorf("%d series for one limiter, want 14", n)
 	}
 }
 

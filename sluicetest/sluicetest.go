@@ -122,6 +122,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Plans", func(t *testing.T) { RunPlans(t, h) })
 	t.Run("Overrides", func(t *testing.T) { RunOverrides(t, h) })
 	t.Run("Clocks", func(t *testing.T) { RunClocks(t, h) })
+	t.Run("Penalties", func(t *testing.T) { RunPenalties(t, h) })
 }
 
 // A Step is one row of a timeline: at At after Epoch, a request of Cost

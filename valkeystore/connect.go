@@ -285,6 +285,9 @@ func (l *Lazy) WatchDeletes(prefix string, w driver.DeleteWatcher) (stop func())
 	}
 }
 
+// Penalties implements driver.Penalizer, as the Store it connects to does.
+func (l *Lazy) Penalties() bool { return true }
+
 // PutOverride implements driver.OverrideStore.
 func (l *Lazy) PutOverride(ctx context.Context, index, key string, rec driver.OverrideRecord) error {
 	st := l.store.Load()
@@ -337,4 +340,5 @@ var (
 	_ driver.Store          = (*Lazy)(nil)
 	_ driver.OverrideStore  = (*Lazy)(nil)
 	_ driver.DeleteNotifier = (*Lazy)(nil)
+	_ driver.Penalizer      = (*Lazy)(nil)
 )

@@ -87,6 +87,8 @@ func (e *engine) reserveCall(op *driver.ReserveOp) rcall {
 		op.Err = errReplicaAck
 	case op.Validate() != nil:
 		op.Err = op.Validate()
+	case op.PenaltyKey != "" || !op.Penalty.IsZero():
+		op.Err = fmt.Errorf("valkeystore: reservation of %q: a reservation takes no penalty", op.Key)
 	case op.Cost < 0 || op.Record == "" || op.Life < time.Millisecond || op.Life%time.Millisecond != 0:
 		op.Err = fmt.Errorf("valkeystore: reservation of %q: record %q, life %v, estimate %d", op.Key, op.Record, op.Life, op.Cost)
 	case sc == nil:
@@ -97,7 +99,7 @@ func (e *engine) reserveCall(op *driver.ReserveOp) rcall {
 		return c
 	}
 	keys, ovIdx, recIdx := luascript.ReserveKeys(op)
-	args := luascript.AppendArgs(nil, &op.Op, ovIdx, e.clock())
+	args := luascript.AppendArgs(nil, &op.Op, ovIdx, 0, e.clock())
 	c.sc, c.keys = sc, keys
 	c.args = []string{bytesString(args), bytesString(luascript.AppendReserveArgs(nil, op, recIdx))}
 	return c

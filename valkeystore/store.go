@@ -464,7 +464,7 @@ func (p *planner) newCall(g callGroup, sl uint16, op *driver.Op, rest, ci int) c
 }
 
 // command builds the EVALSHA (or EVAL) of one call: its keys (the
-// decisions', then the override keys) and one string of the decisions'
+// decisions', then the override and penalty keys) and one string of the decisions'
 // records (luascript.AppendArgs).
 func (e *engine) command(batch []driver.Op, c call, sha bool) valkey.Completed {
 	n := len(c.ops)
@@ -482,7 +482,7 @@ func (e *engine) command(batch []driver.Op, c call, sha bool) valkey.Completed {
 	} else {
 		all = make([]string, size)
 	}
-	keys := all[2 : 2+n : 2+n+nov] // room for the override keys, which append never moves
+	keys := all[2 : 2+n : 2+n+nov] // room for the override and penalty keys, which append never moves
 	keys, buf := appendRecords(batch, c.ops, keys, make([]byte, 0, size), e.clock())
 	all[len(all)-1] = unsafe.String(unsafe.SliceData(buf), len(buf))
 	if c.cross {
@@ -494,12 +494,15 @@ func (e *engine) command(batch []driver.Op, c call, sha bool) valkey.Completed {
 	return e.client.B().Eval().Script(c.sc.Src).Numkeys(int64(len(keys))).Key(keys...).Arg(all[len(all)-1]).Build()
 }
 
-// argsSize is the number of overrides among the Ops of batch at ops, and
-// the size of their records.
+// argsSize is the number of override and penalty keys among the Ops of
+// batch at ops, and the size of their records.
 func argsSize(batch []driver.Op, ops []int) (nov, size int) {
 	for _, i := range ops {
 		ov := batch[i].Override != ""
 		if ov {
+			nov++
+		}
+		if batch[i].PenaltyKey != "" {
 			nov++
 		}
 		size += luascript.ArgsSize(&batch[i], ov)
@@ -522,14 +525,19 @@ func appendRecords(batch []driver.Op, ops []int, keys []string, buf []byte, cloc
 	for j, i := range ops {
 		op := &batch[i]
 		keys[j] = op.Key
-		ovKey := 0
+		ovKey, penKey := 0, 0
 		if op.Override != "" {
 			// The override key follows the decisions' keys; it shares the
 			// decision's hash tag, so the call stays in one slot.
 			keys = append(keys, op.Override)
 			ovKey = len(keys)
 		}
-		buf = luascript.AppendArgs(buf, op, ovKey, clock)
+		if op.PenaltyKey != "" {
+			// So does the penalty key (driver.PenaltyKey).
+			keys = append(keys, op.PenaltyKey)
+			penKey = len(keys)
+		}
+		buf = luascript.AppendArgs(buf, op, ovKey, penKey, clock)
 	}
 	return keys, buf
 }
@@ -633,3 +641,7 @@ func (s *Store) ping(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Penalties implements driver.Penalizer: every decision's script keeps the
+// key's penalty state under its penalty key, in the key's slot.
+func (s *Store) Penalties() bool { return true }

@@ -37,6 +37,7 @@ policies:
   - {name: api, algorithm: token_bucket, burst: 20, rate: 1/m, description: per API key, show_keys: raw, wait: 1s}
   - {name: login, algorithm: sliding_log, limit: 5, window: 15m, on_failure: deny, description: per username}
   - {name: search, algorithm: sliding_window, limit: 100, window: 1m, show_keys: truncated, warn_at: 1}
+  - {name: signup, algorithm: fixed_window, limit: 2, window: 720h, penalty: {after: 3, within: 1h, block: 1h}, description: blocks repeat offenders}
 `
 
 // browser starts Debian's Chromium headless with a fresh profile.
@@ -66,7 +67,7 @@ func browser(t *testing.T) (context.Context, context.CancelFunc) {
 }
 
 // scrape reads sluice_decisions_total from /metrics: by limiter, then
-// outcome.
+// outcome; and sluice_blocks_total as the outcome "blocks".
 func scrape(t *testing.T, base string) map[string]map[string]int64 {
 	t.Helper()
 	resp, err := client.Get(base + "/metrics")
@@ -78,10 +79,14 @@ func scrape(t *testing.T, base string) map[string]map[string]int64 {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "sluice_decisions_total{") {
+		blocks := strings.HasPrefix(line, "sluice_blocks_total{")
+		if !strings.HasPrefix(line, "sluice_decisions_total{") && !blocks {
 			continue
 		}
 		var limiter, outcome string
+		if blocks {
+			outcome = "blocks"
+		}
 		labels := line[strings.Index(line, "{")+1 : strings.Index(line, "}")]
 		for _, kv := range strings.Split(labels, ",") {
 			k, v, _ := strings.Cut(kv, "=")
@@ -151,6 +156,7 @@ func TestDashboardInBrowser(t *testing.T) {
 				if i%7 == 0 {
 					post(t, p.HTTP+"/v1/check", fmt.Sprintf(`{"policy":"api","key":%q}`, xss))
 					post(t, p.HTTP+"/v1/check", `{"policy":"search","key":"203.0.113.77"}`)
+					post(t, p.HTTP+"/v1/check", `{"policy":"signup","key":"203.0.113.78"}`)
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
@@ -198,6 +204,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("the traffic should have both allowed and refused: %v", want)
 	}
 	checkWarningsCard(t, ctx, p.HTTP)
+	// The blocks of a policy's penalty: signup's one block, as /metrics says.
+	if got, w := cellText("signup", "blocks"), strconv.FormatInt(want["signup.fixed_window"]["blocks"], 10); got != w || w != "1" {
+		t.Errorf("signup blocks: page %s, /metrics %s, want 1", got, w)
+	}
 	for _, f := range []string{"p50", "p99"} {
 		if s := cellText("api", f); !strings.HasSuffix(s, "ms") && !strings.HasSuffix(s, "µs") {
 			t.Errorf("api %s: %q, want a latency", f, s)

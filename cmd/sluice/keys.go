@@ -125,6 +125,10 @@ func (k *keyEnv) limiter(p *config.Policy) (*sluice.Limiter, error) {
 	for _, pl := range p.Plans {
 		opts = append(opts, sluice.WithPlan(pl.Name, pl.Policy))
 	}
+	if p.Penalty != nil {
+		// Reset then lifts a block, and inspect's peek sees it.
+		opts = append(opts, sluice.WithPenalty(*p.Penalty))
+	}
 	return sluice.New(k.store, p.Policy, opts...)
 }
 
@@ -593,6 +597,22 @@ type keyState struct {
 	// the time each has left by Valkey's clock (ended ones not yet reaped
 	// show 0 or less).
 	Leases []leaseState `json:"leases,omitempty"`
+	// Penalty is the key's penalty state, when its policy has a penalty
+	// and the store keeps some for the key.
+	Penalty *penaltyState `json:"penalty,omitempty"`
+}
+
+// penaltyState is a key's penalty state, with the times left by Valkey's
+// clock: whether it is blocked and for how long, the level of its last
+// block (the blocks in a row), the refusals counted in the open window
+// and the time it has left, and the time until the level is forgotten.
+type penaltyState struct {
+	Blocked       bool    `json:"blocked"`
+	BlockLeftMS   float64 `json:"block_left_ms"`
+	Level         int64   `json:"level"`
+	Refusals      int64   `json:"refusals"`
+	WindowLeftMS  float64 `json:"window_left_ms"`
+	ForgottenInMS float64 `json:"forgotten_in_ms"`
 }
 
 // leaseState is one lease of an in_flight key.
@@ -625,7 +645,7 @@ func runInspect(ctx context.Context, args []string, env func(string) (string, bo
 		return 1
 	}
 	writeKeyState(stdout, st, *asJSON)
-	if !st.Exists {
+	if !st.Exists && st.Penalty == nil {
 		fmt.Fprintf(stderr, "sluice inspect: no state for key %q of policy %s (never used, expired or reset): its next request gets the whole limit of %d (%s)\n",
 			key, p.Name, st.Limit, inForceOf(st))
 		return 1
@@ -659,6 +679,9 @@ func writeKeyState(w io.Writer, st *keyState, asJSON bool) {
 func printKeyState(w io.Writer, st *keyState) {
 	fmt.Fprintf(w, "policy     %s: %s\nkey        %s\nstore key  %s\n", st.Policy, st.Rule, st.Key, st.StoreKey)
 	fmt.Fprintf(w, "in force   %s: %s\n", inForceOf(st), st.InForce)
+	if st.Penalty != nil {
+		printPenalty(w, st.Penalty)
+	}
 	if !st.Exists {
 		return
 	}
@@ -679,6 +702,24 @@ func printKeyState(w io.Writer, st *keyState) {
 	if st.Leases != nil {
 		printLeases(w, st.Leases)
 	}
+}
+
+// printPenalty shows a key's penalty state.
+func printPenalty(w io.Writer, ps *penaltyState) {
+	ms := func(v float64) time.Duration { return time.Duration(v * 1e6).Round(time.Millisecond) }
+	switch {
+	case ps.Blocked:
+		fmt.Fprintf(w, "penalty    blocked for %v more (block level %d)", ms(ps.BlockLeftMS), ps.Level)
+	default:
+		fmt.Fprintf(w, "penalty    not blocked (level %d)", ps.Level)
+	}
+	if ps.Refusals > 0 {
+		fmt.Fprintf(w, "; %d refusals counted, window ends in %v", ps.Refusals, ms(ps.WindowLeftMS))
+	}
+	if ps.ForgottenInMS > 0 {
+		fmt.Fprintf(w, "; level forgotten in %v", ms(ps.ForgottenInMS))
+	}
+	fmt.Fprintln(w)
 }
 
 // printLeases shows an in_flight key's leases, at most 20 of them.
@@ -718,6 +759,9 @@ func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter
 	st := &keyState{Policy: p.Name, Key: key, StoreKey: driver.Key(k.cfg.Prefix, l.Name(), l.Rule(), key), Rule: l.Rule().String(), Plan: plan}
 	// The raw state first: Peek may tidy it (a sliding log drops old entries).
 	if err := readState(ctx, k.client, l, st); err != nil {
+		return nil, err
+	}
+	if err := readPenalty(ctx, k, l, st); err != nil {
 		return nil, err
 	}
 	res, err := peekInForce(ctx, l, st, plan)
@@ -796,13 +840,10 @@ func readLeases(ctx context.Context, c valkey.Client, sk string) ([]leaseState, 
 	if err != nil {
 		return nil, err
 	}
-	t, err := c.Do(ctx, c.B().Time().Build()).AsStrSlice()
-	if err != nil || len(t) != 2 {
-		return nil, fmt.Errorf("TIME: %v", err)
+	now, err := valkeyNow(ctx, c)
+	if err != nil {
+		return nil, err
 	}
-	sec, _ := strconv.ParseInt(t[0], 10, 64)
-	usec, _ := strconv.ParseInt(t[1], 10, 64)
-	now := sec*1_000_000 + usec
 	out := make([]leaseState, 0, len(zs))
 	for _, z := range zs {
 		var id driver.LeaseID
@@ -897,7 +938,7 @@ type resetRun struct {
 	p        *config.Policy
 	l        *sluice.Limiter
 	key      string
-	existed  int64 // EXISTS of the store key before the reset
+	existed  int64 // EXISTS of the store key (and its penalty key) before the reset
 	notified int   // the processes the notice reached
 	err      error
 }
@@ -910,7 +951,12 @@ func (r *resetRun) storeKey() string {
 // reset deletes the key's state when it exists, and tells every process.
 func (r *resetRun) reset(ctx context.Context) {
 	c := r.k.client
-	r.existed, r.err = c.Do(ctx, c.B().Exists().Key(r.storeKey()).Build()).AsInt64()
+	keys := []string{r.storeKey()}
+	if _, ok := r.l.Penalty(); ok {
+		// The penalty key shares the store key's slot: one EXISTS.
+		keys = append(keys, driver.PenaltyKey(r.k.cfg.Prefix, r.l.Name(), r.key))
+	}
+	r.existed, r.err = c.Do(ctx, c.B().Exists().Key(keys...).Build()).AsInt64()
 	if r.err == nil {
 		r.notified, r.err = r.l.ResetNotify(ctx, r.key)
 	}
@@ -957,4 +1003,49 @@ func (r *resetRun) limitBack(ctx context.Context) string {
 		return fmt.Sprintf("%d (the %s's)", res.Limit, res.Source)
 	}
 	return fmt.Sprintf("%d (the policy's)", r.l.Rule().Limit)
+}
+
+// valkeyNow is Valkey's clock (TIME), in microseconds since the epoch.
+func valkeyNow(ctx context.Context, c valkey.Client) (int64, error) {
+	t, err := c.Do(ctx, c.B().Time().Build()).AsStrSlice()
+	if err != nil || len(t) != 2 {
+		return 0, fmt.Errorf("TIME: %v", err)
+	}
+	sec, _ := strconv.ParseInt(t[0], 10, 64)
+	usec, _ := strconv.ParseInt(t[1], 10, 64)
+	return sec*1_000_000 + usec, nil
+}
+
+// readPenalty reads the penalty state of st's key into st.Penalty, when
+// l has a penalty and Valkey keeps some for the key.
+func readPenalty(ctx context.Context, k *keyEnv, l *sluice.Limiter, st *keyState) error {
+	pen, ok := l.Penalty()
+	if !ok {
+		return nil
+	}
+	c := k.client
+	v, err := c.Do(ctx, c.B().Get().Key(driver.PenaltyKey(k.cfg.Prefix, l.Name(), st.Key)).Build()).ToString()
+	if valkey.IsValkeyNil(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	ps, err := luascript.DecodePenalty(v)
+	if err != nil {
+		return err
+	}
+	now, err := valkeyNow(ctx, c)
+	if err != nil {
+		return err
+	}
+	ms := func(us int64) float64 { return float64(max(us, 0)) / 1000 }
+	out := &penaltyState{Blocked: ps.Until > now, BlockLeftMS: ms(ps.Until - now), Level: ps.Level, Refusals: ps.Count}
+	if ps.Count > 0 {
+		out.WindowLeftMS = ms(ps.WindowStart + pen.Within.Microseconds() - now)
+	}
+	if ps.Level > 0 && pen.MaxBlock > pen.Block {
+		out.ForgottenInMS = ms(ps.Until + pen.Forgive.Microseconds() - now)
+	}
+	st.Penalty = out
+	return nil
 }

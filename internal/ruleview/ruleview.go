@@ -50,6 +50,10 @@ func NextUnit(r sluice.Rule, res sluice.Result, cost int64) (d time.Duration, kn
 		// For InFlight: a lease may be released at any time.
 		return 0, false
 	}
+	if res.Blocked {
+		// Blocked by a penalty: nothing until the block ends.
+		return res.RetryAfter, res.RetryAfter > 0
+	}
 	if !res.Allowed && cost <= 1 {
 		// One unit short: the time until one more is there.
 		return res.RetryAfter, res.RetryAfter > 0

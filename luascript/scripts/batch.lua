@@ -10,16 +10,20 @@
 --   cost, receipt (for a negative cost, the receipt of the take it
 --   refunds; else 0), flag (1: CountRejected; for in-flight, 1: renew),
 --   part (1: four calendar bounds follow, see calendar.lua; 2: a lease id
---   follows, see inflight.lua), override (1: its key and bounds follow);
+--   follows, see inflight.lua), override (1: its key and bounds follow),
+--   penalty (1: its key and numbers follow);
 --   then for calendar periods '<i8i8i8i8', the first instants of four
 --   periods, or for in-flight 'c16', the lease id (passed to decide as
 --   its receipt); then for an override '<i8i8i8i8i8', the index in KEYS of the
 --   override key and the bounds it must keep (see override in
---   prelude.lua).
--- Reply: one string, a record of 50 bytes per decision, in order
---   (struct.pack '<BBi8i8i8i8i8i8'): allowed (1/0; 2 for a calendar decision
+--   prelude.lua); then for a penalty '<i8i8i8i8i8i8', the index in KEYS of
+--   the penalty key, after, within, block, the longest block and forgive
+--   (microseconds; see penalty.lua).
+-- Reply: one string, a record of 51 bytes per decision, in order
+--   (struct.pack '<BBBi8i8i8i8i8i8'): allowed (1/0; 2 for a calendar decision
 --   whose clock is outside its periods), the override's status (0 none,
---   1 applied, 2 malformed and ignored), remaining, retry_after_us,
+--   1 applied, 2 malformed and ignored), the penalty's (0 none, 1 blocked,
+--   2 blocked by this refusal), remaining, retry_after_us,
 --   reset_after_us, receipt (what a refund of this decision passes back)
 --   the override's limit and parameter (0 and 0 when none applied; the
 --   parameter is the one the decision took, 0 for calendar periods). One
@@ -37,8 +41,8 @@ local function decideAll(KEYS, args)
   local out, snow, pos, i = {}, nil, 1, 0
   while pos <= #args do
     i = i + 1
-    local now, limit, param, cost, receipt, flag, cal, ovr
-    now, limit, param, cost, receipt, flag, cal, ovr, pos = struct.unpack('<i8i8i8i8i8BBB', args, pos)
+    local now, limit, param, cost, receipt, flag, cal, ovr, pen
+    now, limit, param, cost, receipt, flag, cal, ovr, pen, pos = struct.unpack('<i8i8i8i8i8BBBB', args, pos)
     if now == 0 then
       if not snow then
         local t = redis.call('TIME')
@@ -64,8 +68,18 @@ local function decideAll(KEYS, args)
         if cal ~= 1 then ovParam = param end
       end
     end
+    local pk, after, within, block, longest, forgive
+    if pen == 1 then
+      pk, after, within, block, longest, forgive, pos = struct.unpack('<i8i8i8i8i8i8', args, pos)
+      pk = KEYS[pk]
+    end
     local allowed, remaining, retry, reset
-    if ov == 1 and cost > limit then
+    local blocked, bend = 0, 0
+    if pen == 1 and cost >= 0 then bend = penaltyUntil(pk, now) end
+    if bend > 0 then
+      -- Blocked: refused, the algorithm neither read nor written.
+      allowed, remaining, retry, reset, receipt, blocked = 0, 0, bend - now, bend - now, now, 1
+    elseif ov == 1 and cost > limit then
       -- More than the override allows: refused, taking nothing, until the
       -- override lapses (the plan's limit admits the cost).
       allowed, remaining, retry, reset, receipt = decide(KEYS[i], now, limit, param, 0, flag, 0)
@@ -73,7 +87,11 @@ local function decideAll(KEYS, args)
     else
       allowed, remaining, retry, reset, receipt = decide(KEYS[i], now, limit, param, cost, flag, receipt)
     end
-    out[i] = struct.pack('<BBi8i8i8i8i8i8', allowed, ov, remaining, retry, reset, receipt or now, ovLimit, ovParam)
+    if pen == 1 and allowed == 0 and blocked == 0 and cost > 0 then
+      local d = penaltyRefused(pk, now, after, within, block, longest, forgive)
+      if d > 0 then remaining, retry, reset, blocked = 0, d, d, 2 end
+    end
+    out[i] = struct.pack('<BBBi8i8i8i8i8i8', allowed, ov, blocked, remaining, retry, reset, receipt or now, ovLimit, ovParam)
   end
   return out
 end

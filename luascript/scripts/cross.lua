@@ -15,7 +15,7 @@
 -- changed nothing, and replies NOTLOCAL (a decision that fails for another
 -- reason fails again when sent alone). Otherwise, and for the override
 -- keys (whose read override() takes for a malformed override when it
--- fails), each key is read first with EXISTS.
+-- fails) and the penalty keys, each key is read first with EXISTS.
 local n, d = tonumber(ARGV[1]), tonumber(ARGV[2])
 local keys = {}
 for i = 1, n do
@@ -32,6 +32,7 @@ local args = ARGV[n + 3]
 if not readsFirst then
   local out = decideAll(keys, args)
   flush()
+  penaltyFlush()
   return table.concat(out)
 end
 -- decideAll only reads: any error it raises has changed nothing. flush,
@@ -45,4 +46,5 @@ if not ok then
   return redis.error_reply('NOTLOCAL ' .. tostring(r))
 end
 flush()
+penaltyFlush()
 return table.concat(r)

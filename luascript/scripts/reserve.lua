@@ -13,7 +13,7 @@ flush()
 local ri, life, estimate = struct.unpack('<i8i8i8', ARGV[2])
 local rec = out[1]
 if string.byte(rec, 1) == 1 then
-  local receipt = struct.unpack('<i8', rec, 27)
+  local receipt = struct.unpack('<i8', rec, 28)
   redis.call('SET', KEYS[ri], struct.pack('<i8i8B', estimate, receipt, 0), 'PX', life)
 end
 return rec

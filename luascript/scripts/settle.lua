@@ -106,7 +106,7 @@ local function settleWindow(key, now, idx, start, stop, limit, diff, maxDebt, re
   return math.max(0, limit - c), retry, reset, math.max(0, c - limit), charged
 end
 
-local now, limit, param, actual, _, _, cal, ovr, pos = struct.unpack('<i8i8i8i8i8BBB', ARGV[1])
+local now, limit, param, actual, _, _, cal, ovr, _, pos = struct.unpack('<i8i8i8i8i8BBBB', ARGV[1])
 local maxDebt, alg = struct.unpack('<i8B', ARGV[2])
 if now == 0 then
   local t = redis.call('TIME')

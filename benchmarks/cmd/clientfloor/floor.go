@@ -173,7 +173,7 @@ func openValkeyFloor(addr string, rule sluice.Rule, maxKeys, workers int) (*floo
 				// The request's key buffer and recs are not touched again
 				// before Do returns, and valkey-go keeps no command after.
 				keys = append(keys, unsafe.String(unsafe.SliceData(r.key), len(r.key)))
-				recs = luascript.AppendArgs(recs, &op, 0, time.Time{})
+				recs = luascript.AppendArgs(recs, &op, 0, 0, time.Time{})
 			}
 			cmd := client.B().Evalsha().Sha1(sc.SHA).Numkeys(int64(len(keys))).Key(keys...).
 				Arg(unsafe.String(unsafe.SliceData(recs), len(recs))).Build()
@@ -238,7 +238,7 @@ func openRawFloor(addr string, rule sluice.Rule, maxKeys, workers int) (*floor, 
 			recs = recs[:0]
 			for _, r := range batch {
 				args = append(args, unsafe.String(unsafe.SliceData(r.key), len(r.key)))
-				recs = luascript.AppendArgs(recs, &op, 0, time.Time{})
+				recs = luascript.AppendArgs(recs, &op, 0, 0, time.Time{})
 			}
 			args = append(args, unsafe.String(unsafe.SliceData(recs), len(recs)))
 			reply, err := c.call(args...)

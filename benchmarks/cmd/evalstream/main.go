@@ -141,7 +141,7 @@ func callRecords(n int, interval time.Duration) []byte {
 	op := driver.Op{Rule: rule, Cost: 1} // Now zero: the server's TIME decides
 	var rec []byte
 	for range n {
-		rec = luascript.AppendArgs(rec, &op, 0, time.Time{})
+		rec = luascript.AppendArgs(rec, &op, 0, 0, time.Time{})
 	}
 	return rec
 }

@@ -70,7 +70,7 @@ func TestStreamAsValkeystoreSends(t *testing.T) {
 	op := driver.Op{Rule: sluice.Rule{Algorithm: driver.AlgorithmGCRA, Limit: 1_000_000, Interval: time.Microsecond}, Cost: 1}
 	var rec []byte
 	for range 16 {
-		rec = luascript.AppendArgs(rec, &op, 0, time.Time{})
+		rec = luascript.AppendArgs(rec, &op, 0, 0, time.Time{})
 	}
 	if got := callRecords(16, time.Microsecond); !bytes.Equal(got, rec) {
 		t.Fatalf("callRecords = %x, want %x", got, rec)

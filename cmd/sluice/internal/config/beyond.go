@@ -23,6 +23,7 @@ var beyondDecoders = []fieldDecoder[*Policy]{
 		p.DenyStatus = int(v)
 	}},
 	{"deny_body", (*decoder).denyBody},
+	penaltyDecoder,
 }
 
 // denyBody decodes deny_body into p: any mapping, sent as a JSON document.

@@ -280,6 +280,8 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 		Desc: "a mapping sent as the JSON body of refusals (application/json) instead of problem+json"},
 	{Name: "wait", Kind: KindDuration, Algorithms: rateAlgorithms, MinDur: time.Millisecond, MaxDur: MaxWait,
 		Desc: "how long a refused request of /v1/check, reservations or forward auth may wait for admission, all told, before it is refused (absent: refused at once; docs/beyond-refusing.md)"},
+	{Name: "penalty", Kind: KindSection, Section: penaltySection, Algorithms: rateAlgorithms,
+		Desc: "block a key refused `after` times within `within`, for longer each time (policies[].penalty; \"blocked\": true, sluice_blocks_total)"},
 }, Rules: []string{
 	fmt.Sprintf("token_bucket, gcra: refilling from empty within %s (driver.MaxWindow)", duration(driver.MaxWindow)),
 	"zone is a known IANA time zone; a rate is positive; durations within their bounds",
@@ -374,7 +376,7 @@ var topSection = &Section{Path: "(top level)", Def: "sluice", Fields: []*Field{
 
 // Sections lists the sections in the reference's order.
 var Sections = []*Section{topSection, valkeySection, tlsSection, sentinelSection, adminSection,
-	policySection, plansSection, domainSection, descriptorSection, rateLimitSection, replacesSection,
+	policySection, plansSection, penaltySection, domainSection, descriptorSection, rateLimitSection, replacesSection,
 	forwardAuthSection, routeSection, routeLimitSection}
 
 func init() {

@@ -271,7 +271,8 @@ policies:
   - {name: tb, algorithm: token_bucket, burst: 10, rate: 5/s, plans: {pro: {burst: 20, rate: 10/s}}}
   - {name: fw, algorithm: fixed_window, limit: 10, window: 1m, plans: {pro: {limit: 20}}}
   - {name: cal, algorithm: fixed_window, limit: 10, period: month, zone: UTC, renewal_day: 5}
-  - {name: log, algorithm: sliding_log, limit: 5, window: 15m, count_rejected: true}
+  - {name: log, algorithm: sliding_log, limit: 5, window: 15m, count_rejected: true,
+     penalty: {after: 5, within: 1m, block: 1m, max_block: 16m, forgive: 24h}}
 domains:
   - domain: edge
     descriptors:
@@ -321,6 +322,8 @@ func at(doc map[string]any, sec *Section, field string) map[string]any {
 			return pol(3)
 		}
 		return pol(0)
+	case penaltySection:
+		return pol(3)["penalty"].(map[string]any)
 	case plansSection:
 		if field == "limit" {
 			return pol(1)["plans"].(map[string]any)["pro"].(map[string]any)

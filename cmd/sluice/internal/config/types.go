@@ -155,6 +155,9 @@ type Policy struct {
 	// admission, all told, in /v1/check, reservations and forward auth
 	// (0: refused at once).
 	Wait time.Duration
+	// Penalty is the policy's penalty for repeat offenders
+	// (sluice.WithPenalty); nil for none.
+	Penalty *sluice.Penalty
 	// Line is where the policy is defined.
 	Line int
 }

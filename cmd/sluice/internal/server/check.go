@@ -57,8 +57,13 @@ type Result struct {
 	// OverrideInvalid reports a key override the store could not use.
 	OverrideInvalid bool `json:"override_invalid,omitempty"`
 	// Warning reports an allowed decision past the policy's warn_at.
-	Warning bool              `json:"warning,omitempty"`
-	Headers map[string]string `json:"headers,omitempty"`
+	Warning bool `json:"warning,omitempty"`
+	// Blocked reports a refusal by the policy's penalty: the key is
+	// blocked, RetryAfterMS and ResetAfterMS are the time left of the
+	// block; BlockStarted that this refusal started it.
+	Blocked      bool              `json:"blocked,omitempty"`
+	BlockStarted bool              `json:"block_started,omitempty"`
+	Headers      map[string]string `json:"headers,omitempty"`
 	// DenyStatus is, on a refusal, the HTTP status to answer the client
 	// with (the policy's deny_status, 429 by default); DenyBody the JSON
 	// body to send, when the policy has a deny_body.
@@ -84,7 +89,7 @@ func toResult(p *policy, key, plan string, cost int64, r sluice.Result) Result {
 		RetryAfterMS: ceilMS(r.RetryAfter), ResetAfterMS: ceilMS(r.ResetAfter),
 		Degraded: r.Degraded, Shadow: r.Shadowed, Headers: headers(p, plan, cost, r),
 		Source: r.Source.String(), Plan: plan, Rule: rule.String(), WindowMS: ceilMS(rule.Period()),
-		OverrideInvalid: r.OverrideInvalid, Warning: r.Warning,
+		OverrideInvalid: r.OverrideInvalid, Warning: r.Warning, Blocked: r.Blocked, BlockStarted: r.BlockStarted,
 	}
 	denyOf(&out, p, r)
 	return out

@@ -94,6 +94,8 @@ type dashPolicy struct {
 	Refused  int64  `json:"refused"`
 	Shadow   int64  `json:"shadow_refused"`
 	Degraded int64  `json:"degraded"`
+	// Blocks are the blocks its penalty started (sluice_blocks_total).
+	Blocks int64 `json:"blocks"`
 	// Buckets are the latency histogram's upper bounds (seconds) and
 	// cumulative counts; the last is +Inf.
 	Buckets []dashBucket `json:"latency_buckets"`
@@ -202,6 +204,7 @@ func (d dashSample) policy() *dashPolicy { return d.byLimiter[d.labels["limiter"
 var dashMetrics = map[string]func(*dashState, dashSample){
 	"sluice_decisions_total":                      (*dashState).addDecisionCount,
 	"sluice_decision_duration_seconds":            (*dashState).addLatency,
+	"sluice_blocks_total":                         (*dashState).addBlocks,
 	"sluice_server_config_last_reload_successful": (*dashState).addReloadOK,
 	"sluice_server_config_reloads_total":          (*dashState).addReloadCount,
 	"sluice_build_info":                           (*dashState).addVersion,
@@ -213,6 +216,13 @@ var dashMetrics = map[string]func(*dashState, dashSample){
 func (out *dashState) addDecisionCount(d dashSample) {
 	if p := d.policy(); p != nil {
 		p.addDecisions(d.labels["outcome"], int64(d.m.GetCounter().GetValue()))
+	}
+}
+
+// addBlocks sets the blocks a policy's penalty started.
+func (out *dashState) addBlocks(d dashSample) {
+	if p := d.policy(); p != nil {
+		p.Blocks = int64(d.m.GetCounter().GetValue())
 	}
 }
 

@@ -150,6 +150,9 @@ func (st *state) reservingPolicy(name, where string) (*policy, error) {
 	if p.cfg.Algorithm == driver.AlgorithmInFlight {
 		return nil, bad(http.StatusBadRequest, "%spolicy %q is in_flight: it limits how many things run at once, with no estimate to settle; hold a lease instead (POST /v1/leases/acquire, then /v1/leases/release)", where, p.cfg.Name)
 	}
+	if p.cfg.Penalty != nil {
+		return nil, bad(http.StatusBadRequest, "%spolicy %q has a penalty, which reservations do not decide: use /v1/check", where, p.cfg.Name)
+	}
 	if !p.limiter.Reservations() {
 		return nil, bad(http.StatusBadRequest, "%spolicy %q (%v) takes no reservations: only fixed_window, token_bucket and gcra settle exactly", where, p.cfg.Name, p.cfg.Algorithm)
 	}
@@ -387,8 +390,8 @@ func settleResults(out []sluice.Settlement, items []settleItem, multi bool) ([]S
 // keeps them, on a store that does (every store sluice serve runs on),
 // with the policy's max_debt (nil: the default, the limit; 0: none).
 func reservationOptions(p *config.Policy, store driver.Store) []sluice.Option {
-	if _, ok := store.(driver.Reserver); !ok {
-		return nil
+	if _, ok := store.(driver.Reserver); !ok || p.Penalty != nil {
+		return nil // a penalty is not decided with reservations
 	}
 	switch p.Algorithm {
 	case driver.AlgorithmFixedWindow, driver.AlgorithmTokenBucket, driver.AlgorithmGCRA:

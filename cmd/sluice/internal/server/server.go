@@ -332,6 +332,9 @@ func (s *Server) buildPolicy(cfg *config.Config, p *config.Policy) (*policy, err
 	if p.WarnAt > 0 {
 		opts = append(opts, sluice.WithWarning(p.WarnAt))
 	}
+	if p.Penalty != nil {
+		opts = append(opts, sluice.WithPenalty(*p.Penalty))
+	}
 	for _, pl := range p.Plans {
 		opts = append(opts, sluice.WithPlan(pl.Name, pl.Policy))
 	}

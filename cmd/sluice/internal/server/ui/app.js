@@ -117,6 +117,7 @@
       cell(row, p.refused, "refused", "num");
       cell(row, p.shadow_refused, "shadow_refused", "num");
       cell(row, p.degraded, "degraded", "num" + (p.degraded ? " warn" : ""));
+      cell(row, p.blocks, "blocks", "num" + (p.blocks ? " warn" : ""));
       const ob = o ? o.latency_buckets : null;
       // Over the last span; since the start when nothing was decided in it.
       const q = (x) => { const v = quantile(x, p.latency_buckets, ob); return v !== null ? v : quantile(x, p.latency_buckets, null); };
