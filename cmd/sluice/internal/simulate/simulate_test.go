@@ -499,13 +499,3 @@ func FuzzParseTraffic(f *testing.F) {
 		NewPlan(Options{Policies: pols, Traffic: []Traffic{tr}, Duration: time.Second, MaxDecisions: 1000})
 	})
 }
-
-// TestInFlightRefused: an in_flight policy is refused with a reason, never
-// simulated as if it were a rate.
-func TestInFlightRefused(t *testing.T) {
-	pols := mustPolicies(t, "name=exports,algorithm=in_flight,limit=5,lease=30s")
-	_, err := NewPlan(Options{Policies: pols, Traffic: mustTraffic(t, "steady:10/s"), Duration: time.Minute})
-	if err == nil || !strings.Contains(err.Error(), `policy "exports" is in_flight`) {
-		t.Fatalf("err %v, want a refusal of the in_flight policy", err)
-	}
-}
