@@ -86,4 +86,3 @@ func (ax *plotAxes) allHeldPlot(p *PolicyResult, _ policySeries, _ string) (*plo
 	pl.Legend.Top = true
 	return pl, nil
 }
-

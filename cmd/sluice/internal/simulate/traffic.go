@@ -328,19 +328,19 @@ type source interface {
 // synthetic generates the events of one Traffic. keys[i] is the key table
 // index of its i-th key.
 type synthetic struct {
-	t      Traffic
-	keys   []int32
-	rng    *rand.Rand
+	t    Traffic
+	keys []int32
+	rng  *rand.Rand
 	// holdRng draws each event's hold and crash (for every event, allowed
 	// or not, so that every policy sees the same ones).
 	holdRng *rand.Rand
-	period float64 // microseconds between requests
-	until  int64
-	next   int64 // time of the next event
-	last   int64 // time of the event last popped
-	base   int64 // steady, retry: the schedule's origin; on-off: the cycle's start
-	i      int64 // steady, on-off, retry: events since base; burst: events left
-	done   bool
+	period  float64 // microseconds between requests
+	until   int64
+	next    int64 // time of the next event
+	last    int64 // time of the event last popped
+	base    int64 // steady, retry: the schedule's origin; on-off: the cycle's start
+	i       int64 // steady, on-off, retry: events since base; burst: events left
+	done    bool
 }
 
 func newSynthetic(t Traffic, keys []int32, seed uint64, index int, d time.Duration) *synthetic {
