@@ -303,6 +303,21 @@ func TestInFlight(t *testing.T) {
 	}
 }
 
+// TestInFlightCluster: the in_flight checks pass on a 3-primary Cluster
+// with replicas.
+func TestInFlightCluster(t *testing.T) {
+	cl := valkeytest.SharedCluster(t)
+	o := opts(loadConfig(t, cl.Addrs, "policies:\n  - {name: exports, algorithm: in_flight, limit: 5, lease: 800ms}\n"))
+	rep := run(t, o)
+	out := text(rep)
+	t.Logf("\n%s", out)
+	if !rep.Passed || !strings.Contains(out, "\nPASS: 1 policies, 4 checks passed") {
+		t.Fatalf("want a pass:\n%s", out)
+	}
+	crash := rep.Policies[0].Checks[1].Figures
+	t.Logf("admitted %.1fms after the killed holder's last lease ended", crash["admitted_after_lease_ms"])
+}
+
 // TestCatchesInFlightNonAtomic: behind the proxy that splits each script
 // call into a read and a later write, holders in several processes hold
 // more leases at once than the limit (and some releases find their lease
