@@ -478,7 +478,7 @@ func TestPictures(t *testing.T) {
 // FuzzParseTraffic: any --traffic value parses or is refused, never
 // panics, and what parses can be planned.
 func FuzzParseTraffic(f *testing.F) {
-	for _, s := range []string{"steady:12/s", "poisson:100/s,keys=3", "burst:10@990ms", "on-off:50/s,on=2s,off=3s", "retry:20/s,key=m", "steady:1/s,from=1s,until=2s,cost=2"} {
+	for _, s := range []string{"steady:12/s", "poisson:100/s,keys=3", "burst:10@990ms", "on-off:50/s,on=2s,off=3s", "retry:20/s,key=m", "steady:1/s,from=1s,until=2s,cost=2", "steady:5/s,hold=exp:1s,crash=5%", "poisson:5/s,hold=100ms-2s,crash=0.1"} {
 		f.Add(s)
 	}
 	pols, err := ParsePolicies([]string{"algorithm=gcra,burst=10,rate=10/s"})
