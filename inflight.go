@@ -361,9 +361,10 @@ func leasesOf(checks []Check, ops []driver.Op, results []Result, start time.Time
 }
 
 // checkInFlightOptions refuses the options an InFlight limiter cannot
-// honour: plans and overrides (Acquire names neither), and a deny cache (a
+// honour: plans and overrides (Acquire names neither), a deny cache (a
 // release may free a slot at any time, so a refusal says nothing of the
-// next request).
+// next request), and a warning threshold (a rate limit's; sluice serve
+// refuses warn_at on in_flight alike).
 func checkInFlightOptions(r Rule, cfg *config) error {
 	if r.Algorithm != driver.AlgorithmInFlight {
 		return nil
@@ -375,6 +376,8 @@ func checkInFlightOptions(r Rule, cfg *config) error {
 		return invalidField("WithOverrides", "an %v limiter takes no overrides", driver.AlgorithmInFlight)
 	case cfg.deny == 1:
 		return invalidField("WithDenyCache", "WithDenyCache(true): an %v limiter never uses the deny cache (a release may free a slot at any time)", driver.AlgorithmInFlight)
+	case cfg.warnSet:
+		return invalidField("WithWarning", "an %v limiter gives no warnings: WithWarning is for rate limits (the part of a window's limit used), as warn_at is in sluice serve", driver.AlgorithmInFlight)
 	}
 	return nil
 }

@@ -53,10 +53,15 @@ func TestInFlightPolicy(t *testing.T) {
 		"plan":       sluice.WithPlan("pro", sluice.InFlight{Limit: 5, Lease: time.Second}),
 		"overrides":  sluice.WithOverrides(true),
 		"deny cache": sluice.WithDenyCache(true),
+		"warning":    sluice.WithWarning(80),
 	} {
 		if _, err := sluice.New(st, pol, opt); !errors.Is(err, sluice.ErrInvalidPolicy) {
 			t.Errorf("New with %s: %v, want ErrInvalidPolicy", name, err)
 		}
+	}
+	// As sluice serve refuses warn_at on an in_flight policy, with the reason.
+	if _, err := sluice.New(st, pol, sluice.WithWarning(80)); !strings.Contains(sluice.Reason(err), "WithWarning is for rate limits") {
+		t.Errorf("New with WithWarning: %v, want the reason", err)
 	}
 	l, err := sluice.New(st, pol)
 	if err != nil {

@@ -10,7 +10,8 @@ package sluice
 // warning. The edge is exact: with a limit of 10 and 80 percent, the
 // decision that leaves 2 units warns and the one that leaves 3 does not
 // (used × 100 ≥ percent × Limit, in integers). New refuses a percent out
-// of range.
+// of range, and a warning on an InFlight limiter (a rate limit's
+// threshold; sluice serve refuses warn_at on in_flight alike).
 func WithWarning(percent int) Option {
 	return optionFunc(func(c *config) { c.warn, c.warnSet = percent, true })
 }

@@ -133,7 +133,11 @@ type Limit struct {
 	// Config.MaxWaiting or MaxWaitingPerKey calls already wait. It takes
 	// nothing while it waits, and a call whose client cancels leaves at
 	// once. New refuses Wait on a limiter with CountRejected or in shadow
-	// mode.
+	// mode. An
+	// in-flight limit's RetryAfter is only an upper bound (a release may
+	// free a slot sooner): a call it refuses tries again after 5ms, then
+	// each time twice as long (at most 100ms, and never past the
+	// RetryAfter), and fails once the least Wait has passed.
 	Wait time.Duration
 }
 

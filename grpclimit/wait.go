@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -97,6 +98,55 @@ func checkWait(cfg *Config) error {
 	return nil
 }
 
+// nextTry returns how long d, refused after waiting elapsed and deciding
+// tries+1 times, waits before deciding again, and false when it must not
+// wait: a refusing rate limit's RetryAfter is exact, and a wait past the
+// least Wait of the refusing limits fails at once; an in-flight limit's
+// RetryAfter is only an upper bound (a release may free a slot sooner),
+// so while one refuses the call tries again every leasePoll (up to its
+// RetryAfter and the bound), until the bound has passed.
+func (in *Interceptor) nextTry(d sluice.Decision, limits []int, elapsed time.Duration, tries int) (time.Duration, bool) {
+	bound := time.Duration(-1)
+	var rate time.Duration
+	lease := time.Duration(-1)
+	for j, res := range d.Results {
+		if res.Allowed {
+			continue
+		}
+		l := in.cfg.Limits[limits[j]]
+		if bound < 0 || l.Wait < bound {
+			bound = l.Wait
+		}
+		if l.Limiter.Rule().Algorithm == driver.AlgorithmInFlight {
+			lease = max(lease, res.RetryAfter)
+		} else {
+			rate = max(rate, res.RetryAfter)
+		}
+	}
+	return waitDelay(rate, lease, bound-elapsed, tries)
+}
+
+// leasePoll is the first pause of a call waiting for an in-flight slot;
+// each next pause doubles it, up to maxLeasePoll.
+const (
+	leasePoll    = 5 * time.Millisecond
+	maxLeasePoll = 100 * time.Millisecond
+)
+
+// waitDelay is the pause before the next decision of a refused call with
+// left of its wait bound to go, and whether it waits at all: rate is the
+// longest RetryAfter of the refusing rate limits (0 for none), lease the
+// longest of the refusing in-flight limits (negative for none), tries how
+// many pauses came before. (httplimit's twin.)
+func waitDelay(rate, lease, left time.Duration, tries int) (time.Duration, bool) {
+	delay := max(rate, time.Millisecond)
+	if lease >= 0 {
+		poll := min(leasePoll<<min(tries, 5), maxLeasePoll, max(lease, time.Millisecond), left)
+		delay = max(rate, poll)
+	}
+	return delay, left > 0 && delay <= left
+}
+
 // decideWaiting decides checks (limits[i] the index in Config.Limits of
 // checks[i]), waiting for admission while the refusing limits allow: it
 // sleeps the refusal's RetryAfter and decides again, as
@@ -122,15 +172,9 @@ func (in *Interceptor) decideWaiting(ctx context.Context, checks []sluice.Check,
 			in.waiters.leave(keys)
 		}
 	}()
-	for !d.Allowed {
-		delay := max(d.RetryAfter(), time.Millisecond)
-		bound := time.Duration(-1)
-		for j, res := range d.Results {
-			if w := in.cfg.Limits[limits[j]].Wait; !res.Allowed && (bound < 0 || w < bound) {
-				bound = w
-			}
-		}
-		if time.Since(start)+delay > bound {
+	for tries := 0; !d.Allowed; tries++ {
+		delay, ok := in.nextTry(d, limits, time.Since(start), tries)
+		if !ok {
 			return d, nil
 		}
 		if !entered {

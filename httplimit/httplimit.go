@@ -158,8 +158,12 @@ type Limit struct {
 	// when the wait would exceed the least Wait of the limits refusing it,
 	// or when Config.MaxWaiting or MaxWaitingPerKey requests already wait.
 	// It takes nothing while it waits, and a client that goes away leaves
-	// at once. New refuses Wait on a limiter with CountRejected or in
-	// shadow mode.
+	// at once. New refuses Wait on a limiter with CountRejected or in shadow
+	// mode. An
+	// in-flight limit's RetryAfter is only an upper bound (a release may
+	// free a slot sooner): a request it refuses tries again after 5ms,
+	// then each time twice as long (at most 100ms, and never past the
+	// RetryAfter), and is refused once the least Wait has passed.
 	Wait time.Duration
 }
 

@@ -163,3 +163,64 @@ func TestInFlightMiddlewareRenewal(t *testing.T) {
 		t.Fatal("the request's context was not canceled when its lease was lost")
 	}
 }
+
+// TestInFlightWait: a request an in-flight limit refuses, with Wait, waits
+// for a slot to be freed (a release, long before RetryAfter, the end of
+// the current lease at the latest) and is admitted; when no slot is freed
+// within Wait it is refused once Wait has passed, not at once.
+func TestInFlightWait(t *testing.T) {
+	l, err := sluice.New(memstore.New(), sluice.InFlight{Limit: 1, Lease: time.Minute}, sluice.WithName("exports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := 2 * time.Second
+	m, err := httplimit.New(httplimit.Config{Limits: []httplimit.Limit{{Limiter: l, Key: httplimit.Constant("all"), Wait: wait}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	entered := make(chan struct{}, 4)
+	srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		if r.URL.Path == "/hold" {
+			<-release
+		}
+	})))
+	defer srv.Close()
+	ctx := context.Background()
+	held := make(chan error, 1)
+	go func() { _, err := get(t, ctx, srv.URL+"/hold"); held <- err }()
+	<-entered
+	go func() { time.Sleep(100 * time.Millisecond); close(release) }()
+	start := time.Now()
+	resp, err := get(t, ctx, srv.URL+"/waits")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("a request waiting for the slot: %v %v, want 200 once the holder released it", resp, err)
+	}
+	if took := time.Since(start); took < 50*time.Millisecond || took > wait {
+		t.Errorf("admitted after %v: the slot was freed after about 100ms", took)
+	}
+	<-held
+	<-entered
+
+	// The slot held for good: refused once Wait has passed.
+	m, err = httplimit.New(httplimit.Config{Limits: []httplimit.Limit{{Limiter: l, Key: httplimit.Constant("all"), Wait: 200 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv2 := httptest.NewServer(m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	defer srv2.Close()
+	ls, _, err := l.Acquire(ctx, sluice.Identity("const", "all"))
+	if err != nil || ls == nil {
+		t.Fatalf("Acquire: %v %v", ls, err)
+	}
+	defer ls.Release(ctx)
+	start = time.Now()
+	resp, err = get(t, ctx, srv2.URL+"/refused")
+	if err != nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a request while the slot stays held: %v %v, want 429", resp, err)
+	}
+	if took := time.Since(start); took < 200*time.Millisecond {
+		t.Errorf("refused after %v, want after Wait (200ms): a release might have freed a slot meanwhile", took)
+	}
+}

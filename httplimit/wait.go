@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/driver"
 )
 
 // Waiting instead of refusing (Limit.Wait, Config.MaxWaiting,
@@ -111,6 +113,50 @@ func (m *Middleware) waitBound(st *Status, applied []int) time.Duration {
 	return max(bound, 0)
 }
 
+// nextTry returns how long st, refused after waiting elapsed and deciding
+// tries+1 times, waits before deciding again, and false when it must not
+// wait: a refusing rate limit's RetryAfter is exact, and a wait past the
+// bound is refused at once; an in-flight limit's RetryAfter is only an
+// upper bound (a release may free a slot sooner), so while one refuses
+// the request tries again every leasePoll (up to its RetryAfter and the
+// bound), until the bound has passed.
+func (m *Middleware) nextTry(st *Status, applied []int, elapsed time.Duration, tries int) (time.Duration, bool) {
+	left := m.waitBound(st, applied) - elapsed
+	var rate time.Duration
+	lease := time.Duration(-1)
+	for j, ls := range st.Limits {
+		switch {
+		case ls.Result.Allowed:
+		case m.limits[applied[j]].Limiter.Rule().Algorithm == driver.AlgorithmInFlight:
+			lease = max(lease, ls.Result.RetryAfter)
+		default:
+			rate = max(rate, ls.Result.RetryAfter)
+		}
+	}
+	return waitDelay(rate, lease, left, tries)
+}
+
+// leasePoll is the first pause of a request waiting for an in-flight
+// slot; each next pause doubles it, up to maxLeasePoll.
+const (
+	leasePoll    = 5 * time.Millisecond
+	maxLeasePoll = 100 * time.Millisecond
+)
+
+// waitDelay is the pause before the next decision of a refused request
+// with left of its wait bound to go, and whether it waits at all: rate is
+// the longest RetryAfter of the refusing rate limits (0 for none), lease
+// the longest of the refusing in-flight limits (negative for none), tries
+// how many pauses came before.
+func waitDelay(rate, lease, left time.Duration, tries int) (time.Duration, bool) {
+	delay := max(rate, time.Millisecond)
+	if lease >= 0 {
+		poll := min(leasePoll<<min(tries, 5), maxLeasePoll, max(lease, time.Millisecond), left)
+		delay = max(rate, poll)
+	}
+	return delay, left > 0 && delay <= left
+}
+
 // checkWaiting is Check, waiting for admission while the refusing limits
 // allow (Limit.Wait): it sleeps the refusal's RetryAfter and decides
 // again, as sluice.Limiter.Wait does, and returns the refusal at once when
@@ -136,12 +182,9 @@ func (m *Middleware) checkWaiting(r *http.Request) (*Status, error) {
 			m.waiters.leave(keys)
 		}
 	}()
-	for !st.Allowed {
-		delay := st.RetryAfter()
-		if delay <= 0 {
-			delay = time.Millisecond
-		}
-		if time.Since(start)+delay > m.waitBound(st, applied) {
+	for tries := 0; !st.Allowed; tries++ {
+		delay, ok := m.nextTry(st, applied, time.Since(start), tries)
+		if !ok {
 			return st, nil
 		}
 		if !entered {

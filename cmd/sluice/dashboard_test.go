@@ -37,6 +37,7 @@ policies:
   - {name: api, algorithm: token_bucket, burst: 20, rate: 1/m, description: per API key, show_keys: raw, wait: 1s}
   - {name: login, algorithm: sliding_log, limit: 5, window: 15m, on_failure: deny, description: per username}
   - {name: search, algorithm: sliding_window, limit: 100, window: 1m, show_keys: truncated, warn_at: 1}
+  - {name: exports, algorithm: in_flight, limit: 2, lease: 30s, description: exports running per tenant}
   - {name: signup, algorithm: fixed_window, limit: 2, window: 720h, penalty: {after: 3, within: 1h, block: 1h}, description: blocks repeat offenders}
 `
 
@@ -223,6 +224,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 
 	checkQuantiles(t, ctx)
+	checkLeases(t, ctx, p.HTTP)
 
 	action := func(policy, key, button string) (status, result string) {
 		t.Helper()
@@ -387,6 +389,96 @@ func scrapeValue(t *testing.T, base, series string) string {
 		}
 	}
 	return "0"
+}
+
+// scrapeLeaseEvents reads sluice_lease_events_total of limiter from
+// /metrics, by event.
+func scrapeLeaseEvents(t *testing.T, base, limiter string) map[string]int64 {
+	t.Helper()
+	resp, err := client.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]int64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "sluice_lease_events_total{") || !strings.Contains(line, `limiter="`+limiter+`"`) {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `event="`)
+		event, _, _ := strings.Cut(rest, `"`)
+		n, _ := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+		out[event] = int64(n)
+	}
+	return out
+}
+
+// checkLeases drives the in_flight policy exports through every lease
+// event (two acquired, one refused; a renewal and a release; after a
+// reset of the key, a lost renewal and a release of an ended lease) and
+// checks that the page's in-flight leases section shows the service's own
+// counters.
+func checkLeases(t *testing.T, ctx context.Context, base string) {
+	t.Helper()
+	var ids []string
+	for i := range 3 {
+		code, m := post(t, base+"/v1/leases/acquire", `{"policy":"exports","key":"tenant:42"}`)
+		if want := map[bool]int{true: 200, false: 429}[i < 2]; code != want {
+			t.Fatalf("acquire %d: %d %v, want %d", i, code, m, want)
+		}
+		if i < 2 {
+			ids = append(ids, m["lease"].(string))
+		}
+	}
+	lease := func(route, id string) int {
+		code, _ := post(t, base+"/v1/leases/"+route, fmt.Sprintf(`{"policy":"exports","key":"tenant:42","lease":%q}`, id))
+		return code
+	}
+	if lease("renew", ids[0]) != 200 || lease("release", ids[0]) != 200 {
+		t.Fatal("renew and release of a held lease")
+	}
+	if code, m := request(t, "DELETE", base+"/v1/keys/exports/tenant:42", "", dashToken); code != 200 {
+		t.Fatalf("reset: %d %v", code, m)
+	}
+	if lease("renew", ids[1]) != 410 || lease("release", ids[1]) != 200 {
+		t.Fatal("renew (lost) and release (ended) of a lease whose key was reset")
+	}
+	ev := scrapeLeaseEvents(t, base, "exports.in_flight")
+	dec := scrape(t, base)["exports.in_flight"]
+	want := map[string]int64{"acquired": dec["allowed"], "refused": dec["denied"], "released": ev["released"], "ended": ev["ended"], "renewed": ev["renewed"], "lost": ev["lost"]}
+	for field, n := range map[string]int64{"acquired": 2, "refused": 1, "released": 1, "ended": 1, "renewed": 1, "lost": 1} {
+		if want[field] != n {
+			t.Fatalf("/metrics: %s %d, want %d (%v, %v)", field, want[field], n, ev, dec)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mismatch := ""
+		for field, n := range want {
+			if got := textOf(t, ctx, fmt.Sprintf(`#leases tr[data-policy="exports"] td[data-field=%q]`, field)); got != strconv.FormatInt(n, 10) {
+				mismatch += fmt.Sprintf("%s: page %s, /metrics %d; ", field, got, n)
+			}
+		}
+		if mismatch == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the in-flight leases section differs from the service's counters: %s", mismatch)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	hidden, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("leases-section").hidden`))
+	if err != nil || hidden {
+		t.Errorf("the in-flight leases section is hidden (%v) with an in_flight policy configured", err)
+	}
+	if limit, lease := textOf(t, ctx, `#leases tr[data-policy="exports"] td[data-field="limit"]`), textOf(t, ctx, `#leases tr[data-policy="exports"] td[data-field="lease"]`); limit != "2" || lease != "30s" {
+		t.Errorf("exports: limit %q, lease %q; want 2 and 30s", limit, lease)
+	}
+	if rows := textOf(t, ctx, `#leases tbody`); strings.Contains(rows, "api") || strings.Contains(rows, "login") {
+		t.Errorf("rate policies in the in-flight leases section: %q", rows)
+	}
 }
 
 // TestDashboardAssets: the page and its files are served from the binary

@@ -33,6 +33,11 @@ Traffic (--traffic, repeatable; RATE as in a config file, such as 12/s):
   on-off:RATE,on=D,off=D   RATE for D, silence for D, repeated
   retry:RATE               one client that honours Retry-After
   options: key=NAME keys=N cost=N from=TIME until=TIME
+  for in_flight policies: hold=D (200ms), hold=exp:MEAN or hold=MIN-MAX,
+  how long each allowed request holds its lease (renewing it every third
+  of lease); crash=FRACTION (0.05 or 5%) of holders never release
+An in_flight policy's row draws the leases held by the watched key against
+its limit, and by all keys together (those of crashed holders filled).
 --policy takes a config file's policy fields: algorithm=gcra,burst=10,rate=10/s
 
 With --replay, each decision of LOG (as --decisions writes it) is decided
@@ -311,9 +316,28 @@ func printSimulateSummary(w io.Writer, res *simulate.Result) {
 			rate += float64(b.AllowedUnits)
 		}
 		rate /= res.Duration.Seconds()
-		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%d\t%d\t%.4g\t%.4g\t\n", p.Name, p.Rule, p.Keys, p.Requests, p.Allowed, p.Refused, rate, p.Nominal)
+		nominal := fmt.Sprintf("%.4g", p.Nominal)
+		if p.InFlight() {
+			nominal = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%d\t%d\t%.4g\t%s\t\n", p.Name, p.Rule, p.Keys, p.Requests, p.Allowed, p.Refused, rate, nominal)
 	}
 	tw.Flush()
+	for _, p := range res.Policies {
+		if p.InFlight() {
+			fmt.Fprintln(w, leaseSummary(p))
+		}
+	}
+}
+
+// leaseSummary is a line of what an in_flight policy's holders did.
+func leaseSummary(p *simulate.PolicyResult) string {
+	var peak int64
+	for _, b := range p.Buckets {
+		peak = max(peak, b.Peak)
+	}
+	return fmt.Sprintf("%s: at most %d leases held at once by one key (limit %d); %d released, %d holders crashed (each lease then ends %v after it was taken), %d renewals lost",
+		p.Name, peak, p.Rule.Limit, p.Released, p.Crashed, p.Rule.Window, p.RenewalsLost)
 }
 
 // writeSimulateFiles writes PREFIX.csv, PREFIX.svg and PREFIX.png, those

@@ -12,32 +12,37 @@ import (
 
 // docSimulate returns the arguments of docs/simulate.md's first simulate
 // example (a shell command over several lines).
-func docSimulate(t *testing.T) []string {
+// docSimulate returns the arguments of docs/simulate.md's commands.
+func docSimulate(t *testing.T) [][]string {
 	t.Helper()
 	readme, err := os.ReadFile("../../docs/simulate.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`go run ./cmd/sluice simulate((?:[^\n]*\\\n)*[^\n]*)`).FindSubmatch(readme)
-	if m == nil {
-		t.Fatal("docs/simulate.md has no `go run ./cmd/sluice simulate` command")
+	var out [][]string
+	for _, m := range regexp.MustCompile(`go run ./cmd/sluice simulate((?:[^\n]*\\\n)*[^\n]*)`).FindAllSubmatch(readme, -1) {
+		out = append(out, append([]string{"simulate"}, strings.Fields(strings.ReplaceAll(string(m[1]), "\\\n", " "))...))
 	}
-	return append([]string{"simulate"}, strings.Fields(strings.ReplaceAll(string(m[1]), "\\\n", " "))...)
+	if len(out) < 2 {
+		t.Fatalf("docs/simulate.md has %d `go run ./cmd/sluice simulate` commands, want 2", len(out))
+	}
+	return out
 }
 
-// TestSimulateDocExample: docs/simulate.md's picture and numbers are what
-// its command makes.
-func TestSimulateDocExample(t *testing.T) {
-	args := docSimulate(t)
+// runDocSimulate runs a command of docs/simulate.md, which must write
+// wantOut, into a temporary directory, checks that its CSV and picture are
+// the committed ones, and returns its output.
+func runDocSimulate(t *testing.T, args []string, wantOut string) string {
+	t.Helper()
 	var out string
 	for i, a := range args {
 		if a == "--out" && i+1 < len(args) {
 			out = args[i+1]
-			args[i+1] = filepath.Join(t.TempDir(), "five")
+			args[i+1] = filepath.Join(t.TempDir(), "run")
 		}
 	}
-	if out != "docs/simulate/five-algorithms" {
-		t.Fatalf("docs/simulate.md's command writes %q, want docs/simulate/five-algorithms", out)
+	if out != wantOut {
+		t.Fatalf("docs/simulate.md's command writes %q, want %s", out, wantOut)
 	}
 	for i, a := range args {
 		if strings.HasPrefix(a, "examples/") {
@@ -48,31 +53,31 @@ func TestSimulateDocExample(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s %s", code, stdout, stderr)
 	}
-	got, err := os.ReadFile(args[indexOf(args, "--out")+1] + ".csv")
-	if err != nil {
-		t.Fatal(err)
+	for _, ext := range []string{".csv", ".png"} {
+		got, err := os.ReadFile(args[indexOf(args, "--out")+1] + ext)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile("../../" + out + ext)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ext == ".png" {
+			if _, err := png.Decode(bytes.NewReader(got)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("the docs/simulate.md command's %s differs from the committed %s%s: run it again", ext, out, ext)
+		}
 	}
-	want, err := os.ReadFile("../../" + out + ".csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("the docs/simulate.md command's CSV differs from the committed %s.csv: run it again", out)
-	}
-	gotPNG, err := os.ReadFile(args[indexOf(args, "--out")+1] + ".png")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantPNG, err := os.ReadFile("../../" + out + ".png")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := png.Decode(bytes.NewReader(gotPNG)); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(gotPNG, wantPNG) {
-		t.Errorf("the docs/simulate.md command's picture differs from the committed %s.png: run it again", out)
-	}
+	return stdout
+}
+
+// TestSimulateDocExample: docs/simulate.md's picture and numbers are what
+// its command makes.
+func TestSimulateDocExample(t *testing.T) {
+	stdout := runDocSimulate(t, docSimulate(t)[0], "docs/simulate/five-algorithms")
 	// The five algorithms, as docs/algorithms.md's output of examples/algorithms
 	// says: the fixed window lets both bursts through.
 	for _, line := range []string{"fixed_window", "sliding_log", "sliding_window", "token_bucket", "gcra"} {
@@ -82,6 +87,15 @@ func TestSimulateDocExample(t *testing.T) {
 	}
 	if !regexp.MustCompile(`fixed_window\s+fixed_window\(limit=10, window=1s\)\s+1\s+40\s+21\s+19`).MatchString(stdout) {
 		t.Errorf("fixed window: want 21 of 40 allowed:\n%s", stdout)
+	}
+}
+
+// TestSimulateInFlightDocExample: docs/simulate.md's in_flight picture and
+// numbers are what its command makes, and never more than the limit held.
+func TestSimulateInFlightDocExample(t *testing.T) {
+	stdout := runDocSimulate(t, docSimulate(t)[1], "docs/simulate/in-flight")
+	if !regexp.MustCompile(`exports: at most 5 leases held at once by one key \(limit 5\); \d+ released, [1-9]\d* holders crashed`).MatchString(stdout) {
+		t.Errorf("want the lease summary, with crashed holders:\n%s", stdout)
 	}
 }
 

@@ -31,7 +31,12 @@ Proves that this deployment limits as promised: against its own Valkey
                timeout (and the black-hole wait), as on_failure says
   ttl          every key written expires, within its bound
 
-and, once, doctor's checks of the Valkey settings that lose counts: an
+An in_flight policy gets its own concurrency check (holders in N processes
+hold leases for random times: never more than the limit at once by their
+own clocks, freed slots soon taken again), a crash check (a process
+holding every slot is killed with SIGKILL: refused until its leases end,
+admitted again within --margin; a Lease over --lease-wait is checked with
+that one), and failure and ttl as above. And, once, doctor's checks of the Valkey settings that lose counts: an
 evicting maxmemory-policy fails (an evicted key starts again with its full
 limit); persistence that forgets long windows on a restart is named as a
 caveat of the verdict; settings the server does not let verify read (CONFIG
@@ -52,12 +57,13 @@ func runVerify(ctx context.Context, args []string, env func(string) (string, boo
 	goroutines := fs.Int("goroutines", verify.DefaultGoroutines, "goroutines deciding in each worker process")
 	prefix := fs.String("prefix", "", "scratch key `prefix` (default: sluice-verify- and 8 random hex digits); must hold no keys")
 	wait := fs.Duration("blackhole-wait", verify.DefaultBlackholeWait, "longest a decision may take against a server that never answers")
-	margin := fs.Duration("margin", verify.DefaultMargin, "what a degraded decision may take beyond the policy's timeout")
+	margin := fs.Duration("margin", verify.DefaultMargin, "what a degraded decision may take beyond the policy's timeout, and a crashed lease holder's slot beyond its Lease")
+	leaseWait := fs.Duration("lease-wait", verify.DefaultLeaseWait, "longest Lease of an in_flight policy the crash check waits out (a longer one is checked with this one)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if code, ok := parseNoArgs(fs, verifyUsage, args, stdout, stderr); !ok {
 		return code
 	}
-	if msg := verifyCountsProblem(*processes, *goroutines, *wait, *margin); msg != "" {
+	if msg := verifyCountsProblem(*processes, *goroutines, *wait, *margin, *leaseWait); msg != "" {
 		return usageError(fs, stderr, "%s", msg)
 	}
 	cfg, err := of.load(true)
@@ -67,7 +73,7 @@ func runVerify(ctx context.Context, args []string, env func(string) (string, boo
 	}
 	rep, err := verify.Run(ctx, verify.Options{
 		Config: cfg, Env: env, Policies: policies, Processes: *processes, Goroutines: *goroutines,
-		Prefix: *prefix, BlackholeWait: *wait, Margin: *margin,
+		Prefix: *prefix, BlackholeWait: *wait, Margin: *margin, LeaseWait: *leaseWait,
 	})
 	if err != nil && rep == nil {
 		fmt.Fprintf(stderr, "sluice verify: %v\n", err)
@@ -79,12 +85,12 @@ func runVerify(ctx context.Context, args []string, env func(string) (string, boo
 
 // verifyCountsProblem says what is wrong with verify's counts and
 // durations, "" when nothing is.
-func verifyCountsProblem(processes, goroutines int, wait, margin time.Duration) string {
+func verifyCountsProblem(processes, goroutines int, wait, margin, leaseWait time.Duration) string {
 	switch {
 	case processes < 1 || goroutines < 1:
 		return "--processes and --goroutines must be at least 1"
-	case wait <= 0 || margin <= 0:
-		return "--blackhole-wait and --margin must be positive"
+	case wait <= 0 || margin <= 0 || leaseWait <= 0:
+		return "--blackhole-wait, --margin and --lease-wait must be positive"
 	}
 	return ""
 }

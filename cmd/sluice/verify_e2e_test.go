@@ -140,7 +140,8 @@ func TestE2EVerifyBadInput(t *testing.T) {
 		{[]string{}, 1, "names no Valkey"},
 		{[]string{"--valkey", srv.Addr, "--processes", "0"}, 2, "--processes and --goroutines must be at least 1"},
 		{[]string{"--valkey", srv.Addr, "extra"}, 2, `unexpected argument "extra"`},
-		{[]string{"--valkey", srv.Addr, "--blackhole-wait", "-1s"}, 2, "--blackhole-wait and --margin must be positive"},
+		{[]string{"--valkey", srv.Addr, "--blackhole-wait", "-1s"}, 2, "--blackhole-wait, --margin and --lease-wait must be positive"},
+		{[]string{"--valkey", srv.Addr, "--lease-wait", "0s"}, 2, "--blackhole-wait, --margin and --lease-wait must be positive"},
 		{[]string{"--valkey", srv.Addr, "--prefix", "a{b"}, 1, `the prefix "a{b" must be non-empty, without braces or spaces`},
 	} {
 		code, _, stderr := sluiceCmd(t, append([]string{"verify", "--config", cfg}, tc.args...)...)

@@ -99,6 +99,9 @@ type dashPolicy struct {
 	// Buckets are the latency histogram's upper bounds (seconds) and
 	// cumulative counts; the last is +Inf.
 	Buckets []dashBucket `json:"latency_buckets"`
+	// Leases are an in_flight policy's lease counters (dashleases.go);
+	// nil for a rate policy.
+	Leases *dashLeases `json:"leases,omitempty"`
 }
 
 type dashBucket struct {
@@ -162,7 +165,7 @@ func (s *Server) dashConfigOf(st *state) dashConfig {
 // and returns them indexed by limiter name for addMetric to fill.
 func (out *dashState) addPolicies(st *state) map[string]*dashPolicy {
 	for _, p := range st.order {
-		out.Policies = append(out.Policies, dashPolicy{Name: p.cfg.Name, Limiter: p.cfg.Limiter, Buckets: []dashBucket{}})
+		out.Policies = append(out.Policies, dashPolicy{Name: p.cfg.Name, Limiter: p.cfg.Limiter, Buckets: []dashBucket{}, Leases: leasesOf(p)})
 	}
 	byLimiter := make(map[string]*dashPolicy, len(out.Policies))
 	for i := range out.Policies {
@@ -210,6 +213,7 @@ var dashMetrics = map[string]func(*dashState, dashSample){
 	"sluice_build_info":                           (*dashState).addVersion,
 	"sluice_valkey_breaker_state":                 (*dashState).addBreaker,
 	"sluice_valkey_config_risk":                   (*dashState).addRisk,
+	"sluice_lease_events_total":                   (*dashState).addLeaseEvent,
 }
 
 // addDecisionCount adds a policy's decisions of one outcome.

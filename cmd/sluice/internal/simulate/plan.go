@@ -124,12 +124,8 @@ func NewPlan(opts Options) (*Plan, error) {
 	if err := checkOptions(&opts); err != nil {
 		return nil, err
 	}
-	for _, pol := range opts.Policies {
-		if pol.Algorithm == driver.AlgorithmInFlight {
-			// Its traffic needs durations (how long each request holds its
-			// lease), which the traffic sources do not have.
-			return nil, fmt.Errorf("policy %q is in_flight: sluice simulate draws rate policies only (traffic with durations is not supported)", pol.Name)
-		}
+	if err := checkInFlight(opts); err != nil {
+		return nil, err
 	}
 	p := &Plan{opts: opts, Start: DefaultStart, Requests: make([]int64, len(opts.Policies))}
 	if err := p.addSources(opts.Traffic, opts.Policies); err != nil {
@@ -327,6 +323,9 @@ func (p *Plan) count(traffic []Traffic, traceCounts []int64) {
 		}
 		p.Requests[i] = int64(math.Ceil(n))
 		total += p.Requests[i] + int64(p.Buckets)
+		if p.opts.Policies[i].Algorithm == driver.AlgorithmInFlight {
+			total += p.Requests[i] // a release for each acquire (renewals not counted)
+		}
 	}
 	p.Decisions = total
 }

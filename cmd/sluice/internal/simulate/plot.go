@@ -85,20 +85,10 @@ func drawResult(dc draw.Canvas, r *Result) error {
 	ax := newPlotAxes(r)
 	rows := make([][]*plot.Plot, len(r.Policies))
 	for row, p := range r.Policies {
-		s := ax.series(p)
-		reqs, err := ax.requestsPlot(p, s)
-		if err != nil {
+		var err error
+		if rows[row], err = ax.row(p, r.Watch); err != nil {
 			return err
 		}
-		rem, err := ax.remainingPlot(p, s, r.Watch)
-		if err != nil {
-			return err
-		}
-		rate, err := ax.ratePlot(p, s)
-		if err != nil {
-			return err
-		}
-		rows[row] = []*plot.Plot{reqs, rem, rate}
 	}
 	tiles := draw.Tiles{Rows: len(rows), Cols: 3, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 3,
 		PadTop: vg.Millimeter, PadBottom: vg.Millimeter, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
@@ -111,6 +101,30 @@ func drawResult(dc draw.Canvas, r *Result) error {
 		}
 	}
 	return nil
+}
+
+// row is the three plots of p's row: requests, then for a rate policy the
+// watched key's remaining units and the admitted rate, for an in_flight
+// one the leases held by the watched key and by all keys.
+func (ax *plotAxes) row(p *PolicyResult, watch string) ([]*plot.Plot, error) {
+	s := ax.series(p)
+	reqs, err := ax.requestsPlot(p, s)
+	if err != nil {
+		return nil, err
+	}
+	second, third := ax.remainingPlot, ax.ratePlot
+	if p.InFlight() {
+		second, third = ax.heldPlot, ax.allHeldPlot
+	}
+	mid, err := second(p, s, watch)
+	if err != nil {
+		return nil, err
+	}
+	last, err := third(p, s, watch)
+	if err != nil {
+		return nil, err
+	}
+	return []*plot.Plot{reqs, mid, last}, nil
 }
 
 // drawTitle writes the title across the top and returns the canvas below.
@@ -225,7 +239,7 @@ func (ax *plotAxes) remainingPlot(p *PolicyResult, s policySeries, watch string)
 
 // ratePlot is the rate admitted to all keys together against the nominal
 // rate times the keys in the window.
-func (ax *plotAxes) ratePlot(p *PolicyResult, s policySeries) (*plot.Plot, error) {
+func (ax *plotAxes) ratePlot(p *PolicyResult, s policySeries, _ string) (*plot.Plot, error) {
 	rate := newPlot(fmt.Sprintf("admitted per second over the last %v, all keys together", p.RateWindow), "", ax.unitName, ax.xmax)
 	rate.Y.Label.Text = "units/s"
 	rate.Y.Max = max(ax.maxRate*1.1, 1)

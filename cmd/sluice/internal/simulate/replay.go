@@ -221,6 +221,9 @@ func newReplayPolicy(pol *config.Policy) (*ReplayPolicy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy %q: %w", pol.Name, err)
 	}
+	if rule.Algorithm == driver.AlgorithmInFlight {
+		return nil, fmt.Errorf("policy %q is in_flight: a decision log has no durations (how long each lease was held), so its decisions cannot be replayed under it", pol.Name)
+	}
 	rp := &ReplayPolicy{Name: pol.Name, Rule: rule, Shadow: pol.Shadow, rule: rule, pol: pol, byKey: map[string]*KeyFlips{}}
 	rp.store = memstore.New(memstore.WithClock(func() time.Time { return rp.now }))
 	return rp, nil

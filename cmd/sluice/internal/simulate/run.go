@@ -41,7 +41,16 @@ type PolicyResult struct {
 	Requests, Allowed, Refused int64
 	// Keys is the number of distinct keys that sent requests in the run.
 	Keys int64
+	// An in_flight policy's leases: released by their holders (and
+	// releases that found their lease ended already), taken by holders
+	// that crashed (each ends Lease after it was acquired), renewals that
+	// found their lease ended.
+	Released, ReleasedEnded, Crashed, RenewalsLost int64
 }
+
+// InFlight reports whether the policy is in_flight (its buckets count
+// leases held; it has no nominal rate).
+func (p *PolicyResult) InFlight() bool { return p.Rule.Algorithm == driver.AlgorithmInFlight }
 
 // Bucket counts the decisions of one policy in one span of time,
 // [Start+i×Bucket, Start+(i+1)×Bucket).
@@ -62,6 +71,12 @@ type Bucket struct {
 	// window: the policy admits at most about Keys × Nominal per second
 	// to them together (each key has its own limit).
 	Keys int64
+	// For an in_flight policy: Held is the leases held at the end of the
+	// bucket, all keys together, Crashed those of them held by crashed
+	// holders (not yet ended), and Peak the most leases any one key held
+	// at once in the bucket, as the store counted them after each
+	// acquire. (Remaining is the watched key's free slots.)
+	Held, Crashed, Peak int64
 }
 
 // Run simulates the plan: each policy on its own in-process store, with a
@@ -157,6 +172,9 @@ type worker struct {
 	watchKey  string
 	res       *PolicyResult
 	log       *decisionLog
+	// lf simulates the holders of an in_flight policy (nil for a rate
+	// policy).
+	lf *leaseSim
 }
 
 func (p *Plan) newWorker(pol *config.Policy) (*worker, error) {
@@ -182,6 +200,10 @@ func (p *Plan) newWorker(pol *config.Policy) (*worker, error) {
 		Nominal:    NominalRate(rule),
 		RateWindow: roundUp(rw, p.Bucket),
 		Buckets:    make([]Bucket, p.Buckets),
+	}
+	if w.res.InFlight() {
+		w.lf = newLeaseSim(w)
+		w.res.Nominal = 0
 	}
 	return w, nil
 }
@@ -279,6 +301,11 @@ func (w *worker) decideNext(src source, bt int64, cur *bucketCursor, keys *keyWi
 			return err
 		}
 	}
+	if w.lf != nil { // releases at bt come before arrivals at bt
+		if err := w.lf.until(bt, true); err != nil {
+			return err
+		}
+	}
 	r, err := w.decideEvent(src.pop(), cur.b, keys)
 	if err != nil {
 		return err
@@ -320,7 +347,14 @@ func nextSource(srcs []source) (int, int64) {
 // closeBucket records the watched key's remaining units at the end of the
 // current bucket (at most the end of the run) and moves to the next.
 func (w *worker) closeBucket(cur *bucketCursor) error {
-	r, err := w.decide(min(cur.end, cur.runEnd), w.watchKey, 0)
+	end := min(cur.end, cur.runEnd)
+	if w.lf != nil {
+		if err := w.lf.until(end, false); err != nil {
+			return err
+		}
+		w.lf.closeBucket(end, cur.b)
+	}
+	r, err := w.decide(end, w.watchKey, 0)
 	if err != nil {
 		return err
 	}
@@ -334,7 +368,7 @@ func (w *worker) closeBucket(cur *bucketCursor) error {
 // the keys of the rate window), and logs the decision when asked to.
 func (w *worker) decideEvent(ev event, b int, keys *keyWindows) (sluice.Result, error) {
 	key := w.eventKey(ev)
-	r, err := w.decide(ev.at, key, ev.cost)
+	r, err := w.decideOne(ev, key, b)
 	if err != nil {
 		return r, err
 	}
@@ -347,6 +381,16 @@ func (w *worker) decideEvent(ev event, b int, keys *keyWindows) (sluice.Result, 
 		return r, fmt.Errorf("decision log: %w", err)
 	}
 	return r, nil
+}
+
+// decideOne decides ev on key in bucket b: a rate decision, or an
+// in_flight policy's acquire.
+func (w *worker) decideOne(ev event, key string, b int) (sluice.Result, error) {
+	if w.lf == nil {
+		return w.decide(ev.at, key, ev.cost)
+	}
+	r, err := w.lf.acquire(ev, key, b)
+	return sluice.Result{Allowed: r.Allowed, Remaining: r.Remaining, RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter}, err
 }
 
 // eventKey is the store key of ev's key: prepared for a synthetic

@@ -478,7 +478,7 @@ func TestPictures(t *testing.T) {
 // FuzzParseTraffic: any --traffic value parses or is refused, never
 // panics, and what parses can be planned.
 func FuzzParseTraffic(f *testing.F) {
-	for _, s := range []string{"steady:12/s", "poisson:100/s,keys=3", "burst:10@990ms", "on-off:50/s,on=2s,off=3s", "retry:20/s,key=m", "steady:1/s,from=1s,until=2s,cost=2"} {
+	for _, s := range []string{"steady:12/s", "poisson:100/s,keys=3", "burst:10@990ms", "on-off:50/s,on=2s,off=3s", "retry:20/s,key=m", "steady:1/s,from=1s,until=2s,cost=2", "steady:5/s,hold=exp:1s,crash=5%", "poisson:5/s,hold=100ms-2s,crash=0.1"} {
 		f.Add(s)
 	}
 	pols, err := ParsePolicies([]string{"algorithm=gcra,burst=10,rate=10/s"})
@@ -498,14 +498,4 @@ func FuzzParseTraffic(f *testing.F) {
 		}
 		NewPlan(Options{Policies: pols, Traffic: []Traffic{tr}, Duration: time.Second, MaxDecisions: 1000})
 	})
-}
-
-// TestInFlightRefused: an in_flight policy is refused with a reason, never
-// simulated as if it were a rate.
-func TestInFlightRefused(t *testing.T) {
-	pols := mustPolicies(t, "name=exports,algorithm=in_flight,limit=5,lease=30s")
-	_, err := NewPlan(Options{Policies: pols, Traffic: mustTraffic(t, "steady:10/s"), Duration: time.Minute})
-	if err == nil || !strings.Contains(err.Error(), `policy "exports" is in_flight`) {
-		t.Fatalf("err %v, want a refusal of the in_flight policy", err)
-	}
 }

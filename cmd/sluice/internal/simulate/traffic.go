@@ -70,6 +70,11 @@ type Traffic struct {
 	Keys int
 	// Cost is the units each request takes (default 1).
 	Cost int64
+	// Hold is how long each request an in_flight policy allows holds its
+	// lease before releasing it (hold=); Crash the fraction of those
+	// holders that crash instead, never releasing (crash=).
+	Hold  Hold
+	Crash float64
 }
 
 // MaxKeysPerSource bounds keys=N.
@@ -139,7 +144,7 @@ func (t *Traffic) parseOptions(opts []string) (map[string]bool, error) {
 		seen[name] = true
 		set := trafficOptions[name]
 		if set == nil {
-			return seen, fmt.Errorf("unknown option %q (want key, keys, cost, from, until; on and off for on-off)", name)
+			return seen, fmt.Errorf("unknown option %q (want key, keys, cost, from, until, hold, crash; on and off for on-off)", name)
 		}
 		if err := set(t, val); err != nil {
 			return seen, err
@@ -176,6 +181,8 @@ var trafficOptions = map[string]func(t *Traffic, val string) error{
 		t.Cost = n
 		return nil
 	},
+	"hold":  func(t *Traffic, val string) (err error) { t.Hold, err = ParseHold(val); return err },
+	"crash": func(t *Traffic, val string) (err error) { t.Crash, err = parseCrash(val); return err },
 	"from":  offsetOption("from", func(t *Traffic) *time.Duration { return &t.From }),
 	"until": offsetOption("until", func(t *Traffic) *time.Duration { return &t.Until }),
 	"on":    onOffOption("on", func(t *Traffic) *time.Duration { return &t.On }),
@@ -221,6 +228,9 @@ func (t *Traffic) check(seen map[string]bool) error {
 	}
 	if t.Kind == Burst && (seen["from"] || seen["until"]) {
 		return errors.New("a burst has its instant after @; from and until do not apply")
+	}
+	if seen["crash"] && !seen["hold"] {
+		return errors.New("crash needs hold= (how long the holders that do not crash hold their leases)")
 	}
 	if t.Until != 0 && t.Until <= t.From {
 		return fmt.Errorf("until (%v) must be after from (%v)", t.Until, t.From)
@@ -300,6 +310,10 @@ type event struct {
 	key  int32
 	name string
 	cost int64
+	// hold is how long the request holds its lease, in microseconds, if an
+	// in_flight policy allows it; crash, that its holder crashes instead.
+	hold  int64
+	crash bool
 }
 
 // source yields a stream of events in time order. observe is told the
@@ -314,20 +328,24 @@ type source interface {
 // synthetic generates the events of one Traffic. keys[i] is the key table
 // index of its i-th key.
 type synthetic struct {
-	t      Traffic
-	keys   []int32
-	rng    *rand.Rand
-	period float64 // microseconds between requests
-	until  int64
-	next   int64 // time of the next event
-	last   int64 // time of the event last popped
-	base   int64 // steady, retry: the schedule's origin; on-off: the cycle's start
-	i      int64 // steady, on-off, retry: events since base; burst: events left
-	done   bool
+	t    Traffic
+	keys []int32
+	rng  *rand.Rand
+	// holdRng draws each event's hold and crash (for every event, allowed
+	// or not, so that every policy sees the same ones).
+	holdRng *rand.Rand
+	period  float64 // microseconds between requests
+	until   int64
+	next    int64 // time of the next event
+	last    int64 // time of the event last popped
+	base    int64 // steady, retry: the schedule's origin; on-off: the cycle's start
+	i       int64 // steady, on-off, retry: events since base; burst: events left
+	done    bool
 }
 
 func newSynthetic(t Traffic, keys []int32, seed uint64, index int, d time.Duration) *synthetic {
-	s := &synthetic{t: t, keys: keys, rng: rand.New(rand.NewPCG(seed, uint64(index)))}
+	s := &synthetic{t: t, keys: keys, rng: rand.New(rand.NewPCG(seed, uint64(index))),
+		holdRng: rand.New(rand.NewPCG(seed, uint64(index)|1<<32))}
 	from, until := t.span(d)
 	s.until = until
 	s.period = 1e6 / t.Rate
@@ -348,6 +366,10 @@ func (s *synthetic) peek() (int64, bool) { return s.next, !s.done }
 
 func (s *synthetic) pop() event {
 	ev := event{at: s.next, cost: s.t.Cost, key: s.pickKey()}
+	if !s.t.Hold.IsZero() {
+		ev.hold = s.t.Hold.draw(s.holdRng)
+		ev.crash = s.t.Crash > 0 && s.holdRng.Float64() < s.t.Crash
+	}
 	s.last = s.next
 	if s.t.Kind == Burst {
 		s.i--

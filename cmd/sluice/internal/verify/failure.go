@@ -232,7 +232,7 @@ func (r *run) faultDecisions(ctx context.Context, l *sluice.Limiter, p *config.P
 		done := make(chan faultAnswer, 1)
 		start := time.Now()
 		go func() {
-			res, err := l.Allow(ctx, "failure")
+			res, err := decideOnce(ctx, l, p)
 			done <- faultAnswer{res, err}
 		}()
 		select {
@@ -250,6 +250,22 @@ func (r *run) faultDecisions(ctx context.Context, l *sluice.Limiter, p *config.P
 		}
 	}
 	return slowest, n, nil
+}
+
+// decideOnce makes one decision of p on l: an Allow, or for an in_flight
+// policy an Acquire whose lease (a degraded one under fail open) is
+// released at once.
+func decideOnce(ctx context.Context, l *sluice.Limiter, p *config.Policy) (sluice.Result, error) {
+	if _, ok := p.Policy.(sluice.InFlight); !ok {
+		return l.Allow(ctx, "failure")
+	}
+	ls, res, err := l.Acquire(ctx, "failure")
+	if ls != nil {
+		if _, rerr := ls.Release(ctx); rerr != nil && err == nil {
+			err = fmt.Errorf("releasing a degraded lease: %w", rerr)
+		}
+	}
+	return res, err
 }
 
 func join(parts []string, sep string) string {

@@ -42,6 +42,14 @@ type job struct {
 	AtMicro          int64      `json:"at_us"`
 	Attempts         int64      `json:"attempts"`
 	Goroutines       int        `json:"goroutines"`
+	// Mode is what the job does: "" decides Attempts times at AtMicro
+	// (the rate checks); "hold" holds leases for up to HoldMicro each,
+	// again and again for RunMicro, and reports each span held; "take"
+	// takes Attempts leases and keeps them (the crash check then kills
+	// the worker).
+	Mode      string `json:"mode,omitempty"`
+	RunMicro  int64  `json:"run_us,omitempty"`
+	HoldMicro int64  `json:"hold_us,omitempty"`
 }
 
 // wirePolicy carries a sluice.Policy: exactly one field is set.
@@ -51,6 +59,7 @@ type wirePolicy struct {
 	SlidingWindow *sluice.SlidingWindow `json:"sliding_window,omitempty"`
 	TokenBucket   *sluice.TokenBucket   `json:"token_bucket,omitempty"`
 	GCRA          *sluice.GCRA          `json:"gcra,omitempty"`
+	InFlight      *sluice.InFlight      `json:"in_flight,omitempty"`
 }
 
 func toWire(p sluice.Policy) (wirePolicy, error) {
@@ -66,6 +75,8 @@ func toWire(p sluice.Policy) (wirePolicy, error) {
 		w.TokenBucket = &p
 	case sluice.GCRA:
 		w.GCRA = &p
+	case sluice.InFlight:
+		w.InFlight = &p
 	default:
 		return w, fmt.Errorf("verify: cannot send a policy of type %T to a worker", p)
 	}
@@ -84,6 +95,8 @@ func (w wirePolicy) policy() (sluice.Policy, error) {
 		return *w.TokenBucket, nil
 	case w.GCRA != nil:
 		return *w.GCRA, nil
+	case w.InFlight != nil:
+		return *w.InFlight, nil
 	}
 	return nil, errors.New("verify: the job carries no policy")
 }
@@ -97,6 +110,16 @@ type tally struct {
 	FirstError string `json:"first_error,omitempty"`
 	// Error is set when the worker could not run at all.
 	Error string `json:"error,omitempty"`
+	// Spans are the leases a "hold" job held, each from just after its
+	// Acquire returned to just before its Release was sent (Unix
+	// nanoseconds); Lost counts the releases that freed nothing (the
+	// lease had ended already).
+	Spans [][2]int64 `json:"spans,omitempty"`
+	Lost  int64      `json:"lost,omitempty"`
+	// SentNano and HeldNano bracket a "take" job's acquires: before the
+	// first was sent, after the last returned.
+	SentNano int64 `json:"sent_ns,omitempty"`
+	HeldNano int64 `json:"held_ns,omitempty"`
 }
 
 // selfWorker starts this executable again as a worker.
@@ -240,26 +263,42 @@ func (j job) env(k string) (string, bool) {
 	return j.Password, true
 }
 
-// work runs job j: it makes j.Attempts decisions on j's key from
-// j.Goroutines goroutines, all at the job's instant, once ready (which
-// reports the worker ready and waits for the word to go) returns, and
-// tallies them.
+// work runs job j once ready (which reports the worker ready and waits
+// for the word to go) returns, as its Mode says, and tallies it. A rate
+// job's decisions are all at the job's instant (a client clock); a lease
+// job's are on the store's clock.
 func (w *workerConn) work(ctx context.Context, j job, ready func() error) (tally, error) {
 	var t tally
 	pol, err := j.Policy.policy()
 	if err != nil {
 		return t, err
 	}
-	at := time.UnixMicro(j.AtMicro)
-	l, err := sluice.New(w.store, pol, sluice.WithName(j.Limiter), sluice.WithPrefix(j.Prefix),
-		sluice.WithClock(func() time.Time { return at }), sluice.WithDenyCache(false),
-		sluice.WithTimeout(checkTimeout), sluice.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	opts := []sluice.Option{sluice.WithName(j.Limiter), sluice.WithPrefix(j.Prefix), sluice.WithDenyCache(false),
+		sluice.WithTimeout(checkTimeout), sluice.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
+	if j.Mode == "" { // leases live on the store's clock
+		at := time.UnixMicro(j.AtMicro)
+		opts = append(opts, sluice.WithClock(func() time.Time { return at }))
+	}
+	l, err := sluice.New(w.store, pol, opts...)
 	if err != nil {
 		return t, err
 	}
 	if err := ready(); err != nil {
 		return t, err
 	}
+	switch j.Mode {
+	case "hold":
+		return hold(ctx, l, j), nil
+	case "take":
+		return take(ctx, l, j), nil
+	}
+	return decide(ctx, l, j), nil
+}
+
+// decide makes j.Attempts decisions on j's key from j.Goroutines
+// goroutines, and tallies them.
+func decide(ctx context.Context, l *sluice.Limiter, j job) tally {
+	var t tally
 	var left atomic.Int64
 	left.Store(j.Attempts)
 	var mu sync.Mutex
@@ -278,7 +317,7 @@ func (w *workerConn) work(ctx context.Context, j job, ready func() error) (tally
 		}()
 	}
 	wg.Wait()
-	return t, nil
+	return t
 }
 
 // count tallies one decision: an error (the first one's text kept),
@@ -308,6 +347,8 @@ func (t *tally) merge(o tally) {
 	if t.FirstError == "" {
 		t.FirstError = o.FirstError
 	}
+	t.Spans = append(t.Spans, o.Spans...)
+	t.Lost += o.Lost
 }
 
 // workerProc is one running worker process.
@@ -417,7 +458,9 @@ func (r *run) wireJob(p *config.Policy, j job) (job, error) {
 			return j, err
 		}
 	}
-	j.Policy, err = toWire(p.Policy)
+	if j.Policy == (wirePolicy{}) { // unless the job carries a policy of its own
+		j.Policy, err = toWire(p.Policy)
+	}
 	return j, err
 }
 
@@ -463,13 +506,7 @@ func (r *run) collect() (tally, error) {
 		if t.Error != "" {
 			return sum, fmt.Errorf("worker process %d: %s", i, t.Error)
 		}
-		sum.Allowed += t.Allowed
-		sum.Refused += t.Refused
-		sum.Degraded += t.Degraded
-		sum.Errors += t.Errors
-		if sum.FirstError == "" {
-			sum.FirstError = t.FirstError
-		}
+		sum.merge(t)
 	}
 	return sum, nil
 }

@@ -157,6 +157,32 @@
     $("warnings-note").textContent = st.warnings.length ? "" : "No policy sets warn_at or wait.";
   }
 
+  // renderLeases fills the in-flight leases section, shown only when an
+  // in_flight policy is configured.
+  function renderLeases(st) {
+    const tbody = $("leases").tBodies[0];
+    tbody.replaceChildren();
+    let any = false;
+    for (const p of st.policies) {
+      const l = p.leases;
+      if (!l) continue;
+      any = true;
+      const row = el("tr");
+      row.dataset.policy = p.name;
+      cell(row, p.name, "name");
+      cell(row, l.limit, "limit", "num");
+      cell(row, l.lease_ms >= 1000 ? l.lease_ms / 1000 + "s" : l.lease_ms + "ms", "lease", "num");
+      cell(row, p.allowed, "acquired", "num");
+      cell(row, p.refused, "refused", "num");
+      cell(row, l.released, "released", "num");
+      cell(row, l.ended, "ended", "num" + (l.ended ? " warn" : ""));
+      cell(row, l.renewed, "renewed", "num");
+      cell(row, l.lost, "lost", "num" + (l.lost ? " bad" : ""));
+      tbody.appendChild(row);
+    }
+    $("leases-section").hidden = !any;
+  }
+
   function renderNodes(st) {
     const tbody = $("nodes").tBodies[0];
     tbody.replaceChildren();
@@ -274,6 +300,7 @@
       renderConfig(st, p.status === 200 ? p.body : null);
       renderPolicies(st);
       renderWarnings(st);
+      renderLeases(st);
       renderNodes(st);
       await renderTop();
       history.push(st);
