@@ -60,8 +60,13 @@ type batcher struct {
 
 // A request is one caller's Do waiting in the queue.
 type request struct {
-	ops      []driver.Op // a copy: the caller may give up and return
-	deadline time.Time   // the earliest of the ops' deadlines; zero: none
+	// ops are the caller's own, never copied: while r is queued only its
+	// state is read (and len(ops)); the ops are touched only by whoever
+	// moves state from queued to taken (sift), and a caller returns without
+	// waiting for its wake only after moving it to abandoned, so a caller
+	// that gave up and reuses its ops is never raced.
+	ops      []driver.Op
+	deadline time.Time // the earliest of the ops' deadlines; zero: none
 	state    atomic.Int32
 	rearmed  bool          // a rearm was sent (under budget.mu)
 	wake     chan wakeCall // a batch to send (the caller leads it), done, or rearm
@@ -139,8 +144,7 @@ func (b *batcher) do(ctx context.Context, ops []driver.Op) error {
 	if batch != nil {
 		b.lead(batch)
 	}
-	copy(ops, r.ops)
-	r.ops = r.ops[:0]
+	r.ops = nil
 	requestPool.Put(r)
 	return nil
 }
@@ -152,7 +156,7 @@ func (b *batcher) do(ctx context.Context, ops []driver.Op) error {
 // comes before the end of the calls in flight. bud.mu is held.
 func (b *batcher) enqueue(ops []driver.Op, dl time.Time) (r *request, extra []*request, needTimer bool) {
 	r = requestPool.Get().(*request)
-	r.ops = append(r.ops[:0], ops...)
+	r.ops = ops
 	r.deadline = dl
 	r.rearmed = false
 	r.state.Store(queued)
@@ -396,15 +400,18 @@ func mergeOps(merged []driver.Op, batch []*request) ([]driver.Op, time.Time) {
 	return merged, dl
 }
 
-// spread copies the decided merged ops back to batch's requests, with the
-// call's error err where an op has none of its own.
+// spread copies what the store filled in of the decided merged ops
+// (Result, Receipt, Err: nothing else of an Op is the store's to change)
+// back to batch's requests, with the call's error err where an op has
+// none of its own.
 func spread(merged []driver.Op, batch []*request, err error) {
 	i := 0
 	for _, r := range batch {
 		for j := range r.ops {
-			r.ops[j] = merged[i]
-			if r.ops[j].Err == nil && err != nil {
-				r.ops[j].Err = err
+			op, m := &r.ops[j], &merged[i]
+			op.Result, op.Receipt, op.Err = m.Result, m.Receipt, m.Err
+			if op.Err == nil && err != nil {
+				op.Err = err
 			}
 			i++
 		}
