@@ -382,8 +382,11 @@ func (l *Limiter) allow(ctx context.Context, key string, r Rule, n int64) (Resul
 	k := driver.AppendKey(buf[:0], l.cfg.prefix, l.cfg.name, l.rule, key)
 	var seq uint64
 	if l.deny != nil {
-		if res, ok := l.deny.get(k, n, l.mono()); ok {
-			return l.local(ctx, k, r, n, res), nil
+		// The clock is read only when the cache may answer.
+		if l.deny.holds() {
+			if res, ok := l.deny.get(k, n, l.mono()); ok {
+				return l.local(ctx, k, r, n, res), nil
+			}
 		}
 		seq = l.deny.seq.Load() // before the request is sent
 	}
