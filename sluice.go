@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"reflect"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/driver"
 )
@@ -178,6 +180,10 @@ type Limiter struct {
 	ovs     driver.OverrideStore // nil unless WithOverrides
 	cobs    ContextObserver      // the observer, when it is one
 	rsv     *reservations        // nil unless WithReservations; see reserve.go
+	// transient: the store is a driver.TransientKeys and no ContextObserver
+	// keeps the keys, so a lone decision's key is passed in the pooled
+	// buffer of its Op (see opKey).
+	transient bool
 }
 
 // New returns a Limiter enforcing policy on store. It fails with an error
@@ -238,6 +244,8 @@ func New(store driver.Store, policy Policy, opts ...Option) (*Limiter, error) {
 	}
 	l.notify, _ = store.(driver.DeleteNotifier)
 	l.cobs, _ = cfg.observer.(ContextObserver)
+	_, l.transient = store.(driver.TransientKeys)
+	l.transient = l.transient && l.cobs == nil
 	if err := l.setDenyCache(); err != nil {
 		return nil, err
 	}
@@ -392,10 +400,10 @@ func (l *Limiter) allow(ctx context.Context, key string, r Rule, n int64) (Resul
 	}
 	// The Op comes from a pool: passed to the Store (an interface), a
 	// local one would be allocated on the heap for every decision.
-	op := opPool.Get().(*[1]driver.Op)
+	op := opPool.Get().(*loneOp)
 	defer putOp(op)
-	batch := op[:]
-	batch[0] = driver.Op{Key: string(k), Rule: r, Cost: n}
+	batch := op.op[:]
+	batch[0] = driver.Op{Key: l.opKey(op, k), Rule: r, Cost: n}
 	if l.ovs != nil {
 		batch[0].Override = l.overrideKey(key)
 	}
@@ -406,13 +414,48 @@ func (l *Limiter) allow(ctx context.Context, key string, r Rule, n int64) (Resul
 	return out[0], nil
 }
 
+// A loneOp is the Op of a lone decision, and the buffer of its key when
+// the store is a driver.TransientKeys.
+type loneOp struct {
+	op  [1]driver.Op
+	key []byte
+}
+
 // opPool holds the Ops of lone decisions between decisions. A Store keeps
 // no Op after its Do returns (see Store).
-var opPool = sync.Pool{New: func() any { return new([1]driver.Op) }}
+var opPool = sync.Pool{New: func() any { return new(loneOp) }}
 
-func putOp(op *[1]driver.Op) {
-	*op = [1]driver.Op{} // drop the key, rule and error it points to
+// maxPooledKey bounds the key buffer a pooled Op keeps.
+const maxPooledKey = 1 << 10
+
+func putOp(op *loneOp) {
+	op.op = [1]driver.Op{} // drop the key, rule and error it points to
+	if cap(op.key) > maxPooledKey {
+		op.key = nil
+	}
 	opPool.Put(op)
+}
+
+// opKey is the Key of a lone decision's Op for the store key k (a buffer
+// of the caller's): a copy of k of its own, or on a driver.TransientKeys
+// store, k copied into op's buffer (no allocation), which stays op's until
+// putOp. The deny cache, which keeps keys, takes a copy (stableKey); a
+// ContextObserver, which may keep them, turns this off (New).
+func (l *Limiter) opKey(op *loneOp, k []byte) string {
+	if !l.transient {
+		return string(k)
+	}
+	op.key = append(op.key[:0], k...)
+	return unsafe.String(unsafe.SliceData(op.key), len(op.key))
+}
+
+// stableKey is key, an Op's Key, as a string that may be kept past the
+// decision: a copy when the limiter passes transient keys (opKey).
+func (l *Limiter) stableKey(key string) string {
+	if l.transient {
+		return strings.Clone(key)
+	}
+	return key
 }
 
 // processStart anchors mono's readings of the local clock.
@@ -532,7 +575,7 @@ func (l *Limiter) finish(ctx context.Context, ops []driver.Op, out []Result, err
 		}
 		if !res.Allowed {
 			if l.deny != nil && op.Cost >= 0 {
-				l.deny.put(op.Key, op.Cost, *res, sent, seq)
+				l.deny.put(l.stableKey(op.Key), op.Cost, *res, sent, seq)
 			}
 			if l.cfg.shadow {
 				res.Allowed = true

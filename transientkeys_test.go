@@ -1,0 +1,80 @@
+package sluice_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// transientStore is a driver.TransientKeys over a memstore (which keeps
+// keys: it is given copies), counting the decisions per key.
+type transientStore struct {
+	*memstore.Store
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (s *transientStore) TransientKeys() {}
+
+func (s *transientStore) Do(ctx context.Context, batch []driver.Op) error {
+	own := make([]driver.Op, len(batch))
+	s.mu.Lock()
+	for i, op := range batch {
+		op.Key = strings.Clone(op.Key)
+		own[i] = op
+		s.calls[op.Key]++
+	}
+	s.mu.Unlock()
+	err := s.Store.Do(ctx, own)
+	for i := range batch {
+		batch[i].Result, batch[i].Receipt, batch[i].Err = own[i].Result, own[i].Receipt, own[i].Err
+	}
+	return err
+}
+
+// TestTransientKeysDenyCache decides on a driver.TransientKeys store,
+// whose Ops' keys the limiter builds in buffers it reuses: the refusals the
+// deny cache keeps stay under their own keys while later decisions reuse
+// the buffers, so a cached key is still answered locally and no other key
+// is.
+func TestTransientKeysDenyCache(t *testing.T) {
+	ctx := context.Background()
+	store := &transientStore{Store: memstore.New(), calls: map[string]int{}}
+	var _ driver.TransientKeys = store
+	l, err := sluice.New(store, sluice.GCRA{Rate: 1, Per: time.Hour, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	for _, k := range keys {
+		if res, _ := l.Allow(ctx, k); !res.Allowed {
+			t.Fatalf("%s: first decision refused", k)
+		}
+		if res, _ := l.Allow(ctx, k); res.Allowed {
+			t.Fatalf("%s: second decision allowed", k)
+		}
+	}
+	for _, k := range keys {
+		for range 3 {
+			if res, _ := l.Allow(ctx, k); res.Allowed {
+				t.Fatalf("%s: allowed after its refusal", k)
+			}
+		}
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if len(store.calls) != len(keys) {
+		t.Errorf("the store saw %d keys, want %d: %v", len(store.calls), len(keys), store.calls)
+	}
+	for k, n := range store.calls {
+		if n != 2 {
+			t.Errorf("%s: %d decisions reached the store, want 2 (the later ones answered by the deny cache)", k, n)
+		}
+	}
+}
