@@ -179,6 +179,14 @@ func (b *batcher) wait(ctx context.Context, r *request, dl time.Time, needTimer 
 	var t waitTimer
 	if needTimer {
 		t.arm(dl)
+	} else if ctx.Done() == nil {
+		// Nothing but the wake can end the wait until a rearm: a plain
+		// receive, cheaper than a select.
+		w := <-r.wake
+		if !w.rearm {
+			return w.batch, nil
+		}
+		t.arm(dl)
 	}
 	defer t.stop()
 	for {
