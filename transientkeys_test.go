@@ -78,3 +78,44 @@ func TestTransientKeysDenyCache(t *testing.T) {
 		}
 	}
 }
+
+// allowStore allows every decision without allocating; transientAllowStore
+// is the same, a driver.TransientKeys.
+type allowStore struct{}
+
+func (allowStore) Do(_ context.Context, batch []driver.Op) error {
+	for i := range batch {
+		batch[i].Result = driver.Result{Allowed: true, Remaining: 1}
+	}
+	return nil
+}
+
+func (allowStore) Delete(context.Context, ...string) error { return nil }
+
+type transientAllowStore struct{ allowStore }
+
+func (*transientAllowStore) TransientKeys() {}
+
+// TestTransientKeysAllocations: on a driver.TransientKeys store, a
+// decision the store makes allocates nothing in the limiter; on another
+// store, its key is a string of its own (one allocation).
+func TestTransientKeysAllocations(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		store driver.Store
+		want  float64
+	}{{&transientAllowStore{}, 0}, {&allowStore{}, 1}} {
+		l, err := sluice.New(tc.store, sluice.GCRA{Rate: 1, Per: time.Second, Burst: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		allocs := testing.AllocsPerRun(200, func() {
+			if res, err := l.Allow(ctx, "user-1"); err != nil || !res.Allowed {
+				t.Fatalf("%+v %v", res, err)
+			}
+		})
+		if allocs != tc.want {
+			t.Errorf("%T: %v allocations per decision, want %v", tc.store, allocs, tc.want)
+		}
+	}
+}
