@@ -241,7 +241,8 @@ func (s *Store) Do(ctx context.Context, batch []driver.Op) error {
 
 // TransientKeys implements driver.TransientKeys: a call's keys are copied
 // into the command it sends (see command), and nothing else keeps an Op's
-// Key after Do returns.
+// Key after Do returns. A type that embeds a *Store inherits it: one whose
+// own Do keeps keys must hold the *Store in a named field instead.
 func (s *Store) TransientKeys() {}
 
 // groupByNode adds the indexes in batch of each node's Ops to byNode.
