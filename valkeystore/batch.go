@@ -354,11 +354,12 @@ func (b *batcher) sift(now time.Time) batchTake {
 	left := 0             // the decisions that stay queued
 	keep := b.pending[:0] // filtered in place: keep never passes the reader
 	for _, r := range b.pending {
+		w := r.watch // read first: place may wake r's caller, which reuses r
 		if bt.place(r, now, b.maxOps) {
 			keep = append(keep, r)
 			left += len(r.ops)
-		} else if r.watch != nil {
-			r.watch.queued--
+		} else if w != nil {
+			w.queued--
 		}
 	}
 	clear(b.pending[len(keep):])
