@@ -244,8 +244,7 @@ func New(store driver.Store, policy Policy, opts ...Option) (*Limiter, error) {
 	}
 	l.notify, _ = store.(driver.DeleteNotifier)
 	l.cobs, _ = cfg.observer.(ContextObserver)
-	_, l.transient = store.(driver.TransientKeys)
-	l.transient = l.transient && l.cobs == nil
+	l.transient = transientKeys(store, l.cobs)
 	if err := l.setDenyCache(); err != nil {
 		return nil, err
 	}
@@ -447,6 +446,13 @@ func (l *Limiter) opKey(op *loneOp, k []byte) string {
 	}
 	op.key = append(op.key[:0], k...)
 	return unsafe.String(unsafe.SliceData(op.key), len(op.key))
+}
+
+// transientKeys reports whether a limiter on store with the ContextObserver
+// cobs (nil for none) may pass keys in a reused buffer (see opKey).
+func transientKeys(store driver.Store, cobs ContextObserver) bool {
+	_, ok := store.(driver.TransientKeys)
+	return ok && cobs == nil
 }
 
 // stableKey is key, an Op's Key, as a string that may be kept past the

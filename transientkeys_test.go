@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -117,5 +118,34 @@ func TestTransientKeysAllocations(t *testing.T) {
 		if allocs != tc.want {
 			t.Errorf("%T: %v allocations per decision, want %v", tc.store, allocs, tc.want)
 		}
+	}
+}
+
+// keyKeeper is a ContextObserver that keeps every Observation's Key.
+type keyKeeper struct{ keys []string }
+
+func (k *keyKeeper) ObserveDecision(string, sluice.Result, error, time.Duration) {}
+
+func (k *keyKeeper) ObserveContext(_ context.Context, o sluice.Observation) {
+	k.keys = append(k.keys, o.Key)
+}
+
+// TestTransientKeysObserved: a ContextObserver may keep the keys it is
+// given, so a limiter with one passes keys of their own even on a
+// driver.TransientKeys store: the keys kept are still the decisions'.
+func TestTransientKeysObserved(t *testing.T) {
+	ctx := context.Background()
+	obs := &keyKeeper{}
+	l, err := sluice.New(&transientAllowStore{}, sluice.GCRA{Rate: 1, Per: time.Second, Burst: 5}, sluice.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, id := range []string{"a", "bb", "ccc", "dddd"} {
+		l.Allow(ctx, id)
+		want = append(want, driver.Key(sluice.DefaultPrefix, l.Name(), l.Rule(), id))
+	}
+	if !slices.Equal(obs.keys, want) {
+		t.Errorf("observed keys %q, want %q", obs.keys, want)
 	}
 }
