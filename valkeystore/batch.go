@@ -19,9 +19,11 @@ import (
 // one script call, one after the other, exactly as if they had come one by
 // one.
 //
-// No goroutine is started: the caller whose call returns hands the slot to
-// one of the queued callers (of its node, or of another node; see
-// budget.go), which sends its node's queue and wakes the others.
+// No goroutine is started for a call: the caller whose call returns hands
+// the slot to one of the queued callers (of its node, or of another node;
+// see budget.go), which sends its node's queue and wakes the others. The
+// one goroutine a batcher may have watches a context that its queued
+// requests share (see ctxWatch).
 //
 // Invariants:
 //   - A lone decision never waits: a node without a call in flight
