@@ -43,8 +43,14 @@ type denyCache struct {
 	live atomic.Bool
 	// seq counts the notices (Deleted, Watching) heard: a refusal is
 	// cached only when no notice arrived since its request was sent.
-	seq    atomic.Uint64
-	shards [denyShards]denyShard
+	seq atomic.Uint64
+	// entries is at least the number of entries in the shards' maps: raised
+	// before an insert, lowered after a delete, under the shard's lock. At
+	// 0 the cache holds nothing, which get and forgetStale see without
+	// hashing the key or taking a lock (a refusal being put meanwhile is
+	// ordered after them, as it would be by the shard's lock).
+	entries atomic.Int64
+	shards  [denyShards]denyShard
 }
 
 const (
@@ -115,7 +121,9 @@ func (c *denyCache) Watching(live bool) {
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.Lock()
+		n := len(sh.m)
 		clear(sh.m)
+		c.entries.Add(-int64(n))
 		sh.head, sh.size = 0, 0
 		sh.mu.Unlock()
 	}
@@ -131,7 +139,7 @@ func (c *denyCache) shard(key string) *denyShard {
 // get returns the store's answer to a request of cost for the store key key
 // at now, when a cached refusal determines it. It does not allocate.
 func (c *denyCache) get(key []byte, cost int64, now int64) (Result, bool) {
-	if !c.live.Load() {
+	if !c.live.Load() || !c.holds() {
 		return Result{}, false
 	}
 	sh := &c.shards[maphash.Bytes(c.seed, key)%denyShards]
@@ -174,12 +182,14 @@ func (c *denyCache) put(key string, cost int64, res Result, sent int64, seq uint
 				sh.push(r) // still refused: to the end of the ring
 			} else if e, ok := sh.m[r.key]; ok && sent >= e.until {
 				delete(sh.m, r.key)
+				c.entries.Add(-1)
 			}
 		}
 		if sh.size == len(sh.ring) {
 			return // full of live refusals: the store decides this key
 		}
 		sh.push(ringEntry{key, sent + int64(res.RetryAfter)})
+		c.entries.Add(1) // before the entry can be seen
 	}
 	sh.m[key] = denyEntry{until: sent + int64(res.RetryAfter), need: max(cost, 1), res: res, at: sent}
 }
@@ -192,21 +202,35 @@ func (sh *denyShard) push(r ringEntry) {
 func (c *denyCache) forget(key string) {
 	sh := c.shard(key)
 	sh.mu.Lock()
-	delete(sh.m, key)
+	sh.drop(c, key)
 	sh.mu.Unlock()
 }
+
+// drop deletes key's entry, if any. sh.mu is held.
+func (sh *denyShard) drop(c *denyCache, key string) {
+	if _, ok := sh.m[key]; ok {
+		delete(sh.m, key)
+		c.entries.Add(-1)
+	}
+}
+
+// holds reports whether the cache may hold an entry (see entries).
+func (c *denyCache) holds() bool { return c.entries.Load() > 0 }
 
 // forgetStale drops key's entry, if any, after the store allowed a take on
 // it: what the entry implies no longer holds. It takes the write lock only
 // when there is an entry.
 func (c *denyCache) forgetStale(key string) {
+	if !c.holds() {
+		return
+	}
 	sh := c.shard(key)
 	sh.mu.RLock()
 	_, ok := sh.m[key]
 	sh.mu.RUnlock()
 	if ok {
 		sh.mu.Lock()
-		delete(sh.m, key)
+		sh.drop(c, key)
 		sh.mu.Unlock()
 	}
 }

@@ -120,7 +120,7 @@ func blockedLater(res Result, d time.Duration) (Result, bool) {
 // be counted.
 func (l *Limiter) cacheRefusal(op *driver.Op, res *Result, sent int64, seq uint64) {
 	if l.deny != nil && op.Cost >= 0 && (res.Blocked || !l.cfg.penaltySet) {
-		l.deny.put(op.Key, op.Cost, *res, sent, seq)
+		l.deny.put(l.stableKey(op.Key), op.Cost, *res, sent, seq)
 	}
 }
 

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"reflect"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/driver"
 )
@@ -180,6 +182,10 @@ type Limiter struct {
 	ovs     driver.OverrideStore // nil unless WithOverrides
 	cobs    ContextObserver      // the observer, when it is one
 	rsv     *reservations        // nil unless WithReservations; see reserve.go
+	// transient: the store is a driver.TransientKeys and no ContextObserver
+	// keeps the keys, so a lone decision's key is passed in the pooled
+	// buffer of its Op (see opKey).
+	transient bool
 }
 
 // New returns a Limiter enforcing policy on store. It fails with an error
@@ -240,6 +246,7 @@ func New(store driver.Store, policy Policy, opts ...Option) (*Limiter, error) {
 	}
 	l.notify, _ = store.(driver.DeleteNotifier)
 	l.cobs, _ = cfg.observer.(ContextObserver)
+	l.transient = transientKeys(store, l.cobs)
 	if err := l.setDenyCache(); err != nil {
 		return nil, err
 	}
@@ -384,17 +391,20 @@ func (l *Limiter) allow(ctx context.Context, key string, r Rule, n int64) (Resul
 	k := driver.AppendKey(buf[:0], l.cfg.prefix, l.cfg.name, l.rule, key)
 	var seq uint64
 	if l.deny != nil {
-		if res, ok := l.deny.get(k, n, l.mono()); ok {
-			return l.local(ctx, k, r, n, res), nil
+		// The clock is read only when the cache may answer.
+		if l.deny.holds() {
+			if res, ok := l.deny.get(k, n, l.mono()); ok {
+				return l.local(ctx, k, r, n, res), nil
+			}
 		}
 		seq = l.deny.seq.Load() // before the request is sent
 	}
 	// The Op comes from a pool: passed to the Store (an interface), a
 	// local one would be allocated on the heap for every decision.
-	op := opPool.Get().(*[1]driver.Op)
+	op := opPool.Get().(*loneOp)
 	defer putOp(op)
-	batch := op[:]
-	batch[0] = driver.Op{Key: string(k), Rule: r, Cost: n}
+	batch := op.op[:]
+	batch[0] = driver.Op{Key: l.opKey(op, k), Rule: r, Cost: n}
 	if l.ovs != nil {
 		batch[0].Override = l.overrideKey(key)
 	}
@@ -406,13 +416,55 @@ func (l *Limiter) allow(ctx context.Context, key string, r Rule, n int64) (Resul
 	return out[0], nil
 }
 
+// A loneOp is the Op of a lone decision, and the buffer of its key when
+// the store is a driver.TransientKeys.
+type loneOp struct {
+	op  [1]driver.Op
+	key []byte
+}
+
 // opPool holds the Ops of lone decisions between decisions. A Store keeps
 // no Op after its Do returns (see Store).
-var opPool = sync.Pool{New: func() any { return new([1]driver.Op) }}
+var opPool = sync.Pool{New: func() any { return new(loneOp) }}
 
-func putOp(op *[1]driver.Op) {
-	*op = [1]driver.Op{} // drop the key, rule and error it points to
+// maxPooledKey bounds the key buffer a pooled Op keeps.
+const maxPooledKey = 1 << 10
+
+func putOp(op *loneOp) {
+	op.op = [1]driver.Op{} // drop the key, rule and error it points to
+	if cap(op.key) > maxPooledKey {
+		op.key = nil
+	}
 	opPool.Put(op)
+}
+
+// opKey is the Key of a lone decision's Op for the store key k (a buffer
+// of the caller's): a copy of k of its own, or on a driver.TransientKeys
+// store, k copied into op's buffer (no allocation), which stays op's until
+// putOp. The deny cache, which keeps keys, takes a copy (stableKey); a
+// ContextObserver, which may keep them, turns this off (New).
+func (l *Limiter) opKey(op *loneOp, k []byte) string {
+	if !l.transient {
+		return string(k)
+	}
+	op.key = append(op.key[:0], k...)
+	return unsafe.String(unsafe.SliceData(op.key), len(op.key))
+}
+
+// transientKeys reports whether a limiter on store with the ContextObserver
+// cobs (nil for none) may pass keys in a reused buffer (see opKey).
+func transientKeys(store driver.Store, cobs ContextObserver) bool {
+	_, ok := store.(driver.TransientKeys)
+	return ok && cobs == nil
+}
+
+// stableKey is key, an Op's Key, as a string that may be kept past the
+// decision: a copy when the limiter passes transient keys (opKey).
+func (l *Limiter) stableKey(key string) string {
+	if l.transient {
+		return strings.Clone(key)
+	}
+	return key
 }
 
 // processStart anchors mono's readings of the local clock.

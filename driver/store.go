@@ -25,6 +25,18 @@ type Store interface {
 	Delete(ctx context.Context, keys ...string) error
 }
 
+// A TransientKeys store keeps nothing of an Op's Key after its Do returns,
+// not even in a command that a network client may still hold after a call
+// timed out: it copies the key's bytes where it needs them. A limiter may
+// then pass keys built in a buffer that it reuses once Do returns, saving an
+// allocation per decision; for any other store, keys are strings of their
+// own. Package valkeystore implements it.
+type TransientKeys interface {
+	Store
+	// TransientKeys marks the store; it does nothing.
+	TransientKeys()
+}
+
 // A DeleteNotifier is a Store that tells the limiters of every process
 // sharing it of the keys deleted through it, so that their deny caches
 // never keep refusing a key that was reset elsewhere. Package valkeystore

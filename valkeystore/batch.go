@@ -19,9 +19,11 @@ import (
 // one script call, one after the other, exactly as if they had come one by
 // one.
 //
-// No goroutine is started: the caller whose call returns hands the slot to
-// one of the queued callers (of its node, or of another node; see
-// budget.go), which sends its node's queue and wakes the others.
+// No goroutine is started for a call: the caller whose call returns hands
+// the slot to one of the queued callers (of its node, or of another node;
+// see budget.go), which sends its node's queue and wakes the others. The
+// one goroutine a batcher may have watches a context that its queued
+// requests share (see ctxWatch).
 //
 // Invariants:
 //   - A lone decision never waits: a node without a call in flight
@@ -56,21 +58,48 @@ type batcher struct {
 	latest   time.Time // the latest deadline of the calls in flight
 	pending  []*request
 	queued   int // the decisions in pending (given-up ones until dropped)
+
+	watch    *ctxWatch       // see watchFor
+	lastDone <-chan struct{} // the Done of the latest context queued
+	sameDone int             // how many queued in a row shared it
 }
+
+// A ctxWatch is a goroutine watching the end of a context that many queued
+// requests share (a server's, rather than each request's own), so that
+// they wait on their wake channel alone, a plain receive instead of a
+// select that every waiter registers on the context's one channel with:
+// when the context ends, the goroutine abandons each of them still queued
+// and wakes it (gaveUp), as its own select would have.
+type ctxWatch struct {
+	done   <-chan struct{}
+	stop   chan struct{} // closed when another context replaces it
+	queued int           // the requests in pending that it watches (bud.mu)
+}
+
+// watchAfter is how many requests in a row must share a context before
+// its end is watched for them (a context per request never is).
+const watchAfter = 16
 
 // A request is one caller's Do waiting in the queue.
 type request struct {
-	ops      []driver.Op // a copy: the caller may give up and return
-	deadline time.Time   // the earliest of the ops' deadlines; zero: none
+	// ops are the caller's own, never copied: while r is queued only its
+	// state is read (and len(ops)); the ops are touched only by whoever
+	// moves state from queued to taken (sift), and a caller returns without
+	// waiting for its wake only after moving it to abandoned, so a caller
+	// that gave up and reuses its ops is never raced.
+	ops      []driver.Op
+	deadline time.Time // the earliest of the ops' deadlines; zero: none
 	state    atomic.Int32
 	rearmed  bool          // a rearm was sent (under budget.mu)
-	wake     chan wakeCall // a batch to send (the caller leads it), done, or rearm
+	watch    *ctxWatch     // the watch of its context's end, or nil: it selects on ctx.Done
+	wake     chan wakeCall // a batch to send (the caller leads it), done, rearm or gave up
 }
 
 // wakeCall is what a queued caller is woken for.
 type wakeCall struct {
-	batch []*request // non-nil: lead this batch
-	rearm bool       // arm a timer for the deadline and go on waiting
+	batch  []*request // non-nil: lead this batch
+	rearm  bool       // arm a timer for the deadline and go on waiting
+	gaveUp bool       // its context ended while queued: abandoned, never sent
 }
 
 const (
@@ -82,7 +111,8 @@ const (
 // never stands for "no deadline" among the calls in flight.
 var never = time.Unix(1<<62, 0)
 
-// Room for a rearm and the final wake, so that neither send blocks.
+// Room for a rearm and the final wake (or gave up), so that neither send
+// blocks.
 var requestPool = sync.Pool{New: func() any { return &request{wake: make(chan wakeCall, 2)} }}
 
 func newBatcher(e *engine, n *node) *batcher {
@@ -127,7 +157,7 @@ func (b *batcher) do(ctx context.Context, ops []driver.Op) error {
 		b.handoff()
 		return err
 	}
-	r, extra, needTimer := b.enqueue(ops, dl)
+	r, extra, needTimer := b.enqueue(ctx, ops, dl)
 	bud.mu.Unlock()
 	if extra != nil {
 		extra[0].wake <- wakeCall{batch: extra}
@@ -139,8 +169,7 @@ func (b *batcher) do(ctx context.Context, ops []driver.Op) error {
 	if batch != nil {
 		b.lead(batch)
 	}
-	copy(ops, r.ops)
-	r.ops = r.ops[:0]
+	r.ops, r.watch = nil, nil
 	requestPool.Put(r)
 	return nil
 }
@@ -150,11 +179,14 @@ func (b *batcher) do(ctx context.Context, ops []driver.Op) error {
 // (budget.go): the queue leaves at once, led by its first caller. It
 // reports whether the request needs a timer of its own: its deadline
 // comes before the end of the calls in flight. bud.mu is held.
-func (b *batcher) enqueue(ops []driver.Op, dl time.Time) (r *request, extra []*request, needTimer bool) {
+func (b *batcher) enqueue(ctx context.Context, ops []driver.Op, dl time.Time) (r *request, extra []*request, needTimer bool) {
 	r = requestPool.Get().(*request)
-	r.ops = append(r.ops[:0], ops...)
+	r.ops = ops
 	r.deadline = dl
 	r.rearmed = false
+	if r.watch = b.watchFor(ctx); r.watch != nil {
+		r.watch.queued++
+	}
 	r.state.Store(queued)
 	if len(b.pending) == 0 {
 		b.bud.wait(b)
@@ -170,35 +202,66 @@ func (b *batcher) enqueue(ops []driver.Op, dl time.Time) (r *request, extra []*r
 // wait waits for the wake of the queued request r: a batch to lead, or
 // none (another caller's call decided r). When r's ctx or deadline (dl,
 // with a timer when needTimer or when rearmed) ends first while r is still
-// queued, r is abandoned and wait returns the error.
+// queued, r is abandoned and wait returns the error; a watched ctx's end
+// (r.watch) comes as a wake.
 func (b *batcher) wait(ctx context.Context, r *request, dl time.Time, needTimer bool) ([]*request, error) {
 	var t waitTimer
 	if needTimer {
 		t.arm(dl)
 	}
 	defer t.stop()
+	done := ctx.Done()
+	if r.watch != nil {
+		done = nil
+	}
+	if done == nil && !needTimer {
+		// Nothing but the wake can end the wait until a rearm: a plain
+		// receive, cheaper than a select.
+		if batch, end, err := woken(ctx, <-r.wake, dl, &t); end {
+			return batch, err
+		}
+	}
 	for {
 		select {
 		case w := <-r.wake:
-			if !w.rearm {
-				return w.batch, nil
+			if batch, end, err := woken(ctx, w, dl, &t); end {
+				return batch, err
 			}
-			t.arm(dl)
-		case <-ctx.Done():
-			return b.giveUp(r, ctx.Err())
+		case <-done:
+			return b.giveUp(ctx, r, ctx.Err())
 		case <-t.expired:
-			return b.giveUp(r, context.DeadlineExceeded)
+			return b.giveUp(ctx, r, context.DeadlineExceeded)
 		}
 	}
 }
 
+// woken takes a wake w of a queued request under ctx: the end of the
+// wait, with a batch to lead or none, or with ctx's error when its watch
+// abandoned the request (gaveUp); or a rearm, which arms t for dl, and the
+// wait goes on.
+func woken(ctx context.Context, w wakeCall, dl time.Time, t *waitTimer) (batch []*request, end bool, err error) {
+	switch {
+	case w.rearm:
+		t.arm(dl)
+		return nil, false, nil
+	case w.gaveUp:
+		return nil, true, ctx.Err()
+	}
+	return w.batch, true, nil
+}
+
 // giveUp abandons r with err while it is queued; once sent, it waits for
-// the answer (already sent: the call may have acted on it).
-func (b *batcher) giveUp(r *request, err error) ([]*request, error) {
+// the answer (already sent: the call may have acted on it). A watched r
+// abandoned by its watch meanwhile returns ctx's error.
+func (b *batcher) giveUp(ctx context.Context, r *request, err error) ([]*request, error) {
 	if r.state.CompareAndSwap(queued, abandoned) {
 		return nil, err
 	}
-	return b.final(r), nil
+	batch, gaveUp := b.final(r)
+	if gaveUp {
+		return nil, ctx.Err()
+	}
+	return batch, nil
 }
 
 // waitTimer is the timer of a queued request's deadline, armed once.
@@ -220,12 +283,13 @@ func (t *waitTimer) stop() {
 	}
 }
 
-// final waits for the wake that ends r's wait (a batch to lead, or done),
-// skipping rearms: r was taken into a call.
-func (b *batcher) final(r *request) []*request {
+// final waits for the wake that ends r's wait (a batch to lead, or done:
+// r was taken into a call; or gaveUp: its watch abandoned it), skipping
+// rearms.
+func (b *batcher) final(r *request) ([]*request, bool) {
 	for {
 		if w := <-r.wake; !w.rearm {
-			return w.batch
+			return w.batch, w.gaveUp
 		}
 	}
 }
@@ -292,21 +356,35 @@ func (b *batcher) sift(now time.Time) batchTake {
 	left := 0             // the decisions that stay queued
 	keep := b.pending[:0] // filtered in place: keep never passes the reader
 	for _, r := range b.pending {
-		switch {
-		case r.state.Load() != queued: // its caller gave up
-		case !r.deadline.IsZero() && !now.Before(r.deadline):
-			r.failExpired()
-		case bt.excludes(r, now, b.maxOps):
+		w := r.watch // read first: place may wake r's caller, which reuses r
+		if bt.place(r, now, b.maxOps) {
 			keep = append(keep, r)
 			left += len(r.ops)
-		case r.state.CompareAndSwap(queued, taken):
-			bt.add(r)
+		} else if w != nil {
+			w.queued--
 		}
 	}
 	clear(b.pending[len(keep):])
 	b.pending = keep
 	b.queued = left
 	return bt
+}
+
+// place takes r, in the queue, into bt, or reports that it stays queued
+// (true): the batch is full or r's deadline is not mergeable. A request
+// whose caller (or watch) gave up is dropped, one whose deadline passed is
+// failed.
+func (bt *batchTake) place(r *request, now time.Time, maxOps int) (stays bool) {
+	switch {
+	case r.state.Load() != queued: // its caller gave up
+	case !r.deadline.IsZero() && !now.Before(r.deadline):
+		r.failExpired()
+	case bt.excludes(r, now, maxOps):
+		return true
+	case r.state.CompareAndSwap(queued, taken):
+		bt.add(r)
+	}
+	return false
 }
 
 // failExpired fails the ops of r, whose deadline passed, unless its caller
@@ -357,6 +435,57 @@ func rearmBehind(keep []*request, dl time.Time) {
 	}
 }
 
+// watchFor returns the watch of ctx's end for a request queued under ctx,
+// or nil when the request selects on ctx.Done itself: the batcher's watch
+// when it watches ctx's Done; a new one when watchAfter requests in a row
+// shared ctx's Done and the batcher's watch, if any, has no request queued
+// (it is stopped). bud.mu is held.
+func (b *batcher) watchFor(ctx context.Context) *ctxWatch {
+	done := ctx.Done()
+	switch {
+	case done == nil:
+		return nil
+	case b.watch != nil && b.watch.done == done:
+		return b.watch
+	case done != b.lastDone:
+		b.lastDone, b.sameDone = done, 1
+		return nil
+	}
+	if b.sameDone++; b.sameDone < watchAfter || b.watch != nil && b.watch.queued > 0 {
+		return nil
+	}
+	if b.watch != nil {
+		close(b.watch.stop)
+	}
+	b.sameDone = 0
+	b.watch = &ctxWatch{done: done, stop: make(chan struct{})}
+	go b.watchCtx(b.watch)
+	return b.watch
+}
+
+// watchCtx waits for the end of w's context, then abandons every request
+// it watches that is still queued and wakes it (gaveUp); or for w to be
+// replaced (stop), or the store to be gone.
+func (b *batcher) watchCtx(w *ctxWatch) {
+	select {
+	case <-w.done:
+	case <-w.stop:
+		return
+	case <-b.n.e.done:
+		return
+	}
+	b.bud.mu.Lock()
+	defer b.bud.mu.Unlock()
+	if b.watch == w {
+		b.watch = nil
+	}
+	for _, r := range b.pending {
+		if r.watch == w && r.state.CompareAndSwap(queued, abandoned) {
+			r.wake <- wakeCall{gaveUp: true}
+		}
+	}
+}
+
 // mergeable reports whether a request with deadline d may share a call
 // with one whose deadline is anchor: both without a deadline, or d within
 // an eighth of the time left (at least a millisecond) of anchor.
@@ -396,15 +525,18 @@ func mergeOps(merged []driver.Op, batch []*request) ([]driver.Op, time.Time) {
 	return merged, dl
 }
 
-// spread copies the decided merged ops back to batch's requests, with the
-// call's error err where an op has none of its own.
+// spread copies what the store filled in of the decided merged ops
+// (Result, Receipt, Err: nothing else of an Op is the store's to change)
+// back to batch's requests, with the call's error err where an op has
+// none of its own.
 func spread(merged []driver.Op, batch []*request, err error) {
 	i := 0
 	for _, r := range batch {
 		for j := range r.ops {
-			r.ops[j] = merged[i]
-			if r.ops[j].Err == nil && err != nil {
-				r.ops[j].Err = err
+			op, m := &r.ops[j], &merged[i]
+			op.Result, op.Receipt, op.Err = m.Result, m.Receipt, m.Err
+			if op.Err == nil && err != nil {
+				op.Err = err
 			}
 			i++
 		}

@@ -62,3 +62,20 @@ func GuardedCalls(s *Store) int64 {
 	}
 	return n
 }
+
+// WatchedQueued returns how many requests queued on s wait for their
+// context's end through a watch of the batcher's (see watchFor).
+func WatchedQueued(s *Store) int {
+	bud := s.e.budget
+	bud.mu.Lock()
+	defer bud.mu.Unlock()
+	n := 0
+	for _, nd := range s.e.nodes() {
+		for _, r := range nd.batcher.pending {
+			if r.watch != nil && r.state.Load() == queued {
+				n++
+			}
+		}
+	}
+	return n
+}

@@ -239,6 +239,12 @@ func (s *Store) Do(ctx context.Context, batch []driver.Op) error {
 	return doByNode(ctx, batch, byNode)
 }
 
+// TransientKeys implements driver.TransientKeys: a call's keys are copied
+// into the command it sends (see command), and nothing else keeps an Op's
+// Key after Do returns. A type that embeds a *Store inherits it: one whose
+// own Do keeps keys must hold the *Store in a named field instead.
+func (s *Store) TransientKeys() {}
+
 // groupByNode adds the indexes in batch of each node's Ops to byNode.
 func (e *engine) groupByNode(batch []driver.Op, byNode map[*node][]int) {
 	for i := range batch {
@@ -472,9 +478,11 @@ func (e *engine) command(batch []driver.Op, c call, sha bool) valkey.Completed {
 	// all is the numbers of keys and of decisions (the first ARGV of a
 	// cross call), the keys, and the records; one allocation, none for a
 	// lone decision: the builder copies the strings, so they may stay on
-	// the stack. The records are one allocation: valkey-go may still hold
-	// the command after the call returned (the deadline layer returns by
-	// the deadline), so they are never reused.
+	// the stack. The decisions' keys and the records are one allocation:
+	// valkey-go may still hold the command after the call returned (the
+	// deadline layer returns by the deadline), so it is never reused, and
+	// the keys are copied into it because their bytes may be reused once
+	// Do returns (driver.TransientKeys).
 	var lone [5]string
 	var all []string
 	if size := 3 + n + nov; size <= len(lone) {
@@ -483,7 +491,10 @@ func (e *engine) command(batch []driver.Op, c call, sha bool) valkey.Completed {
 		all = make([]string, size)
 	}
 	keys := all[2 : 2+n : 2+n+nov] // room for the override and penalty keys, which append never moves
-	keys, buf := appendRecords(batch, c.ops, keys, make([]byte, 0, size), e.clock())
+	kb := keyBytes(batch, c.ops)
+	own := make([]byte, kb, kb+size)
+	keys, buf := appendRecords(batch, c.ops, keys, own[kb:], e.clock())
+	copyKeys(keys[:n], own[:kb])
 	all[len(all)-1] = unsafe.String(unsafe.SliceData(buf), len(buf))
 	if c.cross {
 		return e.crossCommand(c.sc, sha, all, len(keys), n)
@@ -508,6 +519,25 @@ func argsSize(batch []driver.Op, ops []int) (nov, size int) {
 		size += luascript.ArgsSize(&batch[i], ov)
 	}
 	return nov, size
+}
+
+// keyBytes is the length of the keys of the Ops of batch at ops.
+func keyBytes(batch []driver.Op, ops []int) int {
+	n := 0
+	for _, i := range ops {
+		n += len(batch[i].Key)
+	}
+	return n
+}
+
+// copyKeys copies each key of keys into own (exactly their length) and
+// makes keys the copies.
+func copyKeys(keys []string, own []byte) {
+	for j, k := range keys {
+		m := copy(own, k)
+		keys[j] = unsafe.String(unsafe.SliceData(own), m)
+		own = own[m:]
+	}
 }
 
 // clock is the time the records carry: now, skewed by a test's probe.
