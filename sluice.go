@@ -28,10 +28,13 @@ const (
 	FailClosed
 )
 
-// String returns "open" or "closed".
+// String returns "open", "closed" or "share".
 func (m FailMode) String() string {
-	if m == FailClosed {
+	switch m {
+	case FailClosed:
 		return "closed"
+	case FailShare:
+		return "share"
 	}
 	return "open"
 }
@@ -66,6 +69,8 @@ type config struct {
 	rsv      ReserveOptions // see reserve.go
 	warn     int            // WithWarning's percent, 0 for none
 	warnSet  bool
+	grantOn  bool         // WithGrants
+	grant    GrantOptions // see grants.go
 }
 
 // WithName names the limiter. The name is part of every key, so limiters
@@ -178,6 +183,7 @@ type Limiter struct {
 	ovs     driver.OverrideStore // nil unless WithOverrides
 	cobs    ContextObserver      // the observer, when it is one
 	rsv     *reservations        // nil unless WithReservations; see reserve.go
+	gr      *grants              // nil unless WithGrants; see grants.go
 }
 
 // New returns a Limiter enforcing policy on store. It fails with an error
@@ -210,7 +216,7 @@ func New(store driver.Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if cfg.timeout <= 0 {
 		return nil, invalidField("WithTimeout", "timeout must be positive, got %v", cfg.timeout)
 	}
-	if cfg.failMode != FailOpen && cfg.failMode != FailClosed {
+	if cfg.failMode != FailOpen && cfg.failMode != FailClosed && cfg.failMode != FailShare {
 		return nil, invalidField("WithFailMode", "unknown fail mode %d", cfg.failMode)
 	}
 	if err := checkWarning(&cfg); err != nil {
@@ -234,6 +240,9 @@ func New(store driver.Store, policy Policy, opts ...Option) (*Limiter, error) {
 		l.ovs = ovs
 	}
 	if err := l.setReservations(); err != nil {
+		return nil, err
+	}
+	if err := l.setGrants(); err != nil {
 		return nil, err
 	}
 	l.notify, _ = store.(driver.DeleteNotifier)
@@ -277,7 +286,7 @@ func (l *Limiter) setDenyCache() error {
 			return invalidField("WithDenyCache", "WithDenyCache(true): a limiter with overrides never uses the deny cache (an override set by another process must apply at once)")
 		}
 	}
-	if cfg.deny == 1 || cfg.deny == 0 && l.notify != nil && !rule.CountRejected && len(l.plans) == 0 && l.ovs == nil && rule.Algorithm != driver.AlgorithmInFlight {
+	if cfg.deny == 1 || cfg.deny == 0 && l.gr == nil && l.notify != nil && !rule.CountRejected && len(l.plans) == 0 && l.ovs == nil && rule.Algorithm != driver.AlgorithmInFlight {
 		l.deny = newDenyCache(rule, l.notify != nil)
 		if l.notify != nil {
 			// The store holds the cache, never the Limiter: once the
@@ -377,6 +386,9 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 func (l *Limiter) allow(ctx context.Context, key string, r Rule, n int64) (Result, error) {
 	if err := l.check(key, r, n); err != nil {
 		return Result{}, err
+	}
+	if l.gr != nil {
+		return l.allowGrant(ctx, key, n)
 	}
 	var buf [192]byte
 	k := driver.AppendKey(buf[:0], l.cfg.prefix, l.cfg.name, l.rule, key)
@@ -610,6 +622,13 @@ func (l *Limiter) ResetNotify(ctx context.Context, key string) (int, error) {
 		return 0, ErrInvalidKey
 	}
 	k := l.storeKey(key)
+	if l.gr != nil {
+		var buf [192]byte
+		if err := l.gr.reset(ctx, driver.AppendGrantKey(buf[:0], l.cfg.prefix, l.cfg.name, l.rule, key), k); err != nil {
+			return -1, fmt.Errorf("%w: reset %s: %w", ErrStoreUnavailable, l.cfg.name, err)
+		}
+		return -1, nil
+	}
 	if l.deny != nil {
 		l.deny.Deleted(k)
 	}
