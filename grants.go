@@ -177,24 +177,9 @@ func (l *Limiter) setGrants() error {
 	if !ok {
 		return invalidField("WithGrants", "WithGrants: store %T keeps no grants (it does not implement driver.Granter)", l.store)
 	}
-	o := cfg.grant
-	if o.Life == 0 {
-		o.Life = defaultGrantLife
-	}
-	if o.Life < 10*time.Millisecond || o.Life > driver.MaxGrantLife || o.Life%time.Millisecond != 0 {
-		return invalidField("GrantOptions.Life", "Life must be a whole number of milliseconds from 10ms to %v, got %v", driver.MaxGrantLife, o.Life)
-	}
-	if o.Period == 0 {
-		o.Period = o.Life / 4
-	}
-	if o.Period < time.Millisecond || o.Period > o.Life/2 {
-		return invalidField("GrantOptions.Period", "Period must be from 1ms to Life / 2 (%v), got %v", o.Life/2, o.Period)
-	}
-	if o.MaxKeys == 0 {
-		o.MaxKeys = defaultGrantKeys
-	}
-	if o.MaxKeys < 1 || o.MaxKeys > 10_000_000 {
-		return invalidField("GrantOptions.MaxKeys", "MaxKeys must be from 1 to 10,000,000, got %d", o.MaxKeys)
+	o, err := resolveGrants(cfg.grant)
+	if err != nil {
+		return err
 	}
 	g := &grants{store: st, rule: l.rule, prefix: cfg.prefix, name: cfg.name, life: o.Life, period: int64(o.Period),
 		perKeys: max(1, o.MaxKeys/grantShards), timeout: cfg.timeout, clock: cfg.clock, mono: l.mono,
@@ -224,6 +209,29 @@ func (l *Limiter) setGrants() error {
 	}
 	l.gr = g
 	return nil
+}
+
+// resolveGrants fills in o's defaults and checks it.
+func resolveGrants(o GrantOptions) (GrantOptions, error) {
+	if o.Life == 0 {
+		o.Life = defaultGrantLife
+	}
+	if o.Life < 10*time.Millisecond || o.Life > driver.MaxGrantLife || o.Life%time.Millisecond != 0 {
+		return o, invalidField("GrantOptions.Life", "Life must be a whole number of milliseconds from 10ms to %v, got %v", driver.MaxGrantLife, o.Life)
+	}
+	if o.Period == 0 {
+		o.Period = o.Life / 4
+	}
+	if o.Period < time.Millisecond || o.Period > o.Life/2 {
+		return o, invalidField("GrantOptions.Period", "Period must be from 1ms to Life / 2 (%v), got %v", o.Life/2, o.Period)
+	}
+	if o.MaxKeys == 0 {
+		o.MaxKeys = defaultGrantKeys
+	}
+	if o.MaxKeys < 1 || o.MaxKeys > 10_000_000 {
+		return o, invalidField("GrantOptions.MaxKeys", "MaxKeys must be from 1 to 10,000,000, got %d", o.MaxKeys)
+	}
+	return o, nil
 }
 
 // grantConflicts refuses what a limiter with grants cannot honour.

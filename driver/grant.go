@@ -141,12 +141,17 @@ func (op *GrantOp) Validate() error {
 			return err
 		}
 	}
+	return op.checkFields()
+}
+
+// checkFields checks the fields of op other than its rule and time.
+func (op *GrantOp) checkFields() error {
 	switch {
 	case op.Key == "":
 		return invalidField("GrantOp.Key", "a grant needs a key")
 	case op.Holder == HolderID{}:
 		return invalidField("GrantOp.Holder", "a grant needs a holder")
-	case op.Unspent < 0 || op.Unspent > MaxLimit || op.Want < 0 || op.Want > MaxLimit || op.Need < 0 || op.Need > MaxLimit:
+	case !units(op.Unspent) || !units(op.Want) || !units(op.Need):
 		return invalidField("GrantOp.Want", "unspent %d, want %d and need %d must be 0 to %d", op.Unspent, op.Want, op.Need, int64(MaxLimit))
 	case op.Return && (op.Want > 0 || op.Need > 0 || op.Reset):
 		return invalidField("GrantOp.Return", "a give-back asks for nothing and resets nothing (want %d, need %d, reset %v)", op.Want, op.Need, op.Reset)
@@ -155,6 +160,9 @@ func (op *GrantOp) Validate() error {
 	}
 	return nil
 }
+
+// units reports whether n is a count of units a grant call takes.
+func units(n int64) bool { return 0 <= n && n <= MaxLimit }
 
 // Grantable reports why grants cannot keep r's guarantee, or nil: only
 // TokenBucket, GCRA and FixedWindow (calendar periods included) without
