@@ -54,6 +54,9 @@ func (l *Limiter) allowGrant(ctx context.Context, key string, n int64) (Result, 
 			// One call in flight per key: wait for its answer.
 			ch := gk.done
 			gk.mu.Unlock()
+			if grantHooks.drain != nil {
+				grantHooks.drain()
+			}
 			if err := waitCall(ctx, ch, deadline); err != nil {
 				return l.grantFailed(ctx, gk, n, err, start)
 			}

@@ -158,6 +158,7 @@ type grantCounters struct {
 // background calls and whether they start their sweeper.
 var grantHooks struct {
 	spawn     func(func())
+	drain     func() // runs the calls spawn holds, before a decision waits for one
 	noSweeper bool
 }
 

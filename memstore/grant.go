@@ -152,11 +152,18 @@ func grantBucket(st *grantState, op *driver.GrantOp, now int64) (*grantState, dr
 	if st == nil {
 		st = &grantState{level: tau, at: now, holders: map[driver.HolderID]*grantHolder{}}
 	}
-	sum, n, g := reap(st, op, now)
 	if now > st.at {
-		st.level = min(tau-sum*iv, st.level+(now-st.at))
+		// Refill first, capped by every G_h the store counted until now:
+		// a report or a reap raises the cap from now on, never for the
+		// time before (the level would jump by time it never earned).
+		var held int64
+		for _, h := range st.holders {
+			held += h.g
+		}
+		st.level = min(tau-held*iv, st.level+(now-st.at))
 		st.at = now
 	}
+	sum, n, g := reap(st, op, now)
 	if op.Return {
 		back := min(op.Unspent, g)
 		g, sum, st.level = g-back, sum-back, st.level+back*iv

@@ -59,6 +59,16 @@ if kind ~= 1 and at ~= start then
   for _, h in pairs(holders) do h[1] = 0 end
 end
 
+-- Refill a bucket first, capped by every G_h counted until now: a report
+-- or a reap raises the cap from now on, never for the time before (the
+-- level would jump by time it never earned).
+if kind == 1 and now > at then
+  local held = 0
+  for _, h in pairs(holders) do held = held + h[1] end
+  level = math.min(limit * param - held * param, level + (now - at))
+  at = now
+end
+
 -- Reap: drop the units of ended grants, the records unseen and empty; take
 -- the caller's report.
 local sum, n, g = 0, 1, 0
@@ -82,10 +92,6 @@ local x, more, stopAt
 local fair = math.max(1, math.floor(limit / (2 * n)))
 if kind == 1 then
   local tau = limit * param
-  if now > at then
-    level = math.min(tau - sum * param, level + (now - at))
-    at = now
-  end
   if giveBack then
     local back = math.min(unspent, g)
     g, sum, level = g - back, sum - back, level + back * param
