@@ -151,6 +151,10 @@ type Policy struct {
 	// problem+json.
 	DenyStatus int
 	DenyBody   []byte
+	// Grants is grants: auto (sluice.WithGrants with GrantOptions): the
+	// processes decide locally against grants of each key's limit.
+	Grants       bool
+	GrantOptions sluice.GrantOptions
 	// Line is where the policy is defined.
 	Line int
 }
