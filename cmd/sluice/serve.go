@@ -357,6 +357,7 @@ func (l *listeners) serve(ctx context.Context, srv *server.Server, cfg *config.C
 	}
 	code := l.wait(ctx, hup, errc, srv, f.configPath, logger)
 	l.stop(logger)
+	srv.Close() // grants give their units back
 	return code
 }
 

@@ -192,7 +192,9 @@ func (s *Server) Apply(cfg *config.Config) error {
 		return err
 	}
 	s.warnValkeyChange(cfg)
-	s.state.Store(st)
+	if old := s.state.Swap(st); old != nil {
+		old.closeGrants(s.log)
+	}
 	for _, w := range cfg.ForwardAuth.Warnings(cfg.Source) {
 		s.log.Warn(w)
 	}
@@ -279,6 +281,7 @@ func (s *Server) build(cfg *config.Config) (*state, error) {
 	for _, p := range cfg.Policies {
 		pol, err := s.buildPolicy(cfg, p)
 		if err != nil {
+			st.closeGrants(s.log)
 			return nil, err
 		}
 		st.policies[p.Name] = pol
@@ -330,12 +333,16 @@ func (s *Server) buildPolicy(cfg *config.Config, p *config.Policy) (*policy, err
 		opts = append(opts, sluice.WithPlan(pl.Name, pl.Policy))
 	}
 	opts = append(opts, reservationOptions(p, s.storeOf(p))...)
+	if p.Grants {
+		opts = append(opts, sluice.WithGrants(p.GrantOptions))
+	}
 	lim, err := sluice.New(s.storeOf(p), p.Policy, append(opts, sluice.WithShadow(p.Shadow))...)
 	if err != nil {
 		return nil, fmt.Errorf("%s:%d: policy %q: %w", cfg.Source, p.Line, p.Name, err)
 	}
 	shadow, err := sluice.New(s.storeOf(p), p.Policy, append(opts, sluice.WithShadow(true))...)
 	if err != nil {
+		lim.Close()
 		return nil, fmt.Errorf("%s:%d: policy %q: %w", cfg.Source, p.Line, p.Name, err)
 	}
 	return &policy{cfg: p, limiter: lim, shadow: shadow}, nil
