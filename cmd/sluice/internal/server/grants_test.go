@@ -46,6 +46,11 @@ func checks(t *testing.T, url, policy, key string, n int) int {
 // multi form and reservations refuse the policy with a reason (400).
 func TestGrantsCheck(t *testing.T) {
 	s, ts := newTestServer(t, grantsYAML)
+	// remaining is the units of this process's grant: the first grant is
+	// of one unit (demand so far), not the key's 49.
+	if r := do(t, "POST", ts.URL+"/v1/check", `{"policy":"hot","key":"first"}`); r.body["remaining"] != 0.0 || r.header.Get("X-RateLimit-Remaining") != "0" {
+		t.Fatalf("first check: %d %s %v", r.code, r.raw, r.header)
+	}
 	if got := checks(t, ts.URL, "hot", "k", 80); got != 50 {
 		t.Fatalf("allowed %d of 80, want the burst, 50", got)
 	}
@@ -153,4 +158,61 @@ func TestGrantsOpenAPI(t *testing.T) {
 		t.Fatalf("multi form: %d %s", resp.StatusCode, body)
 	}
 	api.check(t, "POST", "/v1/check", resp, body)
+}
+
+// TestGrantsMetrics: the grant metrics are read from Limiter.GrantStats at
+// scrape time, per limiter, and never go back across a reload.
+func TestGrantsMetrics(t *testing.T) {
+	s, ts := newTestServer(t, grantsYAML)
+	checks(t, ts.URL, "hot", "k", 20)
+	g := s.state.Load().policies["hot"].limiter.GrantStats()
+	reg := s.Registry()
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   int64
+	}{
+		{"sluice_grant_calls_total", nil, g.Calls},
+		{"sluice_grants_total", []string{"event", "taken"}, g.Taken},
+		{"sluice_grants_total", []string{"event", "renewed"}, g.Renewed},
+		{"sluice_grant_units_total", []string{"event", "granted"}, g.Granted},
+		{"sluice_grant_decisions_total", []string{"where", "local"}, g.Local},
+		{"sluice_grant_decisions_total", []string{"where", "valkey"}, g.Store},
+		{"sluice_grant_keys", nil, 1},
+	} {
+		if got := metricValue(t, reg, c.name, append([]string{"limiter", "hot.gcra"}, c.labels...)...); got != float64(c.want) {
+			t.Errorf("%s %v = %v, want %d", c.name, c.labels, got, c.want)
+		}
+	}
+	if g.Local+g.Store != 20 || g.Local < 12 {
+		t.Fatalf("decisions %+v", g)
+	}
+	cfg, err := config.Parse("test.yaml", []byte(grantsYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	checks(t, ts.URL, "hot", "k", 5)
+	if got := metricValue(t, reg, "sluice_grant_decisions_total", "limiter", "hot.gcra", "where", "local") +
+		metricValue(t, reg, "sluice_grant_decisions_total", "limiter", "hot.gcra", "where", "valkey"); got != 25 {
+		t.Errorf("decisions after the reload: %v, want 25 (counted across it)", got)
+	}
+	if got := metricValue(t, reg, "sluice_grant_units_total", "limiter", "hot.gcra", "event", "returned"); got == 0 {
+		t.Error("no units returned by the reload")
+	}
+}
+
+// TestGrantsCloseGivesBack: Server.Close (sluice serve's shutdown) gives
+// back the units the served limiters hold.
+func TestGrantsCloseGivesBack(t *testing.T) {
+	s, ts := newTestServer(t, grantsYAML)
+	spent := checks(t, ts.URL, "hot", "k", 20)
+	lim := s.state.Load().policies["hot"].limiter
+	s.Close()
+	st := lim.GrantStats()
+	if st.Returned == 0 || st.Granted-st.Returned-st.Expired != int64(spent) {
+		t.Fatalf("after Close: %+v, %d spent: want every unspent unit returned", st, spent)
+	}
 }

@@ -82,6 +82,7 @@ type Server struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	metrics *metrics
+	grants  *grantCollector // the metrics of grants (grants.go)
 	// envoy answers Envoy's protocol (package envoy).
 	envoy   *envoy.Service
 	obs     sluice.Observer
@@ -166,6 +167,8 @@ func (s *Server) setUpMetrics() error {
 	if vh, ok := s.opts.Store.(valkeyHealth); ok {
 		s.reg.MustRegister(newValkeyCollector(vh))
 	}
+	s.grants = newGrantCollector(s)
+	s.reg.MustRegister(s.grants)
 	s.envoy = envoy.New(envoyView{s}, s.reg, s.log, s.opts.MaxBodyBytes, s.opts.Envoy)
 	// Decisions by limiter and outcome, store errors and decision latency:
 	// sluice_decisions_total, sluice_store_errors_total,
@@ -192,9 +195,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 		return err
 	}
 	s.warnValkeyChange(cfg)
-	if old := s.state.Swap(st); old != nil {
-		old.closeGrants(s.log)
-	}
+	s.serve(st)
 	for _, w := range cfg.ForwardAuth.Warnings(cfg.Source) {
 		s.log.Warn(w)
 	}
