@@ -153,7 +153,7 @@ type simulateFlags struct {
 	replay                         string
 	seed                           uint64
 	maxDecisions                   int64
-	top                            int
+	top, processes                 int
 }
 
 // defineSimulateFlags defines the flags of sluice simulate on fs.
@@ -181,6 +181,7 @@ func defineSimulateFlags(fs *flag.FlagSet) *simulateFlags {
 	fs.Int64Var(&f.maxDecisions, "max-decisions", simulate.DefaultMaxDecisions, "refuse runs that would make more decisions")
 	fs.StringVar(&f.replay, "replay", "", "decision log to decide again under --config")
 	fs.IntVar(&f.top, "top", 10, "with --replay: keys listed per policy")
+	fs.IntVar(&f.processes, "processes", 1, "a policy with grants is also run over this many simulated processes, drawn beside the exact policy")
 	return f
 }
 
@@ -207,7 +208,7 @@ func (f *simulateFlags) checkReplay() error {
 // options returns the simulation's options: the policies, the parsed
 // traffic and the durations of the flags.
 func (f *simulateFlags) options(policies []*config.Policy) (simulate.Options, error) {
-	opts := simulate.Options{Policies: policies, Trace: f.trace, Seed: f.seed, Watch: f.watch, MaxDecisions: f.maxDecisions}
+	opts := simulate.Options{Policies: policies, Trace: f.trace, Seed: f.seed, Watch: f.watch, MaxDecisions: f.maxDecisions, Processes: f.processes}
 	var err error
 	if opts.Traffic, err = parseTraffics(f.trafficSpecs); err != nil {
 		return opts, err
