@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"sort"
 
 	"sync"
 	"time"
@@ -145,6 +146,34 @@ func reap(st *grantState, op *driver.GrantOp, now int64) (sum, seen, own int64) 
 	return sum, seen + 1, own
 }
 
+// refill refills a bucket's level to now, piecewise: up to each ended
+// grant's end under the cap of every G_h counted until then, so that a
+// report or a reap raises the cap from its own time on, never for the
+// time before (the level would jump by time it never earned).
+func refill(st *grantState, now, tau, iv int64) {
+	if now <= st.at {
+		return
+	}
+	var held int64
+	var ends []*grantHolder
+	for _, h := range st.holders {
+		held += h.g
+		if h.g > 0 && h.end < now {
+			ends = append(ends, h)
+		}
+	}
+	sort.Slice(ends, func(i, j int) bool { return ends[i].end < ends[j].end })
+	for _, h := range ends {
+		if h.end > st.at {
+			st.level = min(tau-held*iv, st.level+(h.end-st.at))
+			st.at = h.end
+		}
+		held -= h.g
+	}
+	st.level = min(tau-held*iv, st.level+(now-st.at))
+	st.at = now
+}
+
 // grantBucket is grant.lua's bucket: TokenBucket and GCRA.
 func grantBucket(st *grantState, op *driver.GrantOp, now int64) (*grantState, driver.GrantResult, int64) {
 	iv, b := op.Rule.Interval.Microseconds(), op.Rule.Limit
@@ -152,17 +181,7 @@ func grantBucket(st *grantState, op *driver.GrantOp, now int64) (*grantState, dr
 	if st == nil {
 		st = &grantState{level: tau, at: now, holders: map[driver.HolderID]*grantHolder{}}
 	}
-	if now > st.at {
-		// Refill first, capped by every G_h the store counted until now:
-		// a report or a reap raises the cap from now on, never for the
-		// time before (the level would jump by time it never earned).
-		var held int64
-		for _, h := range st.holders {
-			held += h.g
-		}
-		st.level = min(tau-held*iv, st.level+(now-st.at))
-		st.at = now
-	}
+	refill(st, now, tau, iv)
 	sum, n, g := reap(st, op, now)
 	if op.Return {
 		back := min(op.Unspent, g)

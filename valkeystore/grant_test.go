@@ -20,3 +20,13 @@ func TestGrantTwinsCluster(t *testing.T) {
 func TestGrantInputValkey(t *testing.T) {
 	sluicetest.RunGrantInput(t, newStore(t, valkeytest.Shared(t).Client(t)))
 }
+
+// TestGrantTwinsSentinel: through Sentinel, the same timelines and the
+// same bad input.
+func TestGrantTwinsSentinel(t *testing.T) {
+	primary := valkeytest.Start(t)
+	ss := valkeytest.StartSentinels(t, primary, 1, 0)
+	st := newStore(t, ss.Client(t))
+	sluicetest.RunGrantTwins(t, st, 4)
+	sluicetest.RunGrantInput(t, st)
+}

@@ -59,13 +59,25 @@ if kind ~= 1 and at ~= start then
   for _, h in pairs(holders) do h[1] = 0 end
 end
 
--- Refill a bucket first, capped by every G_h counted until now: a report
--- or a reap raises the cap from now on, never for the time before (the
+-- Refill a bucket first, piecewise: up to each ended grant's end under
+-- the cap of every G_h counted until then, so that a report or a reap
+-- raises the cap from its own time on, never for the time before (the
 -- level would jump by time it never earned).
 if kind == 1 and now > at then
-  local held = 0
-  for _, h in pairs(holders) do held = held + h[1] end
-  level = math.min(limit * param - held * param, level + (now - at))
+  local tau, held, ends = limit * param, 0, {}
+  for _, h in pairs(holders) do
+    held = held + h[1]
+    if h[1] > 0 and h[2] < now then ends[#ends + 1] = h end
+  end
+  table.sort(ends, function(a, b) return a[2] < b[2] end)
+  for _, h in ipairs(ends) do
+    if h[2] > at then
+      level = math.min(tau - held * param, level + (h[2] - at))
+      at = h[2]
+    end
+    held = held - h[1]
+  end
+  level = math.min(tau - held * param, level + (now - at))
   at = now
 end
 
