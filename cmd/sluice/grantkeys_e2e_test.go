@@ -71,6 +71,21 @@ func TestE2EGrantsInspectReset(t *testing.T) {
 	if code, _, stderr := run("inspect", "hot", "nokey"); code != 1 || !strings.Contains(stderr, "no state for key") {
 		t.Fatalf("inspect of a key never used: exit %d %s", code, stderr)
 	}
+	// A replica that shuts down gives its units back.
+	checkSeq(t, p.HTTP, "hot", "k2", 3)
+	code, stdout, _ = run("inspect", "--json", "hot", "k2")
+	var before keyState
+	if err := json.Unmarshal([]byte(stdout), &before); err != nil || code != 0 || before.Grants.Held == 0 {
+		t.Fatalf("inspect k2 before the shutdown: exit %d %v\n%s", code, err, stdout)
+	}
+	if code := p.Stop(); code != 0 {
+		t.Fatalf("sluice serve exited %d", code)
+	}
+	code, stdout, _ = run("inspect", "--json", "hot", "k2")
+	var after keyState
+	if err := json.Unmarshal([]byte(stdout), &after); err != nil || code != 0 || after.Grants.Held != 0 || after.Grants.Available != 20-3 {
+		t.Fatalf("inspect k2 after the shutdown: exit %d %v\n%s", code, err, stdout)
+	}
 }
 
 // checkSeq sends n checks of policy and key one after the other and counts
