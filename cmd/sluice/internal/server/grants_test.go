@@ -158,6 +158,12 @@ func TestGrantsOpenAPI(t *testing.T) {
 		t.Fatalf("multi form: %d %s", resp.StatusCode, body)
 	}
 	api.check(t, "POST", "/v1/check", resp, body)
+	// The dashboard's state carries the policy's grant counters.
+	resp, body = send(t, "GET", ts.URL+"/ui/state.json", "", nil)
+	api.check(t, "GET", "/ui/state.json", resp, body)
+	if !strings.Contains(string(body), `"grants":[{"name":"hot","limiter":"hot.gcra","local":0,"valkey":1,"failed":0,"calls":`) {
+		t.Fatalf("GET /ui/state.json: %s", body)
+	}
 }
 
 // TestGrantsMetrics: the grant metrics are read from Limiter.GrantStats at
