@@ -222,3 +222,28 @@ func TestGrantsCloseGivesBack(t *testing.T) {
 		t.Fatalf("after Close: %+v, %d spent: want every unspent unit returned", st, spent)
 	}
 }
+
+// TestGrantsEnvoyStopIncrement: under STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+// a descriptor of a policy with grants is not read ahead (its own decision
+// refuses it), and a call with it beside another decides: the burst of
+// each, exactly.
+func TestGrantsEnvoyStopIncrement(t *testing.T) {
+	_, c, _ := startEnvoy(t, grantsYAML, envoy.Options{StopIncrementWhenOverLimit: true})
+	hot, plain := 0, 0
+	for range 60 {
+		r, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge",
+			Descriptors: []*commonrl.RateLimitDescriptor{desc("hot", "a"), desc("plain", "a")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Statuses[0].Code == rlsv3.RateLimitResponse_OK {
+			hot++
+		}
+		if r.Statuses[1].Code == rlsv3.RateLimitResponse_OK {
+			plain++
+		}
+	}
+	if hot != 50 || plain != 50 {
+		t.Fatalf("allowed hot %d, plain %d of 60, want 50 each", hot, plain)
+	}
+}
