@@ -196,7 +196,7 @@ func (f *simulateFlags) checkReplay() error {
 	}{
 		{"--traffic", len(f.trafficSpecs) > 0}, {"--trace", f.trace != ""}, {"--policy", len(f.policySpecs) > 0},
 		{"--decisions", f.decisions != ""}, {"--duration", f.duration != ""}, {"--bucket", f.bucket != ""},
-		{"--rate-window", f.rateWindow != ""}, {"--watch", f.watch != ""},
+		{"--rate-window", f.rateWindow != ""}, {"--watch", f.watch != ""}, {"--processes", f.processes != 1},
 	} {
 		if c.set {
 			return fmt.Errorf("%s does not apply to --replay", c.name)
