@@ -247,3 +247,29 @@ func TestGrantsEnvoyStopIncrement(t *testing.T) {
 		t.Fatalf("allowed hot %d, plain %d of 60, want 50 each", hot, plain)
 	}
 }
+
+// TestGrantsAdminKeys: the admin peek of a key of a policy with grants is
+// a 400 pointing to sluice inspect (a peek would take a grant, and this
+// instance knows only its own); the admin reset resets the grant state:
+// the key gets its limit back, but for the units this instance holds.
+func TestGrantsAdminKeys(t *testing.T) {
+	api := newAPISchemas(t)
+	s, ts := newTestServer(t, "admin:\n  token_env: SLUICE_TEST_TOKEN\n"+grantsYAML)
+	auth := []string{"Authorization", "Bearer " + testToken}
+	resp, body := send(t, "GET", ts.URL+"/v1/keys/hot/k", "", auth)
+	if resp.StatusCode != 400 || !strings.Contains(string(body), "sluice inspect hot KEY") {
+		t.Fatalf("peek: %d %s", resp.StatusCode, body)
+	}
+	api.check(t, "GET", "/v1/keys/{policy}/{key}", resp, body)
+	if st := s.state.Load().policies["hot"].limiter.GrantStats(); st.Calls != 0 {
+		t.Fatalf("the refused peek made a grant call: %+v", st)
+	}
+	spent := checks(t, ts.URL, "hot", "k", 30)
+	resp, body = send(t, "DELETE", ts.URL+"/v1/keys/hot/k", "", auth)
+	if resp.StatusCode != 200 {
+		t.Fatalf("reset: %d %s", resp.StatusCode, body)
+	}
+	if got := checks(t, ts.URL, "hot", "k", 80); got < 50-spent || got > 50 {
+		t.Fatalf("after the reset: allowed %d, want from %d to 50", got, 50-spent)
+	}
+}
