@@ -573,7 +573,8 @@ func (gk *gkey) apply(g *grants, c grantCall, res driver.GrantResult, err error)
 		gk.unspent = 0
 	}
 	gk.holders = res.Holders
-	if res.Granted < c.op.Need {
+	if res.More > 0 {
+		// Neither renew nor decide beyond the units until more can come.
 		gk.refused = now + int64(res.More)
 	}
 	gk.setShare(g, res, now)
