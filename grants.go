@@ -390,33 +390,34 @@ func (g *grants) sweepKey(gk *gkey) bool {
 	return false
 }
 
-// close gives back every unit and stops the sweeper.
+// close gives back every unit and stops the sweeper, after any call in
+// flight, within the limiter's timeout.
 func (g *grants) close() error {
 	g.closed.Store(true)
 	g.stopSweeper()
-	var batch []driver.GrantOp
-	var keys []*gkey
-	var calls []grantCall
+	deadline := time.Now().Add(g.timeout)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	var all []*gkey
 	for i := range g.shards {
 		sh := &g.shards[i]
 		sh.mu.Lock()
 		for _, gk := range sh.m {
-			gk.mu.Lock()
-			now := g.mono()
-			gk.expire(g, now)
-			if !gk.calling && gk.unspent > 0 {
-				c := gk.begin(g, now, 0, 0, true)
-				batch, keys, calls = append(batch, c.op), append(keys, gk), append(calls, c)
-			}
-			gk.mu.Unlock()
+			all = append(all, gk)
 		}
 		sh.mu.Unlock()
+	}
+	var batch []driver.GrantOp
+	var keys []*gkey
+	var calls []grantCall
+	for _, gk := range all {
+		if c, ok := gk.closing(g, ctx, deadline); ok {
+			batch, keys, calls = append(batch, c.op), append(keys, gk), append(calls, c)
+		}
 	}
 	if len(batch) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
-	defer cancel()
 	err := g.store.Grant(ctx, batch)
 	for i, gk := range keys {
 		e := err
@@ -431,6 +432,28 @@ func (g *grants) close() error {
 		return fmt.Errorf("%w: grants of %s: %w", ErrStoreUnavailable, g.name, err)
 	}
 	return nil
+}
+
+// closing waits for gk's call in flight, if any, and starts the give-back
+// of its units, if it holds some.
+func (gk *gkey) closing(g *grants, ctx context.Context, deadline time.Time) (grantCall, bool) {
+	gk.mu.Lock()
+	defer gk.mu.Unlock()
+	for gk.calling {
+		ch := gk.done
+		gk.mu.Unlock()
+		err := waitCall(ctx, ch, deadline)
+		gk.mu.Lock()
+		if err != nil {
+			return grantCall{}, false
+		}
+	}
+	now := g.mono()
+	gk.expire(g, now)
+	if gk.unspent == 0 {
+		return grantCall{}, false
+	}
+	return gk.begin(g, now, 0, 0, true), true
 }
 
 // gkey is one key's grant state in the process.
@@ -573,7 +596,8 @@ func (gk *gkey) apply(g *grants, c grantCall, res driver.GrantResult, err error)
 		gk.unspent = 0
 	}
 	gk.holders = res.Holders
-	if res.Granted < c.op.Need {
+	if res.More > 0 {
+		// Neither renew nor decide beyond the units until more can come.
 		gk.refused = now + int64(res.More)
 	}
 	gk.setShare(g, res, now)

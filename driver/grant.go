@@ -35,7 +35,8 @@ import (
 // nothing is deleted), set G_h = min(Unspent, G_h), refill, give back
 // (Return) or reset (Reset), grant x = min(Want, the units available,
 // max(fair − G_h, Need)) where fair = max(1, ⌊Limit / (2 × holders)⌋),
-// and end h's grant Life after now (a window's grant ends at the window's
+// (when x falls short of that for want of units, More says when the
+// rest could be there), and end h's grant Life after now (a window's grant ends at the window's
 // end at the latest).
 //
 // Valkey state format (a hash under GrantKey, one per identity; for
@@ -114,8 +115,10 @@ type GrantResult struct {
 	Left time.Duration
 	// Holders is the holders seen on the key, this one included.
 	Holders int64
-	// More is, when Granted is less than Need, the time until the units
-	// missing could be available (0 otherwise).
+	// More is, when Granted is less than the store would have granted
+	// had it the units (min(Want, max(fair − G_h, Need))), the time until
+	// the rest could be there (0 otherwise): the holder neither renews nor
+	// decides beyond its units until then.
 	More time.Duration
 	// Level is the units available at the store after the call (⌊L0 /
 	// Interval⌋; for a window, Limit − C).

@@ -190,13 +190,18 @@ func grantBucket(st *grantState, op *driver.GrantOp, now int64) (*grantState, dr
 	if op.Reset {
 		st.level = tau - sum*iv
 	}
-	x := min(op.Want, st.level/iv, max(driver.GrantFair(b, n)-g, op.Need))
-	x = max(0, x)
+	lim := max(0, min(op.Want, max(driver.GrantFair(b, n)-g, op.Need)))
+	x := min(lim, st.level/iv)
 	st.level -= x * iv
 	g += x
 	res := driver.GrantResult{Granted: x, Held: g, Holders: n, Level: st.level / iv}
-	if x < op.Need {
-		res.More = time.Duration(max(1, (op.Need-x)*iv-st.level)) * time.Microsecond
+	if x < lim {
+		// Until the level holds the rest of what it would have granted
+		// (the holder waits for its share, not for a unit), or half its
+		// room below the cap, whichever comes first: the level must not
+		// sit at the cap while holders wait, or its refill is lost.
+		room := tau - (sum+x)*iv - st.level
+		res.More = time.Duration(max(1, min((lim-x)*iv-st.level, room/2))) * time.Microsecond
 	}
 	end := setHolder(st, op, g, now, now+op.Life.Microseconds())
 	if g > 0 {
@@ -229,11 +234,12 @@ func grantCount(st *grantState, op *driver.GrantOp, now, start, end int64) (*gra
 	if op.Reset {
 		st.level = sum
 	}
-	x := max(0, min(op.Want, limit-st.level, max(driver.GrantFair(limit, n)-g, op.Need)))
+	lim := max(0, min(op.Want, max(driver.GrantFair(limit, n)-g, op.Need)))
+	x := min(lim, limit-st.level)
 	st.level += x
 	g += x
 	res := driver.GrantResult{Granted: x, Held: g, Holders: n, Level: limit - st.level}
-	if x < op.Need {
+	if x < lim {
 		res.More = time.Duration(end-now) * time.Microsecond
 	}
 	e := setHolder(st, op, g, now, min(end, now+op.Life.Microseconds()))

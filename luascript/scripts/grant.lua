@@ -109,10 +109,19 @@ if kind == 1 then
     g, sum, level = g - back, sum - back, level + back * param
   end
   if reset then level = tau - sum * param end
-  x = math.max(0, math.min(want, idiv(level, param), math.max(fair - g, need)))
+  local lim = math.max(0, math.min(want, math.max(fair - g, need)))
+  x = math.min(lim, idiv(level, param))
   level = level - x * param
   g = g + x
-  if x < need then more = math.max(1, (need - x) * param - level) else more = 0 end
+  more = 0
+  if x < lim then
+    -- Until the level holds the rest of what it would have granted (the
+    -- holder waits for its share, not for a unit), or half its room below
+    -- the cap, whichever comes first: the level must not sit at the cap
+    -- while holders wait, or its refill is lost.
+    local room = tau - (sum + x) * param - level
+    more = math.max(1, math.min((lim - x) * param - level, math.floor(room / 2)))
+  end
   stopAt = now + life
 else
   if giveBack then
@@ -120,10 +129,11 @@ else
     g, level = g - back, math.max(0, level - back)
   end
   if reset then level = sum end
-  x = math.max(0, math.min(want, limit - level, math.max(fair - g, need)))
+  local lim = math.max(0, math.min(want, math.max(fair - g, need)))
+  x = math.min(lim, limit - level)
   level = level + x
   g = g + x
-  if x < need then more = stop - now else more = 0 end
+  if x < lim then more = stop - now else more = 0 end
   stopAt = math.min(stop, now + life)
 end
 
