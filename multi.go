@@ -165,6 +165,9 @@ func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []
 		if c.Limiter == nil {
 			return Decision{}, nil, invalidField("Check.Limiter", "check %d has no limiter", i)
 		}
+		if c.Limiter.gr != nil {
+			return Decision{}, nil, invalidField("Check.Limiter", "check %d: limiter %s decides with grants (WithGrants), which AllowAll and AllowEach do not take: call its AllowN", i, c.Limiter.cfg.name)
+		}
 		if c.Limiter.rule.Algorithm == driver.AlgorithmInFlight {
 			op, err := leaseCheck(i, c, refunds)
 			if err != nil {

@@ -63,9 +63,11 @@ const (
 	AnswerFailMode
 )
 
-// String returns "store", "deny_cache" or "fail_mode".
+// String returns "store", "deny_cache", "fail_mode" or "grant".
 func (a Answer) String() string {
 	switch a {
+	case AnswerGrant:
+		return "grant"
 	case AnswerDenyCache:
 		return "deny_cache"
 	case AnswerFailMode:

@@ -30,10 +30,13 @@ const (
 	FailClosed
 )
 
-// String returns "open" or "closed".
+// String returns "open", "closed" or "share".
 func (m FailMode) String() string {
-	if m == FailClosed {
+	switch m {
+	case FailClosed:
 		return "closed"
+	case FailShare:
+		return "share"
 	}
 	return "open"
 }
@@ -70,6 +73,8 @@ type config struct {
 	warnSet    bool
 	penalty    Penalty // WithPenalty; see penalty.go
 	penaltySet bool
+	grantOn    bool         // WithGrants
+	grant      GrantOptions // see grants.go
 }
 
 // WithName names the limiter. The name is part of every key, so limiters
@@ -186,6 +191,7 @@ type Limiter struct {
 	// keeps the keys, so a lone decision's key is passed in the pooled
 	// buffer of its Op (see opKey).
 	transient bool
+	gr        *grants // nil unless WithGrants; see grants.go
 }
 
 // New returns a Limiter enforcing policy on store. It fails with an error
@@ -218,7 +224,7 @@ func New(store driver.Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if cfg.timeout <= 0 {
 		return nil, invalidField("WithTimeout", "timeout must be positive, got %v", cfg.timeout)
 	}
-	if cfg.failMode != FailOpen && cfg.failMode != FailClosed {
+	if cfg.failMode != FailOpen && cfg.failMode != FailClosed && cfg.failMode != FailShare {
 		return nil, invalidField("WithFailMode", "unknown fail mode %d", cfg.failMode)
 	}
 	if err := checkWarning(&cfg); err != nil {
@@ -242,6 +248,9 @@ func New(store driver.Store, policy Policy, opts ...Option) (*Limiter, error) {
 		l.ovs = ovs
 	}
 	if err := l.setPenaltyAndReservations(); err != nil {
+		return nil, err
+	}
+	if err := l.setGrants(); err != nil {
 		return nil, err
 	}
 	l.notify, _ = store.(driver.DeleteNotifier)
@@ -286,7 +295,7 @@ func (l *Limiter) setDenyCache() error {
 			return invalidField("WithDenyCache", "WithDenyCache(true): a limiter with overrides never uses the deny cache (an override set by another process must apply at once)")
 		}
 	}
-	if cfg.deny == 1 || cfg.deny == 0 && l.notify != nil && !rule.CountRejected && len(l.plans) == 0 && l.ovs == nil && rule.Algorithm != driver.AlgorithmInFlight {
+	if cfg.deny == 1 || cfg.deny == 0 && l.gr == nil && l.notify != nil && !rule.CountRejected && len(l.plans) == 0 && l.ovs == nil && rule.Algorithm != driver.AlgorithmInFlight {
 		l.deny = newDenyCache(rule, l.notify != nil)
 		if l.notify != nil {
 			// The store holds the cache, never the Limiter: once the
@@ -386,6 +395,9 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 func (l *Limiter) allow(ctx context.Context, key string, r Rule, n int64) (Result, error) {
 	if err := l.check(key, r, n); err != nil {
 		return Result{}, err
+	}
+	if l.gr != nil {
+		return l.allowGrant(ctx, key, n)
 	}
 	var buf [192]byte
 	k := driver.AppendKey(buf[:0], l.cfg.prefix, l.cfg.name, l.rule, key)
@@ -664,6 +676,13 @@ func (l *Limiter) ResetNotify(ctx context.Context, key string) (int, error) {
 		return 0, ErrInvalidKey
 	}
 	k := l.storeKey(key)
+	if l.gr != nil {
+		var buf [192]byte
+		if err := l.gr.reset(ctx, driver.AppendGrantKey(buf[:0], l.cfg.prefix, l.cfg.name, l.rule, key), k); err != nil {
+			return -1, fmt.Errorf("%w: reset %s: %w", ErrStoreUnavailable, l.cfg.name, err)
+		}
+		return -1, nil
+	}
 	if l.deny != nil {
 		l.deny.Deleted(k)
 	}

@@ -34,7 +34,8 @@ type Store struct {
 	seed   maphash.Seed
 	shards [shardCount]shard
 	ovs    overrides
-	rsv    records // reservations; see settle.go
+	rsv    records     // reservations; see settle.go
+	grants grantStates // see grant.go
 	watch  watchers
 }
 

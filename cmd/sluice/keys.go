@@ -118,7 +118,7 @@ func (k *keyEnv) policy(name string) (*config.Policy, error) {
 // limiter is the policy's limiter as sluice serve builds it (its name,
 // prefix, key overrides and plans), with a generous timeout (an operator
 // waits; a request does not).
-func (k *keyEnv) limiter(p *config.Policy) (*sluice.Limiter, error) {
+func (k *keyEnv) limiter(p *config.Policy, more ...sluice.Option) (*sluice.Limiter, error) {
 	opts := []sluice.Option{sluice.WithName(p.Limiter), sluice.WithPrefix(k.cfg.Prefix),
 		sluice.WithTimeout(5 * time.Second), sluice.WithDenyCache(false), sluice.WithOverrides(p.Overrides),
 		sluice.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
@@ -129,7 +129,7 @@ func (k *keyEnv) limiter(p *config.Policy) (*sluice.Limiter, error) {
 		// Reset then lifts a block, and inspect's peek sees it.
 		opts = append(opts, sluice.WithPenalty(*p.Penalty))
 	}
-	return sluice.New(k.store, p.Policy, opts...)
+	return sluice.New(k.store, p.Policy, append(opts, more...)...)
 }
 
 // keyGroup is the keys of one limiter and state layout.
@@ -597,6 +597,9 @@ type keyState struct {
 	// the time each has left by Valkey's clock (ended ones not yet reaped
 	// show 0 or less).
 	Leases []leaseState `json:"leases,omitempty"`
+	// Grants is a policy with grants' key state: the grant hash, its
+	// units available and its holders (grantkeys.go).
+	Grants *grantState `json:"grants,omitempty"`
 	// Penalty is the key's penalty state, when its policy has a penalty
 	// and the store keeps some for the key.
 	Penalty *penaltyState `json:"penalty,omitempty"`
@@ -685,6 +688,11 @@ func printKeyState(w io.Writer, st *keyState) {
 	if !st.Exists {
 		return
 	}
+	if st.Grants != nil {
+		fmt.Fprintf(w, "ttl        %v\n", time.Duration(st.TTLMS*1e6))
+		printGrants(w, st.Grants)
+		return
+	}
 	verdict := "allowed"
 	if !st.Allowed {
 		verdict = fmt.Sprintf("refused, retry after %v", time.Duration(st.RetryAfterMS*1e6))
@@ -757,6 +765,9 @@ func inspect(ctx context.Context, k *keyEnv, p *config.Policy, l *sluice.Limiter
 		return nil, errors.New("the key is empty")
 	}
 	st := &keyState{Policy: p.Name, Key: key, StoreKey: driver.Key(k.cfg.Prefix, l.Name(), l.Rule(), key), Rule: l.Rule().String(), Plan: plan}
+	if p.Grants {
+		return st, inspectGrants(ctx, k, l, st)
+	}
 	// The raw state first: Peek may tidy it (a sliding log drops old entries).
 	if err := readState(ctx, k.client, l, st); err != nil {
 		return nil, err
@@ -943,12 +954,17 @@ type resetRun struct {
 	err      error
 }
 
-// storeKey is the store key of the key reset.
+// storeKey is the store key of the key reset: its grant state for a
+// policy with grants.
 func (r *resetRun) storeKey() string {
+	if r.p.Grants {
+		return grantKeyOf(r.k, r.l, r.key)
+	}
 	return driver.Key(r.k.cfg.Prefix, r.l.Name(), r.l.Rule(), r.key)
 }
 
-// reset deletes the key's state when it exists, and tells every process.
+// reset deletes the key's state when it exists, and tells every process;
+// a policy with grants resets its grant state (resetGrants).
 func (r *resetRun) reset(ctx context.Context) {
 	c := r.k.client
 	keys := []string{r.storeKey()}
@@ -957,7 +973,10 @@ func (r *resetRun) reset(ctx context.Context) {
 		keys = append(keys, driver.PenaltyKey(r.k.cfg.Prefix, r.l.Name(), r.key))
 	}
 	r.existed, r.err = c.Do(ctx, c.B().Exists().Key(keys...).Build()).AsInt64()
-	if r.err == nil {
+	switch {
+	case r.err == nil && r.p.Grants:
+		r.notified, r.err = -1, resetGrants(ctx, r.k, r.p, r.key)
+	case r.err == nil:
 		r.notified, r.err = r.l.ResetNotify(ctx, r.key)
 	}
 }
@@ -990,6 +1009,11 @@ func (r *resetRun) report(ctx context.Context, stdout, stderr io.Writer) int {
 	case r.existed == 0:
 		fmt.Fprintf(stderr, "sluice reset: no state for key %q of policy %s (never used, expired or reset already): nothing to reset\n", r.key, r.p.Name)
 		return 1
+	}
+	if r.p.Grants {
+		fmt.Fprintf(stdout, "reset %s %q: the grant state's level is full again but for the units the processes hold, which stay theirs until their grants end (at most %v): together they get the limit of %d, less the units a process spent since its last grant call, never more\n",
+			r.p.Name, r.key, grantLife(r.p), r.l.Rule().Limit)
+		return 0
 	}
 	fmt.Fprintf(stdout, "reset %s %q: state deleted; the notice reached %d subscribed sluice process(es), and every process on this Valkey stops refusing the key from its deny cache within %v: from then its next request gets the whole limit of %s\n",
 		r.p.Name, r.key, r.notified, valkeystore.NoticeBound, r.limitBack(ctx))

@@ -358,6 +358,7 @@ func (l *listeners) serve(ctx context.Context, srv *server.Server, cfg *config.C
 	code := l.wait(ctx, hup, errc, srv, f.configPath, logger)
 	srv.StopWaiting() // requests waiting for admission are answered refused now
 	l.stop(logger)
+	srv.Close() // grants give their units back
 	return code
 }
 

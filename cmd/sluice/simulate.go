@@ -158,7 +158,7 @@ type simulateFlags struct {
 	replay                         string
 	seed                           uint64
 	maxDecisions                   int64
-	top                            int
+	top, processes                 int
 }
 
 // defineSimulateFlags defines the flags of sluice simulate on fs.
@@ -186,6 +186,7 @@ func defineSimulateFlags(fs *flag.FlagSet) *simulateFlags {
 	fs.Int64Var(&f.maxDecisions, "max-decisions", simulate.DefaultMaxDecisions, "refuse runs that would make more decisions")
 	fs.StringVar(&f.replay, "replay", "", "decision log to decide again under --config")
 	fs.IntVar(&f.top, "top", 10, "with --replay: keys listed per policy")
+	fs.IntVar(&f.processes, "processes", 1, "a policy with grants is also run over this many simulated processes, drawn beside the exact policy")
 	return f
 }
 
@@ -200,7 +201,7 @@ func (f *simulateFlags) checkReplay() error {
 	}{
 		{"--traffic", len(f.trafficSpecs) > 0}, {"--trace", f.trace != ""}, {"--policy", len(f.policySpecs) > 0},
 		{"--decisions", f.decisions != ""}, {"--duration", f.duration != ""}, {"--bucket", f.bucket != ""},
-		{"--rate-window", f.rateWindow != ""}, {"--watch", f.watch != ""},
+		{"--rate-window", f.rateWindow != ""}, {"--watch", f.watch != ""}, {"--processes", f.processes != 1},
 	} {
 		if c.set {
 			return fmt.Errorf("%s does not apply to --replay", c.name)
@@ -212,7 +213,7 @@ func (f *simulateFlags) checkReplay() error {
 // options returns the simulation's options: the policies, the parsed
 // traffic and the durations of the flags.
 func (f *simulateFlags) options(policies []*config.Policy) (simulate.Options, error) {
-	opts := simulate.Options{Policies: policies, Trace: f.trace, Seed: f.seed, Watch: f.watch, MaxDecisions: f.maxDecisions}
+	opts := simulate.Options{Policies: policies, Trace: f.trace, Seed: f.seed, Watch: f.watch, MaxDecisions: f.maxDecisions, Processes: f.processes}
 	var err error
 	if opts.Traffic, err = parseTraffics(f.trafficSpecs); err != nil {
 		return opts, err

@@ -163,3 +163,27 @@ func TestSimulateCommand(t *testing.T) {
 		t.Errorf("refused runs wrote %v", matches)
 	}
 }
+
+// TestSimulateGrantsCommand: --processes runs a policy with grants over N
+// simulated processes beside the exact policy, both in the table; a bad
+// count is refused, and --processes does not apply to --replay.
+func TestSimulateGrantsCommand(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "hot.yaml")
+	os.WriteFile(cfg, []byte("policies:\n  - {name: hot, algorithm: gcra, burst: 100, rate: 500/s, grants: auto}\n"), 0o644)
+	out := filepath.Join(dir, "run")
+	code, stdout, stderr := runCmd("simulate", "--config", cfg, "--traffic", "poisson:3000/s", "--duration", "2s", "--processes", "3", "--out", out, "--format", "csv")
+	if code != 0 || !regexp.MustCompile(`(?m)^hot \(grants, 3 processes\)\s+gcra`).MatchString(stdout) || !regexp.MustCompile(`(?m)^hot\s+gcra`).MatchString(stdout) {
+		t.Fatalf("exit %d:\n%s%s", code, stdout, stderr)
+	}
+	csv, _ := os.ReadFile(out + ".csv")
+	if !strings.Contains(string(csv), "hot (grants, 3 processes)") {
+		t.Errorf("the CSV lacks the fleet")
+	}
+	if code, _, stderr := runCmd("simulate", "--config", cfg, "--traffic", "steady:1/s", "--processes", "-1", "--out", out); code == 0 || !strings.Contains(stderr, "--processes") {
+		t.Errorf("--processes -1: exit %d %s", code, stderr)
+	}
+	if code, _, stderr := runCmd("simulate", "--replay", out+".csv", "--config", cfg, "--processes", "2", "--out", out); code != 2 || !strings.Contains(stderr, "--processes does not apply") {
+		t.Errorf("--processes with --replay: exit %d %s", code, stderr)
+	}
+}

@@ -172,7 +172,7 @@ func TestErrors(t *testing.T) {
 		{"missing field", "policies:\n  - {name: a, algorithm: sliding_log, limit: 5}\n", `sliding_log needs window`},
 		{"duplicate name", "policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s}\n", `bad.yaml:3:12: policy name "a" is already used at line 2`},
 		{"bad name", "policies:\n  - {name: 'a b', algorithm: gcra, burst: 5, rate: 5/s}\n", `may hold only letters`},
-		{"on_failure", "policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s, on_failure: maybe}\n", `on_failure must be allow or deny`},
+		{"on_failure", "policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s, on_failure: maybe}\n", `on_failure must be allow, deny or share`},
 		{"bool", "policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s, shadow: maybe}\n", `shadow must be true or false`},
 		{"headers", "policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s, headers: [x-ratelimit, foo]}\n", `headers: unknown "foo"`},
 		{"duplicate key", "policies: []\npolicies: []\n", `bad.yaml:2:1: configuration: "policies" is set twice`},

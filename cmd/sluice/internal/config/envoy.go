@@ -261,6 +261,8 @@ func (d *decoder) descriptorLimit(c *Config, dom *Domain, f map[string]field, de
 			d.errorf(x.val, "descriptor: policy %q is in_flight: Envoy's rate-limit service has no release, so a lease could never be given back (use a rate policy)", desc.Policy)
 		} else if msg := envoyUnhonoured(p); msg != "" {
 			d.errorf(x.val, "descriptor: policy %q: %s", desc.Policy, msg)
+		} else if msg := grantsRefused(p, dom.Counting); msg != "" {
+			d.errorf(x.val, "descriptor: policy %q: %s", desc.Policy, msg)
 		}
 	}
 	if hasRL {

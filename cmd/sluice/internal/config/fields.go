@@ -150,12 +150,20 @@ var algorithms = []driver.Algorithm{fixed, slog, sliding, tbucket, gcra, infligh
 // rateAlgorithms are the algorithms of rate limits (all but in_flight).
 var rateAlgorithms = []driver.Algorithm{fixed, slog, sliding, tbucket, gcra}
 
+// grantAlgorithms are the algorithms that take grants (driver.Grantable).
+var grantAlgorithms = []driver.Algorithm{fixed, tbucket, gcra}
+
 func str(name, desc string) *Field { return &Field{Name: name, Kind: KindString, Desc: desc} }
 func boolean(name, def, desc string) *Field {
 	return &Field{Name: name, Kind: KindBool, Default: def, Desc: desc}
 }
 func enum(name, def, desc string, values ...string) *Field {
 	return &Field{Name: name, Kind: KindEnum, Default: def, Enum: values, Desc: desc}
+}
+func enumFor(name, def string, algs []driver.Algorithm, desc string, values ...string) *Field {
+	f := enum(name, def, desc, values...)
+	f.Algorithms = algs
+	return f
 }
 func list(name, desc string, item *Field) *Field {
 	return &Field{Name: name, Kind: KindList, Item: item, Desc: desc}
@@ -252,7 +260,7 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 	{Name: "rate", Kind: KindRate, Algorithms: []driver.Algorithm{tbucket, gcra}, RequiredBy: []driver.Algorithm{tbucket, gcra}, Desc: "refill rate: N/s, N/m, N/h or N/d (N may be a decimal)"},
 	{Name: "count_rejected", Kind: KindBool, Default: "false", Algorithms: []driver.Algorithm{slog},
 		Desc: "refused attempts count too (a lockout)"},
-	enum("on_failure", "allow", "when Valkey cannot decide in time: allow or deny", "allow", "deny"),
+	enum("on_failure", "allow", "when Valkey cannot decide in time: allow, deny, or share (grants: decide on the process's share of the limit)", "allow", "deny", "share"),
 	boolean("shadow", "false", "never refuse: report \"shadow\": true instead"),
 	{Name: "headers", Kind: KindCustom, Default: "all", Type: "a name or a list of names", Algorithms: rateAlgorithms,
 		Desc: "response headers: all, none, or one or a list of x-ratelimit, ietf, retry-after",
@@ -269,7 +277,14 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 		Desc: "reservations (POST /v1/reservations/settle): the most a settle above its estimate may leave owed, in units beyond the limit; 0 for none"},
 	{Name: "plans", Kind: KindMap, Section: plansSection, Algorithms: rateAlgorithms, Desc: "named plans: plan name → {limit} or {burst, rate}"},
 	{Name: "deny_cache", Kind: KindBool, Default: "true", Algorithms: rateAlgorithms,
-		Desc: "answer refused keys locally until their retry-after (true is refused with count_rejected, overrides or plans, where it is off)"},
+		Desc: "answer refused keys locally until their retry-after (true is refused with count_rejected, overrides, plans or grants, where it is off)"},
+	enumFor("grants", "off", grantAlgorithms, "auto: each process decides locally against grants of each key's limit, renewed on Valkey (docs/grants.md); off: every decision on Valkey", "auto", "off"),
+	{Name: "grant_life", Kind: KindDuration, Default: "2s", MinDur: 10 * time.Millisecond, MaxDur: driver.MaxGrantLife, Algorithms: grantAlgorithms,
+		Desc: "grants: how long a grant lasts unless renewed, by Valkey's clock (whole milliseconds): a process that dies strands its units this long"},
+	{Name: "grant_period", Kind: KindDuration, Default: "grant_life / 4", MinDur: time.Millisecond, MaxDur: driver.MaxGrantLife / 2, Algorithms: grantAlgorithms,
+		Desc: "grants: the time over which demand sizes a grant, after which a quiet key gives its units back (at most grant_life / 2)"},
+	{Name: "grant_max_keys", Kind: KindInt, Default: "10000", Min: 1, Max: 10_000_000, Algorithms: grantAlgorithms,
+		Desc: "grants: the keys whose grants a process holds at once; one more gives another's units back"},
 	{Name: "warn_at", Kind: KindInt, Algorithms: rateAlgorithms, Min: 1, Max: 99,
 		Desc: "percent of the limit used from which an allowed decision warns (\"warning\": true, sluice_warnings_total); absent: no warning"},
 	{Name: "warning_header", Kind: KindBool, Algorithms: rateAlgorithms, Default: "false",
@@ -285,7 +300,9 @@ var policySection = &Section{Path: "policies[]", Def: "policy", Fields: []*Field
 }, Rules: []string{
 	fmt.Sprintf("token_bucket, gcra: refilling from empty within %s (driver.MaxWindow)", duration(driver.MaxWindow)),
 	"zone is a known IANA time zone; a rate is positive; durations within their bounds",
-	"deny_cache: true is refused with count_rejected, overrides or plans",
+	"deny_cache: true is refused with count_rejected, overrides, plans or grants",
+	"grants: auto is refused with plans, overrides: true, max_debt, warn_at or penalty; grant_life, grant_period, grant_max_keys and on_failure: share need grants: auto",
+	"a policy with grants is used by no forward_auth route and by no descriptor of a domain with counting all_or_nothing",
 	"warning_header needs warn_at",
 	"a policy an Envoy descriptor uses takes no deny_status, deny_body or warning_header (Envoy's filter chooses the refusal), nor wait",
 	"wait is refused with count_rejected; wait, deny_status and deny_body are refused with shadow: true (a shadow policy never refuses)",

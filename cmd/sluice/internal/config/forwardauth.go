@@ -409,6 +409,8 @@ func (d *decoder) limitPolicy(n *yaml.Node, c *Config, what string) string {
 		d.errorf(n, "%s: policy %q is not defined in policies", what, name)
 	} else if p.Algorithm == driver.AlgorithmInFlight {
 		d.errorf(n, "%s: policy %q is in_flight: a forward-auth sub-request ends before the request it guards, so its lease could not be held (use POST /v1/leases)", what, name)
+	} else if p.Grants {
+		d.errorf(n, "%s: policy %q has grants: a route's limits are decided all or none (sluice AllowAll), which a policy deciding on its own grants cannot join (use a policy without grants, or POST /v1/check)", what, name)
 	}
 	return name
 }

@@ -51,7 +51,7 @@ func TestOnFailureWords(t *testing.T) {
 	}
 	for _, word := range []string{"closed", "open", "Allow", "fail_open"} {
 		_, err := Parse("x.yaml", []byte("policies:\n  - {name: a, algorithm: gcra, burst: 5, rate: 5/s, on_failure: "+word+"}\n"))
-		if err == nil || !strings.Contains(err.Error(), "on_failure must be allow or deny, got \""+word+"\"") {
+		if err == nil || !strings.Contains(err.Error(), "on_failure must be allow, deny or share (with grants), got \""+word+"\"") {
 			t.Fatalf("on_failure: %s: %v, want it refused", word, err)
 		}
 	}

@@ -76,7 +76,9 @@ func (d *decoder) policyAlgorithm(n *yaml.Node, f map[string]field, name string)
 func (d *decoder) algorithmFields(n *yaml.Node, f map[string]field, name string, alg driver.Algorithm) {
 	takes := fieldsFor(policySection, alg)
 	for _, row := range policySection.Fields {
-		if x, ok := f[row.Name]; ok && !row.takes(alg) {
+		if x, ok := f[row.Name]; ok && !row.takes(alg) && row.Name == "grants" {
+			d.errorf(x.key, "policy %q: grants: %s", name, sluice.Reason(driver.Grantable(driver.Rule{Algorithm: alg})))
+		} else if ok && !row.takes(alg) {
 			d.errorf(x.key, "policy %q: %s is not used by %v (it takes %s)", name, row.Name, alg, strings.Join(takes, ", "))
 		}
 	}
@@ -159,16 +161,18 @@ var policyOptionDecoders = []fieldDecoder[*Policy]{
 	{"show_keys", (*decoder).showKeys},
 }
 
-// onFailure decodes on_failure into p: allow (fail open) or deny (fail
-// closed).
+// onFailure decodes on_failure into p: allow (fail open), deny (fail
+// closed) or share (sluice.FailShare, with grants).
 func (d *decoder) onFailure(p *Policy, n *yaml.Node) {
 	switch s := d.str(n, "on_failure"); s {
 	case "allow":
 		p.FailMode = sluice.FailOpen
 	case "deny":
 		p.FailMode = sluice.FailClosed
+	case "share":
+		p.FailMode = sluice.FailShare // needs grants: checked by grants
 	default:
-		d.errorf(n, "on_failure must be allow or deny, got %q", s)
+		d.errorf(n, "on_failure must be allow, deny or share (with grants), got %q", s)
 	}
 }
 
@@ -213,6 +217,7 @@ func (d *decoder) policyExtras(f map[string]field, p *Policy) {
 		}
 	}
 	d.waitOption(f, p)
+	d.grants(f, p)
 	never := p.denyCacheNever()
 	p.DenyCache = never == ""
 	if x, ok := f["deny_cache"]; ok {
@@ -232,6 +237,8 @@ func (p *Policy) denyCacheNever() string {
 		return "overrides (an override set anywhere must apply at once)"
 	case len(p.Plans) > 0:
 		return "plans (a refusal under one plan says nothing of another)"
+	case p.Grants:
+		return "grants (a process refuses locally against its grant already)"
 	}
 	return ""
 }

@@ -187,6 +187,7 @@ func policyRules() []any {
 			"then": algorithmSchema(a),
 		})
 	}
+	out = append(out, grantRules()...)
 	out = append(out, map[string]any{
 		"if":   map[string]any{"required": []string{"renewal_day"}},
 		"then": map[string]any{"properties": map[string]any{"period": map[string]any{"const": "month"}}},
@@ -271,4 +272,22 @@ func Schema() []byte {
 		panic(err)
 	}
 	return b.Bytes()
+}
+
+// grantRules are the rules of grants the schema can express: what grants:
+// auto refuses, and what needs it.
+func grantRules() []any {
+	auto := map[string]any{"properties": map[string]any{"grants": map[string]any{"const": "auto"}}, "required": []string{"grants"}}
+	var out []any
+	for _, f := range []string{"plans", "max_debt", "warn_at", "penalty"} {
+		out = append(out, map[string]any{"if": auto, "then": map[string]any{"not": map[string]any{"required": []string{f}}}})
+	}
+	for _, f := range []string{"overrides", "deny_cache"} {
+		out = append(out, map[string]any{"if": auto, "then": map[string]any{"properties": map[string]any{f: map[string]any{"not": truthy()}}}})
+	}
+	for _, f := range grantFields {
+		out = append(out, map[string]any{"if": map[string]any{"required": []string{f}}, "then": auto})
+	}
+	share := map[string]any{"properties": map[string]any{"on_failure": map[string]any{"const": "share"}}, "required": []string{"on_failure"}}
+	return append(out, map[string]any{"if": share, "then": auto})
 }

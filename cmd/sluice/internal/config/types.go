@@ -158,6 +158,10 @@ type Policy struct {
 	// Penalty is the policy's penalty for repeat offenders
 	// (sluice.WithPenalty); nil for none.
 	Penalty *sluice.Penalty
+	// Grants is grants: auto (sluice.WithGrants with GrantOptions): the
+	// processes decide locally against grants of each key's limit.
+	Grants       bool
+	GrantOptions sluice.GrantOptions
 	// Line is where the policy is defined.
 	Line int
 }

@@ -68,6 +68,7 @@ const monitoringYAML = `
 policies:
   - {name: api, algorithm: token_bucket, burst: 3, rate: 1/m}
   - {name: dark, algorithm: gcra, burst: 1, rate: 1/h, shadow: true}
+  - {name: hot, algorithm: gcra, burst: 100, rate: 10/s, grants: auto}
 domains:
   - domain: edge
     descriptors:
@@ -93,6 +94,7 @@ func scrapeLive(t *testing.T) []byte {
 	for range 5 {
 		post(t, p.HTTP+"/v1/check", `{"policy":"api","key":"k"}`)
 		post(t, p.HTTP+"/v1/check", `{"policy":"dark","key":"k"}`)
+		post(t, p.HTTP+"/v1/check", `{"policy":"hot","key":"k"}`)
 	}
 	conn, err := grpc.NewClient(p.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

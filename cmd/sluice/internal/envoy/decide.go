@@ -144,17 +144,64 @@ func (s *Service) decideEach(ctx context.Context, rs []resolved, checks []sluice
 			}
 		}
 	}
-	return sluice.AllowEach(ctx, checks)
+	return allowEach(ctx, rs, checks, idx)
+}
+
+// allowEach is sluice.AllowEach, but the checks of a policy with grants
+// (grants: auto) are decided on their own (Limiter.AllowN), against the
+// process's grant: AllowEach does not take them.
+func allowEach(ctx context.Context, rs []resolved, checks []sluice.Check, idx []int) (sluice.Decision, error) {
+	var grant []int
+	for k := range checks {
+		if rs[idx[k]].pol.Config().Grants {
+			grant = append(grant, k)
+		}
+	}
+	if len(grant) == 0 {
+		return sluice.AllowEach(ctx, checks)
+	}
+	rest := make([]sluice.Check, 0, len(checks)-len(grant))
+	for k, c := range checks {
+		if !rs[idx[k]].pol.Config().Grants {
+			rest = append(rest, c)
+		}
+	}
+	d, err := sluice.AllowEach(ctx, rest)
+	if err != nil {
+		return d, err
+	}
+	out := sluice.Decision{Allowed: d.Allowed, Results: make([]sluice.Result, len(checks))}
+	j := 0
+	for k, c := range checks {
+		if !rs[idx[k]].pol.Config().Grants {
+			out.Results[k] = d.Results[j]
+			j++
+			continue
+		}
+		res, err := c.Limiter.AllowPlan(ctx, c.Key, c.Plan, c.Cost) // a give-back is refused: grants take none
+		if err != nil {
+			return sluice.Decision{}, err
+		}
+		out.Results[k] = res
+		out.Allowed = out.Allowed && res.Allowed
+	}
+	return out, nil
 }
 
 // wouldGoOver reads the counts of checks (at cost 0) and says which would
 // go over their limit with their hits; anyOver also when a requests_per_unit
-// 0 limit has a hit.
+// 0 limit has a hit. A check of a policy with grants is not read ahead (a
+// process knows only its own grant, not the key's count): it counts as
+// under its limit here, and its own decision refuses it.
 func wouldGoOver(ctx context.Context, rs []resolved, checks []sluice.Check, idx []int) (over []bool, anyOver bool, err error) {
-	peeks := make([]sluice.Check, len(checks))
+	peeks := make([]sluice.Check, 0, len(checks))
+	at := make([]int, 0, len(checks))
 	for k, c := range checks {
-		peeks[k] = c
-		peeks[k].Cost = 0
+		if rs[idx[k]].pol.Config().Grants {
+			continue
+		}
+		c.Cost = 0
+		peeks, at = append(peeks, c), append(at, k)
 	}
 	seen, err := sluice.AllowEach(ctx, peeks)
 	if err != nil {
@@ -166,7 +213,8 @@ func wouldGoOver(ctx context.Context, rs []resolved, checks []sluice.Check, idx 
 			anyOver = true // a requests_per_unit 0 limit is over with any hit
 		}
 	}
-	for k, res := range seen.Results {
+	for j, res := range seen.Results {
+		k := at[j]
 		if checks[k].Cost > 0 && checks[k].Cost > res.Remaining || rs[idx[k]].hits > uint64(rs[idx[k]].policyLimit()) {
 			over[k], anyOver = true, true
 		}

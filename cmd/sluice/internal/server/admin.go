@@ -58,6 +58,10 @@ func (s *Server) handlePeek(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if p.cfg.Grants {
+		s.fail(w, r, bad(http.StatusBadRequest, "policy %q has grants: this instance knows only its own grant of the key, and a peek here would take one; sluice inspect %s KEY reads the key's grants and their holders from Valkey", p.cfg.Name, p.cfg.Name))
+		return
+	}
 	// ?plan=NAME peeks under the key's plan: the answer is then the rule
 	// in force for a request naming that plan.
 	plan := r.URL.Query().Get("plan")

@@ -283,6 +283,9 @@ func (st *state) multiChecks(items []checkItem) ([]sluice.Check, []*policy, erro
 		if err := p.rateOnly(fmt.Sprintf("checks[%d].", i)); err != nil {
 			return nil, nil, err
 		}
+		if p.cfg.Grants {
+			return nil, nil, bad(http.StatusBadRequest, "checks[%d].policy %q has grants: it decides on its own against its grant in this process, and the multi form takes its checks all or none (send it as a single check)", i, p.cfg.Name)
+		}
 		if err := p.checkPlan(c.Plan, fmt.Sprintf("checks[%d].", i), *c.Cost); err != nil {
 			return nil, nil, err
 		}

@@ -53,6 +53,9 @@ type dashState struct {
 	ReadyErr string       `json:"ready_error,omitempty"`
 	Config   dashConfig   `json:"config"`
 	Policies []dashPolicy `json:"policies"`
+	// Grants are the policies with grants: their decisions made locally
+	// against Valkey's (dashboard_grants.go).
+	Grants []dashGrant `json:"grants"`
 	// Nodes are the Valkey nodes and their breakers
 	// (sluice_valkey_breaker_state); none for the in-process store.
 	Nodes []dashNode `json:"nodes"`
@@ -127,7 +130,7 @@ type dashRisk struct {
 func (s *Server) handleUIState(w http.ResponseWriter, r *http.Request) {
 	uiHeaders(w)
 	st := s.state.Load()
-	out := dashState{Now: time.Now().UTC(), Store: s.opts.StoreName, Policies: []dashPolicy{}, Nodes: []dashNode{}, Risks: []dashRisk{}}
+	out := dashState{Now: time.Now().UTC(), Store: s.opts.StoreName, Policies: []dashPolicy{}, Grants: []dashGrant{}, Nodes: []dashNode{}, Risks: []dashRisk{}}
 	if err := s.Ready(r.Context()); err != nil {
 		out.ReadyErr = err.Error()
 	} else {
@@ -136,6 +139,7 @@ func (s *Server) handleUIState(w http.ResponseWriter, r *http.Request) {
 	out.Config = s.dashConfigOf(st)
 	byLimiter := out.addPolicies(st)
 	warnings := out.addWarnings(st)
+	out.addGrantPolicies(st)
 	families, err := s.reg.Gather()
 	if err != nil {
 		s.fail(w, r, err)
@@ -214,6 +218,8 @@ var dashMetrics = map[string]func(*dashState, dashSample){
 	"sluice_valkey_breaker_state":                 (*dashState).addBreaker,
 	"sluice_valkey_config_risk":                   (*dashState).addRisk,
 	"sluice_lease_events_total":                   (*dashState).addLeaseEvent,
+	"sluice_grant_decisions_total":                (*dashState).addGrantDecisions,
+	"sluice_grant_calls_total":                    (*dashState).addGrantCalls,
 }
 
 // addDecisionCount adds a policy's decisions of one outcome.

@@ -41,6 +41,8 @@ type policyInfo struct {
 	WarnAt     int             `json:"warn_at,omitempty"`
 	DenyStatus int             `json:"deny_status"`
 	DenyBody   json.RawMessage `json:"deny_body,omitempty"`
+	// Grants is grants: auto.
+	Grants bool `json:"grants,omitempty"`
 }
 
 // planInfo is one plan of a policy in GET /v1/policies.
@@ -64,10 +66,10 @@ func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
 		c := p.cfg
 		info := policyInfo{
 			Name: c.Name, Algorithm: c.Algorithm.String(), Limit: c.Limit, Rule: p.limiter.Rule().String(),
-			OnFailure: map[sluice.FailMode]string{sluice.FailOpen: "allow", sluice.FailClosed: "deny"}[c.FailMode],
+			OnFailure: map[sluice.FailMode]string{sluice.FailOpen: "allow", sluice.FailClosed: "deny", sluice.FailShare: "share"}[c.FailMode],
 			Shadow:    c.Shadow, Headers: c.Headers.Names(), Description: c.Description, Envoy: c.Envoy, Domain: c.Domain,
 			Timeout: decisionTimeout(c).String(), Overrides: c.Overrides, Plans: []planInfo{}, ShowKeys: c.ShowKeys.String(),
-			WarnAt: c.WarnAt, DenyStatus: p.denyStatus(),
+			WarnAt: c.WarnAt, DenyStatus: p.denyStatus(), Grants: c.Grants,
 		}
 		if c.DenyBody != nil {
 			info.DenyBody = json.RawMessage(c.DenyBody)

@@ -153,6 +153,9 @@ func (st *state) reservingPolicy(name, where string) (*policy, error) {
 	if p.cfg.Penalty != nil {
 		return nil, bad(http.StatusBadRequest, "%spolicy %q has a penalty, which reservations do not decide: use /v1/check", where, p.cfg.Name)
 	}
+	if p.cfg.Grants {
+		return nil, bad(http.StatusBadRequest, "%spolicy %q has grants: it decides against grants held in each process, and a reservation settles on Valkey's plain state, which it does not decide on (use a policy without grants)", where, p.cfg.Name)
+	}
 	if !p.limiter.Reservations() {
 		return nil, bad(http.StatusBadRequest, "%spolicy %q (%v) takes no reservations: only fixed_window, token_bucket and gcra settle exactly", where, p.cfg.Name, p.cfg.Algorithm)
 	}
@@ -388,10 +391,11 @@ func settleResults(out []sluice.Settlement, items []settleItem, multi bool) ([]S
 
 // reservationOptions turns reservations on for a policy whose algorithm
 // keeps them, on a store that does (every store sluice serve runs on),
-// with the policy's max_debt (nil: the default, the limit; 0: none).
+// with the policy's max_debt (nil: the default, the limit; 0: none); never
+// with grants, which decide apart from the plain state reservations settle on.
 func reservationOptions(p *config.Policy, store driver.Store) []sluice.Option {
-	if _, ok := store.(driver.Reserver); !ok || p.Penalty != nil {
-		return nil // a penalty is not decided with reservations
+	if _, ok := store.(driver.Reserver); !ok || p.Penalty != nil || p.Grants {
+		return nil // neither a penalty nor grants are decided with reservations
 	}
 	switch p.Algorithm {
 	case driver.AlgorithmFixedWindow, driver.AlgorithmTokenBucket, driver.AlgorithmGCRA:

@@ -82,6 +82,7 @@ type Server struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	metrics *metrics
+	grants  *grantCollector // the metrics of grants (grants.go)
 	// envoy answers Envoy's protocol (package envoy).
 	envoy   *envoy.Service
 	obs     sluice.Observer
@@ -171,6 +172,8 @@ func (s *Server) setUpMetrics() error {
 	if vh, ok := s.opts.Store.(valkeyHealth); ok {
 		s.reg.MustRegister(newValkeyCollector(vh))
 	}
+	s.grants = newGrantCollector(s)
+	s.reg.MustRegister(s.grants)
 	s.envoy = envoy.New(envoyView{s}, s.reg, s.log, s.opts.MaxBodyBytes, s.opts.Envoy)
 	// Decisions by limiter and outcome, store errors and decision latency:
 	// sluice_decisions_total, sluice_store_errors_total,
@@ -197,7 +200,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 		return err
 	}
 	s.warnValkeyChange(cfg)
-	s.state.Store(st)
+	s.serve(st)
 	s.waiters.setBounds(cfg.MaxWaiting, cfg.MaxWaitingPerKey)
 	for _, w := range cfg.ForwardAuth.Warnings(cfg.Source) {
 		s.log.Warn(w)
@@ -285,6 +288,7 @@ func (s *Server) build(cfg *config.Config) (*state, error) {
 	for _, p := range cfg.Policies {
 		pol, err := s.buildPolicy(cfg, p)
 		if err != nil {
+			st.closeGrants(s.log)
 			return nil, err
 		}
 		st.policies[p.Name] = pol
@@ -339,12 +343,16 @@ func (s *Server) buildPolicy(cfg *config.Config, p *config.Policy) (*policy, err
 		opts = append(opts, sluice.WithPlan(pl.Name, pl.Policy))
 	}
 	opts = append(opts, reservationOptions(p, s.storeOf(p))...)
+	if p.Grants {
+		opts = append(opts, sluice.WithGrants(p.GrantOptions))
+	}
 	lim, err := sluice.New(s.storeOf(p), p.Policy, append(opts, sluice.WithShadow(p.Shadow))...)
 	if err != nil {
 		return nil, fmt.Errorf("%s:%d: policy %q: %w", cfg.Source, p.Line, p.Name, err)
 	}
 	shadow, err := sluice.New(s.storeOf(p), p.Policy, append(opts, sluice.WithShadow(true))...)
 	if err != nil {
+		lim.Close()
 		return nil, fmt.Errorf("%s:%d: policy %q: %w", cfg.Source, p.Line, p.Name, err)
 	}
 	return &policy{cfg: p, limiter: lim, shadow: shadow}, nil

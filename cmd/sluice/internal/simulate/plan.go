@@ -68,6 +68,9 @@ type Options struct {
 	// Decisions, when set, receives every decision as a decision log
 	// (JSON lines; see Record), which Replay reads.
 	Decisions io.Writer
+	// Processes is the number of processes a policy with grants is
+	// simulated over, beside the exact policy (grants.go; default 1).
+	Processes int
 }
 
 // TooLongError is returned, before anything runs, for a run that would
@@ -140,6 +143,14 @@ func NewPlan(opts Options) (*Plan, error) {
 		return nil, err
 	}
 	p.count(opts.Traffic, traceCounts)
+	for i, pol := range opts.Policies {
+		if pol.Grants {
+			p.Decisions += p.Requests[i] // its fleet decides the same requests
+		}
+	}
+	if opts.Processes < 0 || opts.Processes > maxProcesses {
+		return nil, fmt.Errorf("--processes: want 1 to %d, got %d", maxProcesses, opts.Processes)
+	}
 	if p.Decisions > opts.MaxDecisions {
 		return nil, &TooLongError{Decisions: p.Decisions, Max: opts.MaxDecisions, Policies: len(opts.Policies), Duration: p.Duration}
 	}

@@ -94,6 +94,15 @@ func (p *Plan) Run(ctx context.Context) (*Result, error) {
 		workers[i] = w
 		res.Policies = append(res.Policies, w.res)
 	}
+	fleets, err := p.fleetWorkers()
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range fleets {
+		defer w.fleet.close()
+		workers = append(workers, w)
+		res.Policies = append(res.Policies, w.res)
+	}
 	if err := p.runAll(ctx, workers); err != nil {
 		return nil, err
 	}
@@ -175,6 +184,9 @@ type worker struct {
 	// lf simulates the holders of an in_flight policy (nil for a rate
 	// policy).
 	lf *leaseSim
+	// fleet, for a policy with grants, is the processes deciding it
+	// (grants.go); nil for the exact policy.
+	fleet *grantFleet
 }
 
 func (p *Plan) newWorker(pol *config.Policy) (*worker, error) {
@@ -217,6 +229,9 @@ func (w *worker) key(identity string) string {
 // Cost 0 peeks.
 func (w *worker) decide(at int64, key string, cost int64) (sluice.Result, error) {
 	w.now = w.plan.Start.Add(time.Duration(at) * time.Microsecond)
+	if w.fleet != nil {
+		return w.fleet.decide(key, cost)
+	}
 	w.ops[0] = driver.Op{Key: key, Rule: w.rule, Cost: cost, Now: w.now}
 	if err := w.store.Do(context.Background(), w.ops[:]); err != nil {
 		return sluice.Result{}, err
@@ -374,7 +389,7 @@ func (w *worker) decideEvent(ev event, b int, keys *keyWindows) (sluice.Result, 
 	}
 	keys.seen(key, b)
 	w.res.Buckets[b].count(r.Allowed, ev.cost)
-	if w.log == nil {
+	if w.log == nil || w.fleet != nil { // the log holds the exact policy's decisions
 		return r, nil
 	}
 	if err := w.log.write(w.now, w.pol.Name, w.plan.eventName(ev), ev.cost, r.Allowed); err != nil {
@@ -398,6 +413,9 @@ func (w *worker) decideOne(ev event, key string, b int) (sluice.Result, error) {
 func (w *worker) eventKey(ev event) string {
 	if ev.key >= 0 {
 		return w.storeKeys[ev.key]
+	}
+	if w.fleet != nil {
+		return ev.name
 	}
 	return w.key(ev.name)
 }

@@ -183,6 +183,39 @@
     $("leases-section").hidden = !any;
   }
 
+  // renderGrants fills the card of policies with grants: decisions made
+  // locally against those made on Valkey (rates over the same span as the
+  // policies', totals since the start).
+  function renderGrants(st) {
+    const card = $("grants-card");
+    const grants = st.grants || [];
+    card.hidden = grants.length === 0;
+    const tbody = $("grants").tBodies[0];
+    tbody.replaceChildren();
+    const nowMs = Date.parse(st.now);
+    const bi = baseline(history, nowMs, RATE_FLOOR_S);
+    const prev = bi >= 0 ? history[bi] : null;
+    const dt = prev ? (nowMs - Date.parse(prev.now)) / 1000 : 0;
+    const old = {};
+    if (prev) for (const g of prev.grants || []) old[g.name] = g;
+    for (const g of grants) {
+      const o = old[g.name];
+      const rate = (f) => (o && dt > 0 ? Math.max(0, g[f] - o[f]) / dt : null);
+      const total = g.local + g.valkey + g.failed;
+      const row = el("tr");
+      row.dataset.policy = g.name;
+      cell(row, g.name, "name");
+      cell(row, fmtRate(rate("local")), "local_rate", "num");
+      cell(row, fmtRate(rate("valkey")), "valkey_rate", "num");
+      cell(row, g.local, "local", "num");
+      cell(row, g.valkey, "valkey", "num");
+      cell(row, g.failed, "failed", "num" + (g.failed ? " warn" : ""));
+      cell(row, total ? (100 * g.local / total).toFixed(1) + "%" : "–", "local_share", "num");
+      cell(row, total ? (g.calls / total).toFixed(3) : "–", "calls_per_decision", "num");
+      tbody.appendChild(row);
+    }
+  }
+
   function renderNodes(st) {
     const tbody = $("nodes").tBodies[0];
     tbody.replaceChildren();
@@ -298,6 +331,7 @@
       ready.className = "pill " + (st.ready ? "ok" : "bad");
       $("version").textContent = st.version ? "sluice " + st.version : "";
       renderConfig(st, p.status === 200 ? p.body : null);
+      renderGrants(st);
       renderPolicies(st);
       renderWarnings(st);
       renderLeases(st);
