@@ -199,3 +199,47 @@ func (s *failingStore) Grant(ctx context.Context, batch []driver.GrantOp) error 
 	}
 	return s.Store.Grant(ctx, batch)
 }
+
+// countingObserver counts the answers it is told of.
+type countingObserver struct{ grant, store atomic.Int64 }
+
+func (o *countingObserver) ObserveDecision(string, sluice.Result, error, time.Duration) {}
+func (o *countingObserver) ObserveContext(_ context.Context, ob sluice.Observation) {
+	switch ob.Answer {
+	case sluice.AnswerGrant:
+		o.grant.Add(1)
+	case sluice.AnswerStore:
+		o.store.Add(1)
+	}
+}
+
+// TestGrantsResetAndObserve: Reset makes the level all that no holder
+// holds (a drained key admits again at once), and an observer sees local
+// decisions as AnswerGrant.
+func TestGrantsResetAndObserve(t *testing.T) {
+	st := memstore.New()
+	obs := &countingObserver{}
+	l := grantLimiter(t, st, sluice.GCRA{Rate: 1, Per: time.Hour, Burst: 20}, sluice.WithObserver(obs))
+	ctx := context.Background()
+	drain := func() int {
+		n := 0
+		for range 60 {
+			if res, _ := l.Allow(ctx, "k"); res.Allowed {
+				n++
+			}
+		}
+		return n
+	}
+	if n := drain(); n != 20 {
+		t.Fatalf("admitted %d of a burst of 20", n)
+	}
+	if err := l.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if n := drain(); n != 20 {
+		t.Fatalf("after Reset admitted %d, want the burst of 20", n)
+	}
+	if obs.grant.Load() < 60 || obs.store.Load() == 0 || l.GrantStats().Local != obs.grant.Load() {
+		t.Fatalf("observer: %d grant, %d store answers; stats %+v", obs.grant.Load(), obs.store.Load(), l.GrantStats())
+	}
+}
