@@ -243,3 +243,40 @@ func TestGrantsResetAndObserve(t *testing.T) {
 		t.Fatalf("observer: %d grant, %d store answers; stats %+v", obs.grant.Load(), obs.store.Load(), l.GrantStats())
 	}
 }
+
+// TestGrantsQuietKeyGivesBack: a key without decisions for a period gives
+// its units back (the sweeper, on the real clock).
+func TestGrantsQuietKeyGivesBack(t *testing.T) {
+	st := memstore.New()
+	l := grantLimiter(t, st, sluice.TokenBucket{Capacity: 100, Rate: 1, Per: time.Hour},
+		sluice.WithGrants(sluice.GrantOptions{Life: 400 * time.Millisecond, Period: 20 * time.Millisecond}))
+	ctx := context.Background()
+	for range 30 {
+		l.Allow(ctx, "k")
+	}
+	deadline := time.Now().Add(5 * time.Second) // generous on a loaded machine
+	for time.Now().Before(deadline) && l.GrantStats().Returned == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := l.GrantStats(); s.Returned == 0 || s.Returned != s.Granted-30 {
+		t.Fatalf("a quiet key kept its units: %+v", s)
+	}
+}
+
+// TestGrantsMixedDetected: a grant call that finds the key's plain state
+// (a process deciding the same policy without grants) counts it.
+func TestGrantsMixedDetected(t *testing.T) {
+	st := memstore.New()
+	pol := sluice.FixedWindow{Limit: 100, Window: time.Hour}
+	plain, err := sluice.New(st, pol, sluice.WithName("api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	plain.Allow(ctx, "k")
+	g := grantLimiter(t, st, pol, sluice.WithName("api"))
+	g.Allow(ctx, "k")
+	if m := g.GrantStats().Mixed; m == 0 {
+		t.Fatalf("mixed setup not detected: %+v", g.GrantStats())
+	}
+}
