@@ -47,6 +47,17 @@
 // ([WithFailMode]): open (allow, the default) for general APIs, closed
 // (refuse) for logins and one-time codes. Such a Result has Degraded set.
 //
+// # One hot key across a fleet
+//
+// [WithGrants] makes a limiter obtain, in one store call, a grant of part of
+// a key's limit and decide locally against it, calling the store only to
+// renew, extend or give back its grant: for a limit on one key shared by
+// many processes. It is exact: over every interval the processes together
+// admit at most what the policy admits on one key (the store caps the
+// level's refill at the burst less the units it granted, and a holder voids
+// its units before the store drops its grant); under-admission is bounded
+// by one burst plus the units of crashed processes (docs/grants.md).
+//
 // # Errors
 //
 // A policy, option, override or cost that cannot be enforced is refused

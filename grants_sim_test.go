@@ -82,136 +82,153 @@ type simResult struct {
 	holders            int64 // processes that ever held grants
 }
 
+// A sim is one simulated timeline: its clock, store, processes and the
+// background calls in flight.
+type sim struct {
+	t       *testing.T
+	rng     *rand.Rand
+	clock   *sluicetest.Clock
+	store   *latencyStore
+	policy  sluice.Policy
+	opts    sluice.GrantOptions
+	maxLat  time.Duration
+	ps      []*simProc
+	pending []simPending
+	res     simResult
+}
+
 // simulate runs one timeline of rule over span with procs processes.
 func simulate(t *testing.T, rng *rand.Rand, rule sluice.Policy, procs int, span, maxLat time.Duration, churn bool) simResult {
 	t.Helper()
 	clock := sluicetest.NewClock()
-	store := &latencyStore{Store: memstore.New(memstore.WithClock(clock.Now)), clock: clock, rng: rng, maxLat: maxLat}
-	var pending []simPending
-	restore := sluice.SetGrantHooks(func(f func()) {
-		pending = append(pending, simPending{at: clock.Now().Add(time.Duration(rng.Int64N(int64(maxLat) + 1))), f: f})
-	}, func() {
-		// A decision waits for a call in flight: the calls run now.
-		for len(pending) > 0 {
-			f := pending[0].f
-			pending = pending[1:]
-			f()
-		}
-	})
+	s := &sim{t: t, rng: rng, clock: clock, policy: rule, maxLat: maxLat, res: simResult{holders: int64(procs)},
+		store: &latencyStore{Store: memstore.New(memstore.WithClock(clock.Now)), clock: clock, rng: rng, maxLat: maxLat},
+		opts:  sluice.GrantOptions{Life: time.Duration(50+rng.IntN(400)) * time.Millisecond}}
+	restore := sluice.SetGrantHooks(s.spawn, s.drain)
 	defer restore()
-	opts := sluice.GrantOptions{Life: time.Duration(50+rng.IntN(400)) * time.Millisecond}
-	newProc := func() *simProc {
-		l, err := sluice.New(store, rule, sluice.WithClock(clock.Now), sluice.WithName("sim"), sluice.WithGrants(opts))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := &simProc{l: l, rate: 10 + rng.Float64()*2000, maxCost: 1 + rng.Int64N(simMaxCost), next: clock.Now(), sweep: clock.Now()}
-		if rng.IntN(4) == 0 {
-			p.rate = 1 + rng.Float64()*5 // a quiet one
-		}
-		return p
-	}
-	ps := make([]*simProc, procs)
-	for i := range ps {
-		ps[i] = newProc()
+	for range procs {
+		s.ps = append(s.ps, s.newProc())
 	}
 	if os.Getenv("GRANT_TRACE") != "" {
 		fmt.Printf("=== sim %v procs %d\n", rule, procs)
 	}
-	res := simResult{holders: int64(procs)}
 	end := clock.Now().Add(span)
-	ctx := context.Background()
 	for clock.Now().Before(end) {
-		// The next event: a pending call, a sweep, or a request.
-		sort.SliceStable(pending, func(i, j int) bool { return pending[i].at.Before(pending[j].at) })
-		if len(pending) > 0 && !pending[0].at.After(clock.Now()) {
-			f := pending[0].f
-			pending = pending[1:]
-			f()
-			continue
-		}
-		var p *simProc
-		at := end
-		for _, q := range ps {
-			if !q.dead && q.next.Before(at) {
-				p, at = q, q.next
+		if p := s.next(end); p != nil {
+			s.request(p)
+			if churn && rng.IntN(400) == 0 {
+				s.churn()
 			}
-			if !q.dead && !q.sweep.After(clock.Now()) {
-				q.l.GrantSweep()
-				q.sweep = clock.Now().Add(opts.Life / 4)
-			}
-		}
-		if len(pending) > 0 && pending[0].at.Before(at) {
-			at = pending[0].at
-			p = nil
-		}
-		if at.After(clock.Now()) {
-			clock.Set(at.Sub(sluicetest.Epoch))
-		}
-		if p == nil {
-			continue
-		}
-		cost := 1 + rng.Int64N(p.maxCost)
-		req := simAdmit{at: clock.Now().UnixMicro(), cost: cost}
-		r, err := p.l.AllowN(ctx, "k", cost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Degraded {
-			t.Fatalf("a degraded decision in a simulation without failures: %+v", r)
-		}
-		res.requests = append(res.requests, req)
-		res.decisions++
-		if os.Getenv("GRANT_TRACE") != "" {
-			r0, _ := rule.Rule()
-			if r0.Algorithm.Rated() {
-				gk := driver.GrantKey(sluice.DefaultPrefix, "sim", r0, "k")
-				level, at, hs, _ := store.GrantHolders(gk)
-				now := clock.Now().UnixMicro()
-				var sum, unspent int64
-				for _, h := range hs {
-					if h[1] > now {
-						sum += h[0]
-					}
-				}
-				for _, q := range ps {
-					if !q.dead {
-						unspent += q.l.GrantUnspent()
-					}
-				}
-				iv := r0.Interval.Microseconds()
-				lv := min(r0.Limit*iv-sum*iv, level+max(0, now-at))
-				fmt.Printf("T: level %d (+%d) G %d unspent %d: T %d of %d\n", level, lv-level, sum, unspent, lv+unspent*iv, r0.Limit*iv)
-			}
-			fmt.Printf("decision at %d cost %d: %v rem %d\n", clock.Now().UnixMicro()-1800000000000000, cost, r.Allowed, r.Remaining)
-		}
-		if r.Allowed {
-			res.admitted = append(res.admitted, simAdmit{at: clock.Now().UnixMicro(), cost: cost})
-		}
-		p.next = clock.Now().Add(time.Duration(rng.ExpFloat64() / p.rate * float64(time.Second)))
-		if churn && rng.IntN(400) == 0 {
-			i := rng.IntN(len(ps))
-			switch q := ps[i]; {
-			case q.dead:
-			case rng.IntN(2) == 0: // leaves
-				q.l.Close()
-				res.voided += q.l.GrantStats().Expired
-				q.dead = true
-			default: // crashes: its units stay stranded
-				res.voided += q.l.GrantUnspent() + q.l.GrantStats().Expired
-				q.dead = true
-			}
-			ps = append(ps, newProc()) // and one joins
-			res.holders++
 		}
 	}
-	for _, q := range ps {
+	for _, q := range s.ps {
 		if !q.dead {
-			res.voided += q.l.GrantStats().Expired
+			s.res.voided += q.l.GrantStats().Expired
 		}
 	}
-	res.calls = store.calls
-	return res
+	s.res.calls = s.store.calls
+	return s.res
+}
+
+// spawn holds a background call, to run after a random latency.
+func (s *sim) spawn(f func()) {
+	s.pending = append(s.pending, simPending{at: s.clock.Now().Add(time.Duration(s.rng.Int64N(int64(s.maxLat) + 1))), f: f})
+}
+
+// drain runs the calls held: a decision waits for a call in flight.
+func (s *sim) drain() {
+	for len(s.pending) > 0 {
+		f := s.pending[0].f
+		s.pending = s.pending[1:]
+		f()
+	}
+}
+
+func (s *sim) newProc() *simProc {
+	l, err := sluice.New(s.store, s.policy, sluice.WithClock(s.clock.Now), sluice.WithName("sim"), sluice.WithGrants(s.opts))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	p := &simProc{l: l, rate: 10 + s.rng.Float64()*2000, maxCost: 1 + s.rng.Int64N(simMaxCost), next: s.clock.Now(), sweep: s.clock.Now()}
+	if s.rng.IntN(4) == 0 {
+		p.rate = 1 + s.rng.Float64()*5 // a quiet one
+	}
+	return p
+}
+
+// next runs the next event before end: a background call or the sweeps
+// due, or it moves the clock to the next request and returns its process
+// (nil when something else ran).
+func (s *sim) next(end time.Time) *simProc {
+	now := s.clock.Now()
+	sort.SliceStable(s.pending, func(i, j int) bool { return s.pending[i].at.Before(s.pending[j].at) })
+	if len(s.pending) > 0 && !s.pending[0].at.After(now) {
+		f := s.pending[0].f
+		s.pending = s.pending[1:]
+		f()
+		return nil
+	}
+	var p *simProc
+	at := end
+	for _, q := range s.ps {
+		if q.dead {
+			continue
+		}
+		if q.next.Before(at) {
+			p, at = q, q.next
+		}
+		if !q.sweep.After(now) {
+			q.l.GrantSweep()
+			q.sweep = now.Add(s.opts.Life / 4)
+		}
+	}
+	if len(s.pending) > 0 && s.pending[0].at.Before(at) {
+		at, p = s.pending[0].at, nil
+	}
+	if at.After(now) {
+		s.clock.Set(at.Sub(sluicetest.Epoch))
+	}
+	return p
+}
+
+// request makes p's next request and records it.
+func (s *sim) request(p *simProc) {
+	cost := 1 + s.rng.Int64N(p.maxCost)
+	req := simAdmit{at: s.clock.Now().UnixMicro(), cost: cost}
+	r, err := p.l.AllowN(context.Background(), "k", cost)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if r.Degraded {
+		s.t.Fatalf("a degraded decision in a simulation without failures: %+v", r)
+	}
+	if os.Getenv("GRANT_TRACE") != "" {
+		fmt.Printf("decision at %d cost %d: %v rem %d\n", s.clock.Now().UnixMicro()-sluicetest.Epoch.UnixMicro(), cost, r.Allowed, r.Remaining)
+	}
+	s.res.requests = append(s.res.requests, req)
+	s.res.decisions++
+	if r.Allowed {
+		s.res.admitted = append(s.res.admitted, simAdmit{at: s.clock.Now().UnixMicro(), cost: cost})
+	}
+	p.next = s.clock.Now().Add(time.Duration(s.rng.ExpFloat64() / p.rate * float64(time.Second)))
+}
+
+// churn makes a process leave (Close) or crash (its units stranded), and
+// another join.
+func (s *sim) churn() {
+	q := s.ps[s.rng.IntN(len(s.ps))]
+	switch {
+	case q.dead:
+	case s.rng.IntN(2) == 0:
+		q.l.Close()
+		s.res.voided += q.l.GrantStats().Expired
+		q.dead = true
+	default:
+		s.res.voided += q.l.GrantUnspent() + q.l.GrantStats().Expired
+		q.dead = true
+	}
+	s.ps = append(s.ps, s.newProc())
+	s.res.holders++
 }
 
 // exactAdmits feeds seq to the exact algorithm on a fresh key and returns

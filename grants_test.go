@@ -200,3 +200,84 @@ func (s *failingStore) Grant(ctx context.Context, batch []driver.GrantOp) error 
 	}
 	return s.Store.Grant(ctx, batch)
 }
+
+// countingObserver counts the answers it is told of.
+type countingObserver struct{ grant, store atomic.Int64 }
+
+func (o *countingObserver) ObserveDecision(string, sluice.Result, error, time.Duration) {}
+func (o *countingObserver) ObserveContext(_ context.Context, ob sluice.Observation) {
+	switch ob.Answer {
+	case sluice.AnswerGrant:
+		o.grant.Add(1)
+	case sluice.AnswerStore:
+		o.store.Add(1)
+	}
+}
+
+// TestGrantsResetAndObserve: Reset makes the level all that no holder
+// holds (a drained key admits again at once), and an observer sees local
+// decisions as AnswerGrant.
+func TestGrantsResetAndObserve(t *testing.T) {
+	st := memstore.New()
+	obs := &countingObserver{}
+	l := grantLimiter(t, st, sluice.GCRA{Rate: 1, Per: time.Hour, Burst: 20}, sluice.WithObserver(obs))
+	ctx := context.Background()
+	drain := func() int {
+		n := 0
+		for range 60 {
+			if res, _ := l.Allow(ctx, "k"); res.Allowed {
+				n++
+			}
+		}
+		return n
+	}
+	if n := drain(); n != 20 {
+		t.Fatalf("admitted %d of a burst of 20", n)
+	}
+	if err := l.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if n := drain(); n != 20 {
+		t.Fatalf("after Reset admitted %d, want the burst of 20", n)
+	}
+	if obs.grant.Load() < 60 || obs.store.Load() == 0 || l.GrantStats().Local != obs.grant.Load() {
+		t.Fatalf("observer: %d grant, %d store answers; stats %+v", obs.grant.Load(), obs.store.Load(), l.GrantStats())
+	}
+}
+
+// TestGrantsQuietKeyGivesBack: a key without decisions for a period gives
+// its units back (the sweeper, on the real clock).
+func TestGrantsQuietKeyGivesBack(t *testing.T) {
+	st := memstore.New()
+	l := grantLimiter(t, st, sluice.TokenBucket{Capacity: 100, Rate: 1, Per: time.Hour},
+		sluice.WithGrants(sluice.GrantOptions{Life: 400 * time.Millisecond, Period: 20 * time.Millisecond}))
+	ctx := context.Background()
+	for range 30 {
+		l.Allow(ctx, "k")
+	}
+	deadline := time.Now().Add(5 * time.Second) // generous on a loaded machine
+	for time.Now().Before(deadline) && l.GrantStats().Returned == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := l.GrantStats(); s.Returned == 0 || s.Returned != s.Granted-30 {
+		t.Fatalf("a quiet key kept its units: %+v", s)
+	}
+}
+
+// TestGrantsMixedDetected: a grant call that finds the key's plain state
+// (a process deciding the same policy without grants) counts it.
+func TestGrantsMixedDetected(t *testing.T) {
+	st := memstore.New()
+	pol := sluice.FixedWindow{Limit: 100, Window: time.Hour}
+	plain, err := sluice.New(st, pol, sluice.WithName("api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	plain.Allow(ctx, "k")
+	g := grantLimiter(t, st, pol, sluice.WithName("api"))
+	g.Allow(ctx, "k")
+	if m := g.GrantStats().Mixed; m == 0 {
+		t.Fatalf("mixed setup not detected: %+v", g.GrantStats())
+	}
+}

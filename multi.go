@@ -162,11 +162,8 @@ func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []
 	}
 	ops := make([]driver.Op, len(checks))
 	for i, c := range checks {
-		if c.Limiter == nil {
-			return Decision{}, nil, invalidField("Check.Limiter", "check %d has no limiter", i)
-		}
-		if c.Limiter.gr != nil {
-			return Decision{}, nil, invalidField("Check.Limiter", "check %d: limiter %s decides with grants (WithGrants), which AllowAll and AllowEach do not take: call its AllowN", i, c.Limiter.cfg.name)
+		if err := checkLimiter(i, c); err != nil {
+			return Decision{}, nil, err
 		}
 		if c.Limiter.rule.Algorithm == driver.AlgorithmInFlight {
 			op, err := leaseCheck(i, c, refunds)
@@ -216,6 +213,18 @@ func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []
 		}
 	}
 	return d, ops, nil
+}
+
+// checkLimiter refuses a check without a limiter, or of a limiter with
+// grants, which decides apart from any batch.
+func checkLimiter(i int, c Check) error {
+	switch {
+	case c.Limiter == nil:
+		return invalidField("Check.Limiter", "check %d has no limiter", i)
+	case c.Limiter.gr != nil:
+		return invalidField("Check.Limiter", "check %d: limiter %s decides with grants (WithGrants), which AllowAll and AllowEach do not take: call its AllowN", i, c.Limiter.cfg.name)
+	}
+	return nil
 }
 
 // runGrouped runs ops through their limiters' stores, one batch per store,

@@ -224,8 +224,8 @@ func New(store driver.Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if cfg.timeout <= 0 {
 		return nil, invalidField("WithTimeout", "timeout must be positive, got %v", cfg.timeout)
 	}
-	if cfg.failMode != FailOpen && cfg.failMode != FailClosed && cfg.failMode != FailShare {
-		return nil, invalidField("WithFailMode", "unknown fail mode %d", cfg.failMode)
+	if err := checkFailMode(cfg.failMode); err != nil {
+		return nil, err
 	}
 	if err := checkWarning(&cfg); err != nil {
 		return nil, err
@@ -260,6 +260,15 @@ func New(store driver.Store, policy Policy, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// checkFailMode refuses an unknown fail mode.
+func checkFailMode(m FailMode) error {
+	switch m {
+	case FailOpen, FailClosed, FailShare:
+		return nil
+	}
+	return invalidField("WithFailMode", "unknown fail mode %d", m)
 }
 
 // checkStore refuses a store New cannot decide with: nil, a typed nil, or

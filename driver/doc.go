@@ -30,6 +30,10 @@
 // its [PenaltyKey], in the same atomic step as the decision) implements
 // [Penalizer] and fills in Result.Blocked and Result.BlockStarted.
 //
+// A store that keeps grants (sluice.WithGrants) implements [Granter]: one
+// [GrantOp] per call of a holder to a key's central grant state under
+// [GrantKey], whose Valkey format grant.go documents.
+//
 // An Op of [AlgorithmInFlight] (sluice.InFlight) names its lease
 // ([Op.Lease], a [LeaseID]) to acquire (Cost 1), renew ([Op.Renew]) or
 // release (Cost -1) it; a key holds at most the Rule's Limit leases, each

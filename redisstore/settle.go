@@ -44,6 +44,12 @@ func (c *rcall) command(ctx context.Context, sha bool) scriptCmd {
 // runCalls sends the calls not skipped, within dl, and passes each one's
 // reply (its text, or its error) to done.
 func (s *Store) runCalls(ctx context.Context, calls []rcall, dl time.Time, done func(i int, reply string, err error)) {
+	s.runCallsRaw(ctx, calls, dl, done, nil)
+}
+
+// runCallsRaw is runCalls, passing a call that did not fail to raw instead
+// of done, when raw is given.
+func (s *Store) runCallsRaw(ctx context.Context, calls []rcall, dl time.Time, done func(i int, reply string, err error), raw func(i int, cmd scriptCmd)) {
 	if !dl.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, dl)
@@ -86,6 +92,10 @@ func (s *Store) runCalls(ctx context.Context, calls []rcall, dl time.Time, done 
 	for j, i := range idx {
 		if err := cmds[j].Err(); err != nil {
 			done(i, "", err)
+			continue
+		}
+		if raw != nil {
+			raw(i, cmds[j])
 			continue
 		}
 		reply, err := cmds[j].Text()

@@ -210,28 +210,12 @@ func child(out io.Writer) error {
 	startNs, _ := strconv.ParseInt(env("GB_START"), 10, 64)
 	dur, _ := time.ParseDuration(env("GB_DUR"))
 	conc, _ := strconv.Atoi(env("GB_CONC"))
-	rate, _ := strconv.ParseFloat(env("GB_RATE"), 64)
-	burst, _ := strconv.ParseInt(env("GB_BURST"), 10, 64)
-	life, _ := time.ParseDuration(env("GB_LIFE"))
-	grants := env("GB_GRANTS") == "true"
 	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{env("GB_ADDR")}, AlwaysPipelining: true})
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	store, err := valkeystore.New(client)
-	if err != nil {
-		return err
-	}
-	var pol sluice.Policy = sluice.GCRA{Rate: rate, Per: time.Second, Burst: burst}
-	if env("GB_ALG") == "token_bucket" {
-		pol = sluice.TokenBucket{Capacity: burst, Rate: rate, Per: time.Second}
-	}
-	opts := []sluice.Option{sluice.WithName("hot"), sluice.WithTimeout(time.Second)}
-	if grants {
-		opts = append(opts, sluice.WithGrants(sluice.GrantOptions{Life: life}))
-	}
-	l, err := sluice.New(store, pol, opts...)
+	l, err := childLimiter(client)
 	if err != nil {
 		return err
 	}
@@ -242,43 +226,73 @@ func child(out io.Writer) error {
 	}
 	start := time.Unix(0, startNs)
 	time.Sleep(time.Until(start))
-	var decisions, allowed, degraded atomic.Int64
-	var first, last atomic.Int64
-	first.Store(1 << 62)
+	var t tally
+	t.first.Store(1 << 62)
 	var wg sync.WaitGroup
 	for range conc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var d, a int64
-			f := time.Now().UnixNano()
-			for time.Since(start) < dur {
-				res, err := l.Allow(ctx, "k")
-				if err != nil {
-					panic(err)
-				}
-				d++
-				if res.Degraded {
-					degraded.Add(1)
-				} else if res.Allowed {
-					a++
-				}
-			}
-			decisions.Add(d)
-			allowed.Add(a)
-			for v := first.Load(); f < v && !first.CompareAndSwap(v, f); v = first.Load() {
-			}
-			t := time.Now().UnixNano()
-			for v := last.Load(); t > v && !last.CompareAndSwap(v, t); v = last.Load() {
-			}
+			t.work(ctx, l, start, dur)
 		}()
 	}
 	wg.Wait()
-	if degraded.Load() > 0 {
-		return fmt.Errorf("%d decisions degraded (the store did not answer within the timeout)", degraded.Load())
+	if t.degraded.Load() > 0 {
+		return fmt.Errorf("%d decisions degraded (the store did not answer within the timeout)", t.degraded.Load())
 	}
 	s := l.GrantStats()
 	_ = l.Close()
-	fmt.Fprintf(out, "RESULT %d %d %d %d %d %d\n", decisions.Load(), allowed.Load(), s.Calls, s.Expired, first.Load(), last.Load())
+	fmt.Fprintf(out, "RESULT %d %d %d %d %d %d\n", t.decisions.Load(), t.allowed.Load(), s.Calls, s.Expired, t.first.Load(), t.last.Load())
 	return nil
+}
+
+// childLimiter is the limiter of a child, from its environment.
+func childLimiter(client valkey.Client) (*sluice.Limiter, error) {
+	env := os.Getenv
+	rate, _ := strconv.ParseFloat(env("GB_RATE"), 64)
+	burst, _ := strconv.ParseInt(env("GB_BURST"), 10, 64)
+	life, _ := time.ParseDuration(env("GB_LIFE"))
+	store, err := valkeystore.New(client)
+	if err != nil {
+		return nil, err
+	}
+	var pol sluice.Policy = sluice.GCRA{Rate: rate, Per: time.Second, Burst: burst}
+	if env("GB_ALG") == "token_bucket" {
+		pol = sluice.TokenBucket{Capacity: burst, Rate: rate, Per: time.Second}
+	}
+	opts := []sluice.Option{sluice.WithName("hot"), sluice.WithTimeout(time.Second)}
+	if env("GB_GRANTS") == "true" {
+		opts = append(opts, sluice.WithGrants(sluice.GrantOptions{Life: life}))
+	}
+	return sluice.New(store, pol, opts...)
+}
+
+// tally is what a child's goroutines decided.
+type tally struct {
+	decisions, allowed, degraded, first, last atomic.Int64
+}
+
+// work decides as fast as it can from start for dur.
+func (t *tally) work(ctx context.Context, l *sluice.Limiter, start time.Time, dur time.Duration) {
+	var d, a int64
+	f := time.Now().UnixNano()
+	for time.Since(start) < dur {
+		res, err := l.Allow(ctx, "k")
+		if err != nil {
+			panic(err)
+		}
+		d++
+		if res.Degraded {
+			t.degraded.Add(1)
+		} else if res.Allowed {
+			a++
+		}
+	}
+	t.decisions.Add(d)
+	t.allowed.Add(a)
+	for v := t.first.Load(); f < v && !t.first.CompareAndSwap(v, f); v = t.first.Load() {
+	}
+	now := time.Now().UnixNano()
+	for v := t.last.Load(); now > v && !t.last.CompareAndSwap(v, now); v = t.last.Load() {
+	}
 }
