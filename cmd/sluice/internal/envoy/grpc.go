@@ -195,7 +195,7 @@ type rls struct {
 // overall code is OVER_LIMIT when any descriptor is (quota-mode ones only
 // when all of them are).
 func (r *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	resp, err := r.s.shouldRateLimit(ctx, req)
+	resp, err := r.s.shouldRateLimit(ctx, req, nil)
 	switch {
 	case err != nil:
 		r.s.stats.grpcRequests.WithLabelValues("error_" + status.Code(err).String()).Inc()
@@ -207,7 +207,9 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	return resp, err
 }
 
-func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+// shouldRateLimit answers req; reuse, when not nil, is where the answer of
+// a call of one descriptor is written instead of a new one.
+func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest, reuse *oneAnswer) (*rlsv3.RateLimitResponse, error) {
 	if err := s.checkRequest(req); err != nil {
 		s.stats.callErrors.WithLabelValues("service_error").Inc()
 		return nil, err
@@ -216,7 +218,13 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if st == nil {
 		return nil, status.Error(codes.Unavailable, "no configuration loaded")
 	}
-	resp, blocks := newAnswer(len(req.GetDescriptors()))
+	var resp *rlsv3.RateLimitResponse
+	var blocks []statusBlock
+	if n := len(req.GetDescriptors()); reuse != nil && n == 1 {
+		resp, blocks = reuse.start()
+	} else {
+		resp, blocks = newAnswer(n)
+	}
 	dom := st.Config().Domain(req.GetDomain())
 	if dom == nil {
 		// An unknown domain limits nothing, as in envoyproxy/ratelimit.
@@ -281,7 +289,7 @@ func (s *Service) now() time.Time {
 // Decide answers req as ShouldRateLimit does (POST /json's path), without
 // counting the call in the gRPC metrics.
 func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	return s.shouldRateLimit(ctx, req)
+	return s.shouldRateLimit(ctx, req, nil)
 }
 
 // healthServer is gRPC's health service, whose Check of the server ("")
