@@ -175,12 +175,27 @@ type undecoded struct {
 // INVALID_ARGUMENT) instead of failing in gRPC (answered INTERNAL).
 type lenientCodec struct{ encoding.CodecV2 }
 
+// It reads and writes ShouldRateLimit's usual messages itself (wire.go),
+// leaving the others to protobuf's codec.
 func (c lenientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if u, ok := v.(*undecoded); ok {
+		if len(data) == 1 && readWireRequest(data[0].ReadOnlyData(), &u.req) {
+			return nil
+		}
+		u.req.Reset()
 		u.err = c.CodecV2.Unmarshal(data, &u.req)
 		return nil
 	}
 	return c.CodecV2.Unmarshal(data, v)
+}
+
+func (c lenientCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if resp, ok := v.(*rlsv3.RateLimitResponse); ok {
+		if b, ok := appendWireResponse(make([]byte, 0, 16+48*len(resp.Statuses)), resp); ok {
+			return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+		}
+	}
+	return c.CodecV2.Marshal(v)
 }
 
 type rls struct {
