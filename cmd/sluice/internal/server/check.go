@@ -235,7 +235,7 @@ func (s *Server) checkOne(w http.ResponseWriter, r *http.Request, st *state, req
 	for k, v := range out.Headers {
 		w.Header()[k] = []string{v} // as spelled in the drafts, not canonicalized
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeResult(w, http.StatusOK, &out)
 }
 
 // checkAll decides the checks of the multi form together (sluice.AllowAll)
