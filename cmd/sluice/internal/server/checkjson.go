@@ -29,31 +29,12 @@ func readCheck(data []byte, req *checkRequest) bool {
 		p.text = string(data)
 	}
 	var seen [4]bool
-	p.space()
 	if !p.next('{') {
 		return false
 	}
 	if !p.next('}') {
 		for {
-			name, ok := p.name()
-			if !ok || !p.next(':') {
-				return false
-			}
-			switch {
-			case name == "policy" && first(&seen[0]):
-				req.Policy, ok = p.str()
-			case name == "key" && first(&seen[1]):
-				req.Key, ok = p.str()
-			case name == "cost" && first(&seen[2]):
-				var n int64
-				n, ok = p.int()
-				req.Cost = &n
-			case name == "plan" && first(&seen[3]):
-				req.Plan, ok = p.str()
-			default:
-				return false
-			}
-			if !ok {
+			if !p.member(req, &seen) {
 				return false
 			}
 			if p.next('}') {
@@ -66,6 +47,30 @@ func readCheck(data []byte, req *checkRequest) bool {
 	}
 	p.space()
 	return p.i == len(p.b)
+}
+
+// member reads one member of the object into req; seen tells the fields
+// read already (policy, key, cost, plan), each of which may come once.
+func (p *checkReader) member(req *checkRequest, seen *[4]bool) bool {
+	name, ok := p.name()
+	if !ok || !p.next(':') {
+		return false
+	}
+	switch {
+	case name == "policy" && first(&seen[0]):
+		req.Policy, ok = p.str()
+	case name == "key" && first(&seen[1]):
+		req.Key, ok = p.str()
+	case name == "cost" && first(&seen[2]):
+		var n int64
+		n, ok = p.int()
+		req.Cost = &n
+	case name == "plan" && first(&seen[3]):
+		req.Plan, ok = p.str()
+	default:
+		return false
+	}
+	return ok
 }
 
 // first reports whether *seen was false, and makes it true.

@@ -46,13 +46,8 @@ var resultBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &
 // appendResult appends r's JSON to b; false when r holds what it does not
 // write (a string that is not plain, a deny body), left to json.Marshal.
 func appendResult(b []byte, r *Result) ([]byte, bool) {
-	if r.DenyBody != nil || !plain(r.Policy) || !plain(r.Key) || !plain(r.Source) || !plain(r.Plan) || !plain(r.Rule) {
+	if !plainResult(r) {
 		return b, false
-	}
-	for k, v := range r.Headers {
-		if !plain(k) || !plain(v) {
-			return b, false
-		}
 	}
 	b = append(b, '{')
 	if r.Policy != "" {
@@ -74,6 +69,25 @@ func appendResult(b []byte, r *Result) ([]byte, bool) {
 	if r.Plan != "" {
 		b = appendString(append(b, `,"plan":`...), r.Plan)
 	}
+	return appendResultTail(b, r), true
+}
+
+// plainResult reports whether appendResult writes r: no deny body, plain
+// strings only.
+func plainResult(r *Result) bool {
+	if r.DenyBody != nil || !plain(r.Policy) || !plain(r.Key) || !plain(r.Source) || !plain(r.Plan) || !plain(r.Rule) {
+		return false
+	}
+	for k, v := range r.Headers {
+		if !plain(k) || !plain(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// appendResultTail appends r's fields from rule on, and the closing brace.
+func appendResultTail(b []byte, r *Result) []byte {
 	b = appendString(append(b, `,"rule":`...), r.Rule)
 	b = strconv.AppendInt(append(b, `,"window_ms":`...), r.WindowMS, 10)
 	if r.OverrideInvalid {
@@ -88,7 +102,7 @@ func appendResult(b []byte, r *Result) ([]byte, bool) {
 	if r.DenyStatus != 0 {
 		b = strconv.AppendInt(append(b, `,"deny_status":`...), int64(r.DenyStatus), 10)
 	}
-	return append(b, '}'), true
+	return append(b, '}')
 }
 
 // appendHeaders appends a map of plain strings, its keys in order, as
