@@ -33,8 +33,10 @@
 # target's medians over the rounds and, for each SLUICE and the no-op
 # handler, its ratios to envoyproxy/ratelimit's leg of the same round, their
 # medians and in how many rounds both halves of the goal held (twice the
-# requests per second, half the p99). The noise from leg to leg on a
-# shared machine is larger than one run can tell from a difference.
+# requests per second, half the p99); and each SLUICE's requests per
+# second as a share of the no-op handler's in the same round, and their
+# median. The noise from leg to leg on a shared machine is larger than one
+# run can tell from a difference.
 #
 # Ports: Valkeys on 16390+i, services on 18180+100i (HTTP), +1 (gRPC), +2
 # (debug); the no-op handler on 18099 (HTTP) and 18098 (gRPC). Everything started is stopped at the

@@ -8,7 +8,10 @@
 # prints each target's medians over the rounds, then for each target after
 # the first its ratios to target 0's leg of the same round (req/s, p99),
 # the medians of those ratios, and in how many rounds both halves of the
-# goal held (at least 2x the req/s and at most half the p99).
+# goal held (at least 2x the req/s and at most half the p99); then for
+# each target between the first and the last (the sluice builds) its
+# requests per second as a share of the last target's (the no-op
+# handler) in the same round, and their median.
 # legs_summary_test.go checks it against a reference in Go.
 # median of a[1..c] (sorted in place); 0 when c is 0.
 function median(a, c,   i, j, t) {
@@ -42,6 +45,19 @@ END {
 			printf "%s / envoyproxy/ratelimit, per round (req/s ratio / p99 ratio):%s\n", nm[k + 1], line
 			if (c == 0) printf "  no round with both legs\n"
 			else printf "  median %.2fx, p99 %.2f; both halves of the goal held in %d of %d rounds\n", median(x, c), median(y, c), met, c
+		}
+		# Each sluice build beside the last target (the no-op handler).
+		for (k = 1; k < n - 1; k++) {
+			c = 0; line = ""
+			for (r = 0; r < rounds; r++) {
+				if (!((p, k, r) in rps) || !((p, n - 1, r) in rps) || rps[p, n - 1, r] <= 0) continue
+				c++
+				x[c] = rps[p, k, r] / rps[p, n - 1, r]
+				line = line sprintf(" %.0f%%", 100 * x[c])
+			}
+			printf "%s / %s, per round (req/s):%s\n", nm[k + 1], nm[n], line
+			if (c == 0) printf "  no round with both legs\n"
+			else printf "  median %.0f%%\n", 100 * median(x, c)
 		}
 	}
 }

@@ -138,6 +138,26 @@ func legsSummaryReference(legs map[string]summaryLeg, rounds int, names []string
 			}
 			fmt.Fprintf(&b, "  median %.2fx, p99 %.2f; both halves of the goal held in %d of %d rounds\n", median(x), median(y), met, len(x))
 		}
+		last := len(names) - 1
+		for k := 1; k < last; k++ {
+			var x []float64
+			line := ""
+			for r := range rounds {
+				l, ok := legs[fmt.Sprintf("%s %d %d", p, k, r)]
+				noop, noopOK := legs[fmt.Sprintf("%s %d %d", p, last, r)]
+				if !ok || !noopOK || noop.rps <= 0 {
+					continue
+				}
+				x = append(x, l.rps/noop.rps)
+				line += fmt.Sprintf(" %.0f%%", 100*x[len(x)-1])
+			}
+			fmt.Fprintf(&b, "%s / %s, per round (req/s):%s\n", names[k], names[last], line)
+			if len(x) == 0 {
+				b.WriteString("  no round with both legs\n")
+				continue
+			}
+			fmt.Fprintf(&b, "  median %.0f%%\n", 100*median(x))
+		}
 	}
 	return b.String()
 }

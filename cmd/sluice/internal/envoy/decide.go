@@ -3,6 +3,7 @@ package envoy
 import (
 	"context"
 	"math"
+	"sync"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -98,13 +99,7 @@ type statusBlock struct {
 // the status's block together, instead of three.
 func newAnswer(n int) (*rlsv3.RateLimitResponse, []statusBlock) {
 	if n == 1 {
-		a := new(struct {
-			resp     rlsv3.RateLimitResponse
-			statuses [1]*rlsv3.RateLimitResponse_DescriptorStatus
-			blocks   [1]statusBlock
-		})
-		a.resp.OverallCode, a.resp.Statuses = rlsv3.RateLimitResponse_OK, a.statuses[:]
-		return &a.resp, a.blocks[:]
+		return new(oneAnswer).start()
 	}
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
@@ -112,6 +107,25 @@ func newAnswer(n int) (*rlsv3.RateLimitResponse, []statusBlock) {
 	}
 	return resp, make([]statusBlock, n)
 }
+
+// oneAnswer is the answer of a call of one descriptor, in one block.
+type oneAnswer struct {
+	resp     rlsv3.RateLimitResponse
+	statuses [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	blocks   [1]statusBlock
+}
+
+// start makes a a fresh answer to fill in, as newAnswer returns it.
+func (a *oneAnswer) start() (*rlsv3.RateLimitResponse, []statusBlock) {
+	*a = oneAnswer{}
+	a.resp.OverallCode, a.resp.Statuses = rlsv3.RateLimitResponse_OK, a.statuses[:]
+	return &a.resp, a.blocks[:]
+}
+
+// oneAnswers are the answers POST /json reuses from call to call: its
+// answer is written out before the handler returns, where gRPC's is
+// encoded after the handler, out of its sight.
+var oneAnswers = sync.Pool{New: func() any { return new(oneAnswer) }}
 
 // setDuration sets dst to d, as durationpb.New does.
 func setDuration(dst *durationpb.Duration, d time.Duration) *durationpb.Duration {

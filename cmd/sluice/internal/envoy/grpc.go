@@ -175,12 +175,27 @@ type undecoded struct {
 // INVALID_ARGUMENT) instead of failing in gRPC (answered INTERNAL).
 type lenientCodec struct{ encoding.CodecV2 }
 
+// It reads and writes ShouldRateLimit's usual messages itself (wire.go),
+// leaving the others to protobuf's codec.
 func (c lenientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if u, ok := v.(*undecoded); ok {
+		if len(data) == 1 && readWireRequest(data[0].ReadOnlyData(), &u.req) {
+			return nil
+		}
+		u.req.Reset()
 		u.err = c.CodecV2.Unmarshal(data, &u.req)
 		return nil
 	}
 	return c.CodecV2.Unmarshal(data, v)
+}
+
+func (c lenientCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if resp, ok := v.(*rlsv3.RateLimitResponse); ok {
+		if b, ok := appendWireResponse(make([]byte, 0, 16+48*len(resp.Statuses)), resp); ok {
+			return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+		}
+	}
+	return c.CodecV2.Marshal(v)
 }
 
 type rls struct {
@@ -195,7 +210,7 @@ type rls struct {
 // overall code is OVER_LIMIT when any descriptor is (quota-mode ones only
 // when all of them are).
 func (r *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	resp, err := r.s.shouldRateLimit(ctx, req)
+	resp, err := r.s.shouldRateLimit(ctx, req, nil)
 	switch {
 	case err != nil:
 		r.s.stats.grpcRequests.WithLabelValues("error_" + status.Code(err).String()).Inc()
@@ -207,7 +222,9 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	return resp, err
 }
 
-func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+// shouldRateLimit answers req; reuse, when not nil, is where the answer of
+// a call of one descriptor is written instead of a new one.
+func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest, reuse *oneAnswer) (*rlsv3.RateLimitResponse, error) {
 	if err := s.checkRequest(req); err != nil {
 		s.stats.callErrors.WithLabelValues("service_error").Inc()
 		return nil, err
@@ -216,7 +233,13 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if st == nil {
 		return nil, status.Error(codes.Unavailable, "no configuration loaded")
 	}
-	resp, blocks := newAnswer(len(req.GetDescriptors()))
+	var resp *rlsv3.RateLimitResponse
+	var blocks []statusBlock
+	if n := len(req.GetDescriptors()); reuse != nil && n == 1 {
+		resp, blocks = reuse.start()
+	} else {
+		resp, blocks = newAnswer(n)
+	}
 	dom := st.Config().Domain(req.GetDomain())
 	if dom == nil {
 		// An unknown domain limits nothing, as in envoyproxy/ratelimit.
@@ -281,7 +304,7 @@ func (s *Service) now() time.Time {
 // Decide answers req as ShouldRateLimit does (POST /json's path), without
 // counting the call in the gRPC metrics.
 func (s *Service) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	return s.shouldRateLimit(ctx, req)
+	return s.shouldRateLimit(ctx, req, nil)
 }
 
 // healthServer is gRPC's health service, whose Check of the server ("")

@@ -16,10 +16,15 @@ import (
 
 // marshalResponse encodes resp as protojson.Marshal does.
 func marshalResponse(resp *rlsv3.RateLimitResponse) ([]byte, error) {
-	if b, ok := appendResponse(make([]byte, 0, 64+160*len(resp.Statuses)), resp); ok {
-		return b, nil
+	return appendMarshal(make([]byte, 0, 64+160*len(resp.Statuses)), resp)
+}
+
+// appendMarshal appends resp, encoded as protojson.Marshal does, to b.
+func appendMarshal(b []byte, resp *rlsv3.RateLimitResponse) ([]byte, error) {
+	if out, ok := appendResponse(b, resp); ok {
+		return out, nil
 	}
-	return protojson.Marshal(resp)
+	return protojson.MarshalOptions{}.MarshalAppend(b[:0:0], resp)
 }
 
 // appendResponse appends resp's JSON to b; false when resp holds what it

@@ -28,10 +28,20 @@ func decodeRequest(body []byte, req *rlsv3.RateLimitRequest) error {
 	return protojson.Unmarshal(body, req)
 }
 
+// shareMax is the largest body whose strings (the domain, the entries'
+// keys and values) are all slices of one copy of it, one allocation for
+// them all; a larger one's are copied each, so that a string kept after
+// the call (a metric's label, a cache's key) never holds on to more than
+// this many bytes of a body.
+const shareMax = 1024
+
 // readRequest decodes body into req when it has the usual shape; false
 // (req partly written) when it leaves body to protojson.
 func readRequest(body []byte, req *rlsv3.RateLimitRequest) bool {
 	p := jsonReader{b: body}
+	if len(body) <= shareMax {
+		p.text = string(body)
+	}
 	var seenDomain, seenDescriptors, seenHits bool
 	ok := p.object(func(name []byte) bool {
 		switch string(name) {
@@ -73,6 +83,8 @@ func readRequest(body []byte, req *rlsv3.RateLimitRequest) bool {
 type jsonReader struct {
 	b []byte
 	i int
+	// text is b as a string, whose slices str returns; "" when str copies.
+	text string
 }
 
 func (p *jsonReader) space() {
@@ -143,29 +155,45 @@ func (p *jsonReader) array(elem func() bool) bool {
 // raw reads a string without escapes or control characters, valid UTF-8,
 // and returns its bytes.
 func (p *jsonReader) raw() ([]byte, bool) {
-	if !p.next('"') {
+	start, end, ok := p.span()
+	if !ok {
 		return nil, false
 	}
-	start := p.i
+	return p.b[start:end], true
+}
+
+// span reads a string as raw does and returns the offsets of its bytes.
+func (p *jsonReader) span() (start, end int, ok bool) {
+	if !p.next('"') {
+		return 0, 0, false
+	}
+	start = p.i
 	ascii := true
 	for ; p.i < len(p.b); p.i++ {
 		switch c := p.b[p.i]; {
 		case c == '"':
-			s := p.b[start:p.i]
+			end = p.i
 			p.i++
-			return s, ascii || utf8.Valid(s)
+			return start, end, ascii || utf8.Valid(p.b[start:end])
 		case c == '\\' || c < 0x20:
-			return nil, false
+			return 0, 0, false
 		case c >= 0x80:
 			ascii = false
 		}
 	}
-	return nil, false
+	return 0, 0, false
 }
 
+// str reads a string as raw does: a slice of text, or a copy.
 func (p *jsonReader) str() (string, bool) {
-	s, ok := p.raw()
-	return string(s), ok
+	start, end, ok := p.span()
+	if !ok {
+		return "", false
+	}
+	if p.text != "" {
+		return p.text[start:end], true
+	}
+	return string(p.b[start:end]), true
 }
 
 // uint32 reads a number in digits, without a leading zero (but 0 itself),
@@ -195,9 +223,18 @@ func (p *jsonReader) uint32() (uint32, bool) {
 	return uint32(n), true
 }
 
+// descBlock is a descriptor with room for its first entry: the usual
+// descriptor, of one entry, is one allocation instead of three.
+type descBlock struct {
+	d       commonrl.RateLimitDescriptor
+	entries [1]*commonrl.RateLimitDescriptor_Entry
+	first   commonrl.RateLimitDescriptor_Entry
+}
+
 // descriptor reads a descriptor of entries only.
 func (p *jsonReader) descriptor() (*commonrl.RateLimitDescriptor, bool) {
-	d := &commonrl.RateLimitDescriptor{}
+	blk := new(descBlock)
+	d := &blk.d
 	seenEntries := false
 	ok := p.object(func(name []byte) bool {
 		if string(name) != "entries" || seenEntries {
@@ -205,19 +242,23 @@ func (p *jsonReader) descriptor() (*commonrl.RateLimitDescriptor, bool) {
 		}
 		seenEntries = true
 		return p.array(func() bool {
-			e, ok := p.entry()
+			e := &blk.first
+			if d.Entries == nil {
+				d.Entries = blk.entries[:0]
+			} else {
+				e = new(commonrl.RateLimitDescriptor_Entry)
+			}
 			d.Entries = append(d.Entries, e)
-			return ok
+			return p.entry(e)
 		})
 	})
 	return d, ok
 }
 
-// entry reads an entry: a key and a value.
-func (p *jsonReader) entry() (*commonrl.RateLimitDescriptor_Entry, bool) {
-	e := &commonrl.RateLimitDescriptor_Entry{}
+// entry reads an entry, a key and a value, into e.
+func (p *jsonReader) entry(e *commonrl.RateLimitDescriptor_Entry) bool {
 	var seenKey, seenValue bool
-	ok := p.object(func(name []byte) bool {
+	return p.object(func(name []byte) bool {
 		var ok bool
 		switch string(name) {
 		case "key":
@@ -235,5 +276,4 @@ func (p *jsonReader) entry() (*commonrl.RateLimitDescriptor_Entry, bool) {
 		}
 		return ok
 	})
-	return e, ok
 }

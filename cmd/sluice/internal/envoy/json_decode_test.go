@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unsafe"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -304,4 +305,38 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		sameAsProtojson(t, body)
 	})
+}
+
+// TestDecodeRequestAllocations: the usual request (a domain, one
+// descriptor of one entry) decodes in three allocations: one copy of the
+// body for its strings, the list of descriptors, and the descriptor with
+// its entry. A body over shareMax has its strings copied one by one
+// instead, so that none of them holds on to the body.
+func TestDecodeRequestAllocations(t *testing.T) {
+	body := []byte(`{"domain":"bench","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]}`)
+	var req rlsv3.RateLimitRequest
+	allocs := testing.AllocsPerRun(100, func() {
+		req = rlsv3.RateLimitRequest{}
+		if err := decodeRequest(body, &req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 3 {
+		t.Errorf("decoding the usual request: %.0f allocations, want at most 3", allocs)
+	}
+	e := req.Descriptors[0].Entries[0]
+	if req.Domain != "bench" || e.Key != "remote_address" || e.Value != "10.0.0.1" {
+		t.Fatalf("decoded %v", &req)
+	}
+
+	large := []byte(`{"domain":"bench","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}` + strings.Repeat(" ", shareMax))
+	req = rlsv3.RateLimitRequest{}
+	if err := decodeRequest(large, &req); err != nil {
+		t.Fatal(err)
+	}
+	// Strings sliced from one copy of the body lie at their offsets in it.
+	d, v := unsafe.StringData(req.Domain), unsafe.StringData(req.Descriptors[0].Entries[0].Value)
+	if uintptr(unsafe.Pointer(v))-uintptr(unsafe.Pointer(d)) == uintptr(strings.Index(string(large), `"v"`)-strings.Index(string(large), `"bench"`)) {
+		t.Errorf("a body of %d bytes: its strings share one copy of it", len(large))
+	}
 }

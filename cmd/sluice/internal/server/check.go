@@ -106,14 +106,18 @@ func (s *Server) decodeCheck(w http.ResponseWriter, r *http.Request) (checkReque
 }
 
 // parseCheck decodes one JSON object strictly (decodeStrict: unknown or
-// repeated fields, trailing data, bytes that are not UTF-8), and refuses
+// repeated fields, trailing data, bytes that are not UTF-8; readCheck
+// reads the usual body directly, as decodeStrict would), and refuses
 // mixed single/multi forms.
 func parseCheck(data []byte, req *checkRequest) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return bad(http.StatusBadRequest, `the body is empty; send {"policy":"...","key":"...","cost":1}`)
 	}
-	if err := decodeStrict(data, req); err != nil {
-		return err
+	if !readCheck(data, req) {
+		*req = checkRequest{}
+		if err := decodeStrict(data, req); err != nil {
+			return err
+		}
 	}
 	if req.Checks != nil {
 		return validChecks(req)
@@ -243,7 +247,7 @@ func (s *Server) checkOne(w http.ResponseWriter, r *http.Request, st *state, req
 	for k, v := range out.Headers {
 		w.Header()[k] = []string{v} // as spelled in the drafts, not canonicalized
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeResult(w, http.StatusOK, &out)
 }
 
 // checkAll decides the checks of the multi form together (sluice.AllowAll)

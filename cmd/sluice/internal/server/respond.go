@@ -23,8 +23,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		problem(w, http.StatusInternalServerError, "encoding the response failed")
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
+	h := w.Header()
+	h["Content-Type"], h["X-Content-Type-Options"] = jsonContentType, nosniff
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
 }
