@@ -96,6 +96,12 @@ func appendResultTail(b []byte, r *Result) []byte {
 	if r.Warning {
 		b = append(b, `,"warning":true`...)
 	}
+	if r.Blocked {
+		b = append(b, `,"blocked":true`...)
+	}
+	if r.BlockStarted {
+		b = append(b, `,"block_started":true`...)
+	}
 	if len(r.Headers) > 0 {
 		b = appendHeaders(append(b, `,"headers":`...), r.Headers)
 	}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"testing"
 )
 
@@ -20,7 +21,7 @@ func randomResult(r *rand.Rand) Result {
 	n := func() int64 { return []int64{0, 1, -1, 42, 1 << 40, -1 << 62}[r.IntN(6)] }
 	res := Result{Policy: s(), Key: s(), Allowed: r.IntN(2) == 0, Limit: n(), Remaining: n(), RetryAfterMS: n(), ResetAfterMS: n(),
 		Degraded: r.IntN(2) == 0, Shadow: r.IntN(2) == 0, Source: s(), Plan: s(), Rule: s(), WindowMS: n(),
-		OverrideInvalid: r.IntN(4) == 0, Warning: r.IntN(4) == 0, DenyStatus: []int{0, 429, 503}[r.IntN(3)]}
+		OverrideInvalid: r.IntN(4) == 0, Warning: r.IntN(4) == 0, Blocked: r.IntN(4) == 0, BlockStarted: r.IntN(4) == 0, DenyStatus: []int{0, 429, 503}[r.IntN(3)]}
 	switch r.IntN(3) {
 	case 0:
 		res.Headers = map[string]string{}
@@ -90,3 +91,34 @@ type discardWriter struct{ h http.Header }
 func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) WriteHeader(int)             {}
 func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+
+// TestResultJSONEveryField: each field of Result, set alone to a value
+// other than its zero, is written as json.Marshal writes it, so a field
+// added to Result cannot be left out of appendResult unnoticed.
+func TestResultJSONEveryField(t *testing.T) {
+	typ := reflect.TypeFor[Result]()
+	for i := range typ.NumField() {
+		res := Result{Source: "policy", Rule: "r"}
+		f := reflect.ValueOf(&res).Elem().Field(i)
+		switch {
+		case f.Kind() == reflect.String:
+			f.SetString("x")
+		case f.Kind() == reflect.Bool:
+			f.SetBool(true)
+		case f.CanInt():
+			f.SetInt(7)
+		case f.Type() == reflect.TypeFor[json.RawMessage]():
+			f.SetBytes([]byte(`{"a":1}`))
+		case f.Kind() == reflect.Map:
+			f.Set(reflect.ValueOf(map[string]string{"a": "b"}))
+		default:
+			t.Fatalf("field %s: kind %s not covered by this test", typ.Field(i).Name, f.Kind())
+		}
+		want, got := httptest.NewRecorder(), httptest.NewRecorder()
+		writeJSON(want, 200, res)
+		writeResult(got, 200, &res)
+		if !bytes.Equal(got.Body.Bytes(), want.Body.Bytes()) {
+			t.Errorf("%s set: wrote %s, json.Marshal %s", typ.Field(i).Name, got.Body, want.Body)
+		}
+	}
+}

@@ -41,7 +41,13 @@ type grantFleet struct {
 	procs []*sluice.Limiter
 	store *countingStore
 	next  int
+	// now is the simulated time, read by the limiters' grant calls, which
+	// run on goroutines of their own (worker.now is the worker's alone).
+	now atomic.Pointer[time.Time]
 }
+
+// setNow sets the time the fleet's limiters and store read.
+func (f *grantFleet) setNow(t time.Time) { f.now.Store(&t) }
 
 // countingStore is the in-process store, counting the grant calls that
 // have returned.
@@ -58,8 +64,10 @@ func (s *countingStore) Grant(ctx context.Context, batch []driver.GrantOp) error
 // newFleet makes w's fleet of n limiters of pol on one store under w's
 // clock.
 func (w *worker) newFleet(pol *config.Policy, n int) error {
-	clock := func() time.Time { return w.now }
-	f := &grantFleet{store: &countingStore{Store: memstore.New(memstore.WithClock(clock))}}
+	f := &grantFleet{}
+	f.setNow(w.now)
+	clock := func() time.Time { return *f.now.Load() }
+	f.store = &countingStore{Store: memstore.New(memstore.WithClock(clock))}
 	for range n {
 		l, err := sluice.New(f.store, pol.Policy, sluice.WithName(pol.Limiter), sluice.WithClock(clock),
 			sluice.WithGrants(pol.GrantOptions), sluice.WithTimeout(time.Minute), sluice.WithDenyCache(false))

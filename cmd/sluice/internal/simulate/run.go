@@ -230,6 +230,7 @@ func (w *worker) key(identity string) string {
 func (w *worker) decide(at int64, key string, cost int64) (sluice.Result, error) {
 	w.now = w.plan.Start.Add(time.Duration(at) * time.Microsecond)
 	if w.fleet != nil {
+		w.fleet.setNow(w.now)
 		return w.fleet.decide(key, cost)
 	}
 	w.ops[0] = driver.Op{Key: key, Rule: w.rule, Cost: cost, Now: w.now}
