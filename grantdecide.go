@@ -71,8 +71,14 @@ func (l *Limiter) allowGrant(ctx context.Context, key string, n int64) (Result, 
 }
 
 // waitCall waits for a call in flight to end (ch closed), within deadline
-// and ctx.
+// and ctx. A call that has ended answers even when the deadline has passed
+// too (select would choose between them at random).
 func waitCall(ctx context.Context, ch chan struct{}, deadline time.Time) error {
+	select {
+	case <-ch:
+		return nil
+	default:
+	}
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	select {

@@ -37,7 +37,7 @@ func TestInFlightFailover(t *testing.T) {
 	var (
 		mu     sync.Mutex
 		leases = map[string]held{}
-		frozen bool // set at the kill: leases then holds what was held
+		frozen bool // set just before the kill: leases then holds what was held, and no holder releases
 		wg     sync.WaitGroup
 	)
 	stop := make(chan struct{})
@@ -76,7 +76,11 @@ func TestInFlightFailover(t *testing.T) {
 					mu.Unlock()
 					time.Sleep(time.Duration(i%10+1) * 10 * time.Millisecond)
 					mu.Lock()
-					if h, ok := leases[ls.ID()]; ok && !frozen {
+					if frozen {
+						mu.Unlock()
+						return // held at the kill: never released
+					}
+					if h, ok := leases[ls.ID()]; ok {
 						h.releasing = true // released or not, from now on: unknown
 						leases[ls.ID()] = h
 					}
@@ -110,11 +114,13 @@ func TestInFlightFailover(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && heldNow() < 15; {
 		time.Sleep(20 * time.Millisecond)
 	}
-	primary.Kill(t)
-	killed := time.Now()
+	// Freeze first: from then on no holder releases, so what leases holds
+	// (not releasing) is held at the kill, however long the kill takes.
 	mu.Lock()
 	frozen = true
 	mu.Unlock()
+	primary.Kill(t)
+	killed := time.Now()
 	close(stop)
 	wg.Wait()
 	replica.Promote(t)
