@@ -89,16 +89,22 @@ func (m *leaseModel) exists(id driver.LeaseID, now int64) bool {
 	return ok && now < e
 }
 
-// want returns the Result and receipt the model gives op at now, and
-// applies op.
-func (m *leaseModel) want(op driver.Op, now int64) (driver.Result, int64) {
-	var expired int64
+// reap forgets the leases that ended at or before now, and returns how
+// many.
+func (m *leaseModel) reap(now int64) (n int64) {
 	for id, e := range m.ends {
 		if e <= now {
-			expired++
+			n++
 			delete(m.ends, id)
 		}
 	}
+	return n
+}
+
+// want returns the Result and receipt the model gives op at now, and
+// applies op.
+func (m *leaseModel) want(op driver.Op, now int64) (driver.Result, int64) {
+	expired := m.reap(now)
 	allowed := false
 	receipt := now
 	switch {
