@@ -158,7 +158,8 @@ func TestLeasesMetrics(t *testing.T) {
 // TestLeasesExpiredMetric: leases whose Lease passed without a release
 // count as sluice_lease_events_total{event="expired"} when the store
 // reaps them, at the next decision on their key (here an acquire); a
-// released lease does not. Also with a tracing observer beside the
+// released lease does not, nor the leases of a key that expired whole
+// before its next use. Also with a tracing observer beside the
 // metrics (Options.Observer a ContextObserver, as with OpenTelemetry).
 func TestLeasesExpiredMetric(t *testing.T) {
 	t.Run("metrics", func(t *testing.T) { testLeasesExpired(t, nil) })
@@ -201,6 +202,16 @@ func testLeasesExpired(t *testing.T, extra sluice.Observer) {
 	}
 	if _, raw := send(t, "GET", u+"/metrics", "", nil); !strings.Contains(string(raw), want+"1\n") {
 		t.Errorf("/metrics has no %s1:\n%s", want, grepLines(string(raw), "sluice_lease_events_total"))
+	}
+	// A key nobody uses for longer than its latest lease plus a second
+	// expires whole: its leases are not counted.
+	leaseCall(t, u, "acquire", `{"policy":"exports","key":"y"}`)
+	mu.Lock()
+	now = now.Add(32 * time.Second)
+	mu.Unlock()
+	leaseCall(t, u, "acquire", `{"policy":"exports","key":"y"}`)
+	if _, raw := send(t, "GET", u+"/metrics", "", nil); !strings.Contains(string(raw), want+"1\n") {
+		t.Errorf("a key that expired whole counted its leases:\n%s", grepLines(string(raw), "sluice_lease_events_total"))
 	}
 }
 
