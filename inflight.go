@@ -212,6 +212,9 @@ func (s *Lease) leaseOp(ctx context.Context, op *driver.Op, timeout time.Duratio
 	if op.Err == nil {
 		op.Err = err
 	}
+	if op.Err == nil {
+		l.observeExpired(op.Result.Expired)
+	}
 	return nil
 }
 
@@ -463,9 +466,18 @@ const (
 	LeaseRenewed
 	// LeaseLost: a renewal found the lease ended (ErrLeaseLost).
 	LeaseLost
+	// LeaseExpired: the store reaped the lease because its Lease passed
+	// without a release or renewal (its holder crashed or forgot it). One
+	// event per lease, told when a decision on its key (an acquire, peek,
+	// renewal or release, by any process) reaps it, so it is counted when
+	// the key is next used: the leases of a key nobody uses again end with
+	// the key, uncounted. A released or reset lease is never expired; a
+	// release or renewal that finds its lease expired is LeaseEnded or
+	// LeaseLost as well (its caller's view).
+	LeaseExpired
 )
 
-// String returns "released", "ended", "renewed" or "lost".
+// String returns "released", "ended", "renewed", "lost" or "expired".
 func (e LeaseEvent) String() string {
 	switch e {
 	case LeaseReleased:
@@ -476,13 +488,15 @@ func (e LeaseEvent) String() string {
 		return "renewed"
 	case LeaseLost:
 		return "lost"
+	case LeaseExpired:
+		return "expired"
 	}
 	return "LeaseEvent(" + fmt.Sprint(uint8(e)) + ")"
 }
 
 // A LeaseObserver is an Observer (WithObserver) that is also told what
 // became of the leases of an InFlight limiter: released, ended before
-// their release, renewed, lost at a renewal. Events the store decided only;
+// their release, renewed, lost at a renewal, expired. Events the store decided only;
 // a Degraded lease has none. Package sluiceprom implements it.
 type LeaseObserver interface {
 	ObserveLease(limiter string, event LeaseEvent)
@@ -492,5 +506,18 @@ type LeaseObserver interface {
 func (l *Limiter) observeLease(ev LeaseEvent) {
 	if o, ok := l.cfg.observer.(LeaseObserver); ok {
 		o.ObserveLease(l.cfg.name, ev)
+	}
+}
+
+// observeExpired tells l's observer of n leases the store reaped as
+// expired (driver.Result.Expired), one LeaseExpired each.
+func (l *Limiter) observeExpired(n int64) {
+	if n <= 0 {
+		return
+	}
+	if o, ok := l.cfg.observer.(LeaseObserver); ok {
+		for range n {
+			o.ObserveLease(l.cfg.name, LeaseExpired)
+		}
 	}
 }

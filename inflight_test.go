@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -262,5 +263,83 @@ func TestHold(t *testing.T) {
 	}
 	if cause := context.Cause(work); !errors.Is(cause, sluice.ErrLeaseLost) {
 		t.Fatalf("cause %v, want ErrLeaseLost", cause)
+	}
+}
+
+// leaseRecorder is an Observer and LeaseObserver that counts lease events.
+type leaseRecorder struct {
+	mu     sync.Mutex
+	events map[sluice.LeaseEvent]int
+}
+
+func (r *leaseRecorder) ObserveDecision(string, sluice.Result, error, time.Duration) {}
+
+func (r *leaseRecorder) ObserveLease(_ string, ev sluice.LeaseEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.events == nil {
+		r.events = map[sluice.LeaseEvent]int{}
+	}
+	r.events[ev]++
+}
+
+func (r *leaseRecorder) count(ev sluice.LeaseEvent) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.events[ev]
+}
+
+// TestLeaseExpiredObserved: the leases a decision's store reaped as
+// expired reach the LeaseObserver, one LeaseExpired each, from an acquire,
+// a peek, a renewal or a release; a released lease never.
+func TestLeaseExpiredObserved(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	rec := &leaseRecorder{}
+	l, err := sluice.New(memstore.New(), sluice.InFlight{Limit: 3, Lease: 10 * time.Second},
+		sluice.WithObserver(rec), sluice.WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquire := func() *sluice.Lease {
+		t.Helper()
+		ls, res, err := l.Acquire(ctx, "k")
+		if err != nil || !res.Allowed {
+			t.Fatalf("Acquire: %+v, %v", res, err)
+		}
+		return ls
+	}
+	expect := func(what string, want int) {
+		t.Helper()
+		if got := rec.count(sluice.LeaseExpired); got != want {
+			t.Fatalf("%s: %d expired, want %d", what, got, want)
+		}
+	}
+	a, b := acquire(), acquire()
+	now = now.Add(5 * time.Second)
+	c := acquire()
+	now = now.Add(5 * time.Second) // a and b end
+	if _, err := l.Peek(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	expect("a peek after two leases ended", 2)
+	if ok, err := c.Release(ctx); !ok || err != nil {
+		t.Fatalf("Release: %v, %v", ok, err)
+	}
+	if ok, err := a.Release(ctx); ok || err != nil {
+		t.Fatalf("Release of an expired lease: %v, %v", ok, err)
+	}
+	if err := b.Renew(ctx); !errors.Is(err, sluice.ErrLeaseLost) {
+		t.Fatalf("Renew of an expired lease: %v", err)
+	}
+	expect("releases and a lost renewal after", 2)
+	d := acquire()
+	now = now.Add(10 * time.Second)
+	if err := d.Renew(ctx); !errors.Is(err, sluice.ErrLeaseLost) {
+		t.Fatalf("Renew of an expired lease: %v", err)
+	}
+	expect("a renewal that reaped its own lease", 3)
+	if got := sluice.LeaseExpired.String(); got != "expired" {
+		t.Errorf("String: %q", got)
 	}
 }

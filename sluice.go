@@ -613,6 +613,7 @@ func (l *Limiter) finish(ctx context.Context, ops []driver.Op, out []Result, err
 		}
 		if l.cfg.observer != nil {
 			l.observe(ctx, op, *res, AnswerStore, start, time.Since(start))
+			l.observeExpired(op.Result.Expired)
 		}
 	}
 	return nil

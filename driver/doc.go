@@ -37,7 +37,9 @@
 // An Op of [AlgorithmInFlight] (sluice.InFlight) names its lease
 // ([Op.Lease], a [LeaseID]) to acquire (Cost 1), renew ([Op.Renew]) or
 // release (Cost -1) it; a key holds at most the Rule's Limit leases, each
-// ending the Rule's Window after its acquire or last renewal.
+// ending the Rule's Window after its acquire or last renewal. Every such
+// decision first removes the key's ended leases and reports how many in
+// [Result.Expired] (sluicetest.RunInFlight checks it).
 //
 // The bounds ([MaxLimit], [MinWindow], [MaxWindow], [MaxSlidingLogLimit],
 // [MaxInFlightLimit], [MinTime], [MaxTime]) keep every count, time stamp and time to live exact

@@ -48,4 +48,13 @@ type Result struct {
 	// Blocked is then set too.
 	Blocked      bool
 	BlockStarted bool
+
+	// Expired is, for an AlgorithmInFlight Op, how many of the key's
+	// leases the store reaped in this decision because they had ended by
+	// expiry (Window passed without a release or renewal): each such lease
+	// is counted once, by the decision that reaps it. A released lease, or
+	// one removed by a reset of its key, is not counted; nor are the leases
+	// of a key that expired whole before it was decided on again. 0 for
+	// the other algorithms.
+	Expired int64
 }

@@ -329,9 +329,10 @@ var ErrReply = errors.New("reply out of range")
 // RecordSize is the length in bytes of one decision's record in a call's
 // reply (see batch.lua): allowed, the override's status and the
 // penalty's, one byte each, then remaining, retry after and reset after in microseconds, the
-// receipt, the override's limit and its parameter, each a little-endian
+// receipt, the override's limit and its parameter, and the leases the
+// decision reaped as ended by expiry (in-flight), each a little-endian
 // int64.
-const RecordSize = 3 + 6*8
+const RecordSize = 3 + 7*8
 
 // DecodeCall reads the reply of a call that decided n keys, one string
 // of n records (see batch.lua), and passes each decision's Result and
@@ -392,8 +393,8 @@ func decodeRecord(r string) (driver.Result, int64, error) {
 		return driver.Result{}, 0, driver.ErrClockSkew
 	}
 	if !rec.valid() {
-		return driver.Result{}, 0, fmt.Errorf("%w: allowed %d, override status %d, penalty status %d, remaining %d, retry after %dµs, reset after %dµs, receipt %d, override limit %d, parameter %dµs",
-			ErrReply, rec.allowed, rec.status, rec.penalty, rec.remaining, rec.retry, rec.reset, rec.receipt, rec.ovLimit, rec.ovParam)
+		return driver.Result{}, 0, fmt.Errorf("%w: allowed %d, override status %d, penalty status %d, remaining %d, retry after %dµs, reset after %dµs, receipt %d, override limit %d, parameter %dµs, expired %d",
+			ErrReply, rec.allowed, rec.status, rec.penalty, rec.remaining, rec.retry, rec.reset, rec.receipt, rec.ovLimit, rec.ovParam, rec.expired)
 	}
 	return rec.result(), rec.receipt, nil
 }
@@ -402,7 +403,7 @@ func decodeRecord(r string) (driver.Result, int64, error) {
 type replyRecord struct {
 	allowed, status, penalty         byte
 	remaining, retry, reset, receipt int64
-	ovLimit, ovParam                 int64
+	ovLimit, ovParam, expired        int64
 }
 
 func readRecord(r string) replyRecord {
@@ -410,12 +411,14 @@ func readRecord(r string) replyRecord {
 		allowed: r[0], status: r[1], penalty: r[2],
 		remaining: int64At(r, 3), retry: int64At(r, 11), reset: int64At(r, 19),
 		receipt: int64At(r, 27), ovLimit: int64At(r, 35), ovParam: int64At(r, 43),
+		expired: int64At(r, 51),
 	}
 }
 
 // valid reports whether rec holds what the scripts return.
 func (rec *replyRecord) valid() bool {
-	return rec.allowed <= 1 && rec.remaining >= 0 && micros(rec.retry) && micros(rec.reset) && rec.receipt > 0 && rec.overrideValid() && rec.penaltyValid()
+	return rec.allowed <= 1 && rec.remaining >= 0 && micros(rec.retry) && micros(rec.reset) && rec.receipt > 0 && rec.overrideValid() && rec.penaltyValid() &&
+		0 <= rec.expired && rec.expired <= driver.MaxInFlightLimit
 }
 
 // penaltyValid reports whether the penalty's status (0: none, 1: blocked,
@@ -446,6 +449,7 @@ func (rec *replyRecord) result() driver.Result {
 		OverrideInvalid: rec.status == 2,
 		Blocked:         rec.penalty > 0,
 		BlockStarted:    rec.penalty == 2,
+		Expired:         rec.expired,
 	}
 	if rec.status == 1 {
 		res.Override, res.OverrideLimit, res.OverrideParam = true, rec.ovLimit, rec.ovParam

@@ -17,16 +17,43 @@ type record struct {
 	remaining, retry, reset, receipt, ovLimit, ovParam int64
 }
 
-func (r record) bytes() string { return r.penalized(0) }
+func (r record) bytes() string { return r.encode(0, 0) }
 
 // penalized is r's bytes with the penalty's status (0 none, 1 blocked, 2
 // blocked by this refusal).
-func (r record) penalized(penalty byte) string {
+func (r record) penalized(penalty byte) string { return r.encode(penalty, 0) }
+
+// encode is r's bytes with the penalty's status and the count of leases
+// reaped as expired.
+func (r record) encode(penalty byte, expired int64) string {
 	b := []byte{r.allowed, r.status, penalty}
-	for _, v := range []int64{r.remaining, r.retry, r.reset, r.receipt, r.ovLimit, r.ovParam} {
+	for _, v := range []int64{r.remaining, r.retry, r.reset, r.receipt, r.ovLimit, r.ovParam, expired} {
 		b = binary.LittleEndian.AppendUint64(b, uint64(v))
 	}
 	return string(b)
+}
+
+// TestDecodeExpired: the count of leases reaped as expired reads as
+// Result.Expired, within 0 and driver.MaxInFlightLimit.
+func TestDecodeExpired(t *testing.T) {
+	const receipt = 1_764_000_000_123_456
+	rec := record{1, 0, 3, 0, 30_000_000, receipt, 0, 0}
+	for _, tc := range []struct {
+		expired int64
+		wantErr bool
+	}{{0, false}, {1, false}, {driver.MaxInFlightLimit, false}, {-1, true}, {driver.MaxInFlightLimit + 1, true}} {
+		var got driver.Result
+		var gotErr error
+		if err := DecodeCall(rec.encode(0, tc.expired), 1, func(_ int, res driver.Result, _ int64, err error) { got, gotErr = res, err }); err != nil {
+			t.Fatal(err)
+		}
+		if (gotErr != nil) != tc.wantErr || !tc.wantErr && got.Expired != tc.expired {
+			t.Errorf("expired %d: got %+v, %v; want an error %v", tc.expired, got, gotErr, tc.wantErr)
+		}
+		if !tc.wantErr && !errors.Is(gotErr, nil) || tc.wantErr && !errors.Is(gotErr, ErrReply) {
+			t.Errorf("expired %d: error %v", tc.expired, gotErr)
+		}
+	}
 }
 
 func TestDecodeCall(t *testing.T) {

@@ -20,6 +20,7 @@ type reply struct {
 	retry     int64 // microseconds
 	reset     int64 // microseconds
 	receipt   int64 // what a refund passes back; zero for the time of the decision
+	expired   int64 // in-flight: the leases reaped as ended by expiry
 }
 
 // state is the value kept under one key. Only the fields of the key's

@@ -8,7 +8,9 @@ import (
 
 // inFlight is the Go twin of luascript/scripts/inflight.lua: s.leases maps
 // each lease of the key to when it ends (microseconds). Every decision
-// first reaps the leases that ended (at or before now); then cost 1
+// first reaps the leases that ended (at or before now), counting them in
+// r.expired (a released lease left the map at its release, a reset key
+// is gone, and a reaped one leaves the map: each is counted once); then cost 1
 // acquires, cost 0 peeks or (renew) renews, cost -1 releases id. The map
 // holds at most limit leases; the key is deleted once it holds none, and
 // otherwise lives until its latest lease ends (plus the margin), from its
@@ -17,6 +19,7 @@ func inFlight(s *state, now, limit, lease, cost int64, renew bool, id driver.Lea
 	for k, end := range s.leases {
 		if end <= now {
 			delete(s.leases, k)
+			r.expired++
 		}
 	}
 	count := int64(len(s.leases))

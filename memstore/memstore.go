@@ -197,6 +197,7 @@ func (rep *reply) result(over, ovInvalid bool, r *driver.Rule) driver.Result {
 		ResetAfter:      time.Duration(rep.reset) * time.Microsecond,
 		Override:        over,
 		OverrideInvalid: ovInvalid,
+		Expired:         rep.expired,
 	}
 	if over {
 		res.OverrideLimit, res.OverrideParam = r.Limit, r.Param() // 0 for calendar periods

@@ -14,7 +14,8 @@ import (
 
 // TestLeaseEvents: an in-flight limiter's acquires and refusals are
 // decisions; its releases, releases of ended leases, renewals and lost
-// renewals are lease events.
+// renewals are lease events, and so are the leases the store reaped as
+// expired.
 func TestLeaseEvents(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := sluiceprom.New(reg)
@@ -34,7 +35,7 @@ func TestLeaseEvents(t *testing.T) {
 	a.Release(ctx)
 	b, _, _ := l.Acquire(ctx, "k")
 	clock.Advance(2 * time.Minute)
-	b.Renew(ctx)   // lost
+	b.Renew(ctx)   // lost: the renewal's decision reaped b, expired
 	b.Release(ctx) // ended
 	check(t, values(t, reg), map[string]float64{
 		"sluice_decisions_total{limiter=exports,outcome=allowed}":   2,
@@ -43,5 +44,6 @@ func TestLeaseEvents(t *testing.T) {
 		"sluice_lease_events_total{event=renewed,limiter=exports}":  1,
 		"sluice_lease_events_total{event=lost,limiter=exports}":     1,
 		"sluice_lease_events_total{event=ended,limiter=exports}":    1,
+		"sluice_lease_events_total{event=expired,limiter=exports}":  1,
 	})
 }

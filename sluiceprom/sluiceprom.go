@@ -193,7 +193,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		leases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace:   c.namespace,
 			Name:        "lease_events_total",
-			Help:        "What became of in-flight limits' leases, by limiter and event: released, ended (a release found it already ended: expired or reset), renewed, lost (a renewal found it ended). Acquires and refusals are in decisions_total.",
+			Help:        "What became of in-flight limits' leases, by limiter and event: released, ended (a release found it already ended: expired or reset), renewed, lost (a renewal found it ended), expired (reaped by the store because its lease passed; counted when its key is next used). Acquires and refusals are in decisions_total.",
 			ConstLabels: c.labels,
 		}, []string{"limiter", "event"}),
 		warnings: prometheus.NewCounterVec(prometheus.CounterOpts{

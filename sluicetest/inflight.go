@@ -22,13 +22,52 @@ func RunInFlight(t *testing.T, h Harness) {
 	t.Run("Limiter", func(t *testing.T) { RunInFlightLimiter(t, h) })
 	t.Run("BadInput", func(t *testing.T) { RunInFlightBadInput(t, h) })
 	t.Run("AllowAll", func(t *testing.T) { RunInFlightAllowAll(t, h) })
+	t.Run("Expired", func(t *testing.T) { RunInFlightExpired(t, h) })
+}
+
+// RunInFlightExpired checks Result.Expired on a timeline: of two leases,
+// the one whose Lease passed is counted by the next decision on the key,
+// once; a released lease, and the leases of a key reset, are never counted.
+func RunInFlightExpired(t *testing.T, h Harness) {
+	const lease = 10 * time.Second
+	l, clock := h.newInFlight(t, 3, lease)
+	ctx := context.Background()
+	do := func(what, key string, cost int64, id driver.LeaseID, allowed bool, expired int64) {
+		t.Helper()
+		batch := []driver.Op{{Key: storeKey(l, key), Rule: l.Rule(), Now: clock.Now(), Cost: cost, Lease: id}}
+		if err := h.Store.Do(ctx, batch); err != nil || batch[0].Err != nil {
+			t.Fatalf("%s: %v, %v", what, err, batch[0].Err)
+		}
+		if r := batch[0].Result; r.Allowed != allowed || r.Expired != expired {
+			t.Fatalf("%s: allowed %v, expired %d; want %v, %d (%+v)", what, r.Allowed, r.Expired, allowed, expired, r)
+		}
+	}
+	a, b, c := driver.LeaseID{1}, driver.LeaseID{2}, driver.LeaseID{3}
+	do("acquire a", "k", 1, a, true, 0)
+	clock.Advance(lease / 2)
+	do("acquire b", "k", 1, b, true, 0)
+	clock.Advance(lease / 2) // a ends now
+	do("acquire c, a's Lease passed", "k", 1, c, true, 1)
+	do("release b", "k", -1, b, true, 0)
+	do("release a, already counted", "k", -1, a, false, 0)
+	do("peek", "k", 0, driver.LeaseID{}, true, 0)
+	clock.Advance(lease) // c ends
+	do("release c, ended", "k", -1, c, false, 1)
+	// A reset key's leases are gone, not expired.
+	do("acquire r", "r", 1, a, true, 0)
+	if err := l.Reset(ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * lease)
+	do("acquire after a reset", "r", 1, b, true, 0)
 }
 
 // leaseModel is the reference model of one in-flight key: the leases that
 // exist, each with when it ends (microseconds). It shares no code with the
 // stores: a lease exists while now < end; an acquire adds one while fewer
 // than limit exist; a renewal of an existing lease moves its end to now +
-// lease; a release removes an existing one.
+// lease; a release removes an existing one. Every decision first counts,
+// once, the leases whose end has come (Result.Expired) and forgets them.
 type leaseModel struct {
 	limit, lease int64
 	ends         map[driver.LeaseID]int64
@@ -50,9 +89,22 @@ func (m *leaseModel) exists(id driver.LeaseID, now int64) bool {
 	return ok && now < e
 }
 
+// reap forgets the leases that ended at or before now, and returns how
+// many.
+func (m *leaseModel) reap(now int64) (n int64) {
+	for id, e := range m.ends {
+		if e <= now {
+			n++
+			delete(m.ends, id)
+		}
+	}
+	return n
+}
+
 // want returns the Result and receipt the model gives op at now, and
 // applies op.
 func (m *leaseModel) want(op driver.Op, now int64) (driver.Result, int64) {
+	expired := m.reap(now)
 	allowed := false
 	receipt := now
 	switch {
@@ -76,7 +128,7 @@ func (m *leaseModel) want(op driver.Op, now int64) (driver.Result, int64) {
 		}
 	}
 	live := m.live(now)
-	res := driver.Result{Allowed: allowed, Remaining: max(0, m.limit-int64(len(live)))}
+	res := driver.Result{Allowed: allowed, Remaining: max(0, m.limit-int64(len(live))), Expired: expired}
 	if !allowed && !op.Renew && op.Cost >= 0 {
 		// The first instant at which fewer than limit leases exist.
 		sort.Slice(live, func(i, j int) bool { return live[i] < live[j] })
@@ -142,10 +194,11 @@ func RunInFlightTimelines(t *testing.T, h Harness) {
 				tl.moveTime()
 				now := tl.clock.now()
 				batch, descs := tl.pickBatch(now)
+				sent := time.Now()
 				if err := h.Store.Do(ctx, batch); err != nil {
 					t.Fatalf("step %d: Do: %v", step, err)
 				}
-				tl.check(t, step, now.UnixMicro(), batch, descs)
+				tl.check(t, step, now.UnixMicro(), batch, descs, sent)
 			}
 			h.CheckTTLs(t, tl.prefix, tl.rule)
 		})
@@ -170,6 +223,10 @@ type leaseTimeline struct {
 	models map[string]*leaseModel
 	known  []knownLease
 	clock  *driftClock
+	// kept is, per key, the earliest real time the store may expire the
+	// key whole (its leases then counted by no decision): from before
+	// the batch of its last write, its ResetAfter plus KeyTTLMargin.
+	kept map[string]time.Time
 }
 
 // newLeaseTimeline draws the limit and lease of seed's timeline and sets
@@ -178,7 +235,7 @@ func newLeaseTimeline(t *testing.T, seed uint64) *leaseTimeline {
 	rng := rand.New(rand.NewPCG(seed, 26))
 	limit := int64(1 + rng.IntN(4))
 	lease := time.Duration(2_000_000+rng.IntN(2_000_000)) * time.Microsecond
-	tl := &leaseTimeline{rng: rng, lease: lease, prefix: Prefix(t), models: map[string]*leaseModel{}}
+	tl := &leaseTimeline{rng: rng, lease: lease, prefix: Prefix(t), models: map[string]*leaseModel{}, kept: map[string]time.Time{}}
 	tl.rule = sluice.Rule{Algorithm: driver.AlgorithmInFlight, Limit: limit, Window: lease}
 	for _, name := range []string{"a", "b", "c"} {
 		tl.keys = append(tl.keys, driver.Key(tl.prefix, "if", tl.rule, name))
@@ -274,16 +331,26 @@ func (tl *leaseTimeline) pickBatch(now time.Time) ([]driver.Op, []string) {
 	return batch, descs
 }
 
-// check checks each op of a batch done at us against its key's model,
-// and keeps the leases acquired.
-func (tl *leaseTimeline) check(t *testing.T, step int, us int64, batch []driver.Op, descs []string) {
+// check checks each op of a batch done at us (sent at real time sent)
+// against its key's model, and keeps the leases acquired. The leases
+// reaped as expired are the model's, unless the store may have expired
+// the key whole (every lease of it had ended: see driftClock) since its
+// last write: then none.
+func (tl *leaseTimeline) check(t *testing.T, step int, us int64, batch []driver.Op, descs []string, sent time.Time) {
 	t.Helper()
+	done := time.Now()
 	for j := range batch {
 		op := batch[j]
 		if op.Err != nil {
 			t.Fatalf("step %d: %s: %v", step, descs[j], op.Err)
 		}
 		want, receipt := tl.models[op.Key].want(op, us)
+		if op.Result.Expired == 0 && !done.Before(tl.kept[op.Key]) {
+			want.Expired = 0
+		}
+		if op.Result.Allowed && (op.Cost != 0 || op.Renew) {
+			tl.kept[op.Key] = sent.Add(op.Result.ResetAfter + driver.KeyTTLMargin)
+		}
 		if op.Result != want || op.Receipt != receipt {
 			t.Fatalf("step %d at +%dµs, %s on %s:\n got %+v receipt %d\nwant %+v receipt %d",
 				step, us-Epoch.UnixMicro(), descs[j], op.Key, op.Result, op.Receipt, want, receipt)

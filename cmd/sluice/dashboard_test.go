@@ -38,6 +38,7 @@ policies:
   - {name: login, algorithm: sliding_log, limit: 5, window: 15m, on_failure: deny, description: per username}
   - {name: search, algorithm: sliding_window, limit: 100, window: 1m, show_keys: truncated, warn_at: 1}
   - {name: exports, algorithm: in_flight, limit: 2, lease: 30s, description: exports running per tenant}
+  - {name: jobs, algorithm: in_flight, limit: 2, lease: 2s, description: jobs running per tenant}
   - {name: signup, algorithm: fixed_window, limit: 2, window: 720h, penalty: {after: 3, within: 1h, block: 1h}, description: blocks repeat offenders}
 `
 
@@ -391,6 +392,68 @@ func scrapeValue(t *testing.T, base, series string) string {
 	return "0"
 }
 
+// pageShows waits until the in-flight leases row of policy shows want,
+// field by field.
+func pageShows(t *testing.T, ctx context.Context, policy string, want map[string]int64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mismatch := ""
+		for field, n := range want {
+			if got := textOf(t, ctx, fmt.Sprintf(`#leases tr[data-policy=%q] td[data-field=%q]`, policy, field)); got != strconv.FormatInt(n, 10) {
+				mismatch += fmt.Sprintf("%s: page %s, /metrics %d; ", field, got, n)
+			}
+		}
+		if mismatch == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the in-flight leases row of %s differs from the service's counters: %s", policy, mismatch)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// checkExpired leaves a lease of jobs (lease 2s) to expire, as a crashed
+// holder's, while a second lease of the key is renewed (which keeps the key,
+// so that a decision on it reaps the first), until /metrics counts it
+// expired; then releases the second, and checks the page's "ended by
+// expiry" of jobs is /metrics' count.
+func checkExpired(t *testing.T, ctx context.Context, base string) {
+	t.Helper()
+	acquire := func() string {
+		code, m := post(t, base+"/v1/leases/acquire", `{"policy":"jobs","key":"tenant:7"}`)
+		if code != 200 {
+			t.Fatalf("acquire of jobs: %d %v", code, m)
+		}
+		return m["lease"].(string)
+	}
+	acquire() // never released nor renewed
+	kept := acquire()
+	body := func() string { return fmt.Sprintf(`{"policy":"jobs","key":"tenant:7","lease":%q}`, kept) }
+	deadline := time.Now().Add(30 * time.Second)
+	for scrapeLeaseEvents(t, base, "jobs.in_flight")["expired"] == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no lease of jobs counted expired 30s after one was left to expire (lease 2s)")
+		}
+		time.Sleep(300 * time.Millisecond)
+		if code, _ := post(t, base+"/v1/leases/renew", body()); code == 410 {
+			kept = acquire() // the machine stalled past the lease: take another
+		}
+	}
+	if code, m := post(t, base+"/v1/leases/release", body()); code != 200 {
+		t.Fatalf("release of jobs: %d %v", code, m)
+	}
+	ev := scrapeLeaseEvents(t, base, "jobs.in_flight")
+	if ev["expired"] < 1 || ev["released"] != 1 && ev["ended"] != 1 {
+		t.Fatalf("jobs /metrics: %v, want at least 1 expired, and the kept lease released (or ended)", ev)
+	}
+	pageShows(t, ctx, "jobs", map[string]int64{"expired": ev["expired"], "released": ev["released"], "renewed": ev["renewed"]})
+	if h := textOf(t, ctx, `#leases thead`); !strings.Contains(h, "ended by expiry") {
+		t.Errorf("the in-flight leases header has no \"ended by expiry\": %q", h)
+	}
+}
+
 // scrapeLeaseEvents reads sluice_lease_events_total of limiter from
 // /metrics, by event.
 func scrapeLeaseEvents(t *testing.T, base, limiter string) map[string]int64 {
@@ -419,7 +482,7 @@ func scrapeLeaseEvents(t *testing.T, base, limiter string) map[string]int64 {
 // event (two acquired, one refused; a renewal and a release; after a
 // reset of the key, a lost renewal and a release of an ended lease) and
 // checks that the page's in-flight leases section shows the service's own
-// counters.
+// counters; then a lease of jobs left to expire (checkExpired).
 func checkLeases(t *testing.T, ctx context.Context, base string) {
 	t.Helper()
 	var ids []string
@@ -447,28 +510,15 @@ func checkLeases(t *testing.T, ctx context.Context, base string) {
 	}
 	ev := scrapeLeaseEvents(t, base, "exports.in_flight")
 	dec := scrape(t, base)["exports.in_flight"]
-	want := map[string]int64{"acquired": dec["allowed"], "refused": dec["denied"], "released": ev["released"], "ended": ev["ended"], "renewed": ev["renewed"], "lost": ev["lost"]}
-	for field, n := range map[string]int64{"acquired": 2, "refused": 1, "released": 1, "ended": 1, "renewed": 1, "lost": 1} {
+	want := map[string]int64{"acquired": dec["allowed"], "refused": dec["denied"], "released": ev["released"], "ended": ev["ended"], "renewed": ev["renewed"], "lost": ev["lost"], "expired": ev["expired"]}
+	// A reset key's leases are not expired.
+	for field, n := range map[string]int64{"acquired": 2, "refused": 1, "released": 1, "ended": 1, "renewed": 1, "lost": 1, "expired": 0} {
 		if want[field] != n {
 			t.Fatalf("/metrics: %s %d, want %d (%v, %v)", field, want[field], n, ev, dec)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		mismatch := ""
-		for field, n := range want {
-			if got := textOf(t, ctx, fmt.Sprintf(`#leases tr[data-policy="exports"] td[data-field=%q]`, field)); got != strconv.FormatInt(n, 10) {
-				mismatch += fmt.Sprintf("%s: page %s, /metrics %d; ", field, got, n)
-			}
-		}
-		if mismatch == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the in-flight leases section differs from the service's counters: %s", mismatch)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	pageShows(t, ctx, "exports", want)
+	checkExpired(t, ctx, base)
 	hidden, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("leases-section").hidden`))
 	if err != nil || hidden {
 		t.Errorf("the in-flight leases section is hidden (%v) with an in_flight policy configured", err)

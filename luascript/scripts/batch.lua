@@ -19,15 +19,17 @@
 --   prelude.lua); then for a penalty '<i8i8i8i8i8i8', the index in KEYS of
 --   the penalty key, after, within, block, the longest block and forgive
 --   (microseconds; see penalty.lua).
--- Reply: one string, a record of 51 bytes per decision, in order
---   (struct.pack '<BBBi8i8i8i8i8i8'): allowed (1/0; 2 for a calendar decision
+-- Reply: one string, a record of 59 bytes per decision, in order
+--   (struct.pack '<BBBi8i8i8i8i8i8i8'): allowed (1/0; 2 for a calendar decision
 --   whose clock is outside its periods), the override's status (0 none,
 --   1 applied, 2 malformed and ignored), the penalty's (0 none, 1 blocked,
 --   2 blocked by this refusal), remaining, retry_after_us,
 --   reset_after_us, receipt (what a refund of this decision passes back)
 --   the override's limit and parameter (0 and 0 when none applied; the
---   parameter is the one the decision took, 0 for calendar periods). One
---   string, not eight integers per key, is what the client reads fastest
+--   parameter is the one the decision took, 0 for calendar periods), and
+--   the leases the decision reaped as ended by expiry (in-flight; 0 for
+--   the others, whose decide returns no sixth value). One
+--   string, not ten integers per key, is what the client reads fastest
 --   (luascript.DecodeCall reads it).
 -- The assembly (luascript.go) binds, before this file, the locals decide,
 -- flush and readsFirst to the algorithm's: decide(key, now, limit,
@@ -73,7 +75,7 @@ local function decideAll(KEYS, args)
       pk, after, within, block, longest, forgive, pos = struct.unpack('<i8i8i8i8i8i8', args, pos)
       pk = KEYS[pk]
     end
-    local allowed, remaining, retry, reset
+    local allowed, remaining, retry, reset, expired
     local blocked, bend = 0, 0
     if pen == 1 and cost >= 0 then bend = penaltyUntil(pk, now) end
     if bend > 0 then
@@ -82,16 +84,16 @@ local function decideAll(KEYS, args)
     elseif ov == 1 and cost > limit then
       -- More than the override allows: refused, taking nothing, until the
       -- override lapses (the plan's limit admits the cost).
-      allowed, remaining, retry, reset, receipt = decide(KEYS[i], now, limit, param, 0, flag, 0)
+      allowed, remaining, retry, reset, receipt, expired = decide(KEYS[i], now, limit, param, 0, flag, 0)
       allowed, retry = 0, untl - now
     else
-      allowed, remaining, retry, reset, receipt = decide(KEYS[i], now, limit, param, cost, flag, receipt)
+      allowed, remaining, retry, reset, receipt, expired = decide(KEYS[i], now, limit, param, cost, flag, receipt)
     end
     if pen == 1 and allowed == 0 and blocked == 0 and cost > 0 then
       local d = penaltyRefused(pk, now, after, within, block, longest, forgive)
       if d > 0 then remaining, retry, reset, blocked = 0, d, d, 2 end
     end
-    out[i] = struct.pack('<BBBi8i8i8i8i8i8', allowed, ov, blocked, remaining, retry, reset, receipt or now, ovLimit, ovParam)
+    out[i] = struct.pack('<BBBi8i8i8i8i8i8i8', allowed, ov, blocked, remaining, retry, reset, receipt or now, ovLimit, ovParam, expired or 0)
   end
   return out
 end

@@ -12,12 +12,15 @@
 -- -1 releases (allowed when it removed a lease that had not ended).
 -- decide returns allowed (1/0), remaining (free slots), retry_after_us (a
 -- refusal: until the lease whose end frees a slot ends), reset_after_us
--- (until the latest lease ends) and the receipt, when the lease acquired
--- or renewed ends (else now). Mirrors inFlight in memstore/inflight.go.
+-- (until the latest lease ends), the receipt, when the lease acquired or
+-- renewed ends (else now), and how many leases it reaped: ended by expiry
+-- (a released lease is removed by its release, a reset key is gone, so
+-- neither is reaped; a reaped lease leaves the set, so it is counted
+-- once). Mirrors inFlight in memstore/inflight.go.
 -- decide writes as it goes (not readsFirst), so cross.lua reads every key
 -- before the first.
 local function decide(key, now, limit, lease, cost, renew, id)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  local expired = redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
   local count = redis.call('ZCARD', key)
   local allowed, retry, ends, write = 0, 0, now, false
   if renew == 1 then
@@ -49,7 +52,7 @@ local function decide(key, now, limit, lease, cost, renew, id)
     reset = tonumber(e[2]) - now
     if write then redis.call('PEXPIRE', key, math.ceil(reset / 1000) + TTL_MARGIN_MS) end
   end
-  return allowed, math.max(0, limit - count), retry, reset, ends
+  return allowed, math.max(0, limit - count), retry, reset, ends, expired
 end
 
 local function flush() end -- every decision wrote its own state

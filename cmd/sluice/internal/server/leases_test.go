@@ -1,14 +1,19 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 const leasesYAML = `
@@ -148,4 +153,75 @@ func TestLeasesMetrics(t *testing.T) {
 			t.Errorf("/metrics has no %s", want)
 		}
 	}
+}
+
+// TestLeasesExpiredMetric: leases whose Lease passed without a release
+// count as sluice_lease_events_total{event="expired"} when the store
+// reaps them, at the next decision on their key (here an acquire); a
+// released lease does not, nor the leases of a key that expired whole
+// before its next use. Also with a tracing observer beside the
+// metrics (Options.Observer a ContextObserver, as with OpenTelemetry).
+func TestLeasesExpiredMetric(t *testing.T) {
+	t.Run("metrics", func(t *testing.T) { testLeasesExpired(t, nil) })
+	t.Run("with a tracing observer", func(t *testing.T) { testLeasesExpired(t, tracing{}) })
+}
+
+// tracing is a ContextObserver that does nothing.
+type tracing struct{}
+
+func (tracing) ObserveDecision(string, sluice.Result, error, time.Duration) {}
+func (tracing) ObserveContext(context.Context, sluice.Observation)          {}
+
+func testLeasesExpired(t *testing.T, extra sluice.Observer) {
+	cfg, err := config.Parse("test.yaml", []byte(leasesYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	s, err := New(cfg, Options{Store: memstore.New(memstore.WithClock(clock)), StoreName: "memory", Logger: quietLogger(), Env: testEnv, Observer: extra})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	u := ts.URL
+	leaseCall(t, u, "acquire", `{"policy":"exports","key":"x"}`) // its holder crashes
+	_, b, _ := leaseCall(t, u, "acquire", `{"policy":"exports","key":"x"}`)
+	leaseCall(t, u, "release", `{"policy":"exports","key":"x","lease":"`+b["lease"].(string)+`"}`)
+	mu.Lock()
+	now = now.Add(30*time.Second + 500*time.Millisecond) // the lease passed, its key (kept a second longer) not
+	mu.Unlock()
+	want := `sluice_lease_events_total{event="expired",limiter="exports.in_flight"} `
+	if _, raw := send(t, "GET", u+"/metrics", "", nil); strings.Contains(string(raw), want+"1") {
+		t.Fatalf("/metrics counts an expired lease before its key is used again")
+	}
+	if code, m, _ := leaseCall(t, u, "acquire", `{"policy":"exports","key":"x"}`); code != 200 {
+		t.Fatalf("acquire after the lease passed: %d %v", code, m)
+	}
+	if _, raw := send(t, "GET", u+"/metrics", "", nil); !strings.Contains(string(raw), want+"1\n") {
+		t.Errorf("/metrics has no %s1:\n%s", want, grepLines(string(raw), "sluice_lease_events_total"))
+	}
+	// A key nobody uses for longer than its latest lease plus a second
+	// expires whole: its leases are not counted.
+	leaseCall(t, u, "acquire", `{"policy":"exports","key":"y"}`)
+	mu.Lock()
+	now = now.Add(32 * time.Second)
+	mu.Unlock()
+	leaseCall(t, u, "acquire", `{"policy":"exports","key":"y"}`)
+	if _, raw := send(t, "GET", u+"/metrics", "", nil); !strings.Contains(string(raw), want+"1\n") {
+		t.Errorf("a key that expired whole counted its leases:\n%s", grepLines(string(raw), "sluice_lease_events_total"))
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -37,3 +37,9 @@ func (o ctxObservers) ObserveContext(ctx context.Context, ob sluice.Observation)
 	o.plain.ObserveDecision(ob.Limiter, ob.Result, ob.Err, ob.Latency)
 	o.ctx.ObserveContext(ctx, ob)
 }
+
+// ObserveLease passes a lease event to the observers that take them (the
+// metrics always do).
+func (o ctxObservers) ObserveLease(limiter string, ev sluice.LeaseEvent) {
+	observers{o.plain, o.ctx}.ObserveLease(limiter, ev)
+}

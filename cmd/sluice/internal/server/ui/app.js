@@ -178,6 +178,7 @@
       cell(row, l.ended, "ended", "num" + (l.ended ? " warn" : ""));
       cell(row, l.renewed, "renewed", "num");
       cell(row, l.lost, "lost", "num" + (l.lost ? " bad" : ""));
+      cell(row, l.expired, "expired", "num" + (l.expired ? " warn" : ""));
       tbody.appendChild(row);
     }
     $("leases-section").hidden = !any;
