@@ -1,10 +1,11 @@
 package envoy
 
 import (
-	"unicode/utf8"
+	"math"
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/jsonscan"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -38,9 +39,9 @@ const shareMax = 1024
 // readRequest decodes body into req when it has the usual shape; false
 // (req partly written) when it leaves body to protojson.
 func readRequest(body []byte, req *rlsv3.RateLimitRequest) bool {
-	p := jsonReader{b: body}
+	p := jsonReader{jsonscan.Reader{B: body}}
 	if len(body) <= shareMax {
-		p.text = string(body)
+		p.Text = string(body)
 	}
 	var seenDomain, seenDescriptors, seenHits bool
 	ok := p.object(func(name []byte) bool {
@@ -50,7 +51,7 @@ func readRequest(body []byte, req *rlsv3.RateLimitRequest) bool {
 				return false
 			}
 			seenDomain = true
-			s, ok := p.str()
+			s, ok := p.Str()
 			req.Domain = s
 			return ok
 		case "descriptors":
@@ -68,64 +69,38 @@ func readRequest(body []byte, req *rlsv3.RateLimitRequest) bool {
 				return false
 			}
 			seenHits = true
-			n, ok := p.uint32()
-			req.HitsAddend = n
+			n, ok := p.Digits(math.MaxUint32)
+			req.HitsAddend = uint32(n)
 			return ok
 		}
 		return false
 	})
-	p.space()
-	return ok && p.i == len(p.b)
+	p.Space()
+	return ok && p.I == len(p.B)
 }
 
 // jsonReader reads the JSON of the usual shape; every method returns false
 // on anything else, leaving it to protojson.
-type jsonReader struct {
-	b []byte
-	i int
-	// text is b as a string, whose slices str returns; "" when str copies.
-	text string
-}
-
-func (p *jsonReader) space() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
-
-// next skips whitespace and consumes c if it comes next.
-func (p *jsonReader) next(c byte) bool {
-	p.space()
-	if p.i < len(p.b) && p.b[p.i] == c {
-		p.i++
-		return true
-	}
-	return false
-}
+type jsonReader struct{ jsonscan.Reader }
 
 // object reads an object, calling field for each member's name with the
 // reader at its value.
 func (p *jsonReader) object(field func(name []byte) bool) bool {
-	if !p.next('{') {
+	if !p.Next('{') {
 		return false
 	}
-	if p.next('}') {
+	if p.Next('}') {
 		return true
 	}
 	for {
 		name, ok := p.raw()
-		if !ok || !p.next(':') || !field(name) {
+		if !ok || !p.Next(':') || !field(name) {
 			return false
 		}
-		if p.next('}') {
+		if p.Next('}') {
 			return true
 		}
-		if !p.next(',') {
+		if !p.Next(',') {
 			return false
 		}
 	}
@@ -133,20 +108,20 @@ func (p *jsonReader) object(field func(name []byte) bool) bool {
 
 // array reads an array, calling elem with the reader at each element.
 func (p *jsonReader) array(elem func() bool) bool {
-	if !p.next('[') {
+	if !p.Next('[') {
 		return false
 	}
-	if p.next(']') {
+	if p.Next(']') {
 		return true
 	}
 	for {
 		if !elem() {
 			return false
 		}
-		if p.next(']') {
+		if p.Next(']') {
 			return true
 		}
-		if !p.next(',') {
+		if !p.Next(',') {
 			return false
 		}
 	}
@@ -155,72 +130,11 @@ func (p *jsonReader) array(elem func() bool) bool {
 // raw reads a string without escapes or control characters, valid UTF-8,
 // and returns its bytes.
 func (p *jsonReader) raw() ([]byte, bool) {
-	start, end, ok := p.span()
+	start, end, ok := p.Span()
 	if !ok {
 		return nil, false
 	}
-	return p.b[start:end], true
-}
-
-// span reads a string as raw does and returns the offsets of its bytes.
-func (p *jsonReader) span() (start, end int, ok bool) {
-	if !p.next('"') {
-		return 0, 0, false
-	}
-	start = p.i
-	ascii := true
-	for ; p.i < len(p.b); p.i++ {
-		switch c := p.b[p.i]; {
-		case c == '"':
-			end = p.i
-			p.i++
-			return start, end, ascii || utf8.Valid(p.b[start:end])
-		case c == '\\' || c < 0x20:
-			return 0, 0, false
-		case c >= 0x80:
-			ascii = false
-		}
-	}
-	return 0, 0, false
-}
-
-// str reads a string as raw does: a slice of text, or a copy.
-func (p *jsonReader) str() (string, bool) {
-	start, end, ok := p.span()
-	if !ok {
-		return "", false
-	}
-	if p.text != "" {
-		return p.text[start:end], true
-	}
-	return string(p.b[start:end]), true
-}
-
-// uint32 reads a number in digits, without a leading zero (but 0 itself),
-// sign, fraction or exponent, within uint32's range.
-func (p *jsonReader) uint32() (uint32, bool) {
-	p.space()
-	start := p.i
-	var n uint64
-	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-		n = n*10 + uint64(p.b[p.i]-'0')
-		if n > 1<<32-1 {
-			return 0, false
-		}
-		p.i++
-	}
-	digits := p.i - start
-	if digits == 0 || digits > 1 && p.b[start] == '0' {
-		return 0, false
-	}
-	// What follows must end the number: not a fraction or an exponent.
-	if p.i < len(p.b) {
-		switch p.b[p.i] {
-		case '.', 'e', 'E':
-			return 0, false
-		}
-	}
-	return uint32(n), true
+	return p.B[start:end], true
 }
 
 // descBlock is a descriptor with room for its first entry: the usual
@@ -266,13 +180,13 @@ func (p *jsonReader) entry(e *commonrl.RateLimitDescriptor_Entry) bool {
 				return false
 			}
 			seenKey = true
-			e.Key, ok = p.str()
+			e.Key, ok = p.Str()
 		case "value":
 			if seenValue {
 				return false
 			}
 			seenValue = true
-			e.Value, ok = p.str()
+			e.Value, ok = p.Str()
 		}
 		return ok
 	})

@@ -2,7 +2,8 @@ package server
 
 import (
 	"math"
-	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/cmd/sluice/internal/jsonscan"
 )
 
 // POST /v1/check's usual body, one check of plain strings and a cost in
@@ -24,49 +25,50 @@ const checkShareMax = 1024
 // readCheck decodes data into req when it has the usual shape; false (req
 // partly written) when it leaves data to decodeStrict.
 func readCheck(data []byte, req *checkRequest) bool {
-	p := checkReader{b: data}
+	p := checkReader{jsonscan.Reader{B: data}}
 	if len(data) <= checkShareMax {
-		p.text = string(data)
+		p.Text = string(data)
 	}
 	var seen [4]bool
-	if !p.next('{') {
+	if !p.Next('{') {
 		return false
 	}
-	if !p.next('}') {
+	if !p.Next('}') {
 		for {
 			if !p.member(req, &seen) {
 				return false
 			}
-			if p.next('}') {
+			if p.Next('}') {
 				break
 			}
-			if !p.next(',') {
+			if !p.Next(',') {
 				return false
 			}
 		}
 	}
-	p.space()
-	return p.i == len(p.b)
+	p.Space()
+	return p.I == len(p.B)
 }
 
 // member reads one member of the object into req; seen tells the fields
 // read already (policy, key, cost, plan), each of which may come once.
 func (p *checkReader) member(req *checkRequest, seen *[4]bool) bool {
 	name, ok := p.name()
-	if !ok || !p.next(':') {
+	if !ok || !p.Next(':') {
 		return false
 	}
 	switch {
 	case name == "policy" && first(&seen[0]):
-		req.Policy, ok = p.str()
+		req.Policy, ok = p.Str()
 	case name == "key" && first(&seen[1]):
-		req.Key, ok = p.str()
+		req.Key, ok = p.Str()
 	case name == "cost" && first(&seen[2]):
-		var n int64
-		n, ok = p.int()
+		var u uint64
+		u, ok = p.Digits(math.MaxInt64)
+		n := int64(u)
 		req.Cost = &n
 	case name == "plan" && first(&seen[3]):
-		req.Plan, ok = p.str()
+		req.Plan, ok = p.Str()
 	default:
 		return false
 	}
@@ -82,65 +84,16 @@ func first(seen *bool) bool {
 
 // checkReader reads the JSON of the usual shape; every method returns
 // false on anything else.
-type checkReader struct {
-	b []byte
-	i int
-	// text is b as a string, whose slices str returns; "" when str copies.
-	text string
-}
-
-func (p *checkReader) space() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
-
-// next skips whitespace and consumes c if it comes next.
-func (p *checkReader) next(c byte) bool {
-	p.space()
-	if p.i < len(p.b) && p.b[p.i] == c {
-		p.i++
-		return true
-	}
-	return false
-}
-
-// span reads a string without escapes or control characters, valid
-// UTF-8, and returns the offsets of its bytes.
-func (p *checkReader) span() (start, end int, ok bool) {
-	if !p.next('"') {
-		return 0, 0, false
-	}
-	start = p.i
-	ascii := true
-	for ; p.i < len(p.b); p.i++ {
-		switch c := p.b[p.i]; {
-		case c == '"':
-			end = p.i
-			p.i++
-			return start, end, ascii || utf8.Valid(p.b[start:end])
-		case c == '\\' || c < 0x20:
-			return 0, 0, false
-		case c >= 0x80:
-			ascii = false
-		}
-	}
-	return 0, 0, false
-}
+type checkReader struct{ jsonscan.Reader }
 
 // name reads a member's name; only the names of the usual shape are worth
 // telling apart, the rest are "".
 func (p *checkReader) name() (string, bool) {
-	start, end, ok := p.span()
+	start, end, ok := p.Span()
 	if !ok {
 		return "", false
 	}
-	switch string(p.b[start:end]) {
+	switch string(p.B[start:end]) {
 	case "policy":
 		return "policy", true
 	case "key":
@@ -151,42 +104,4 @@ func (p *checkReader) name() (string, bool) {
 		return "plan", true
 	}
 	return "", true
-}
-
-func (p *checkReader) str() (string, bool) {
-	start, end, ok := p.span()
-	if !ok {
-		return "", false
-	}
-	if p.text != "" {
-		return p.text[start:end], true
-	}
-	return string(p.b[start:end]), true
-}
-
-// int reads a whole number of digits, without a sign, a leading zero (but
-// 0 itself), a fraction or an exponent, within int64's range.
-func (p *checkReader) int() (int64, bool) {
-	p.space()
-	start := p.i
-	var n int64
-	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-		d := int64(p.b[p.i] - '0')
-		if n > (math.MaxInt64-d)/10 {
-			return 0, false
-		}
-		n = n*10 + d
-		p.i++
-	}
-	digits := p.i - start
-	if digits == 0 || digits > 1 && p.b[start] == '0' {
-		return 0, false
-	}
-	if p.i < len(p.b) {
-		switch p.b[p.i] {
-		case '.', 'e', 'E':
-			return 0, false
-		}
-	}
-	return n, true
 }
