@@ -94,9 +94,10 @@ func (d *doc) eviction(ctx context.Context, addr string, node valkey.Client) {
 }
 
 // persistence: a restart without AOF forgets every count; that matters
-// for long windows, where it hands out a fresh quota.
+// for long windows, where it hands out a fresh quota, and for in-flight
+// policies with long leases, whose held leases it forgets.
 func (d *doc) persistence(ctx context.Context, addr string, node valkey.Client) {
-	long := longPolicies(d.cfg.Policies)
+	long, leases := longPolicies(d.cfg.Policies)
 	aof, err := configGet(ctx, node, "appendonly")
 	if err != nil {
 		d.couldNot("persistence", addr, "appendonly", err)
@@ -106,26 +107,38 @@ func (d *doc) persistence(ctx context.Context, addr string, node valkey.Client) 
 		d.add("persistence", OK, addr, "", "appendonly yes: counts survive a restart")
 		return
 	}
-	if len(long) == 0 {
+	if len(long) == 0 && len(leases) == 0 {
 		d.add("persistence", Info, addr, "appendonly yes, if counts must survive a restart",
-			"appendonly no: a restart forgets all counts; no policy has a window of %v or more, so that costs at most one window", LongWindow)
+			"appendonly no: a restart forgets all counts; no policy has a window or lease of %v or more, so that costs at most one window (for in_flight, one lease)", LongWindow)
 		return
 	}
-	snap := snapshots(ctx, node)
+	var lost []string
+	if len(long) > 0 {
+		lost = append(lost, "hands out fresh quotas for "+strings.Join(long, ", "))
+	}
+	if len(leases) > 0 {
+		lost = append(lost, "forgets the leases held for "+strings.Join(leases, ", ")+
+			": up to twice the limit may then be held at once, until the forgotten leases are released or would have ended")
+	}
 	d.add("persistence", Warning, addr, "appendonly yes (with appendfsync everysec)",
-		"appendonly no %s: a restart hands out fresh quotas for %s", snap, strings.Join(long, ", "))
+		"appendonly no %s: a restart %s", snapshots(ctx, node), strings.Join(lost, "; it "))
 }
 
 // longPolicies names the policies with a window of LongWindow or more,
-// each with its window.
-func longPolicies(policies []*config.Policy) []string {
-	var long []string
+// each with its window, and apart the in_flight policies with a lease of
+// LongWindow or more, each with its lease.
+func longPolicies(policies []*config.Policy) (long, leases []string) {
 	for _, p := range policies {
-		if w := p.Window(); w >= LongWindow {
+		w := p.Window()
+		switch {
+		case w < LongWindow:
+		case p.Algorithm == driver.AlgorithmInFlight:
+			leases = append(leases, fmt.Sprintf("%s (lease %v)", p.Name, w))
+		default:
 			long = append(long, fmt.Sprintf("%s (%v)", p.Name, w))
 		}
 	}
-	return long
+	return long, leases
 }
 
 // snapshots says what node's RDB snapshots keep, for a server without

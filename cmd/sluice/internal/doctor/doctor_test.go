@@ -97,6 +97,28 @@ func TestMisconfigured(t *testing.T) {
 	}
 }
 
+// TestPersistenceInFlight: without AOF, a restart forgets the leases an
+// in_flight policy holds, which a long lease makes worth a warning that
+// says so (not "fresh quotas", which is what it says of windows); a short
+// lease costs at most one lease.
+func TestPersistenceInFlight(t *testing.T) {
+	srv := valkeytest.Start(t)
+	for _, c := range []struct {
+		pols, msg string
+		sev       doctor.Severity
+	}{
+		{"policies:\n  - {name: jobs, algorithm: in_flight, limit: 5, lease: 2h}\n",
+			"a restart forgets the leases held for jobs (lease 2h0m0s): up to twice the limit may then be held at once", doctor.Warning},
+		{policies + "  - {name: jobs, algorithm: in_flight, limit: 5, lease: 2h}\n",
+			"a restart hands out fresh quotas for daily (24h0m0s); it forgets the leases held for jobs (lease 2h0m0s)", doctor.Warning},
+		{"policies:\n  - {name: jobs, algorithm: in_flight, limit: 5, lease: 30s}\n",
+			"no policy has a window or lease of 1h0m0s or more, so that costs at most one window (for in_flight, one lease)", doctor.Info},
+	} {
+		rep, _ := run(t, doctor.Options{Config: cfg(t, []string{srv.Addr}, "", c.pols)})
+		want(t, rep, "persistence", c.sev, c.msg, "appendonly yes")
+	}
+}
+
 func TestHealthy(t *testing.T) {
 	srv := valkeytest.Start(t, "--maxmemory-policy", "noeviction", "--appendonly", "yes")
 	// Timeouts far above any p99 of a loaded test machine.
