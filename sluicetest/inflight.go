@@ -23,6 +23,7 @@ func RunInFlight(t *testing.T, h Harness) {
 	t.Run("BadInput", func(t *testing.T) { RunInFlightBadInput(t, h) })
 	t.Run("AllowAll", func(t *testing.T) { RunInFlightAllowAll(t, h) })
 	t.Run("Expired", func(t *testing.T) { RunInFlightExpired(t, h) })
+	t.Run("Concurrent", func(t *testing.T) { RunInFlightConcurrent(t, h) })
 }
 
 // RunInFlightExpired checks Result.Expired on a timeline: of two leases,
@@ -613,6 +614,30 @@ func RunInFlightAllowAll(t *testing.T, h Harness) {
 	}
 	if _, err := sluice.AllowAll(ctx, []sluice.Check{{Limiter: l, Key: "k", Cost: 2}}); !errors.Is(err, sluice.ErrInvalidCost) {
 		t.Fatalf("AllowAll with a lease of cost 2: %v, want ErrInvalidCost", err)
+	}
+}
+
+// RunInFlightConcurrent checks that twice the limit of goroutines taking
+// and releasing leases of one key never hold more than the limit at once,
+// by the holders' own clocks (a store that reads and writes in two steps
+// lets two holders take one slot), and that the slots are taken again.
+func RunInFlightConcurrent(t *testing.T, h Harness) {
+	const limit = 3
+	l, _ := h.newInFlight(t, limit, time.Hour) // the clock stands still: no lease ends by time
+	stop := make(chan struct{})
+	time.AfterFunc(300*time.Millisecond, func() { close(stop) })
+	maxAt, taken, err := HoldAtOnce(l, "k", 2*limit, 5*time.Millisecond, stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maxAt > limit {
+		t.Errorf("%d leases held at once, limit %d", maxAt, limit)
+	}
+	if taken < 2*limit {
+		t.Errorf("%d leases taken in 300ms by %d holders: freed slots are not taken again", taken, 2*limit)
+	}
+	if res, err := l.Peek(context.Background(), "k"); err != nil || res.Remaining != limit {
+		t.Errorf("after every holder released: %+v, %v; want %d free", res, err, limit)
 	}
 }
 
