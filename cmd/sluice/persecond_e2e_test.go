@@ -94,6 +94,17 @@ func TestEnvoyPerSecondRedis(t *testing.T) {
 	})
 	mk, pk := perSecondCalls(t, p, main.Client(t), ps.Client(t, func(o *valkey.ClientOption) { o.Password = "pspw" }))
 	checkSplit(t, mk, pk)
+	// The per-second Valkey's breaker is exported beside the main one's,
+	// its node named apart.
+	_, metrics := httpText(t, "GET", p.HTTP+"/metrics", "")
+	for _, want := range []string{
+		`sluice_valkey_breaker_state{node="` + main.Addr + `",state="closed"} 1`,
+		`sluice_valkey_breaker_state{node="persecond/` + ps.Addr + `",state="closed"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, grepLines([]byte(metrics), "sluice_valkey_"))
+		}
+	}
 	// /readyz checks the per-second Valkey too.
 	ps.Kill(t)
 	deadline := time.Now().Add(10 * time.Second)

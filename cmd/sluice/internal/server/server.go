@@ -169,8 +169,8 @@ func (s *Server) setUpMetrics() error {
 	}
 	s.metrics = newMetrics(s.reg)
 	s.reg.MustRegister(s.waitMetrics()...)
-	if vh, ok := s.opts.Store.(valkeyHealth); ok {
-		s.reg.MustRegister(newValkeyCollector(vh))
+	if srcs := valkeySources(s.opts.Store, s.opts.PerSecond); len(srcs) > 0 {
+		s.reg.MustRegister(newValkeyCollector(srcs))
 	}
 	s.grants = newGrantCollector(s)
 	s.reg.MustRegister(s.grants)

@@ -12,21 +12,48 @@ type valkeyHealth interface {
 	Risks() ([]valkeystore.Risk, bool)
 }
 
-// valkeyCollector exports, at each scrape:
+// valkeyCollector exports, at each scrape, of every Valkey the server
+// decides on (the store, and the per-second store of REDIS_PERSECOND):
 //
 //	sluice_valkey_breaker_state{node, state}            1 for the node's breaker's state, 0 for the others
 //	sluice_valkey_config_risk{node, setting, value}     1 per server setting that loses counts or refuses decisions
 //	sluice_valkey_config_checked                        1 when every node's settings could be read (CONFIG allowed)
+//
+// A node of the per-second store is named perSecondNode + its address.
 type valkeyCollector struct {
-	src     valkeyHealth
+	srcs    []valkeySource
 	breaker *prometheus.Desc
 	risk    *prometheus.Desc
 	checked *prometheus.Desc
 }
 
-func newValkeyCollector(src valkeyHealth) *valkeyCollector {
+// valkeySource is one store's health, its nodes named prefix + address.
+type valkeySource struct {
+	prefix string
+	src    valkeyHealth
+}
+
+// perSecondNode prefixes the address of a per-second store's node in the
+// node label of sluice_valkey_*, so that it is told apart from the
+// store's (they may even be the same server).
+const perSecondNode = "persecond/"
+
+// valkeySources returns the Valkey stores among store and perSecond (nil
+// when there is none), with the prefixes of their nodes' names.
+func valkeySources(store, perSecond any) []valkeySource {
+	var srcs []valkeySource
+	if vh, ok := store.(valkeyHealth); ok {
+		srcs = append(srcs, valkeySource{"", vh})
+	}
+	if vh, ok := perSecond.(valkeyHealth); ok {
+		srcs = append(srcs, valkeySource{perSecondNode, vh})
+	}
+	return srcs
+}
+
+func newValkeyCollector(srcs []valkeySource) *valkeyCollector {
 	return &valkeyCollector{
-		src: src,
+		srcs: srcs,
 		breaker: prometheus.NewDesc("sluice_valkey_breaker_state",
 			"State of the circuit breaker of each Valkey node (a standalone server, or a cluster primary and its slots): 1 for the current state (closed, open, half-open).",
 			[]string{"node", "state"}, nil),
@@ -47,21 +74,25 @@ func (c *valkeyCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *valkeyCollector) Collect(ch chan<- prometheus.Metric) {
 	states := []valkeystore.BreakerState{valkeystore.BreakerClosed, valkeystore.BreakerOpen, valkeystore.BreakerHalfOpen}
-	for node, st := range c.src.Breakers() {
-		for _, s := range states {
-			v := 0.0
-			if s == st {
-				v = 1
+	all := true
+	for _, src := range c.srcs {
+		for node, st := range src.src.Breakers() {
+			for _, s := range states {
+				v := 0.0
+				if s == st {
+					v = 1
+				}
+				ch <- prometheus.MustNewConstMetric(c.breaker, prometheus.GaugeValue, v, src.prefix+node, s.String())
 			}
-			ch <- prometheus.MustNewConstMetric(c.breaker, prometheus.GaugeValue, v, node, s.String())
 		}
-	}
-	risks, checked := c.src.Risks()
-	for _, r := range risks {
-		ch <- prometheus.MustNewConstMetric(c.risk, prometheus.GaugeValue, 1, r.Node, r.Setting, r.Value)
+		risks, checked := src.src.Risks()
+		for _, r := range risks {
+			ch <- prometheus.MustNewConstMetric(c.risk, prometheus.GaugeValue, 1, src.prefix+r.Node, r.Setting, r.Value)
+		}
+		all = all && checked
 	}
 	v := 0.0
-	if checked {
+	if all {
 		v = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.checked, prometheus.GaugeValue, v)
