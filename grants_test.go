@@ -77,6 +77,34 @@ func TestGrantsCloseGivesBack(t *testing.T) {
 	}
 }
 
+// TestGrantsCloseLeaves: Close tells the store the process left a key
+// even when it holds nothing of it (its units all spent): the store drops
+// its record at once, not when its grant ends (its units spent but not
+// reported would cap the level's refill, and its place among the holders
+// would lower the others' fair cap, until then).
+func TestGrantsCloseLeaves(t *testing.T) {
+	restore := sluice.SetGrantHooks(func(f func()) { f() }, nil)
+	defer restore()
+	st := memstore.New()
+	pol := sluice.FixedWindow{Limit: 10, Window: time.Hour}
+	rule, _ := pol.Rule()
+	a := grantLimiter(t, st, pol, sluice.WithName("leaves"))
+	for range 12 {
+		a.Allow(context.Background(), "k")
+	}
+	key := driver.GrantKey(sluice.DefaultPrefix, "leaves", rule, "k")
+	if _, _, hs, _ := st.GrantHolders(key); a.GrantUnspent() != 0 || len(hs) != 1 {
+		t.Fatalf("before Close: %d unspent, holders %v; want 0 and a's record", a.GrantUnspent(), hs)
+	}
+	calls := a.GrantStats().Calls
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, hs, _ := st.GrantHolders(key); len(hs) != 0 || a.GrantStats().Calls != calls+1 {
+		t.Fatalf("after Close: holders %v, %d calls (before %d): want no record, one call", hs, a.GrantStats().Calls, calls)
+	}
+}
+
 // TestGrantsRefused: what grants cannot honour is refused at New with the
 // reason; bad input is an error, never a panic.
 func TestGrantsRefused(t *testing.T) {
