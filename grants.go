@@ -96,6 +96,15 @@ type GrantStats struct {
 	Keys int64
 }
 
+// Add returns the sum of s and o, field by field: the counters of limiters
+// of one name, or of a limiter and those it replaced.
+func (s GrantStats) Add(o GrantStats) GrantStats {
+	return GrantStats{Calls: s.Calls + o.Calls, Taken: s.Taken + o.Taken, Renewed: s.Renewed + o.Renewed,
+		Granted: s.Granted + o.Granted, Returned: s.Returned + o.Returned, Expired: s.Expired + o.Expired,
+		Local: s.Local + o.Local, Store: s.Store + o.Store, Failed: s.Failed + o.Failed, Mixed: s.Mixed + o.Mixed,
+		Keys: s.Keys + o.Keys}
+}
+
 // GrantStats returns the limiter's grant counters (zero without grants).
 func (l *Limiter) GrantStats() GrantStats {
 	if l.ready() != nil || l.gr == nil {

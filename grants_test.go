@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -307,5 +308,20 @@ func TestGrantsMixedDetected(t *testing.T) {
 	g.Allow(ctx, "k")
 	if m := g.GrantStats().Mixed; m == 0 {
 		t.Fatalf("mixed setup not detected: %+v", g.GrantStats())
+	}
+}
+
+// TestGrantStatsAdd: Add sums every field (a field added to GrantStats and
+// forgotten in Add fails here).
+func TestGrantStatsAdd(t *testing.T) {
+	var a, b, want sluice.GrantStats
+	va, vb, vw := reflect.ValueOf(&a).Elem(), reflect.ValueOf(&b).Elem(), reflect.ValueOf(&want).Elem()
+	for i := range va.NumField() {
+		va.Field(i).SetInt(int64(i + 1))
+		vb.Field(i).SetInt(int64(100 * (i + 1)))
+		vw.Field(i).SetInt(int64(101 * (i + 1)))
+	}
+	if got := a.Add(b); got != want {
+		t.Fatalf("%+v.Add(%+v) = %+v, want %+v", a, b, got, want)
 	}
 }
