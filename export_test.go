@@ -1,5 +1,7 @@
 package sluice
 
+import "github.com/sluicehq/sluice/driver"
+
 // DefaultName is defaultName, for the tests of package sluice_test.
 var DefaultName = defaultName
 
@@ -14,6 +16,9 @@ func SetGrantHooks(spawn func(func()), drain func()) (restore func()) {
 
 // GrantSweep runs one round of the limiter's grant sweeper.
 func (l *Limiter) GrantSweep() { l.gr.sweep() }
+
+// GrantHolder is the limiter's holder id.
+func (l *Limiter) GrantHolder() driver.HolderID { return l.gr.holder }
 
 // GrantUnspent is the units the limiter holds, over all keys, valid or
 // not yet voided.

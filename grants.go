@@ -96,6 +96,15 @@ type GrantStats struct {
 	Keys int64
 }
 
+// Add returns the sum of s and o, field by field: the counters of limiters
+// of one name, or of a limiter and those it replaced.
+func (s GrantStats) Add(o GrantStats) GrantStats {
+	return GrantStats{Calls: s.Calls + o.Calls, Taken: s.Taken + o.Taken, Renewed: s.Renewed + o.Renewed,
+		Granted: s.Granted + o.Granted, Returned: s.Returned + o.Returned, Expired: s.Expired + o.Expired,
+		Local: s.Local + o.Local, Store: s.Store + o.Store, Failed: s.Failed + o.Failed, Mixed: s.Mixed + o.Mixed,
+		Keys: s.Keys + o.Keys}
+}
+
 // GrantStats returns the limiter's grant counters (zero without grants).
 func (l *Limiter) GrantStats() GrantStats {
 	if l.ready() != nil || l.gr == nil {
@@ -158,7 +167,7 @@ type grantCounters struct {
 // background calls and whether they start their sweeper.
 var grantHooks struct {
 	spawn     func(func())
-	drain     func() // runs the calls spawn holds, before a decision waits for one
+	drain     func() // runs the calls spawn holds, before anything waits for one (waitCall)
 	noSweeper bool
 }
 
@@ -437,7 +446,11 @@ func (g *grants) close() error {
 }
 
 // closing waits for gk's call in flight, if any, and starts the give-back
-// of its units, if it holds some.
+// of its units, if it holds some or the store knows it: a give-back of
+// nothing still tells the store the process left, so that its record
+// (units spent but not yet reported, which cap the level's refill) and its
+// place among the holders (which lowers the others' fair cap) go at once,
+// not when its grant ends.
 func (gk *gkey) closing(g *grants, ctx context.Context, deadline time.Time) (grantCall, bool) {
 	gk.mu.Lock()
 	defer gk.mu.Unlock()
@@ -452,7 +465,7 @@ func (gk *gkey) closing(g *grants, ctx context.Context, deadline time.Time) (gra
 	}
 	now := g.mono()
 	gk.expire(g, now)
-	if gk.unspent == 0 {
+	if gk.unspent == 0 && !gk.known {
 		return grantCall{}, false
 	}
 	return gk.begin(g, now, 0, 0, true), true
@@ -467,6 +480,7 @@ type gkey struct {
 	until   int64  // mono: the units are void from then on
 	refused int64  // mono: the store had nothing: refuse locally until then
 	calling bool   // a call is in flight (one at most: see grants)
+	known   bool   // the store may keep a record of the process for the key
 	done    chan struct{}
 	used    int64   // mono of the last decision
 	start   int64   // mono: start of the demand period
@@ -582,8 +596,14 @@ func (g *grants) run(gk *gkey, c grantCall) error {
 func (gk *gkey) apply(g *grants, c grantCall, res driver.GrantResult, err error) {
 	gk.calling = false
 	close(gk.done)
+	if !c.ret {
+		gk.known = true // a call that failed may have run
+	}
 	if err != nil {
 		return
+	}
+	if c.ret {
+		gk.known = false // the store deleted the record
 	}
 	if res.Mixed {
 		g.st.mixed.Add(1)

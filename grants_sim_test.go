@@ -38,6 +38,34 @@ type latencyStore struct {
 	rng    *rand.Rand
 	maxLat time.Duration
 	calls  int
+	seen   map[driver.HolderID]*holderTimes
+}
+
+// holderTimes is what the store saw of a holder's calls: when the answer
+// of the first that granted units arrived, when its last give-back ran,
+// and the end of its last grant.
+type holderTimes struct{ first, back, end time.Time }
+
+// saw records the times of a call that ran at now and answered at arrived.
+func (s *latencyStore) saw(op *driver.GrantOp, arrived time.Time) {
+	if op.Err != nil {
+		return
+	}
+	if s.seen == nil {
+		s.seen = map[driver.HolderID]*holderTimes{}
+	}
+	h := s.seen[op.Holder]
+	if h == nil {
+		h = &holderTimes{}
+		s.seen[op.Holder] = h
+	}
+	if h.first.IsZero() && op.Result.Granted > 0 {
+		h.first = arrived
+	}
+	if op.Return {
+		h.back = op.Now
+	}
+	h.end = op.Now.Add(op.Result.Left)
 }
 
 func (s *latencyStore) Grant(ctx context.Context, batch []driver.GrantOp) error {
@@ -53,6 +81,9 @@ func (s *latencyStore) Grant(ctx context.Context, batch []driver.GrantOp) error 
 		}
 	}
 	s.clock.Advance(time.Duration(s.rng.Int64N(int64(s.maxLat) + 1)))
+	for i := range batch {
+		s.saw(&batch[i], s.clock.Now())
+	}
 	return err
 }
 
@@ -95,32 +126,56 @@ type sim struct {
 	ps      []*simProc
 	pending []simPending
 	res     simResult
+	restore func()
+}
+
+// newSim starts a timeline of policy, its grant calls taking up to maxLat
+// each way; the test calls restore when it is done.
+func newSim(t *testing.T, rng *rand.Rand, policy sluice.Policy, opts sluice.GrantOptions, maxLat time.Duration) *sim {
+	clock := sluicetest.NewClock()
+	s := &sim{t: t, rng: rng, clock: clock, policy: policy, maxLat: maxLat, opts: opts,
+		store: &latencyStore{Store: memstore.New(memstore.WithClock(clock.Now)), clock: clock, rng: rng, maxLat: maxLat}}
+	s.restore = sluice.SetGrantHooks(s.spawn, s.drain)
+	return s
 }
 
 // simulate runs one timeline of rule over span with procs processes.
 func simulate(t *testing.T, rng *rand.Rand, rule sluice.Policy, procs int, span, maxLat time.Duration, churn bool) simResult {
 	t.Helper()
-	clock := sluicetest.NewClock()
-	s := &sim{t: t, rng: rng, clock: clock, policy: rule, maxLat: maxLat, res: simResult{holders: int64(procs)},
-		store: &latencyStore{Store: memstore.New(memstore.WithClock(clock.Now)), clock: clock, rng: rng, maxLat: maxLat},
-		opts:  sluice.GrantOptions{Life: time.Duration(50+rng.IntN(400)) * time.Millisecond}}
-	restore := sluice.SetGrantHooks(s.spawn, s.drain)
-	defer restore()
+	s := newSim(t, rng, rule, sluice.GrantOptions{Life: time.Duration(50+rng.IntN(400)) * time.Millisecond}, maxLat)
+	defer s.restore()
 	for range procs {
-		s.ps = append(s.ps, s.newProc())
+		s.join(s.randomProc())
 	}
 	if os.Getenv("GRANT_TRACE") != "" {
 		fmt.Printf("=== sim %v procs %d\n", rule, procs)
 	}
-	end := clock.Now().Add(span)
-	for clock.Now().Before(end) {
+	s.run(s.clock.Now().Add(span), func() {
+		if churn && rng.IntN(400) == 0 {
+			s.churn()
+		}
+	}, nil)
+	return s.finish()
+}
+
+// run runs the timeline until end, calling afterRequest after each request
+// and afterEvent after every event (either may be nil).
+func (s *sim) run(end time.Time, afterRequest, afterEvent func()) {
+	for s.clock.Now().Before(end) {
 		if p := s.next(end); p != nil {
 			s.request(p)
-			if churn && rng.IntN(400) == 0 {
-				s.churn()
+			if afterRequest != nil {
+				afterRequest()
 			}
 		}
+		if afterEvent != nil {
+			afterEvent()
+		}
 	}
+}
+
+// finish counts the units the live processes voided and the calls made.
+func (s *sim) finish() simResult {
 	for _, q := range s.ps {
 		if !q.dead {
 			s.res.voided += q.l.GrantStats().Expired
@@ -144,16 +199,42 @@ func (s *sim) drain() {
 	}
 }
 
-func (s *sim) newProc() *simProc {
+// newProc makes a process asking rate requests per second of 1 to maxCost
+// units, starting now.
+func (s *sim) newProc(rate float64, maxCost int64) *simProc {
 	l, err := sluice.New(s.store, s.policy, sluice.WithClock(s.clock.Now), sluice.WithName("sim"), sluice.WithGrants(s.opts))
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	p := &simProc{l: l, rate: 10 + s.rng.Float64()*2000, maxCost: 1 + s.rng.Int64N(simMaxCost), next: s.clock.Now(), sweep: s.clock.Now()}
+	return &simProc{l: l, rate: rate, maxCost: maxCost, next: s.clock.Now(), sweep: s.clock.Now()}
+}
+
+// randomProc makes a process of random demand: a quarter are quiet.
+func (s *sim) randomProc() *simProc {
+	rate, maxCost := 10+s.rng.Float64()*2000, 1+s.rng.Int64N(simMaxCost)
 	if s.rng.IntN(4) == 0 {
-		p.rate = 1 + s.rng.Float64()*5 // a quiet one
+		rate = 1 + s.rng.Float64()*5
 	}
-	return p
+	return s.newProc(rate, maxCost)
+}
+
+// join adds p to the fleet.
+func (s *sim) join(p *simProc) {
+	s.ps = append(s.ps, p)
+	s.res.holders++
+}
+
+// leave makes p leave cleanly (Close gives its units back).
+func (s *sim) leave(p *simProc) {
+	p.l.Close()
+	s.res.voided += p.l.GrantStats().Expired
+	p.dead = true
+}
+
+// crash drops p, its units stranded until its grant ends.
+func (s *sim) crash(p *simProc) {
+	s.res.voided += p.l.GrantUnspent() + p.l.GrantStats().Expired
+	p.dead = true
 }
 
 // next runs the next event before end: a background call or the sweeps
@@ -216,19 +297,14 @@ func (s *sim) request(p *simProc) {
 // churn makes a process leave (Close) or crash (its units stranded), and
 // another join.
 func (s *sim) churn() {
-	q := s.ps[s.rng.IntN(len(s.ps))]
-	switch {
+	switch q := s.ps[s.rng.IntN(len(s.ps))]; {
 	case q.dead:
 	case s.rng.IntN(2) == 0:
-		q.l.Close()
-		s.res.voided += q.l.GrantStats().Expired
-		q.dead = true
+		s.leave(q)
 	default:
-		s.res.voided += q.l.GrantUnspent() + q.l.GrantStats().Expired
-		q.dead = true
+		s.crash(q)
 	}
-	s.ps = append(s.ps, s.newProc())
-	s.res.holders++
+	s.join(s.randomProc())
 }
 
 // exactAdmits feeds seq to the exact algorithm on a fresh key and returns
@@ -316,6 +392,13 @@ func TestGrantsNeverOverAdmit(t *testing.T) {
 // simMaxCost is the largest cost a simulated request has.
 const simMaxCost = 3
 
+// under is a timeline's under-admission against the bound of
+// docs/grants.md: for a window, that of the window closest to its bound.
+type under struct {
+	exact, admitted, short, bound int64
+	holds                         bool // the bound's hypotheses hold
+}
+
 // checkUnder compares under-admission with the bound of docs/grants.md,
 // where its hypotheses hold (it logs the figures in any case): for a
 // bucket, from a fresh key, at most one burst plus the units voided, when
@@ -323,31 +406,31 @@ const simMaxCost = 3
 // round trip: here three latencies, the background call's wait to start
 // included); for a window, per window, at most ⌊L/2⌋ + N·c plus the units
 // requested in the window's last round trip.
-func checkUnder(t *testing.T, seed uint64, rule sluice.Rule, res simResult, lat time.Duration) {
+func checkUnder(t *testing.T, seed uint64, rule sluice.Rule, res simResult, lat time.Duration) under {
 	t.Helper()
 	n, c, delta := res.holders, int64(simMaxCost), 3*lat.Microseconds()
 	if !rule.Algorithm.Rated() {
-		checkWindows(t, seed, rule, res, n, c, delta)
-		return
+		return checkWindows(t, seed, rule, res, n, c, delta)
 	}
-	exact, _ := exactAdmits(rule, res.requests)
-	var got int64
+	u := under{bound: rule.Limit + res.voided}
+	u.exact, _ = exactAdmits(rule, res.requests)
 	for _, a := range res.admitted {
-		got += a.cost
+		u.admitted += a.cost
 	}
+	u.short = u.exact - u.admitted
 	iv := rule.Interval.Microseconds()
-	holds := rule.Limit/2 >= n*c+(delta+iv-1)/iv+c
-	bound := rule.Limit + res.voided
+	u.holds = rule.Limit/2 >= n*c+(delta+iv-1)/iv+c
 	t.Logf("%v, %d holders, δ ≤ %dµs: exact %d, admitted %d, under %d, bound %d (hypotheses hold: %v); %d decisions, %d calls",
-		rule, n, delta, exact, got, exact-got, bound, holds, res.decisions, res.calls)
-	if holds && exact-got > bound {
+		rule, n, delta, u.exact, u.admitted, u.short, u.bound, u.holds, res.decisions, res.calls)
+	if u.holds && u.short > u.bound {
 		t.Errorf("seed %d, %v, %d holders, δ ≤ %dµs: under-admission %d (exact %d, admitted %d) beyond the bound %d (burst %d + voided %d)",
-			seed, rule, n, delta, exact-got, exact, got, bound, rule.Limit, res.voided)
+			seed, rule, n, delta, u.short, u.exact, u.admitted, u.bound, rule.Limit, res.voided)
 	}
+	return u
 }
 
 // checkWindows checks the window bound, window by window.
-func checkWindows(t *testing.T, seed uint64, rule sluice.Rule, res simResult, n, c, delta int64) {
+func checkWindows(t *testing.T, seed uint64, rule sluice.Rule, res simResult, n, c, delta int64) under {
 	t.Helper()
 	type win struct{ exact, got, late int64 }
 	wins := map[int64]*win{}
@@ -374,14 +457,25 @@ func checkWindows(t *testing.T, seed uint64, rule sluice.Rule, res simResult, n,
 		w, _ := at(a.at)
 		w.got += a.cost
 	}
+	starts := make([]int64, 0, len(wins))
+	for s := range wins {
+		starts = append(starts, s)
+	}
+	sort.Slice(starts, func(i, j int) bool { return starts[i] < starts[j] })
 	var worst int64
-	for s, w := range wins {
-		bound := rule.Limit/2 + n*c + w.late
-		worst = max(worst, w.exact-w.got)
-		if w.exact-w.got > bound {
-			t.Errorf("seed %d, %v: window at %dµs: exact %d, admitted %d: under-admission beyond the bound %d", seed, rule, s, w.exact, w.got, bound)
+	var closest under // the window closest to its bound (the first of equals)
+	for i, s := range starts {
+		w := wins[s]
+		u := under{exact: w.exact, admitted: w.got, short: w.exact - w.got, bound: rule.Limit/2 + n*c + w.late, holds: true}
+		worst = max(worst, u.short)
+		if i == 0 || u.bound-u.short < closest.bound-closest.short {
+			closest = u
+		}
+		if u.short > u.bound {
+			t.Errorf("seed %d, %v: window at %dµs: exact %d, admitted %d: under-admission beyond the bound %d", seed, rule, s, w.exact, w.got, u.bound)
 		}
 	}
 	t.Logf("%v, %d holders: %d windows, worst under-admission %d (bound ⌊L/2⌋ + N·c = %d + the last round trip's requests); %d decisions, %d calls",
 		rule, n, len(wins), worst, rule.Limit/2+n*c, res.decisions, res.calls)
+	return closest
 }

@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -74,6 +75,34 @@ func TestGrantsCloseGivesBack(t *testing.T) {
 	}
 	if n != 30 {
 		t.Fatalf("after a's Close, b admitted %d, want the 30 left", n)
+	}
+}
+
+// TestGrantsCloseLeaves: Close tells the store the process left a key
+// even when it holds nothing of it (its units all spent): the store drops
+// its record at once, not when its grant ends (its units spent but not
+// reported would cap the level's refill, and its place among the holders
+// would lower the others' fair cap, until then).
+func TestGrantsCloseLeaves(t *testing.T) {
+	restore := sluice.SetGrantHooks(func(f func()) { f() }, nil)
+	defer restore()
+	st := memstore.New()
+	pol := sluice.FixedWindow{Limit: 10, Window: time.Hour}
+	rule, _ := pol.Rule()
+	a := grantLimiter(t, st, pol, sluice.WithName("leaves"))
+	for range 12 {
+		a.Allow(context.Background(), "k")
+	}
+	key := driver.GrantKey(sluice.DefaultPrefix, "leaves", rule, "k")
+	if _, _, hs, _ := st.GrantHolders(key); a.GrantUnspent() != 0 || len(hs) != 1 {
+		t.Fatalf("before Close: %d unspent, holders %v; want 0 and a's record", a.GrantUnspent(), hs)
+	}
+	calls := a.GrantStats().Calls
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, hs, _ := st.GrantHolders(key); len(hs) != 0 || a.GrantStats().Calls != calls+1 {
+		t.Fatalf("after Close: holders %v, %d calls (before %d): want no record, one call", hs, a.GrantStats().Calls, calls)
 	}
 }
 
@@ -279,5 +308,20 @@ func TestGrantsMixedDetected(t *testing.T) {
 	g.Allow(ctx, "k")
 	if m := g.GrantStats().Mixed; m == 0 {
 		t.Fatalf("mixed setup not detected: %+v", g.GrantStats())
+	}
+}
+
+// TestGrantStatsAdd: Add sums every field (a field added to GrantStats and
+// forgotten in Add fails here).
+func TestGrantStatsAdd(t *testing.T) {
+	var a, b, want sluice.GrantStats
+	va, vb, vw := reflect.ValueOf(&a).Elem(), reflect.ValueOf(&b).Elem(), reflect.ValueOf(&want).Elem()
+	for i := range va.NumField() {
+		va.Field(i).SetInt(int64(i + 1))
+		vb.Field(i).SetInt(int64(100 * (i + 1)))
+		vw.Field(i).SetInt(int64(101 * (i + 1)))
+	}
+	if got := a.Add(b); got != want {
+		t.Fatalf("%+v.Add(%+v) = %+v, want %+v", a, b, got, want)
 	}
 }

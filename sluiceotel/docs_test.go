@@ -27,8 +27,9 @@ func TestDocumented(t *testing.T) {
 		string(sluiceotel.AttrOutcome), string(sluiceotel.AttrAnsweredBy), string(sluiceotel.AttrLimitSource),
 		string(sluiceotel.AttrCost), string(sluiceotel.AttrLimit), string(sluiceotel.AttrRemaining),
 		string(sluiceotel.AttrRetryAfter), string(sluiceotel.AttrShadow), string(sluiceotel.AttrKeyHash),
-		string(sluiceotel.AttrErrorType),
+		string(sluiceotel.AttrErrorType), string(sluiceotel.AttrGrantEvent), string(sluiceotel.AttrGrantWhere),
 		"sluice.decisions", "sluice.store.errors", "sluice.decision.duration", "sluice.breaker.state",
+		"sluice.grant.calls", "sluice.grants", "sluice.grant.units", "sluice.grant.decisions", "sluice.grant.mixed", "sluice.grant.keys",
 	} {
 		if !rows[a] {
 			t.Errorf("docs/observability.md has no row for %s", a)

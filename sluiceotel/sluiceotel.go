@@ -17,6 +17,7 @@
 //	sluice.store.errors      counter    {error}     rate_limit.policy, error.type
 //	sluice.decision.duration histogram  s           rate_limit.policy
 //	sluice.breaker.state     gauge      1           rate_limit.store.node, rate_limit.breaker.state (ObserveBreakers)
+//	sluice.grant.*, sluice.grants                    rate_limit.policy, ... (ObserveGrants, grants.go)
 //
 // rate_limit.outcome takes sluiceprom's outcomes (allowed, denied,
 // shadow_denied, degraded_allowed, degraded_denied, degraded_shadow_denied)

@@ -12,6 +12,10 @@
 //	sluice_store_errors_total{limiter, reason}          counter
 //	sluice_decision_duration_seconds{limiter}           histogram
 //	sluice_warnings_total{limiter}                      counter
+//	sluice_lease_events_total{limiter, event}           counter
+//	sluice_blocks_total{limiter}                        counter
+//	sluice_blocked_total{limiter}                       counter
+//	sluice_grant_*{limiter, ...}                        (Grants, grants.go)
 //
 // outcome is one of:
 //
@@ -54,9 +58,16 @@
 // block included, from the store or the deny cache); both are among the
 // denied (or shadow_denied) decisions of decisions_total.
 //
+// The grants of limiters with grants (sluice.WithGrants) are read from
+// their Limiter.GrantStats at each scrape: give the limiters to Grants.
+//
+//	m.Grants(api)
+//
 // The limiter label takes the limiters' names, so their number bounds the
-// series: 6 outcomes + 3 reasons + the warning and the two penalty counters + one histogram per limiter. Keys, which
-// are unbounded, are never labels.
+// series: 6 outcomes + 3 reasons + the warning and the two penalty
+// counters + one histogram per limiter, and 11 grant series for one given
+// to Grants. Keys, which are unbounded, are
+// never labels.
 package sluiceprom
 
 import (
@@ -144,6 +155,8 @@ type Metrics struct {
 	blocks    *prometheus.CounterVec
 	blocked   *prometheus.CounterVec
 
+	grantDescs *grantDescs // the grants' metrics (grants.go)
+
 	limiters sync.Map // limiter name -> *series
 }
 
@@ -214,6 +227,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Help:        "Refusals of keys blocked by the limiter's penalty, the refusal that started the block included, by limiter (among the denied decisions).",
 			ConstLabels: c.labels,
 		}, []string{"limiter"}),
+		grantDescs: newGrantDescs(c),
 	}
 	if reg != nil {
 		if err := reg.Register(m); err != nil {
@@ -232,6 +246,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.warnings.Describe(ch)
 	m.blocks.Describe(ch)
 	m.blocked.Describe(ch)
+	m.grantDescs.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -243,6 +258,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.warnings.Collect(ch)
 	m.blocks.Collect(ch)
 	m.blocked.Collect(ch)
+	m.grantDescs.collect(ch)
 }
 
 // ObserveDecision implements sluice.Observer.

@@ -20,8 +20,8 @@ import (
 // The tests read the registry with Gather rather than prometheus/testutil,
 // which would add a module (kylelemons/godebug) to go.sum.
 
-// values returns every sample of reg as "name{label=value,...}" -> value,
-// with histograms as their _count and _sum.
+// values returns every sample of reg as "name{label=value,...}" -> value
+// (labels in order of name), with histograms as their _count and _sum.
 func values(t testing.TB, reg prometheus.Gatherer) map[string]float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -39,6 +39,8 @@ func values(t testing.TB, reg prometheus.Gatherer) map[string]float64 {
 			switch mf.GetType() {
 			case dto.MetricType_COUNTER:
 				out[id] = m.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				out[id] = m.GetGauge().GetValue()
 			case dto.MetricType_HISTOGRAM:
 				h := m.GetHistogram()
 				out[strings.Replace(id, "{", "_count{", 1)] = float64(h.GetSampleCount())

@@ -4,7 +4,6 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
 )
 
@@ -35,11 +34,7 @@ func (st *state) closeGrants(log *slog.Logger) map[string]sluice.GrantStats {
 
 // grantStats sums the counters of p's limiter and its shadow twin.
 func (p *policy) grantStats() sluice.GrantStats {
-	a, b := p.limiter.GrantStats(), p.shadow.GrantStats()
-	return sluice.GrantStats{Calls: a.Calls + b.Calls, Taken: a.Taken + b.Taken, Renewed: a.Renewed + b.Renewed,
-		Granted: a.Granted + b.Granted, Returned: a.Returned + b.Returned, Expired: a.Expired + b.Expired,
-		Local: a.Local + b.Local, Store: a.Store + b.Store, Failed: a.Failed + b.Failed, Mixed: a.Mixed + b.Mixed,
-		Keys: a.Keys + b.Keys}
+	return p.limiter.GrantStats().Add(p.shadow.GrantStats())
 }
 
 // Close gives back the units the served configuration's grants hold
@@ -64,80 +59,38 @@ func (s *Server) serve(st *state) {
 	keep := map[string]sluice.GrantStats{}
 	for _, p := range st.order {
 		if p.cfg.Grants {
-			keep[p.cfg.Limiter] = addStats(s.grants.carried[p.cfg.Limiter], final[p.cfg.Limiter])
+			keep[p.cfg.Limiter] = s.grants.carried[p.cfg.Limiter].Add(final[p.cfg.Limiter])
 		}
 	}
 	s.grants.carried = keep // the limiters no longer served are dropped
 }
 
-func addStats(a, b sluice.GrantStats) sluice.GrantStats {
-	return sluice.GrantStats{Calls: a.Calls + b.Calls, Taken: a.Taken + b.Taken, Renewed: a.Renewed + b.Renewed,
-		Granted: a.Granted + b.Granted, Returned: a.Returned + b.Returned, Expired: a.Expired + b.Expired,
-		Local: a.Local + b.Local, Store: a.Store + b.Store, Failed: a.Failed + b.Failed, Mixed: a.Mixed + b.Mixed}
+// grantCarry keeps, across reloads, the grant counters of the limiters
+// a reload replaced.
+type grantCarry struct {
+	mu      sync.Mutex
+	carried map[string]sluice.GrantStats
 }
 
-// grantCollector exports, at each scrape, the grants of the policies
-// served (Limiter.GrantStats, counted across reloads), by limiter:
-//
-//	sluice_grant_calls_total{limiter}                 grant calls to Valkey (takes, renewals, give-backs)
-//	sluice_grants_total{limiter, event}               grants taken (holding none) and renewed
-//	sluice_grant_units_total{limiter, event}          units granted, returned, expired unspent
-//	sluice_grant_decisions_total{limiter, where}      decisions made locally, on Valkey (waited for a call), failed (the fail mode)
-//	sluice_grant_mixed_total{limiter}                 calls that found the key decided without grants too
-//	sluice_grant_keys{limiter}                        keys holding grant state in this process
-type grantCollector struct {
-	s                                            *Server
-	mu                                           sync.Mutex
-	carried                                      map[string]sluice.GrantStats
-	calls, grants, units, decisions, mixed, keys *prometheus.Desc
-}
-
-func newGrantCollector(s *Server) *grantCollector {
-	l := []string{"limiter"}
-	return &grantCollector{s: s,
-		calls:     prometheus.NewDesc("sluice_grant_calls_total", "Grant calls to Valkey of policies with grants: takes, renewals and give-backs.", l, nil),
-		grants:    prometheus.NewDesc("sluice_grants_total", "Grants obtained: taken (for a key holding none) or renewed.", append(l, "event"), nil),
-		units:     prometheus.NewDesc("sluice_grant_units_total", "Units of grants: granted, returned (a quiet key, an eviction, a reload) or expired unspent.", append(l, "event"), nil),
-		decisions: prometheus.NewDesc("sluice_grant_decisions_total", "Decisions of policies with grants: local (against the grant, no call), valkey (waited for a grant call) or failed (the call failed: on_failure decided).", append(l, "where"), nil),
-		mixed:     prometheus.NewDesc("sluice_grant_mixed_total", "Grant calls that found the key's plain state: some process decides the policy without grants, enforcing the limit twice.", l, nil),
-		keys:      prometheus.NewDesc("sluice_grant_keys", "Keys holding grant state in this process.", l, nil),
-	}
-}
-
-func (c *grantCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.calls, c.grants, c.units, c.decisions, c.mixed, c.keys} {
-		ch <- d
-	}
-}
-
-func (c *grantCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	st := c.s.state.Load()
+// grantStatsNow is what sluiceprom exports as the sluice_grant_* metrics
+// (Metrics.GrantsFunc), at each scrape: the grant counters of the policies
+// served with grants, by limiter, counted across reloads (Keys: the keys
+// held now).
+func (s *Server) grantStatsNow() map[string]sluice.GrantStats {
+	s.grants.mu.Lock()
+	defer s.grants.mu.Unlock()
+	st := s.state.Load()
 	if st == nil {
-		return
+		return nil
 	}
+	out := map[string]sluice.GrantStats{}
 	for _, p := range st.order {
 		if p.cfg.Grants {
-			c.collect(ch, p.cfg.Limiter, addStats(c.carried[p.cfg.Limiter], p.grantStats()), p.grantStats().Keys)
+			now := p.grantStats()
+			sum := s.grants.carried[p.cfg.Limiter].Add(now)
+			sum.Keys = now.Keys
+			out[p.cfg.Limiter] = sum
 		}
 	}
-}
-
-// collect sends the metrics of one limiter.
-func (c *grantCollector) collect(ch chan<- prometheus.Metric, name string, g sluice.GrantStats, keys int64) {
-	counter := func(d *prometheus.Desc, v int64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{name}, labels...)...)
-	}
-	counter(c.calls, g.Calls)
-	counter(c.grants, g.Taken, "taken")
-	counter(c.grants, g.Renewed, "renewed")
-	counter(c.units, g.Granted, "granted")
-	counter(c.units, g.Returned, "returned")
-	counter(c.units, g.Expired, "expired")
-	counter(c.decisions, g.Local, "local")
-	counter(c.decisions, g.Store, "valkey")
-	counter(c.decisions, g.Failed, "failed")
-	counter(c.mixed, g.Mixed)
-	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(keys), name)
+	return out
 }

@@ -82,7 +82,7 @@ type Server struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	metrics *metrics
-	grants  *grantCollector // the metrics of grants (grants.go)
+	grants  grantCarry // the grant counters of the limiters reloads replaced (grants.go)
 	// envoy answers Envoy's protocol (package envoy).
 	envoy   *envoy.Service
 	obs     sluice.Observer
@@ -172,16 +172,16 @@ func (s *Server) setUpMetrics() error {
 	if srcs := valkeySources(s.opts.Store, s.opts.PerSecond); len(srcs) > 0 {
 		s.reg.MustRegister(newValkeyCollector(srcs))
 	}
-	s.grants = newGrantCollector(s)
-	s.reg.MustRegister(s.grants)
 	s.envoy = envoy.New(envoyView{s}, s.reg, s.log, s.opts.MaxBodyBytes, s.opts.Envoy)
 	// Decisions by limiter and outcome, store errors and decision latency:
 	// sluice_decisions_total, sluice_store_errors_total,
-	// sluice_decision_duration_seconds.
+	// sluice_decision_duration_seconds; and the grants'.
 	pm, err := sluiceprom.New(s.reg)
 	if err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
+	// The grants of policies with grants: sluice_grant_* (grants.go).
+	pm.GrantsFunc(s.grantStatsNow)
 	s.obs = combine(pm, s.opts.Observer)
 	return nil
 }
