@@ -23,6 +23,10 @@ func Identity(parts ...string) string {
 		if i > 0 {
 			b.WriteByte(':')
 		}
+		if strings.IndexByte(p, ':') < 0 && strings.IndexByte(p, '\\') < 0 {
+			b.WriteString(p) // nothing to escape: the usual part
+			continue
+		}
 		for j := 0; j < len(p); j++ {
 			c := p[j]
 			if c == ':' || c == '\\' {

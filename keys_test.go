@@ -101,3 +101,22 @@ func TestKeyBytes(t *testing.T) {
 		seen[k] = id
 	}
 }
+
+// TestIdentity: parts without ':' or '\' are joined as they are; inside a
+// part each is escaped with '\'.
+func TestIdentity(t *testing.T) {
+	for _, c := range []struct {
+		parts []string
+		want  string
+	}{
+		{[]string{"edge", "api_key", "key_abc"}, "edge:api_key:key_abc"},
+		{[]string{"ip", "2001:db8::/64"}, `ip:2001\:db8\:\:/64`},
+		{[]string{`a\b`, "c"}, `a\\b:c`},
+		{[]string{"", ""}, ":"},
+		{[]string{"x"}, "x"},
+	} {
+		if got := sluice.Identity(c.parts...); got != c.want {
+			t.Errorf("Identity(%q) = %q, want %q", c.parts, got, c.want)
+		}
+	}
+}

@@ -88,6 +88,16 @@ func longestRetry(allowed bool, n int, result func(i int) Result) time.Duration 
 // is done); when it is refused, the lease is released with the refunds.
 func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
 	start := time.Now()
+	if len(checks) == 1 {
+		// A lone check has nothing to give back when it refuses.
+		lo := opPool.Get().(*loneOp)
+		defer putOp(lo)
+		d, err := decideOne(ctx, checks[0], false, lo)
+		if err == nil && d.Allowed {
+			d.Leases = leasesOf(checks, lo.op[:], d.Results, start)
+		}
+		return d, err
+	}
 	d, ops, err := decideEach(ctx, checks, false)
 	if err != nil {
 		return d, err
@@ -148,8 +158,40 @@ func AllowAll(ctx context.Context, checks []Check) (Decision, error) {
 // reference rate-limit service does; AllowAll where a refused request must
 // cost nothing.
 func AllowEach(ctx context.Context, checks []Check) (Decision, error) {
+	if len(checks) == 1 {
+		lo := opPool.Get().(*loneOp)
+		defer putOp(lo)
+		return decideOne(ctx, checks[0], true, lo)
+	}
 	d, _, err := decideEach(ctx, checks, true)
 	return d, err
+}
+
+// decideOne is decideEach of one check c (the usual call of Envoy's
+// service), decided as decideEach decides it, without its slices nor its
+// grouping by store: its Op is lo's (the caller's, from opPool; it may
+// read the Op until it puts lo back), its key, on a driver.TransientKeys
+// store, in lo's buffer, as a lone Limiter.AllowN's.
+func decideOne(ctx context.Context, c Check, refunds bool, lo *loneOp) (Decision, error) {
+	ops := lo.op[:]
+	if err := buildOp(0, c, refunds, &ops[0], lo); err != nil {
+		return Decision{}, err
+	}
+	l := c.Limiter
+	start := time.Now()
+	sent, seq, err := l.prepare(&ops[0], start)
+	if err != nil {
+		return Decision{}, err
+	}
+	if err := storeDo(ctx, l.store, ops); err != nil && ctx.Err() != nil {
+		return Decision{}, fmt.Errorf("sluice: %w", ctx.Err())
+	}
+	d := Decision{Results: make([]Result, 1)}
+	if err := l.finish(ctx, ops, d.Results, nil, start, sent, seq); err != nil {
+		return Decision{}, err
+	}
+	d.Allowed = d.Results[0].Allowed
+	return d, nil
 }
 
 // decideEach runs every check once, in one batch per store; refunds says
@@ -162,45 +204,8 @@ func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []
 	}
 	ops := make([]driver.Op, len(checks))
 	for i, c := range checks {
-		if err := checkLimiter(i, c); err != nil {
+		if err := buildOp(i, c, refunds, &ops[i], nil); err != nil {
 			return Decision{}, nil, err
-		}
-		if c.Limiter.rule.Algorithm == driver.AlgorithmInFlight {
-			op, err := leaseCheck(i, c, refunds)
-			if err != nil {
-				return Decision{}, nil, err
-			}
-			ops[i] = op
-			continue
-		}
-		cost := c.Cost
-		if refunds && cost < 0 {
-			if !c.Limiter.rule.Algorithm.GivesBackUntaken() {
-				return Decision{}, nil, &PolicyError{Err: ErrInvalidCost, Field: "Check.Cost",
-					Reason: fmt.Sprintf("check %d: a give-back without a take is only for %v, not %v", i, driver.AlgorithmFixedWindow, c.Limiter.rule.Algorithm)}
-			}
-			cost = 0 // checked as a peek: a give-back may be of any amount
-		}
-		rule, ok := c.Limiter.PlanRule(c.Plan)
-		if !ok {
-			return Decision{}, nil, fmt.Errorf("%w %q of %s (check %d)", ErrUnknownPlan, c.Plan, c.Limiter.Name(), i)
-		}
-		if err := c.Limiter.check(c.Key, rule, cost); err != nil {
-			return Decision{}, nil, err
-		}
-		ops[i] = driver.Op{Key: c.Limiter.storeKey(c.Key), Rule: rule, Cost: c.Cost}
-		if c.Limiter.ovs != nil {
-			ops[i].Override = c.Limiter.overrideKey(c.Key)
-		}
-		c.Limiter.withPenalty(&ops[i], c.Key)
-		if c.Cost < 0 {
-			// A fixed window gives back from the window of its receipt:
-			// the current one.
-			t := time.Now()
-			if c.Limiter.cfg.clock != nil {
-				t = c.Limiter.cfg.clock()
-			}
-			ops[i].Receipt = t.UnixMicro()
 		}
 	}
 	if err := runGrouped(ctx, checks, ops, d.Results); err != nil {
@@ -213,6 +218,66 @@ func decideEach(ctx context.Context, checks []Check, refunds bool) (Decision, []
 		}
 	}
 	return d, ops, nil
+}
+
+// buildOp checks check i and builds its Op into op; refunds says whether
+// a negative cost (a give-back) is accepted. The Op's key is a string of
+// its own, or, with lo (a lone check's pooled Op) on a limiter that passes
+// transient keys, in lo's buffer (see opKey).
+func buildOp(i int, c Check, refunds bool, op *driver.Op, lo *loneOp) error {
+	if err := checkLimiter(i, c); err != nil {
+		return err
+	}
+	l := c.Limiter
+	if l.rule.Algorithm == driver.AlgorithmInFlight {
+		lop, err := leaseCheck(i, c, refunds)
+		if err != nil {
+			return err
+		}
+		*op = lop
+		return nil
+	}
+	cost := c.Cost
+	if refunds && cost < 0 {
+		if !l.rule.Algorithm.GivesBackUntaken() {
+			return &PolicyError{Err: ErrInvalidCost, Field: "Check.Cost",
+				Reason: fmt.Sprintf("check %d: a give-back without a take is only for %v, not %v", i, driver.AlgorithmFixedWindow, l.rule.Algorithm)}
+		}
+		cost = 0 // checked as a peek: a give-back may be of any amount
+	}
+	rule, ok := l.PlanRule(c.Plan)
+	if !ok {
+		return fmt.Errorf("%w %q of %s (check %d)", ErrUnknownPlan, c.Plan, l.Name(), i)
+	}
+	if err := l.check(c.Key, rule, cost); err != nil {
+		return err
+	}
+	*op = driver.Op{Key: l.checkKey(c.Key, lo), Rule: rule, Cost: c.Cost}
+	if l.ovs != nil {
+		op.Override = l.overrideKey(c.Key)
+	}
+	l.withPenalty(op, c.Key)
+	if c.Cost < 0 {
+		// A fixed window gives back from the window of its receipt:
+		// the current one.
+		t := time.Now()
+		if l.cfg.clock != nil {
+			t = l.cfg.clock()
+		}
+		op.Receipt = t.UnixMicro()
+	}
+	return nil
+}
+
+// checkKey is the store key of a check's key: in lo's buffer when lo is
+// not nil and the limiter passes transient keys (opKey), else a string of
+// its own. The limiter is ready (check).
+func (l *Limiter) checkKey(key string, lo *loneOp) string {
+	if lo == nil || !l.transient {
+		return l.storeKey(key)
+	}
+	var buf [192]byte
+	return l.opKey(lo, driver.AppendKey(buf[:0], l.cfg.prefix, l.cfg.name, l.rule, key))
 }
 
 // checkLimiter refuses a check without a limiter, or of a limiter with
@@ -234,18 +299,10 @@ func runGrouped(ctx context.Context, checks []Check, ops []driver.Op, out []Resu
 	sent := make([]int64, len(ops))
 	seqs := make([]uint64, len(ops))
 	for i, c := range checks {
-		if c.Limiter.deny != nil {
-			seqs[i] = c.Limiter.deny.seq.Load() // before the request is sent
+		var err error
+		if sent[i], seqs[i], err = c.Limiter.prepare(&ops[i], start); err != nil {
+			return err
 		}
-		sent[i] = c.Limiter.monoAt(start)
-		if c.Limiter.cfg.clock != nil {
-			ops[i].Now = c.Limiter.cfg.clock()
-			// Refused before any check takes: none would be given back.
-			if err := driver.CheckTime("now", ops[i].Now); err != nil {
-				return fmt.Errorf("%w (the clock of limiter %s)", err, c.Limiter.cfg.name)
-			}
-		}
-		ops[i].Deadline = start.Add(c.Limiter.cfg.timeout)
 	}
 	if err := storeGroups(ctx, checks, ops); err != nil && ctx.Err() != nil {
 		return fmt.Errorf("sluice: %w", ctx.Err())
@@ -258,20 +315,33 @@ func runGrouped(ctx context.Context, checks []Check, ops []driver.Op, out []Resu
 	return nil
 }
 
+// prepare readies op, of this limiter, to be sent at start: its deadline,
+// and its time on the limiter's clock if it has one (refused when no store
+// decides at it). It returns start on the limiter's clock (finish's sent)
+// and the deny cache's sequence before the op is sent.
+func (l *Limiter) prepare(op *driver.Op, start time.Time) (sent int64, seq uint64, err error) {
+	if l.deny != nil {
+		seq = l.deny.seq.Load() // before the request is sent
+	}
+	sent = l.monoAt(start)
+	if l.cfg.clock != nil {
+		op.Now = l.cfg.clock()
+		// Refused before any check takes: none would be given back.
+		if err := driver.CheckTime("now", op.Now); err != nil {
+			return 0, 0, fmt.Errorf("%w (the clock of limiter %s)", err, l.cfg.name)
+		}
+	}
+	op.Deadline = start.Add(l.cfg.timeout)
+	return sent, seq, nil
+}
+
 // storeGroups sends ops to their stores, one Do per distinct store, the
 // stores in parallel. Errors are recorded on the Ops.
 func storeGroups(ctx context.Context, checks []Check, ops []driver.Op) error {
 	if oneStore(checks) {
 		// The common case (one store for every limiter): the ops go as
 		// they are, without grouping or copying them.
-		if err := checks[0].Limiter.store.Do(ctx, ops); err != nil {
-			for i := range ops {
-				if ops[i].Err == nil {
-					ops[i].Err = err
-				}
-			}
-		}
-		return ctx.Err()
+		return storeDo(ctx, checks[0].Limiter.store, ops)
 	}
 	type group struct {
 		store driver.Store
@@ -310,6 +380,19 @@ outer:
 		}
 		for range groups {
 			<-done
+		}
+	}
+	return ctx.Err()
+}
+
+// storeDo sends ops, all of store, in one Do; the store's error is
+// recorded on the Ops without one of their own.
+func storeDo(ctx context.Context, store driver.Store, ops []driver.Op) error {
+	if err := store.Do(ctx, ops); err != nil {
+		for i := range ops {
+			if ops[i].Err == nil {
+				ops[i].Err = err
+			}
 		}
 	}
 	return ctx.Err()

@@ -121,6 +121,35 @@ func TestTransientKeysAllocations(t *testing.T) {
 	}
 }
 
+// TestAllowEachAllocations: AllowEach and AllowAll of one check (Envoy's
+// usual call) allocate only their Decision's Results on a
+// driver.TransientKeys store, and the key besides on another store; the
+// Op is pooled, as a lone decision's is.
+func TestAllowEachAllocations(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		store driver.Store
+		want  float64
+	}{{&transientAllowStore{}, 1}, {&allowStore{}, 2}} {
+		l, err := sluice.New(tc.store, sluice.GCRA{Rate: 1, Per: time.Second, Burst: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checks := []sluice.Check{{Limiter: l, Key: "user-1", Cost: 1}}
+		for name, decide := range map[string]func(context.Context, []sluice.Check) (sluice.Decision, error){
+			"AllowEach": sluice.AllowEach, "AllowAll": sluice.AllowAll} {
+			allocs := testing.AllocsPerRun(200, func() {
+				if d, err := decide(ctx, checks); err != nil || !d.Allowed || len(d.Results) != 1 || d.Leases != nil {
+					t.Fatalf("%s: %+v %v", name, d, err)
+				}
+			})
+			if allocs != tc.want {
+				t.Errorf("%T: %v allocations per %s of one check, want %v", tc.store, allocs, name, tc.want)
+			}
+		}
+	}
+}
+
 // keyKeeper is a ContextObserver that keeps every Observation's Key.
 type keyKeeper struct{ keys []string }
 

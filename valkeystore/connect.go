@@ -218,6 +218,14 @@ func (l *Lazy) Do(ctx context.Context, batch []driver.Op) error {
 	return st.Do(ctx, batch)
 }
 
+// TransientKeys implements driver.TransientKeys: before the connection
+// Do keeps nothing, and after it Do is the Store's, which copies the keys
+// (Store.TransientKeys). A type embedding a *Lazy inherits it, as it
+// inherits Store's.
+func (l *Lazy) TransientKeys() {}
+
+var _ driver.TransientKeys = (*Lazy)(nil)
+
 // Delete implements driver.Store.
 func (l *Lazy) Delete(ctx context.Context, keys ...string) error {
 	st := l.store.Load()

@@ -34,14 +34,14 @@ func (s *Service) handleJSON(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "reading the body: "+err.Error())
 		return
 	}
-	var req rlsv3.RateLimitRequest
-	if err := decodeRequest(body, &req); err != nil {
+	req, err := decodeRequest(body)
+	if err != nil {
 		problem(w, http.StatusBadRequest, "not a RateLimitRequest in JSON: "+err.Error())
 		return
 	}
 	ans := oneAnswers.Get().(*oneAnswer)
 	defer oneAnswers.Put(ans)
-	resp, err := s.shouldRateLimit(r.Context(), &req, ans)
+	resp, err := s.shouldRateLimit(r.Context(), req, ans)
 	if err != nil {
 		problem(w, http.StatusBadRequest, status.Convert(err).Message())
 		return

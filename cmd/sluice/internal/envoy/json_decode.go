@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"math"
+	"unsafe"
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -20,27 +21,44 @@ import (
 // protojson's: TestDecodeRequestDifferential and FuzzDecodeRequest hold
 // the two equal.
 
-// decodeRequest decodes body into req as protojson.Unmarshal does.
-func decodeRequest(body []byte, req *rlsv3.RateLimitRequest) error {
-	if readRequest(body, req) {
-		return nil
+// decodeRequest decodes body as protojson.Unmarshal does, into a new
+// request. Its strings may share body's bytes, which must not change
+// afterwards (see shareMax).
+func decodeRequest(body []byte) (*rlsv3.RateLimitRequest, error) {
+	blk := new(requestBlock)
+	if readRequest(body, blk) {
+		return &blk.req, nil
 	}
-	req.Reset()
-	return protojson.Unmarshal(body, req)
+	blk.req.Reset()
+	return &blk.req, protojson.Unmarshal(body, &blk.req)
+}
+
+// requestBlock is a request with room for its first descriptor, and that
+// descriptor's for its first entry: the usual request, of one descriptor
+// of one entry, is one allocation.
+type requestBlock struct {
+	req   rlsv3.RateLimitRequest
+	descs [1]*commonrl.RateLimitDescriptor
+	first descBlock
 }
 
 // shareMax is the largest body whose strings (the domain, the entries'
 // keys and values) are all slices of one copy of it, one allocation for
-// them all; a larger one's are copied each, so that a string kept after
-// the call (a metric's label, a cache's key) never holds on to more than
-// this many bytes of a body.
+// them all (none when the body's own array is no larger: its strings are
+// slices of the body itself); a larger one's are copied each, so that a
+// string kept after the call (a metric's label, a cache's key) never holds
+// on to more than this many bytes of a body.
 const shareMax = 1024
 
-// readRequest decodes body into req when it has the usual shape; false
-// (req partly written) when it leaves body to protojson.
-func readRequest(body []byte, req *rlsv3.RateLimitRequest) bool {
+// readRequest decodes body into blk's request when it has the usual shape;
+// false (the request partly written) when it leaves body to protojson.
+func readRequest(body []byte, blk *requestBlock) bool {
+	req := &blk.req
 	p := jsonReader{jsonscan.Reader{B: body}}
-	if len(body) <= shareMax {
+	switch {
+	case len(body) > 0 && cap(body) <= shareMax:
+		p.Text = unsafe.String(unsafe.SliceData(body), len(body))
+	case len(body) <= shareMax:
 		p.Text = string(body)
 	}
 	var seenDomain, seenDescriptors, seenHits bool
@@ -60,7 +78,13 @@ func readRequest(body []byte, req *rlsv3.RateLimitRequest) bool {
 			}
 			seenDescriptors = true
 			return p.array(func() bool {
-				d, ok := p.descriptor()
+				room := &blk.first
+				if req.Descriptors == nil {
+					req.Descriptors = blk.descs[:0]
+				} else {
+					room = new(descBlock)
+				}
+				d, ok := p.descriptor(room)
 				req.Descriptors = append(req.Descriptors, d)
 				return ok
 			})
@@ -145,9 +169,8 @@ type descBlock struct {
 	first   commonrl.RateLimitDescriptor_Entry
 }
 
-// descriptor reads a descriptor of entries only.
-func (p *jsonReader) descriptor() (*commonrl.RateLimitDescriptor, bool) {
-	blk := new(descBlock)
+// descriptor reads a descriptor of entries only, into blk.
+func (p *jsonReader) descriptor(blk *descBlock) (*commonrl.RateLimitDescriptor, bool) {
 	d := &blk.d
 	seenEntries := false
 	ok := p.object(func(name []byte) bool {
