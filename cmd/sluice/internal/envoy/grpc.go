@@ -164,10 +164,12 @@ func (s *Service) RegisterGRPC(g grpc.ServiceRegistrar) {
 }
 
 // undecoded is a RateLimitRequest as lenientCodec decodes it: the request,
-// or why it does not decode.
+// or why it does not decode, and the room its usual descriptor is read
+// into: a call's request is one allocation, its strings another.
 type undecoded struct {
-	req rlsv3.RateLimitRequest
-	err error
+	req  rlsv3.RateLimitRequest
+	err  error
+	room wireRoom
 }
 
 // lenientCodec is gRPC's protobuf codec, except that a RateLimitRequest
@@ -179,7 +181,7 @@ type lenientCodec struct{ encoding.CodecV2 }
 // leaving the others to protobuf's codec.
 func (c lenientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if u, ok := v.(*undecoded); ok {
-		if len(data) == 1 && readWireRequest(data[0].ReadOnlyData(), &u.req) {
+		if len(data) == 1 && readWireRequest(data[0].ReadOnlyData(), &u.req, &u.room) {
 			return nil
 		}
 		u.req.Reset()
@@ -191,11 +193,29 @@ func (c lenientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 func (c lenientCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if resp, ok := v.(*rlsv3.RateLimitResponse); ok {
-		if b, ok := appendWireResponse(make([]byte, 0, 16+48*len(resp.Statuses)), resp); ok {
-			return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+		a := new(wireAnswer)
+		b := a.room[:0]
+		if n := 16 + 48*len(resp.Statuses); n > len(a.room) {
+			b = make([]byte, 0, n)
+		}
+		if b, ok := appendWireResponse(b, resp); ok {
+			a.bytes = b
+			a.list[0] = &a.bytes // a SliceBuffer's methods are its pointer's too: no copy boxed
+			return a.list[:], nil
 		}
 	}
 	return c.CodecV2.Marshal(v)
+}
+
+// wireAnswer is an answer encoded in one allocation: the list of one
+// buffer gRPC takes, the buffer, and room for the bytes of a usual answer
+// (one descriptor's status). Nothing is pooled: gRPC's Free of a
+// SliceBuffer does nothing, and the collector takes the block once gRPC
+// has written it.
+type wireAnswer struct {
+	list  [1]mem.Buffer
+	bytes mem.SliceBuffer
+	room  [64]byte
 }
 
 type rls struct {

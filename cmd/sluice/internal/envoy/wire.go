@@ -37,8 +37,10 @@ const (
 // readWireRequest decodes b into req, as proto.Unmarshal does, when it
 // has the usual shape; false (req partly written) when it leaves b to
 // protobuf. The strings of a message up to shareMax bytes are slices of
-// one copy of it (b may be a buffer gRPC reuses).
-func readWireRequest(b []byte, req *rlsv3.RateLimitRequest) bool {
+// one copy of it (b may be a buffer gRPC reuses). room, when not nil, is
+// where the request's first descriptor and its list are written instead
+// of allocating them.
+func readWireRequest(b []byte, req *rlsv3.RateLimitRequest, room *wireRoom) bool {
 	r := wireReader{b: b, end: len(b)}
 	if len(b) <= shareMax {
 		r.text = string(b)
@@ -53,7 +55,11 @@ func readWireRequest(b []byte, req *rlsv3.RateLimitRequest) bool {
 				return false
 			}
 		case num == fRequestDescriptors && typ == protowire.BytesType:
-			d, ok := r.descriptor()
+			var blk *descBlock
+			if room != nil && req.Descriptors == nil {
+				blk, req.Descriptors = &room.first, room.list[:0]
+			}
+			d, ok := r.descriptor(blk)
 			if !ok {
 				return false
 			}
@@ -78,6 +84,14 @@ type wireReader struct {
 	// text is the whole message as a string, whose slices str returns; ""
 	// when str copies.
 	text string
+}
+
+// wireRoom is room for a request's usual descriptors: the list of one
+// descriptor and the descriptor with its first entry, in the block of the
+// call that reads it.
+type wireRoom struct {
+	list  [1]*commonrl.RateLimitDescriptor
+	first descBlock
 }
 
 func (r *wireReader) tag() (protowire.Number, protowire.Type, bool) {
@@ -133,13 +147,16 @@ func (r *wireReader) inner() (wireReader, bool) {
 	return wireReader{b: r.b, i: start, end: end, text: r.text}, true
 }
 
-// descriptor reads a descriptor of entries only.
-func (r *wireReader) descriptor() (*commonrl.RateLimitDescriptor, bool) {
+// descriptor reads a descriptor of entries only, into blk (a new block
+// when nil).
+func (r *wireReader) descriptor(blk *descBlock) (*commonrl.RateLimitDescriptor, bool) {
 	in, ok := r.inner()
 	if !ok {
 		return nil, false
 	}
-	blk := new(descBlock)
+	if blk == nil {
+		blk = new(descBlock)
+	}
 	d := &blk.d
 	for in.i < in.end {
 		num, typ, ok := in.tag()
