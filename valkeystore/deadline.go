@@ -18,9 +18,11 @@ import (
 // valkey-go (v1.0.79) returns by the context's deadline on every path a
 // call takes on an open connection. Two paths do not:
 //   - A call that needs a connection while another call is opening it
-//     (after the previous one failed) waits for that call's dial and
-//     handshake, which end at that call's deadline (at the dial timeout
-//     for valkey-go's own calls, such as a cluster's slot map). Against a
+//     (valkey-go opens a node's connections on first use, and again after
+//     one failed) waits for that call's dial and handshake, which end at
+//     that call's deadline (at the dial timeout for valkey-go's own calls,
+//     such as a cluster's slot map), and fails with that call's error if
+//     they do (classify counts it as saying nothing). Against a
 //     server that accepts and never answers, a 50ms call behind a 1s
 //     call's handshake returns after a second.
 //   - A pipeline of ClientOption.BlockingPipeline commands or more goes on
