@@ -3,7 +3,9 @@
 #
 # docs/envoy-bench.md's side-by-side run: envoyproxy/ratelimit (the binary
 # UPSTREAM, built from its repository outside this one) and `sluice serve`
-# (each SLUICE binary: several compare builds), each with a Valkey of its
+# (each SLUICE binary: several compare builds; a binary named servefloor,
+# benchmarks/cmd/servefloor, is shown as the floor of a service deciding on
+# Valkey), each with a Valkey of its
 # own, started with the same environment and configuration
 # (docs/envoy-bench), then loaded one after the other for DURATION each:
 # HTTP POST /json from wrk (2 threads, 64 connections, docs/envoy-bench.lua),
@@ -90,6 +92,7 @@ for bin in "$@"; do
 	sleep 0.3
 	args=(serve)
 	name="sluice $(basename "$bin")"
+	[ "$(basename "$bin")" = servefloor ] && name="floor (servefloor)"
 	if [ "$i" = 0 ]; then
 		args=()
 		name="envoyproxy/ratelimit"
