@@ -165,7 +165,9 @@ func TestEnvoyGRPCMutualTLS(t *testing.T) {
 // TestEnvoyGRPCServerCertReload: the server certificate is read again when
 // its files change: after new files are renamed over them (as upstream's
 // TestReloadGRPCServerCerts does), clients trusting the new CA connect and
-// those trusting only the old one no longer do.
+// those trusting only the old one no longer do. While the new certificate
+// is there without its key, the pair does not load: that is logged and
+// the old certificate is still served.
 func TestEnvoyGRPCServerCertReload(t *testing.T) {
 	dir := t.TempDir()
 	ca1, ca2 := newTestCA(t, "first"), newTestCA(t, "second")
@@ -183,6 +185,12 @@ func TestEnvoyGRPCServerCertReload(t *testing.T) {
 	newCert, newKey := writeBytes(t, filepath.Join(dir, "new.crt"), c2), writeBytes(t, filepath.Join(dir, "new.key"), k2)
 	if err := os.Rename(newCert, certFile); err != nil {
 		t.Fatal(err)
+	}
+	waitFor(t, p, "the certificate without its key logged", func() bool {
+		return strings.Contains(p.Logs(), "gRPC server certificate not reloaded; the one being served stays")
+	})
+	if err := callTLS(t, p.GRPC, trusting(ca1)); err != nil {
+		t.Fatalf("the old certificate is not served while the new one has not its key: %v", err)
 	}
 	if err := os.Rename(newKey, keyFile); err != nil {
 		t.Fatal(err)
@@ -262,7 +270,7 @@ func caErrors(t *testing.T, p *proc, errPart string) int {
 // TestEnvoyGRPCClientCAReload: the client CA is read again when its file
 // changes: a client certificate of a new CA is refused until the file
 // holds that CA and accepted after it, and one of the old CA is refused
-// after.
+// on new connections after; a connection made before stays.
 func TestEnvoyGRPCClientCAReload(t *testing.T) {
 	serverCA, oldCA, newCA := newTestCA(t, "server CA"), newTestCA(t, "old client CA"), newTestCA(t, "new client CA")
 	caFile := writeBytes(t, filepath.Join(t.TempDir(), "client-ca.pem"), oldCA.pem)
@@ -274,10 +282,28 @@ func TestEnvoyGRPCClientCAReload(t *testing.T) {
 	if err := callTLS(t, p.GRPC, newClient); err == nil {
 		t.Fatal("a client of the new CA was answered before the file held it")
 	}
+	conn, err := grpc.NewClient(p.GRPC, grpc.WithTransportCredentials(credentials.NewTLS(oldClient)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	call := func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		_, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "ps",
+			Descriptors: []*commonrl.RateLimitDescriptor{{Entries: []*commonrl.RateLimitDescriptor_Entry{{Key: "slow", Value: "tls"}}}}})
+		return err
+	}
+	if err := call(); err != nil {
+		t.Fatalf("a connection of the old CA: %v", err)
+	}
 	renameOver(t, caFile, newCA.pem)
 	waitFor(t, p, "a client of the new CA answered", func() bool { return callTLS(t, p.GRPC, newClient) == nil })
 	if err := callTLS(t, p.GRPC, oldClient); err == nil {
 		t.Error("a client of the old CA is answered after the file no longer holds it")
+	}
+	if err := call(); err != nil {
+		t.Errorf("the connection of the old CA made before the change: %v", err)
 	}
 	if !strings.Contains(p.Logs(), "gRPC client CA reloaded") {
 		t.Errorf("the reload is not logged:\n%s", p.Logs())
