@@ -192,9 +192,10 @@ func (sc *ServerCerts) reload() {
 const CertPoll = 10 * time.Second
 
 // Watch reloads the certificate and the client CA when their files
-// change, until ctx ends: it watches their directories (so that files renamed over them, and a
-// Kubernetes Secret's ..data swap, are seen; events are debounced by
-// 100ms) and reads them every CertPoll whatever the watch says.
+// change, until ctx ends: it watches their directories (so that files
+// renamed over them, and a Kubernetes Secret's ..data swap, are seen;
+// events are debounced by 100ms) and reads them every CertPoll whatever
+// the watch says.
 func (sc *ServerCerts) Watch(ctx context.Context) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
