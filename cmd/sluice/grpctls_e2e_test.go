@@ -8,11 +8,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,7 +165,9 @@ func TestEnvoyGRPCMutualTLS(t *testing.T) {
 // TestEnvoyGRPCServerCertReload: the server certificate is read again when
 // its files change: after new files are renamed over them (as upstream's
 // TestReloadGRPCServerCerts does), clients trusting the new CA connect and
-// those trusting only the old one no longer do.
+// those trusting only the old one no longer do. While the new certificate
+// is there without its key, the pair does not load: that is logged and
+// the old certificate is still served.
 func TestEnvoyGRPCServerCertReload(t *testing.T) {
 	dir := t.TempDir()
 	ca1, ca2 := newTestCA(t, "first"), newTestCA(t, "second")
@@ -182,6 +186,12 @@ func TestEnvoyGRPCServerCertReload(t *testing.T) {
 	if err := os.Rename(newCert, certFile); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, p, "the certificate without its key logged", func() bool {
+		return strings.Contains(p.Logs(), "gRPC server certificate not reloaded; the one being served stays")
+	})
+	if err := callTLS(t, p.GRPC, trusting(ca1)); err != nil {
+		t.Fatalf("the old certificate is not served while the new one has not its key: %v", err)
+	}
 	if err := os.Rename(newKey, keyFile); err != nil {
 		t.Fatal(err)
 	}
@@ -196,4 +206,142 @@ func TestEnvoyGRPCServerCertReload(t *testing.T) {
 	if err := callTLS(t, p.GRPC, trusting(ca1)); err == nil {
 		t.Error("a client trusting only the first CA still connects")
 	}
+}
+
+// mtlsEnvoyEnv starts sluice serve with a server certificate of serverCA
+// and GRPC_CLIENT_TLS_CACERT=caFile; client makes clients trusting
+// serverCA with a client certificate of ca.
+func mtlsEnvoyEnv(t *testing.T, serverCA *testCA, caFile string) (p *proc, client func(ca *testCA) *tls.Config) {
+	t.Helper()
+	dir := t.TempDir()
+	sc, sk := serverCA.issue(t, x509.ExtKeyUsageServerAuth, "localhost")
+	p = tlsEnvoyEnv(t, "GRPC_SERVER_TLS_CERT="+writeBytes(t, filepath.Join(dir, "s.pem"), sc),
+		"GRPC_SERVER_TLS_KEY="+writeBytes(t, filepath.Join(dir, "s.key"), sk), "GRPC_CLIENT_TLS_CACERT="+caFile)
+	return p, func(ca *testCA) *tls.Config {
+		c, k := ca.issue(t, x509.ExtKeyUsageClientAuth, "localhost")
+		pair, err := tls.X509KeyPair(c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &tls.Config{RootCAs: serverCA.pool, ServerName: "localhost", Certificates: []tls.Certificate{pair}}
+	}
+}
+
+// renameOver writes data next to path and renames it over path, as
+// Kubernetes and certificate managers replace files.
+func renameOver(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.Rename(writeBytes(t, path+".new", data), path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reloadWait is how long a file change may take to be read: the watch's
+// debounce, or at worst the poll.
+const reloadWait = envoy.CertPoll + 5*time.Second
+
+// waitFor polls cond until it holds, failing after reloadWait.
+func waitFor(t *testing.T, p *proc, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(reloadWait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %v:\n%s", what, reloadWait, p.Logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// caErrors counts the errors logged for a client CA that did not load
+// whose err holds errPart.
+func caErrors(t *testing.T, p *proc, errPart string) int {
+	t.Helper()
+	n := 0
+	for _, line := range strings.Split(p.Logs(), "\n") {
+		var l struct{ Level, Msg, Err string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Level == "ERROR" &&
+			l.Msg == "gRPC client CA not reloaded; the last good one stays" && strings.Contains(l.Err, errPart) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestEnvoyGRPCClientCAReload: the client CA is read again when its file
+// changes: a client certificate of a new CA is refused until the file
+// holds that CA and accepted after it, and one of the old CA is refused
+// on new connections after; a connection made before stays.
+func TestEnvoyGRPCClientCAReload(t *testing.T) {
+	serverCA, oldCA, newCA := newTestCA(t, "server CA"), newTestCA(t, "old client CA"), newTestCA(t, "new client CA")
+	caFile := writeBytes(t, filepath.Join(t.TempDir(), "client-ca.pem"), oldCA.pem)
+	p, client := mtlsEnvoyEnv(t, serverCA, caFile)
+	oldClient, newClient := client(oldCA), client(newCA)
+	if err := callTLS(t, p.GRPC, oldClient); err != nil {
+		t.Fatalf("a client of the CA in the file: %v", err)
+	}
+	if err := callTLS(t, p.GRPC, newClient); err == nil {
+		t.Fatal("a client of the new CA was answered before the file held it")
+	}
+	conn, err := grpc.NewClient(p.GRPC, grpc.WithTransportCredentials(credentials.NewTLS(oldClient)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	call := func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		_, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "ps",
+			Descriptors: []*commonrl.RateLimitDescriptor{{Entries: []*commonrl.RateLimitDescriptor_Entry{{Key: "slow", Value: "tls"}}}}})
+		return err
+	}
+	if err := call(); err != nil {
+		t.Fatalf("a connection of the old CA: %v", err)
+	}
+	renameOver(t, caFile, newCA.pem)
+	waitFor(t, p, "a client of the new CA answered", func() bool { return callTLS(t, p.GRPC, newClient) == nil })
+	if err := callTLS(t, p.GRPC, oldClient); err == nil {
+		t.Error("a client of the old CA is answered after the file no longer holds it")
+	}
+	if err := call(); err != nil {
+		t.Errorf("the connection of the old CA made before the change: %v", err)
+	}
+	if !strings.Contains(p.Logs(), "gRPC client CA reloaded") {
+		t.Errorf("the reload is not logged:\n%s", p.Logs())
+	}
+}
+
+// TestEnvoyGRPCClientCABrokenKeepsLast: a client CA file that holds no
+// PEM certificate, or is gone, is logged as an error and the last good CA
+// stays: its clients are answered, others and clients without a
+// certificate still refused; a good file after it is read.
+func TestEnvoyGRPCClientCABrokenKeepsLast(t *testing.T) {
+	serverCA, goodCA, otherCA := newTestCA(t, "server CA"), newTestCA(t, "client CA"), newTestCA(t, "other CA")
+	caFile := writeBytes(t, filepath.Join(t.TempDir(), "client-ca.pem"), goodCA.pem)
+	p, client := mtlsEnvoyEnv(t, serverCA, caFile)
+	goodClient, otherClient := client(goodCA), client(otherCA)
+	noCert := &tls.Config{RootCAs: serverCA.pool, ServerName: "localhost"}
+	if err := callTLS(t, p.GRPC, goodClient); err != nil {
+		t.Fatalf("a client of the CA in the file: %v", err)
+	}
+	keeps := func(state string) {
+		t.Helper()
+		if err := callTLS(t, p.GRPC, goodClient); err != nil {
+			t.Errorf("%s: a client of the last good CA is refused: %v", state, err)
+		}
+		for what, tc := range map[string]*tls.Config{"without a client certificate": noCert, "of another CA": otherClient} {
+			if err := callTLS(t, p.GRPC, tc); err == nil {
+				t.Errorf("%s: a client %s is answered", state, what)
+			}
+		}
+	}
+	renameOver(t, caFile, []byte("not a certificate\n"))
+	waitFor(t, p, "the CA without a PEM certificate logged", func() bool { return caErrors(t, p, "no PEM certificate found") > 0 })
+	keeps("no PEM certificate")
+	if err := os.Remove(caFile); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, p, "the missing CA file logged", func() bool { return caErrors(t, p, "no such file") > 0 })
+	keeps("no file")
+	renameOver(t, caFile, otherCA.pem)
+	waitFor(t, p, "a client of the CA in the good file answered", func() bool { return callTLS(t, p.GRPC, otherClient) == nil })
 }

@@ -19,8 +19,9 @@ import (
 // GRPC_SERVER_USE_TLS=true: the gRPC port serves TLS with the certificate
 // GRPC_SERVER_TLS_CERT and key GRPC_SERVER_TLS_KEY, reloaded when the files
 // change, as envoyproxy/ratelimit does. GRPC_CLIENT_TLS_CACERT makes it
-// require a client certificate signed by that CA, and GRPC_CLIENT_TLS_SAN
-// a client certificate for that name.
+// require a client certificate signed by that CA (also reloaded when the
+// file changes, which upstream does not), and GRPC_CLIENT_TLS_SAN a client
+// certificate for that name.
 
 // GRPCTLS is the gRPC server's TLS from the environment.
 type GRPCTLS struct {
@@ -57,13 +58,21 @@ func (e *Env) readGRPCTLS(get func(k, def string) string, boolean func(string, b
 	e.GRPCTLS = t
 }
 
-// ServerCerts is the gRPC server's certificate, read from its files and
-// read again when they change (Watch).
+// ServerCerts is the gRPC server's certificate and, under
+// GRPC_CLIENT_TLS_CACERT, the client CA, read from their files and read
+// again when they change (Watch).
 type ServerCerts struct {
 	t    GRPCTLS
 	log  *slog.Logger
 	cert atomic.Pointer[tls.Certificate]
 	sum  [32]byte // of the files the certificate was read from
+	// base is the configuration of handshakes but for the client CA;
+	// forClient is base with the client CA being used (caSum that of
+	// its file), the configuration of each new handshake. Nil without
+	// GRPC_CLIENT_TLS_CACERT.
+	base      *tls.Config
+	forClient atomic.Pointer[tls.Config]
+	caSum     [32]byte
 }
 
 // ServerConfig loads the certificate, and the client CA when set, and
@@ -71,6 +80,8 @@ type ServerCerts struct {
 // certificates required and verified under GRPC_CLIENT_TLS_CACERT, their
 // name checked under GRPC_CLIENT_TLS_SAN) with the certificates to watch.
 // A file that does not load is an error: the service refuses to start.
+// Each handshake takes the client CA last loaded (GetConfigForClient), so
+// a reloaded CA applies to the connections made after it.
 func (t *GRPCTLS) ServerConfig(log *slog.Logger) (*tls.Config, *ServerCerts, error) {
 	sc := &ServerCerts{t: *t, log: log}
 	if _, err := sc.load(); err != nil {
@@ -78,17 +89,6 @@ func (t *GRPCTLS) ServerConfig(log *slog.Logger) (*tls.Config, *ServerCerts, err
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"},
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return sc.cert.Load(), nil }}
-	if t.ClientCAFile != "" {
-		pem, err := os.ReadFile(t.ClientCAFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("GRPC_CLIENT_TLS_CACERT: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, nil, fmt.Errorf("GRPC_CLIENT_TLS_CACERT %s: no PEM certificate found", t.ClientCAFile)
-		}
-		tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
-	}
 	if san := t.ClientSAN; san != "" {
 		tc.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
 			if len(chains) == 0 || len(chains[0]) == 0 {
@@ -100,6 +100,15 @@ func (t *GRPCTLS) ServerConfig(log *slog.Logger) (*tls.Config, *ServerCerts, err
 			}
 			return nil
 		}
+	}
+	if t.ClientCAFile != "" {
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+		sc.base = tc.Clone()
+		if _, err := sc.loadCA(); err != nil {
+			return nil, nil, err
+		}
+		tc.ClientCAs = sc.forClient.Load().ClientCAs
+		tc.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) { return sc.forClient.Load(), nil }
 	}
 	return tc, sc, nil
 }
@@ -129,9 +138,35 @@ func (sc *ServerCerts) load() (bool, error) {
 	return true, nil
 }
 
+// loadCA reads the client CA file and, when it differs from the one in
+// use, makes new handshakes verify client certificates against it; it
+// reports whether it did. A file that cannot be read or holds no PEM
+// certificate is an error and the CA in use stays: client certificates
+// are never left unverified.
+func (sc *ServerCerts) loadCA() (bool, error) {
+	data, err := os.ReadFile(sc.t.ClientCAFile)
+	if err != nil {
+		return false, fmt.Errorf("GRPC_CLIENT_TLS_CACERT: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	if sc.forClient.Load() != nil && sum == sc.caSum {
+		return false, nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return false, fmt.Errorf("GRPC_CLIENT_TLS_CACERT %s: no PEM certificate found", sc.t.ClientCAFile)
+	}
+	c := sc.base.Clone()
+	c.ClientCAs = pool
+	sc.caSum = sum
+	sc.forClient.Store(c)
+	return true, nil
+}
+
 // reload reads the files again, logging the outcome: a pair that does not
 // load (such as a certificate replaced before its key) is logged, and the
-// certificate being served stays until a good pair is there.
+// certificate being served stays until a good pair is there; a client CA
+// that does not load is logged as an error, and the last good one stays.
 func (sc *ServerCerts) reload() {
 	changed, err := sc.load()
 	switch {
@@ -140,23 +175,38 @@ func (sc *ServerCerts) reload() {
 	case changed:
 		sc.log.Info("gRPC server certificate reloaded", "cert", sc.t.CertFile, "key", sc.t.KeyFile)
 	}
+	if sc.base == nil {
+		return
+	}
+	changed, err = sc.loadCA()
+	switch {
+	case err != nil:
+		sc.log.Error("gRPC client CA not reloaded; the last good one stays", "client_ca", sc.t.ClientCAFile, "err", err.Error())
+	case changed:
+		sc.log.Info("gRPC client CA reloaded", "client_ca", sc.t.ClientCAFile)
+	}
 }
 
-// CertPoll is how often the certificate files are read besides their
-// watch (for file systems that send no notifications).
+// CertPoll is how often the certificate and client CA files are read
+// besides their watch (for file systems that send no notifications).
 const CertPoll = 10 * time.Second
 
-// Watch reloads the certificate when its files change, until ctx ends:
-// it watches their directories (so that files renamed over them, and a
-// Kubernetes Secret's ..data swap, are seen; events are debounced by
-// 100ms) and reads them every CertPoll whatever the watch says.
+// Watch reloads the certificate and the client CA when their files
+// change, until ctx ends: it watches their directories (so that files
+// renamed over them, and a Kubernetes Secret's ..data swap, are seen;
+// events are debounced by 100ms) and reads them every CertPoll whatever
+// the watch says.
 func (sc *ServerCerts) Watch(ctx context.Context) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		sc.log.Warn("cannot watch the gRPC certificate files; they are read every "+CertPoll.String(), "err", err.Error())
 	} else {
 		defer w.Close()
-		for _, d := range []string{filepath.Dir(sc.t.CertFile), filepath.Dir(sc.t.KeyFile)} {
+		dirs := []string{filepath.Dir(sc.t.CertFile), filepath.Dir(sc.t.KeyFile)}
+		if sc.base != nil {
+			dirs = append(dirs, filepath.Dir(sc.t.ClientCAFile))
+		}
+		for _, d := range dirs {
 			if err := w.Add(d); err != nil {
 				sc.log.Warn("cannot watch the gRPC certificate directory; it is read every "+CertPoll.String(), "dir", d, "err", err.Error())
 			}
