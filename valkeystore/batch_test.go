@@ -141,6 +141,21 @@ func TestDenyCacheFlood(t *testing.T) {
 	for range 3 {
 		l.Allow(ctx, "flooded")
 	}
+	// The cache answers once the store's delete notices reach it (its
+	// subscription is live), which on a loaded machine may come after the
+	// first decisions: until then every refusal goes to the server. Wait
+	// (up to 5s) for one refusal answered without a script call.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		n := scriptCalls(t, c)
+		l.Allow(ctx, "flooded")
+		if scriptCalls(t, c) == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no refusal answered by the deny cache within 5s: the store's subscription never became live")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	before := scriptCalls(t, c)
 	var wg sync.WaitGroup
 	var allowed atomic.Int64
