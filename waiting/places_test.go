@@ -23,8 +23,8 @@ func TestPlacesBounds(t *testing.T) {
 	if p.Enter([]key{a}) || p.Enter([]key{b, a}) {
 		t.Fatal("a key past its bound entered")
 	}
-	if p.Waiting() != 2 || p.keys() != 2 {
-		t.Fatalf("a refused Enter took a place: %d waiting, %d keys", p.Waiting(), p.keys())
+	if p.Waiting() != 2 || p.Keys() != 2 {
+		t.Fatalf("a refused Enter took a place: %d waiting, %d keys", p.Waiting(), p.Keys())
 	}
 	if !p.Enter([]key{c}) {
 		t.Fatal("another limit's key is bounded with the first's")
@@ -39,8 +39,8 @@ func TestPlacesBounds(t *testing.T) {
 	p.Leave([]key{b})
 	p.Leave([]key{a})
 	p.Leave([]key{c})
-	if p.Waiting() != 0 || p.keys() != 0 {
-		t.Fatalf("after all left: %d waiting, %d keys", p.Waiting(), p.keys())
+	if p.Waiting() != 0 || p.Keys() != 0 {
+		t.Fatalf("after all left: %d waiting, %d keys", p.Waiting(), p.Keys())
 	}
 }
 
@@ -114,8 +114,8 @@ func TestPlacesConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if p.Waiting() != 0 || p.keys() != 0 {
-		t.Fatalf("after all left: %d waiting, %d keys", p.Waiting(), p.keys())
+	if p.Waiting() != 0 || p.Keys() != 0 {
+		t.Fatalf("after all left: %d waiting, %d keys", p.Waiting(), p.Keys())
 	}
 }
 

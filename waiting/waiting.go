@@ -83,8 +83,9 @@ func (p *Places[K]) Waiting() int {
 	return p.total
 }
 
-// keys returns the number of limits and keys with a waiter (tests).
-func (p *Places[K]) keys() int {
+// Keys returns the number of limits and keys with a waiter now: the
+// entries Places holds, at most Waiting times the keys of a request.
+func (p *Places[K]) Keys() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.perKey)
