@@ -1,12 +1,9 @@
-// Package waiting is what a request refused for now shares with every
-// other when it waits for admission instead of being refused: the waiting
-// places that bound how many wait at once ([Places]), and the schedule of
-// its next decisions ([Schedule]). httplimit (Limit.Wait), grpclimit
-// (Limit.Wait) and sluice serve (a policy's wait) wait with it; each
-// validates its own bounds, decides, sleeps and counts its outcomes.
-//
-// A waiting request takes nothing: a refused decision takes nothing, and
-// it decides again only when its pause is over.
+// Package waiting holds what requests waiting for admission, instead of
+// being refused at once, have in common: the waiting places that bound
+// how many wait at once ([Places]), and when a refused request decides
+// again ([Schedule]). httplimit and grpclimit (Limit.Wait) and sluice
+// serve (a policy's wait) wait with it; each validates its own bounds,
+// decides, sleeps and counts its outcomes.
 package waiting
 
 import "sync"
