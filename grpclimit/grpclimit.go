@@ -44,6 +44,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/waiting"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -162,7 +163,7 @@ type Interceptor struct {
 	cfg     Config
 	methods []map[string]bool
 	waits   bool // some limit has a Wait
-	waiters *waiters
+	waiters *waiting.Places[waitKey]
 }
 
 // ErrInvalidConfig is returned by New for a Config it cannot honour.
@@ -176,7 +177,7 @@ func New(cfg Config) (*Interceptor, error) {
 	if err := checkWait(&cfg); err != nil {
 		return nil, err
 	}
-	in := &Interceptor{cfg: cfg, waiters: &waiters{max: cfg.MaxWaiting, maxPerKey: cfg.MaxWaitingPerKey, perKey: map[waitKey]int{}}}
+	in := &Interceptor{cfg: cfg, waiters: waiting.NewPlaces[waitKey](cfg.MaxWaiting, cfg.MaxWaitingPerKey)}
 	for i, l := range cfg.Limits {
 		in.waits = in.waits || l.Wait > 0
 		if err := l.check(i); err != nil {

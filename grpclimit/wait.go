@@ -3,11 +3,10 @@ package grpclimit
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/waiting"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -21,55 +20,16 @@ const (
 	DefaultMaxWaitingPerKey = 10
 )
 
-// waiters bounds the calls waiting at once, in total and per limit and
-// key; it holds an entry only per (limit, key) with a waiter.
-type waiters struct {
-	mu        sync.Mutex
-	total     int
-	max       int
-	maxPerKey int
-	perKey    map[waitKey]int
-}
-
+// waitKey names a limit (its index in Config.Limits) and key of a
+// waiting place.
 type waitKey struct {
 	limit int
 	key   string
 }
 
-func (w *waiters) enter(keys []waitKey) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.total >= w.max {
-		return false
-	}
-	for _, k := range keys {
-		if w.perKey[k] >= w.maxPerKey {
-			return false
-		}
-	}
-	w.total++
-	for _, k := range keys {
-		w.perKey[k]++
-	}
-	return true
-}
-
-func (w *waiters) leave(keys []waitKey) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.total--
-	for _, k := range keys {
-		if w.perKey[k]--; w.perKey[k] <= 0 {
-			delete(w.perKey, k)
-		}
-	}
-}
-
 // Waiting returns the number of calls waiting for admission now.
 func (in *Interceptor) Waiting() int {
-	in.waiters.mu.Lock()
-	defer in.waiters.mu.Unlock()
-	return in.waiters.total
+	return in.waiters.Waiting()
 }
 
 // checkWait validates the waiting bounds of cfg and its limits, and
@@ -100,51 +60,16 @@ func checkWait(cfg *Config) error {
 
 // nextTry returns how long d, refused after waiting elapsed and deciding
 // tries+1 times, waits before deciding again, and false when it must not
-// wait: a refusing rate limit's RetryAfter is exact, and a wait past the
-// least Wait of the refusing limits fails at once; an in-flight limit's
-// RetryAfter is only an upper bound (a release may free a slot sooner),
-// so while one refuses the call tries again every leasePoll (up to its
-// RetryAfter and the bound), until the bound has passed.
+// wait (waiting.Schedule, with each refusing limit's Wait).
 func (in *Interceptor) nextTry(d sluice.Decision, limits []int, elapsed time.Duration, tries int) (time.Duration, bool) {
-	bound := time.Duration(-1)
-	var rate time.Duration
-	lease := time.Duration(-1)
+	var s waiting.Schedule
 	for j, res := range d.Results {
-		if res.Allowed {
-			continue
-		}
-		l := in.cfg.Limits[limits[j]]
-		if bound < 0 || l.Wait < bound {
-			bound = l.Wait
-		}
-		if l.Limiter.Rule().Algorithm == driver.AlgorithmInFlight {
-			lease = max(lease, res.RetryAfter)
-		} else {
-			rate = max(rate, res.RetryAfter)
+		if !res.Allowed {
+			l := in.cfg.Limits[limits[j]]
+			s.Refused(l.Wait, res.RetryAfter, l.Limiter.Rule().Algorithm)
 		}
 	}
-	return waitDelay(rate, lease, bound-elapsed, tries)
-}
-
-// leasePoll is the first pause of a call waiting for an in-flight slot;
-// each next pause doubles it, up to maxLeasePoll.
-const (
-	leasePoll    = 5 * time.Millisecond
-	maxLeasePoll = 100 * time.Millisecond
-)
-
-// waitDelay is the pause before the next decision of a refused call with
-// left of its wait bound to go, and whether it waits at all: rate is the
-// longest RetryAfter of the refusing rate limits (0 for none), lease the
-// longest of the refusing in-flight limits (negative for none), tries how
-// many pauses came before. (httplimit's twin.)
-func waitDelay(rate, lease, left time.Duration, tries int) (time.Duration, bool) {
-	delay := max(rate, time.Millisecond)
-	if lease >= 0 {
-		poll := min(leasePoll<<min(tries, 5), maxLeasePoll, max(lease, time.Millisecond), left)
-		delay = max(rate, poll)
-	}
-	return delay, left > 0 && delay <= left
+	return s.Next(elapsed, tries)
 }
 
 // decideWaiting decides checks (limits[i] the index in Config.Limits of
@@ -169,7 +94,7 @@ func (in *Interceptor) decideWaiting(ctx context.Context, checks []sluice.Check,
 	entered := false
 	defer func() {
 		if entered {
-			in.waiters.leave(keys)
+			in.waiters.Leave(keys)
 		}
 	}()
 	for tries := 0; !d.Allowed; tries++ {
@@ -178,7 +103,7 @@ func (in *Interceptor) decideWaiting(ctx context.Context, checks []sluice.Check,
 			return d, nil
 		}
 		if !entered {
-			if entered = in.waiters.enter(keys); !entered {
+			if entered = in.waiters.Enter(keys); !entered {
 				return d, nil
 			}
 		}

@@ -107,6 +107,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/waiting"
 )
 
 // A Limit is one limiter applied to requests.
@@ -234,7 +235,7 @@ type Middleware struct {
 	cfg     Config
 	limits  []limit
 	waits   bool // some limit has a Wait
-	waiters *waiters
+	waiters *waiting.Places[waitKey]
 }
 
 type limit struct {
@@ -259,7 +260,7 @@ func New(cfg Config) (*Middleware, error) {
 	if cfg.MaxWaitingPerKey == 0 {
 		cfg.MaxWaitingPerKey = DefaultMaxWaitingPerKey
 	}
-	m := &Middleware{cfg: cfg, waiters: newWaiters(cfg.MaxWaiting, cfg.MaxWaitingPerKey)}
+	m := &Middleware{cfg: cfg, waiters: waiting.NewPlaces[waitKey](cfg.MaxWaiting, cfg.MaxWaitingPerKey)}
 	names := make(map[string]int, len(cfg.Limits))
 	for i, l := range cfg.Limits {
 		name, err := l.checkedName(i)

@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/waiting"
 )
 
 // Waiting instead of refusing (Limit.Wait, Config.MaxWaiting,
@@ -19,62 +18,16 @@ const (
 	DefaultMaxWaitingPerKey = 10
 )
 
-// waiters bounds the requests waiting at once: in total, and per limit and
-// key. It holds an entry only per (limit, key) with a waiter, so its memory
-// is bounded by the total.
-type waiters struct {
-	mu         sync.Mutex
-	total, max int
-	perKey     map[waitKey]int
-	maxPerKey  int
-}
-
+// waitKey names a limit (its index in Config.Limits) and key of a
+// waiting place.
 type waitKey struct {
 	limit int
 	key   string
 }
 
-func newWaiters(maxTotal, maxPerKey int) *waiters {
-	return &waiters{max: maxTotal, maxPerKey: maxPerKey, perKey: map[waitKey]int{}}
-}
-
-// enter takes a waiting place for keys, or reports false (taking none)
-// when the total or a key's bound is reached.
-func (w *waiters) enter(keys []waitKey) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.total >= w.max {
-		return false
-	}
-	for _, k := range keys {
-		if w.perKey[k] >= w.maxPerKey {
-			return false
-		}
-	}
-	w.total++
-	for _, k := range keys {
-		w.perKey[k]++
-	}
-	return true
-}
-
-// leave gives back the place enter took for keys.
-func (w *waiters) leave(keys []waitKey) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.total--
-	for _, k := range keys {
-		if w.perKey[k]--; w.perKey[k] <= 0 {
-			delete(w.perKey, k)
-		}
-	}
-}
-
 // Waiting returns the number of requests waiting for admission now.
 func (m *Middleware) Waiting() int {
-	m.waiters.mu.Lock()
-	defer m.waiters.mu.Unlock()
-	return m.waiters.total
+	return m.waiters.Waiting()
 }
 
 // checkWaitConfig validates the waiting bounds of cfg and of its limits,
@@ -97,64 +50,18 @@ func checkWaitConfig(cfg *Config) error {
 	return nil
 }
 
-// waitBound returns how long st may still wait, all told, for its
-// refusing limits: the least Wait among them (0 when one does not wait).
-func (m *Middleware) waitBound(st *Status, applied []int) time.Duration {
-	bound := time.Duration(-1)
-	for j, ls := range st.Limits {
-		if ls.Result.Allowed {
-			continue
-		}
-		w := m.limits[applied[j]].Wait
-		if bound < 0 || w < bound {
-			bound = w
-		}
-	}
-	return max(bound, 0)
-}
-
 // nextTry returns how long st, refused after waiting elapsed and deciding
 // tries+1 times, waits before deciding again, and false when it must not
-// wait: a refusing rate limit's RetryAfter is exact, and a wait past the
-// bound is refused at once; an in-flight limit's RetryAfter is only an
-// upper bound (a release may free a slot sooner), so while one refuses
-// the request tries again every leasePoll (up to its RetryAfter and the
-// bound), until the bound has passed.
+// wait (waiting.Schedule, with each refusing limit's Wait).
 func (m *Middleware) nextTry(st *Status, applied []int, elapsed time.Duration, tries int) (time.Duration, bool) {
-	left := m.waitBound(st, applied) - elapsed
-	var rate time.Duration
-	lease := time.Duration(-1)
+	var s waiting.Schedule
 	for j, ls := range st.Limits {
-		switch {
-		case ls.Result.Allowed:
-		case m.limits[applied[j]].Limiter.Rule().Algorithm == driver.AlgorithmInFlight:
-			lease = max(lease, ls.Result.RetryAfter)
-		default:
-			rate = max(rate, ls.Result.RetryAfter)
+		if !ls.Result.Allowed {
+			l := m.limits[applied[j]]
+			s.Refused(l.Wait, ls.Result.RetryAfter, l.Limiter.Rule().Algorithm)
 		}
 	}
-	return waitDelay(rate, lease, left, tries)
-}
-
-// leasePoll is the first pause of a request waiting for an in-flight
-// slot; each next pause doubles it, up to maxLeasePoll.
-const (
-	leasePoll    = 5 * time.Millisecond
-	maxLeasePoll = 100 * time.Millisecond
-)
-
-// waitDelay is the pause before the next decision of a refused request
-// with left of its wait bound to go, and whether it waits at all: rate is
-// the longest RetryAfter of the refusing rate limits (0 for none), lease
-// the longest of the refusing in-flight limits (negative for none), tries
-// how many pauses came before.
-func waitDelay(rate, lease, left time.Duration, tries int) (time.Duration, bool) {
-	delay := max(rate, time.Millisecond)
-	if lease >= 0 {
-		poll := min(leasePoll<<min(tries, 5), maxLeasePoll, max(lease, time.Millisecond), left)
-		delay = max(rate, poll)
-	}
-	return delay, left > 0 && delay <= left
+	return s.Next(elapsed, tries)
 }
 
 // checkWaiting is Check, waiting for admission while the refusing limits
@@ -179,7 +86,7 @@ func (m *Middleware) checkWaiting(r *http.Request) (*Status, error) {
 	entered := false
 	defer func() {
 		if entered {
-			m.waiters.leave(keys)
+			m.waiters.Leave(keys)
 		}
 	}()
 	for tries := 0; !st.Allowed; tries++ {
@@ -188,7 +95,7 @@ func (m *Middleware) checkWaiting(r *http.Request) (*Status, error) {
 			return st, nil
 		}
 		if !entered {
-			if entered = m.waiters.enter(keys); !entered {
+			if entered = m.waiters.Enter(keys); !entered {
 				return st, nil
 			}
 		}

@@ -16,7 +16,7 @@ const root = "../.."
 // library are the packages of the library module a user may import.
 var library = []string{
 	"", "/clientip", "/httplimit", "/httplimit/sfvtest", "/login", "/luascript", "/memstore",
-	"/sluicetest", "/valkeystore", "/valkeytest", "/valkeytest/spawn", "/valkeytest/syncbuf",
+	"/sluicetest", "/valkeystore", "/valkeytest", "/valkeytest/spawn", "/valkeytest/syncbuf", "/waiting",
 }
 
 // heavy are the service's dependencies, which a user of the library must

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/cmd/sluice/internal/envoy"
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/sluiceprom"
+	"github.com/sluicehq/sluice/waiting"
 )
 
 // Defaults for Options.
@@ -92,9 +93,10 @@ type Server struct {
 	wrongToken logThrottle // admin requests with a wrong token
 	state      atomic.Pointer[state]
 	applyMu    sync.Mutex
-	// waiters are the requests waiting for admission (wait.go), counted
-	// in waitsTotal.
-	waiters    *waiters
+	// waiters are the places of the requests waiting for admission
+	// (wait.go), counted in waitsTotal: they outlive the configurations (a
+	// reload changes their bounds, not who waits).
+	waiters    *waiting.Places[waitKey]
 	waitsTotal *prometheus.CounterVec
 	// lastSum is the SHA-256 of the configuration file being served.
 	lastSum    [32]byte
@@ -201,7 +203,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 	}
 	s.warnValkeyChange(cfg)
 	s.serve(st)
-	s.waiters.setBounds(cfg.MaxWaiting, cfg.MaxWaitingPerKey)
+	s.setWaitBounds(cfg.MaxWaiting, cfg.MaxWaitingPerKey)
 	for _, w := range cfg.ForwardAuth.Warnings(cfg.Source) {
 		s.log.Warn(w)
 	}

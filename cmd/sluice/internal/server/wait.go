@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/config"
+	"github.com/sluicehq/sluice/waiting"
 )
 
 // Waiting instead of refusing (a policy's wait): a request its policies
@@ -17,96 +17,31 @@ import (
 // with the arithmetic of sluice.Limiter.Wait and httplimit's Limit.Wait,
 // within the service-wide bounds max_waiting and max_waiting_per_key.
 
-// waiters bounds the requests waiting at once: in total, and per limiter
-// and key. It outlives the configurations (a reload changes its bounds,
-// not who waits) and holds an entry only per (limiter, key) with a
-// waiter, so its memory is bounded by the total.
-type waiters struct {
-	mu         sync.Mutex
-	total, max int
-	perKey     map[waitKey]int
-	maxPerKey  int
-	// stop is closed when the server stops (StopWaiting): whoever waits
-	// is answered at once, and no one waits any more.
-	stop     chan struct{}
-	stopOnce sync.Once
-}
-
+// waitKey names a policy's limiter and a key of a waiting place.
 type waitKey struct{ limiter, key string }
 
-func newWaiters() *waiters {
-	return &waiters{perKey: map[waitKey]int{}, max: config.DefaultMaxWaiting, maxPerKey: config.DefaultMaxWaitingPerKey, stop: make(chan struct{})}
+// newWaiters returns the service's waiting places, with the default
+// bounds until a configuration is applied (setWaitBounds).
+func newWaiters() *waiting.Places[waitKey] {
+	return waiting.NewPlaces[waitKey](config.DefaultMaxWaiting, config.DefaultMaxWaitingPerKey)
 }
 
 // StopWaiting answers every request waiting for admission with its
 // refusal at once, and refuses those that would wait from then on at
 // once: sluice serve calls it when it shuts down, so that its grace period
 // is not spent on waits.
-func (s *Server) StopWaiting() {
-	s.waiters.stopOnce.Do(func() { close(s.waiters.stop) })
-}
+func (s *Server) StopWaiting() { s.waiters.Stop() }
 
-// stopped reports whether StopWaiting was called.
-func (w *waiters) stopped() bool {
-	select {
-	case <-w.stop:
-		return true
-	default:
-		return false
-	}
-}
-
-// setBounds applies a configuration's bounds (0: the default); those
+// setWaitBounds applies a configuration's bounds (0: the default); those
 // waiting stay.
-func (w *waiters) setBounds(total, perKey int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.max, w.maxPerKey = config.DefaultMaxWaiting, config.DefaultMaxWaitingPerKey
-	if total > 0 {
-		w.max = total
+func (s *Server) setWaitBounds(total, perKey int) {
+	if total <= 0 {
+		total = config.DefaultMaxWaiting
 	}
-	if perKey > 0 {
-		w.maxPerKey = perKey
+	if perKey <= 0 {
+		perKey = config.DefaultMaxWaitingPerKey
 	}
-}
-
-// enter takes a waiting place for keys, or reports false (taking none)
-// when the total or a key's bound is reached.
-func (w *waiters) enter(keys []waitKey) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.total >= w.max {
-		return false
-	}
-	for _, k := range keys {
-		if w.perKey[k] >= w.maxPerKey {
-			return false
-		}
-	}
-	w.total++
-	for _, k := range keys {
-		w.perKey[k]++
-	}
-	return true
-}
-
-// leave gives back the place enter took for keys.
-func (w *waiters) leave(keys []waitKey) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.total--
-	for _, k := range keys {
-		if w.perKey[k]--; w.perKey[k] <= 0 {
-			delete(w.perKey, k)
-		}
-	}
-}
-
-// waiting is the number of requests waiting now.
-func (w *waiters) waiting() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.total
+	s.waiters.SetBounds(total, perKey)
 }
 
 // The outcomes of a wait, sluice_server_waits_total's outcome label.
@@ -124,11 +59,11 @@ func (s *Server) waitMetrics() []prometheus.Collector {
 		Name: "sluice_server_waits_total",
 		Help: "Requests refused by a policy with wait, by the policy's limiter and how their wait ended: admitted, refused (the wait would pass the bound), full (no waiting place), abandoned (the client went away).",
 	}, []string{"limiter", "outcome"})
-	waiting := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_server_waiting",
 		Help: "Requests waiting for admission now (at most max_waiting).",
-	}, func() float64 { return float64(s.waiters.waiting()) })
-	return []prometheus.Collector{s.waitsTotal, waiting}
+	}, func() float64 { return float64(s.waiters.Waiting()) })
+	return []prometheus.Collector{s.waitsTotal, gauge}
 }
 
 // wait is one request's wait for admission: the checks' policies and
@@ -175,22 +110,22 @@ func admit[D any](ctx context.Context, s *Server, w wait[D]) (D, error) {
 	entered := false
 	defer func() {
 		if entered {
-			s.waiters.leave(keys)
+			s.waiters.Leave(keys)
 		}
 	}()
-	for {
-		delay, ok := w.next(time.Since(start), res)
-		if !ok || s.waiters.stopped() {
+	for tries := 0; ; tries++ {
+		delay, ok := w.next(time.Since(start), res, tries)
+		if !ok || s.waiters.Stopped() {
 			s.countWaits(waited, waitRefused)
 			return d, nil
 		}
 		if !entered {
-			if entered = s.waiters.enter(keys); !entered {
+			if entered = s.waiters.Enter(keys); !entered {
 				s.countWaits(waited, waitFull)
 				return d, nil
 			}
 		}
-		if !sleep(ctx, s.waiters.stop, delay) {
+		if !sleep(ctx, s.waiters.Done(), delay) {
 			continue // stopped: answered refused above
 		}
 		if err = ctx.Err(); err == nil {
@@ -210,12 +145,16 @@ func admit[D any](ctx context.Context, s *Server, w wait[D]) (D, error) {
 }
 
 // next says how long a request refused with res, having waited elapsed
-// so far, sleeps before it decides again: the longest RetryAfter of the
-// refusing checks (at least 1ms, as sluice.Limiter.Wait); false when that
-// would take it past the least bound of the refusing checks.
-func (w *wait[D]) next(elapsed time.Duration, res []sluice.Result) (time.Duration, bool) {
-	delay := max(longestRetry(res), time.Millisecond)
-	return delay, elapsed+delay <= w.waitBound(res)
+// so far, sleeps before it decides again (waiting.Schedule, with each
+// refusing check's bound); false when it must be refused at once.
+func (w *wait[D]) next(elapsed time.Duration, res []sluice.Result, tries int) (time.Duration, bool) {
+	var s waiting.Schedule
+	for i, r := range res {
+		if !r.Allowed {
+			s.Refused(w.bound(i), r.RetryAfter, w.pols[i].cfg.Algorithm)
+		}
+	}
+	return s.Next(elapsed, tries)
 }
 
 // waitingPolicies are the distinct policies with wait among those
@@ -251,29 +190,6 @@ func waitPlaces(pols []*policy, keys []string, res []sluice.Result) []waitKey {
 		}
 	}
 	return out
-}
-
-// waitBound is the least bound of the checks refusing res (0 when one of
-// them does not wait): how long the request may wait, all told.
-func (w *wait[D]) waitBound(res []sluice.Result) time.Duration {
-	bound := time.Duration(-1)
-	for i, r := range res {
-		if !r.Allowed && (bound < 0 || w.bound(i) < bound) {
-			bound = w.bound(i)
-		}
-	}
-	return max(bound, 0)
-}
-
-// longestRetry is the longest RetryAfter of the refusing results.
-func longestRetry(res []sluice.Result) time.Duration {
-	var d time.Duration
-	for _, r := range res {
-		if !r.Allowed {
-			d = max(d, r.RetryAfter)
-		}
-	}
-	return d
 }
 
 func allAllowed(res []sluice.Result) bool {

@@ -113,8 +113,8 @@ func TestWaitAdmitsServe(t *testing.T) {
 	if got := waits(s, "turn.gcra", waitAdmitted); got != 4 {
 		t.Fatalf("admitted %d, want 4", got)
 	}
-	if s.waiters.waiting() != 0 {
-		t.Fatalf("waiting %d", s.waiters.waiting())
+	if s.waiters.Waiting() != 0 {
+		t.Fatalf("waiting %d", s.waiters.Waiting())
 	}
 }
 
@@ -175,13 +175,13 @@ func TestWaitAbandonServe(t *testing.T) {
 		}
 		done <- err
 	}()
-	waitUntil(t, "the waiter", func() bool { return s.waiters.waiting() == 1 })
+	waitUntil(t, "the waiter", func() bool { return s.waiters.Waiting() == 1 })
 	decisions := obs.n.Load()
 	cancel()
 	if err := <-done; err == nil {
 		t.Fatal("the canceled request was answered")
 	}
-	waitUntil(t, "the waiter to leave", func() bool { return s.waiters.waiting() == 0 })
+	waitUntil(t, "the waiter to leave", func() bool { return s.waiters.Waiting() == 0 })
 	waitUntil(t, "abandoned counted", func() bool { return waits(s, "slow.gcra", waitAbandoned) == 1 })
 	if got := obs.n.Load(); got != decisions {
 		t.Fatalf("%d decisions after the client left, want %d: it decided again", got, decisions)
@@ -212,12 +212,12 @@ func TestWaitPlacesServe(t *testing.T) {
 	}
 	start("a")
 	start("a")
-	waitUntil(t, "two waiters of a", func() bool { return s.waiters.waiting() == 2 })
+	waitUntil(t, "two waiters of a", func() bool { return s.waiters.Waiting() == 2 })
 	if w := serveCheck(s, ctx, `{"policy":"slow","key":"a"}`); allowed(w) || w.Code != 200 {
 		t.Fatalf("third of a: %d %s", w.Code, w.Body)
 	}
 	start("b")
-	waitUntil(t, "three waiters", func() bool { return s.waiters.waiting() == 3 })
+	waitUntil(t, "three waiters", func() bool { return s.waiters.Waiting() == 3 })
 	if w := serveCheck(s, ctx, `{"policy":"slow","key":"c"}`); allowed(w) {
 		t.Fatalf("c past max_waiting: %s", w.Body)
 	}
@@ -232,11 +232,11 @@ func TestWaitPlacesServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	start("c")
-	waitUntil(t, "four waiters after the reload", func() bool { return s.waiters.waiting() == 4 })
+	waitUntil(t, "four waiters after the reload", func() bool { return s.waiters.Waiting() == 4 })
 	cancel()
 	wg.Wait()
-	if s.waiters.waiting() != 0 || len(s.waiters.perKey) != 0 {
-		t.Fatalf("after every client left: %d waiting, %d keys", s.waiters.waiting(), len(s.waiters.perKey))
+	if s.waiters.Waiting() != 0 || s.waiters.Keys() != 0 {
+		t.Fatalf("after every client left: %d waiting, %d keys", s.waiters.Waiting(), s.waiters.Keys())
 	}
 	if got := waits(s, "slow.gcra", waitAbandoned); got != 4 {
 		t.Fatalf("abandoned %d, want 4", got)
@@ -261,7 +261,7 @@ func TestThousandWaitersServe(t *testing.T) {
 		r := checkReq(ctx, `{"policy":"slow","key":"all"}`)
 		wg.Go(func() { h.ServeHTTP(recs[i], r) })
 	}
-	waitUntil(t, "a thousand waiters", func() bool { return s.waiters.waiting() == n })
+	waitUntil(t, "a thousand waiters", func() bool { return s.waiters.Waiting() == n })
 	settledMemStats(&after)
 	calls := obs.n.Load()
 	time.Sleep(200 * time.Millisecond)
@@ -275,8 +275,8 @@ func TestThousandWaitersServe(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
-	if s.waiters.waiting() != 0 {
-		t.Fatalf("waiting %d after every client left", s.waiters.waiting())
+	if s.waiters.Waiting() != 0 {
+		t.Fatalf("waiting %d after every client left", s.waiters.Waiting())
 	}
 	if got := waits(s, "slow.gcra", waitAbandoned); got != n {
 		t.Fatalf("abandoned %d, want %d", got, n)
@@ -325,13 +325,13 @@ func TestWaitStopServe(t *testing.T) {
 	serveCheck(s, ctx, `{"policy":"slow","key":"k"}`)
 	answer := make(chan *httptest.ResponseRecorder, 1)
 	go func() { answer <- serveCheck(s, ctx, `{"policy":"slow","key":"k"}`) }()
-	waitUntil(t, "the waiter", func() bool { return s.waiters.waiting() == 1 })
+	waitUntil(t, "the waiter", func() bool { return s.waiters.Waiting() == 1 })
 	s.StopWaiting()
 	if w := <-answer; w.Code != 200 || allowed(w) || !strings.Contains(w.Body.String(), `"retry_after_ms":`) {
 		t.Fatalf("the waiter after StopWaiting: %d %s", w.Code, w.Body)
 	}
-	if w := serveCheck(s, ctx, `{"policy":"slow","key":"k"}`); allowed(w) || s.waiters.waiting() != 0 {
-		t.Fatalf("after StopWaiting: %s, %d waiting", w.Body, s.waiters.waiting())
+	if w := serveCheck(s, ctx, `{"policy":"slow","key":"k"}`); allowed(w) || s.waiters.Waiting() != 0 {
+		t.Fatalf("after StopWaiting: %s, %d waiting", w.Body, s.waiters.Waiting())
 	}
 	if got := waits(s, "slow.gcra", waitRefused); got != 2 {
 		t.Fatalf("refused %d, want 2", got)
@@ -401,7 +401,7 @@ func TestWaitNextProperty(t *testing.T) {
 			longest = time.Millisecond
 		}
 		wantSleep := elapsed+longest <= least
-		delay, ok := w.next(elapsed, res)
+		delay, ok := w.next(elapsed, res, 0)
 		if delay != longest || ok != wantSleep {
 			t.Fatalf("elapsed %v, results %+v, costs %v: next %v %v, want %v %v", elapsed, res, w.costs, delay, ok, longest, wantSleep)
 		}
@@ -413,13 +413,13 @@ func TestWaitNextProperty(t *testing.T) {
 func TestWaitNextEdge(t *testing.T) {
 	w := wait[sluice.Decision]{pols: []*policy{{cfg: &config.Policy{Wait: time.Second}}}, costs: []int64{1}}
 	res := []sluice.Result{{RetryAfter: 300 * time.Millisecond}}
-	if d, ok := w.next(700*time.Millisecond, res); d != 300*time.Millisecond || !ok {
+	if d, ok := w.next(700*time.Millisecond, res, 0); d != 300*time.Millisecond || !ok {
 		t.Fatalf("at the bound: %v %v", d, ok)
 	}
-	if _, ok := w.next(700*time.Millisecond+1, res); ok {
+	if _, ok := w.next(700*time.Millisecond+1, res, 0); ok {
 		t.Fatal("a nanosecond past the bound sleeps")
 	}
-	if d, ok := w.next(0, []sluice.Result{{}}); d != time.Millisecond || !ok {
+	if d, ok := w.next(0, []sluice.Result{{}}, 0); d != time.Millisecond || !ok {
 		t.Fatalf("a refusal without RetryAfter: %v %v, want 1ms", d, ok)
 	}
 }
