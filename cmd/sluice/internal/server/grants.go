@@ -72,10 +72,13 @@ type grantCarry struct {
 	carried map[string]sluice.GrantStats
 }
 
-// grantStatsNow is what sluiceprom exports as the sluice_grant_* metrics
-// (Metrics.GrantsFunc), at each scrape: the grant counters of the policies
-// served with grants, by limiter, counted across reloads (Keys: the keys
-// held now).
+// GrantStats is what the sluice_grant_* metrics export (to Prometheus by
+// sluiceprom's Metrics.GrantsFunc, over OTLP by sluiceotel's
+// Observer.ObserveGrantsFunc), read at each scrape or collection: the
+// grant counters of the policies served with grants now, by limiter,
+// counted across reloads (Keys: the keys held now).
+func (s *Server) GrantStats() map[string]sluice.GrantStats { return s.grantStatsNow() }
+
 func (s *Server) grantStatsNow() map[string]sluice.GrantStats {
 	s.grants.mu.Lock()
 	defer s.grants.mu.Unlock()
