@@ -555,6 +555,34 @@ func TestE2EOpenTelemetryGrants(t *testing.T) {
 			t.Errorf("%s: still exported after hot lost its grants", k)
 		}
 	}
+
+	// hot gets its grants back: /metrics counts from zero again (a
+	// counter reset, as Prometheus reads one); the OTLP counters, whose
+	// start time stays, go on from hot's 40 decisions before.
+	writeFile(t, cfg, hotGrants)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	eventually("the second reload in /metrics", func() bool { return strings.Contains(prom(), `limiter="`+hot+`"`) })
+	after = recv.metricRequests() + 1
+	decide("hot", 40)
+	eventually("hot's 80 grant decisions over OTLP", func() bool {
+		pts = recv.grantPoints(after)
+		return decided(hot) >= 80
+	})
+	if decided(hot) != 80 {
+		t.Errorf("hot: %d grant decisions over OTLP, want its 40 before losing its grants and 40 after", decided(hot))
+	}
+	var promDecided int64
+	pm = prom()
+	for _, where := range []string{"local", "valkey", "failed"} {
+		var n int64
+		for _, l := range strings.Split(pm, "\n") {
+			fmt.Sscanf(l, `sluice_grant_decisions_total{limiter="`+hot+`",where="`+where+`"} %d`, &n)
+		}
+		promDecided += n
+	}
+	if promDecided != 40 {
+		t.Errorf("/metrics: %d grant decisions of hot, want the 40 since it got its grants back:\n%s", promDecided, pm)
+	}
 	if code := p.Stop(); code != 0 {
 		t.Fatalf("sluice serve exited with %d:\n%s", code, p.Logs())
 	}
