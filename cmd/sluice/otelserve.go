@@ -219,7 +219,8 @@ func (t *telemetry) observer(st driver.Store, logger *slog.Logger) sluice.Observ
 // (grants: auto) over OTLP, when exporting metrics: read from stats at
 // each collection, the policies served then (a reload that gives a policy
 // grants or takes them away shows at the next), as /metrics's
-// sluice_grant_* (the same counters, by the same limiter names). An error
+// sluice_grant_* (the same counters, by the same limiter names, except
+// that they never go back: Server.GrantStats). An error
 // (logged) when it cannot: serve then does not start, rather than export
 // the OTLP metrics without them.
 func (t *telemetry) observeGrants(stats func() map[string]sluice.GrantStats, logger *slog.Logger) error {
