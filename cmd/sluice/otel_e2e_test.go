@@ -7,9 +7,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -376,5 +379,211 @@ func testOTLP(t *testing.T, recv *otlpReceiver, valkey string, env []string) {
 				t.Errorf("the key %q appears in clear in an OTLP export", k)
 			}
 		}
+	}
+}
+
+// grantPoint is one data point of a grant metric received over OTLP.
+type grantPoint struct {
+	unit      string
+	monotonic bool // a cumulative monotonic sum (a counter)
+	value     int64
+}
+
+// grantPoints returns the last point received of each grant metric
+// (sluice.grant.*, sluice.grants), by "metric policy attribute-value", in
+// the metric requests from the from-th on.
+func (r *otlpReceiver) grantPoints(from int) map[string]grantPoint {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]grantPoint{}
+	for _, req := range r.metrics[min(from, len(r.metrics)):] {
+		for _, rm := range req.ResourceMetrics {
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					if m.Name != "sluice.grants" && !strings.HasPrefix(m.Name, "sluice.grant.") {
+						continue
+					}
+					add := func(p *metricspb.NumberDataPoint, monotonic bool) {
+						a := kv(p.Attributes)
+						k := strings.TrimSpace(m.Name + " " + a["rate_limit.policy"] + " " + a["rate_limit.grant.event"] + a["rate_limit.grant.where"])
+						out[k] = grantPoint{unit: m.Unit, monotonic: monotonic, value: p.GetAsInt()}
+					}
+					switch d := m.Data.(type) {
+					case *metricspb.Metric_Sum:
+						for _, p := range d.Sum.DataPoints {
+							add(p, d.Sum.IsMonotonic && d.Sum.AggregationTemporality == metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_CUMULATIVE)
+						}
+					case *metricspb.Metric_Gauge:
+						for _, p := range d.Gauge.DataPoints {
+							add(p, false)
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (r *otlpReceiver) metricRequests() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.metrics)
+}
+
+// TestE2EOpenTelemetryGrants: sluice serve exporting metrics over OTLP
+// exports the grant metrics of its policies with grants (grants: auto),
+// as /metrics's sluice_grant_*: the same counters under the same limiter
+// names (rate_limit.policy), with the documented units and attributes;
+// none for a policy without grants; and it follows reloads: a policy that
+// gains grants is exported from then on, one that loses them no longer.
+func TestE2EOpenTelemetryGrants(t *testing.T) {
+	vk := valkeytest.Start(t)
+	recv := startReceiver(t)
+	cfg := filepath.Join(t.TempDir(), "sluice.yaml")
+	const (
+		hotGrants  = "policies:\n  - {name: hot, algorithm: gcra, burst: 1000, rate: 200/s, grants: auto}\n  - {name: cold, algorithm: gcra, burst: 1000, rate: 200/s}\n"
+		coldGrants = "policies:\n  - {name: hot, algorithm: gcra, burst: 1000, rate: 200/s}\n  - {name: cold, algorithm: gcra, burst: 1000, rate: 200/s, grants: auto}\n"
+		hot, cold  = "hot.gcra", "cold.gcra"
+	)
+	writeFile(t, cfg, hotGrants)
+	p := serve(t, []string{
+		"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=http://" + recv.HTTP + "/v1/metrics",
+		"OTEL_TRACES_EXPORTER=none",
+		"OTEL_METRIC_EXPORT_INTERVAL=200",
+	}, "--config", cfg, "--valkey", vk.Addr)
+	waitReady(t, p)
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not after 15s\n%s", what, p.Logs())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	decide := func(policy string, n int) {
+		t.Helper()
+		for i := range n {
+			if code, m := post(t, p.HTTP+"/v1/check", fmt.Sprintf(`{"policy":%q,"key":"k%d"}`, policy, i%2)); code != 200 || m["allowed"] != true {
+				t.Fatalf("%s: %d %v", policy, code, m)
+			}
+		}
+	}
+	// prom is serve's /metrics sluice_grant_* lines.
+	prom := func() string {
+		resp, err := client.Get(p.HTTP + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return grepLines(b, "sluice_grant")
+	}
+
+	decide("hot", 40)
+	var pts map[string]grantPoint
+	// Every decision of a policy with grants is local, valkey or failed:
+	// wait for an export that counts the 40.
+	decided := func(limiter string) int64 {
+		return pts["sluice.grant.decisions "+limiter+" local"].value + pts["sluice.grant.decisions "+limiter+" valkey"].value +
+			pts["sluice.grant.decisions "+limiter+" failed"].value
+	}
+	eventually("hot's 40 grant decisions over OTLP", func() bool {
+		pts = recv.grantPoints(0)
+		return decided(hot) == 40
+	})
+	want := map[string]string{ // the metrics of a limiter with grants and their units
+		"sluice.grant.calls": "{call}", "sluice.grants taken": "{grant}", "sluice.grants renewed": "{grant}",
+		"sluice.grant.units granted": "{unit}", "sluice.grant.units returned": "{unit}", "sluice.grant.units expired": "{unit}",
+		"sluice.grant.decisions local": "{decision}", "sluice.grant.decisions valkey": "{decision}", "sluice.grant.decisions failed": "{decision}",
+		"sluice.grant.mixed": "{call}", "sluice.grant.keys": "{key}",
+	}
+	for m, unit := range want {
+		name, attr, _ := strings.Cut(m, " ")
+		k := strings.TrimSpace(name + " " + hot + " " + attr)
+		got, ok := pts[k]
+		switch {
+		case !ok:
+			t.Errorf("%s: not exported (got %v)", k, pts)
+		case got.unit != unit:
+			t.Errorf("%s: unit %q, want %q", k, got.unit, unit)
+		case got.monotonic != (name != "sluice.grant.keys"):
+			t.Errorf("%s: monotonic cumulative sum %v, want %v", k, got.monotonic, name != "sluice.grant.keys")
+		}
+	}
+	g := func(k string) int64 { return pts[k].value }
+	if local, store := g("sluice.grant.decisions "+hot+" local"), g("sluice.grant.decisions "+hot+" valkey"); local == 0 || store == 0 {
+		t.Errorf("hot: %d local and %d valkey decisions of 40 (most against the grants; a first decision of a key waits for its grant)", local, store)
+	}
+	if g("sluice.grant.calls "+hot) == 0 || g("sluice.grants "+hot+" taken") == 0 || g("sluice.grant.units "+hot+" granted") == 0 {
+		t.Errorf("hot: no grant call, grant or unit exported: %v", pts)
+	}
+	if g("sluice.grant.decisions "+hot+" failed") != 0 || g("sluice.grant.mixed "+hot) != 0 {
+		t.Errorf("hot: failed or mixed calls on a healthy Valkey: %v", pts)
+	}
+	for k := range pts {
+		if strings.Contains(k, cold) {
+			t.Errorf("%s: exported for a policy without grants", k)
+		}
+	}
+	// The same limiters as /metrics, with the same local decisions now
+	// that the traffic has stopped (they move only with decisions).
+	pm := prom()
+	if !strings.Contains(pm, fmt.Sprintf(`sluice_grant_decisions_total{limiter=%q,where="local"} %d`, hot, g("sluice.grant.decisions "+hot+" local"))) {
+		t.Errorf("/metrics's local decisions differ from the OTLP export's %d:\n%s", g("sluice.grant.decisions "+hot+" local"), pm)
+	}
+
+	// A reload takes hot's grants away and gives cold grants.
+	writeFile(t, cfg, coldGrants)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	eventually("the reload in /metrics", func() bool {
+		pm := prom()
+		return strings.Contains(pm, `limiter="`+cold+`"`) && !strings.Contains(pm, `limiter="`+hot+`"`)
+	})
+	// Each export is collected after the one before it was received: the
+	// requests after the next are collected after the reload.
+	after := recv.metricRequests() + 1
+	decide("cold", 40)
+	eventually("cold's 40 grant decisions over OTLP", func() bool {
+		pts = recv.grantPoints(after)
+		return decided(cold) == 40 && pts["sluice.grant.decisions "+cold+" local"].value > 0
+	})
+	for k := range pts {
+		if strings.Contains(k, hot) {
+			t.Errorf("%s: still exported after hot lost its grants", k)
+		}
+	}
+
+	// hot gets its grants back: /metrics counts from zero again (a
+	// counter reset, as Prometheus reads one); the OTLP counters, whose
+	// start time stays, go on from hot's 40 decisions before.
+	writeFile(t, cfg, hotGrants)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	eventually("the second reload in /metrics", func() bool { return strings.Contains(prom(), `limiter="`+hot+`"`) })
+	after = recv.metricRequests() + 1
+	decide("hot", 40)
+	eventually("hot's 80 grant decisions over OTLP", func() bool {
+		pts = recv.grantPoints(after)
+		return decided(hot) >= 80
+	})
+	if decided(hot) != 80 {
+		t.Errorf("hot: %d grant decisions over OTLP, want its 40 before losing its grants and 40 after", decided(hot))
+	}
+	var promDecided int64
+	pm = prom()
+	for _, where := range []string{"local", "valkey", "failed"} {
+		var n int64
+		for _, l := range strings.Split(pm, "\n") {
+			fmt.Sscanf(l, `sluice_grant_decisions_total{limiter="`+hot+`",where="`+where+`"} %d`, &n)
+		}
+		promDecided += n
+	}
+	if promDecided != 40 {
+		t.Errorf("/metrics: %d grant decisions of hot, want the 40 since it got its grants back:\n%s", promDecided, pm)
+	}
+	if code := p.Stop(); code != 0 {
+		t.Fatalf("sluice serve exited with %d:\n%s", code, p.Logs())
 	}
 }

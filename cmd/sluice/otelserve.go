@@ -215,6 +215,25 @@ func (t *telemetry) observer(st driver.Store, logger *slog.Logger) sluice.Observ
 	return t.obs
 }
 
+// observeGrants exports the grant metrics of the policies with grants
+// (grants: auto) over OTLP, when exporting metrics: read from stats at
+// each collection, the policies served then (a reload that gives a policy
+// grants or takes them away shows at the next), as /metrics's
+// sluice_grant_* (the same counters, by the same limiter names, except
+// that they never go back: Server.GrantStats). An error
+// (logged) when it cannot: serve then does not start, rather than export
+// the OTLP metrics without them.
+func (t *telemetry) observeGrants(stats func() map[string]sluice.GrantStats, logger *slog.Logger) error {
+	if t.mp == nil {
+		return nil
+	}
+	if _, err := t.obs.ObserveGrantsFunc(stats); err != nil {
+		logger.Error("cannot export the grant metrics over OTLP", "err", err.Error())
+		return err
+	}
+	return nil
+}
+
 // instrument makes l's HTTP and gRPC servers continue the caller's trace
 // (W3C traceparent) in a server span per request, when exporting. The gRPC
 // server (not serving yet) is replaced by one with OpenTelemetry's stats

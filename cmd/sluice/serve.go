@@ -108,6 +108,10 @@ func runServe(ctx context.Context, args []string, env func(string) (string, bool
 	if err != nil {
 		return 1
 	}
+	if err := tel.observeGrants(srv.GrantStats, logger); err != nil {
+		srv.Close()
+		return 1
+	}
 	l, err := listen(srv, cfg, f, logger)
 	if err != nil {
 		return 1

@@ -62,21 +62,50 @@ func (s *Server) serve(st *state) {
 			keep[p.cfg.Limiter] = s.grants.carried[p.cfg.Limiter].Add(final[p.cfg.Limiter])
 		}
 	}
-	s.grants.carried = keep // the limiters no longer served are dropped
+	// The limiters no longer served with grants are dropped (their
+	// sluice_grant_* start again from zero if they come back: a counter
+	// reset, as Prometheus reads one); gone keeps their counts for
+	// GrantStats, whose counters never go back.
+	for _, m := range []map[string]sluice.GrantStats{s.grants.carried, final} {
+		for name := range m {
+			if _, ok := keep[name]; !ok {
+				if s.grants.gone == nil {
+					s.grants.gone = map[string]sluice.GrantStats{}
+				}
+				s.grants.gone[name] = s.grants.gone[name].Add(s.grants.carried[name].Add(final[name]))
+				delete(s.grants.carried, name)
+				delete(final, name)
+			}
+		}
+	}
+	s.grants.carried = keep
 }
 
 // grantCarry keeps, across reloads, the grant counters of the limiters
-// a reload replaced.
+// a reload replaced (carried), and of those a reload stopped serving with
+// grants (gone).
 type grantCarry struct {
 	mu      sync.Mutex
 	carried map[string]sluice.GrantStats
+	gone    map[string]sluice.GrantStats
 }
+
+// GrantStats is what sluice serve exports over OTLP as the grant metrics
+// (sluiceotel's Observer.ObserveGrantsFunc), at each collection: the
+// counters of grantStatsNow (the policies served with grants now), plus,
+// for a limiter that lost its grants (or its policy) in a reload and has
+// them again, the counts it had then. Its counters never go back: an OTLP
+// cumulative sum keeps its start time, so it cannot show a reset the way
+// Prometheus's counters can.
+func (s *Server) GrantStats() map[string]sluice.GrantStats { return s.grantStats(true) }
 
 // grantStatsNow is what sluiceprom exports as the sluice_grant_* metrics
 // (Metrics.GrantsFunc), at each scrape: the grant counters of the policies
 // served with grants, by limiter, counted across reloads (Keys: the keys
 // held now).
-func (s *Server) grantStatsNow() map[string]sluice.GrantStats {
+func (s *Server) grantStatsNow() map[string]sluice.GrantStats { return s.grantStats(false) }
+
+func (s *Server) grantStats(withGone bool) map[string]sluice.GrantStats {
 	s.grants.mu.Lock()
 	defer s.grants.mu.Unlock()
 	st := s.state.Load()
@@ -88,6 +117,9 @@ func (s *Server) grantStatsNow() map[string]sluice.GrantStats {
 		if p.cfg.Grants {
 			now := p.grantStats()
 			sum := s.grants.carried[p.cfg.Limiter].Add(now)
+			if withGone {
+				sum = sum.Add(s.grants.gone[p.cfg.Limiter])
+			}
 			sum.Keys = now.Keys
 			out[p.cfg.Limiter] = sum
 		}
