@@ -556,9 +556,9 @@ func TestE2EOpenTelemetryGrants(t *testing.T) {
 		}
 	}
 
-	// hot gets its grants back: /metrics counts from zero again (a
-	// counter reset, as Prometheus reads one); the OTLP counters, whose
-	// start time stays, go on from hot's 40 decisions before.
+	// hot gets its grants back: its counters go on from its 40 decisions
+	// before, over OTLP (whose cumulative sums keep their start time) as
+	// on /metrics.
 	writeFile(t, cfg, hotGrants)
 	p.cmd.Process.Signal(syscall.SIGHUP)
 	eventually("the second reload in /metrics", func() bool { return strings.Contains(prom(), `limiter="`+hot+`"`) })
@@ -580,8 +580,8 @@ func TestE2EOpenTelemetryGrants(t *testing.T) {
 		}
 		promDecided += n
 	}
-	if promDecided != 40 {
-		t.Errorf("/metrics: %d grant decisions of hot, want the 40 since it got its grants back:\n%s", promDecided, pm)
+	if promDecided != 80 {
+		t.Errorf("/metrics: %d grant decisions of hot, want its 40 before losing its grants and 40 after, as over OTLP:\n%s", promDecided, pm)
 	}
 	if code := p.Stop(); code != 0 {
 		t.Fatalf("sluice serve exited with %d:\n%s", code, p.Logs())

@@ -62,10 +62,11 @@ func (s *Server) serve(st *state) {
 			keep[p.cfg.Limiter] = s.grants.carried[p.cfg.Limiter].Add(final[p.cfg.Limiter])
 		}
 	}
-	// The limiters no longer served with grants are dropped (their
-	// sluice_grant_* start again from zero if they come back: a counter
-	// reset, as Prometheus reads one); gone keeps their counts for
-	// GrantStats, whose counters never go back.
+	// The limiters no longer served with grants leave carried; gone keeps
+	// their counts, so that a limiter getting its grants back in a later
+	// reload goes on from them: its counters never go back, over
+	// Prometheus as over OTLP (whose cumulative sums keep their start
+	// time and cannot show a reset).
 	for _, m := range []map[string]sluice.GrantStats{s.grants.carried, final} {
 		for name := range m {
 			if _, ok := keep[name]; !ok {
@@ -90,22 +91,15 @@ type grantCarry struct {
 	gone    map[string]sluice.GrantStats
 }
 
-// GrantStats is what sluice serve exports over OTLP as the grant metrics
-// (sluiceotel's Observer.ObserveGrantsFunc), at each collection: the
-// counters of grantStatsNow (the policies served with grants now), plus,
-// for a limiter that lost its grants (or its policy) in a reload and has
-// them again, the counts it had then. Its counters never go back: an OTLP
-// cumulative sum keeps its start time, so it cannot show a reset the way
-// Prometheus's counters can.
-func (s *Server) GrantStats() map[string]sluice.GrantStats { return s.grantStats(true) }
-
-// grantStatsNow is what sluiceprom exports as the sluice_grant_* metrics
-// (Metrics.GrantsFunc), at each scrape: the grant counters of the policies
-// served with grants, by limiter, counted across reloads (Keys: the keys
-// held now).
-func (s *Server) grantStatsNow() map[string]sluice.GrantStats { return s.grantStats(false) }
-
-func (s *Server) grantStats(withGone bool) map[string]sluice.GrantStats {
+// GrantStats is the grant counters of the policies served with grants,
+// by limiter, counted across reloads (Keys: the keys held now), which
+// sluice serve exports as the sluice_grant_* metrics (sluiceprom's
+// Metrics.GrantsFunc) and over OTLP (sluiceotel's
+// Observer.ObserveGrantsFunc): the counters of the limiters in use, plus
+// those of the limiters they replaced, plus, for a limiter that lost its
+// grants (or its policy) in a reload and has them again, the counts it
+// had then. Its counters never go back.
+func (s *Server) GrantStats() map[string]sluice.GrantStats {
 	s.grants.mu.Lock()
 	defer s.grants.mu.Unlock()
 	st := s.state.Load()
@@ -116,10 +110,7 @@ func (s *Server) grantStats(withGone bool) map[string]sluice.GrantStats {
 	for _, p := range st.order {
 		if p.cfg.Grants {
 			now := p.grantStats()
-			sum := s.grants.carried[p.cfg.Limiter].Add(now)
-			if withGone {
-				sum = sum.Add(s.grants.gone[p.cfg.Limiter])
-			}
+			sum := s.grants.carried[p.cfg.Limiter].Add(now).Add(s.grants.gone[p.cfg.Limiter])
 			sum.Keys = now.Keys
 			out[p.cfg.Limiter] = sum
 		}

@@ -183,7 +183,7 @@ func (s *Server) setUpMetrics() error {
 		return fmt.Errorf("server: %w", err)
 	}
 	// The grants of policies with grants: sluice_grant_* (grants.go).
-	pm.GrantsFunc(s.grantStatsNow)
+	pm.GrantsFunc(s.GrantStats)
 	s.obs = combine(pm, s.opts.Observer)
 	return nil
 }
