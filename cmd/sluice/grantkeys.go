@@ -147,17 +147,19 @@ func printGrants(w io.Writer, g *grantState) {
 }
 
 // resetGrants resets key's grant state as sluice serve's limiter does
-// (Limiter.Reset with grants): the level becomes the limit less the units
-// the holders still hold, which stay valid until their grants end. Deleting
-// the hash instead would let the holders spend those units on top of a
-// full level: over-admission by up to the units held, for a grant's life.
-func resetGrants(ctx context.Context, k *keyEnv, p *config.Policy, key string) error {
+// (Limiter.ResetNotify with grants): the level becomes the limit less the
+// units the holders still hold, which stay valid until their grants end,
+// and the notice of the reset ends every process's local refusal of the
+// key. It returns the subscriptions the notice reached. Deleting the hash
+// instead would let the holders spend those units on top of a full level:
+// over-admission by up to the units held, for a grant's life.
+func resetGrants(ctx context.Context, k *keyEnv, p *config.Policy, key string) (int, error) {
 	l, err := k.limiter(p, sluice.WithGrants(p.GrantOptions))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer l.Close()
-	return l.Reset(ctx, key)
+	return l.ResetNotify(ctx, key)
 }
 
 // grantLife is p's grants' life (grant_life, default 2s).
