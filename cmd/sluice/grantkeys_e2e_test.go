@@ -142,10 +142,18 @@ func TestE2EGrantsResetReachesEveryHolder(t *testing.T) {
 		if admitted != 10 || check(procs[1], key) {
 			t.Fatalf("%s: the two admitted %d of a burst of 10, then the second still admits", how, admitted)
 		}
+		// inspect shows both holders, counted, and never more units than
+		// the burst between Valkey and them.
+		code, stdout, stderr := sluiceCmd(t, "inspect", "--json", "--config", cfg, "--valkey", v.Addr, "hot", key)
+		var ks keyState
+		if err := json.Unmarshal([]byte(stdout), &ks); err != nil || code != 0 || ks.Grants == nil || len(ks.Grants.Holders) != 2 ||
+			ks.Grants.Counting != 2 || ks.Grants.Available+ks.Grants.Held > 10 || !ks.Grants.Holders[0].Counted || !ks.Grants.Holders[1].Counted {
+			t.Fatalf("%s: inspect: exit %d %v\n%s%s", how, code, err, stdout, stderr)
+		}
 		start := time.Now()
 		switch how {
 		case "cli":
-			code, stdout, stderr := sluiceCmd(t, "reset", "--config", cfg, "--valkey", v.Addr, "hot", key)
+			code, stdout, stderr = sluiceCmd(t, "reset", "--config", cfg, "--valkey", v.Addr, "hot", key)
 			noStackTrace(t, "reset", stderr)
 			if code != 0 || !strings.Contains(stdout, "stay theirs until their grants end") || !strings.Contains(stdout, "stops refusing the key from its share within 500ms") ||
 				!strings.Contains(stdout, "the notice reached 2 subscribed") && !strings.Contains(stdout, "the notice reached 3 subscribed") {
