@@ -684,7 +684,8 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // ResetNotify is Reset, and reports how many subscriptions to the store's
 // delete notices the reset reached (see driver.DeleteNotifier.DeleteNotify: on
 // valkeystore, the processes watching the limiter's prefix, this one
-// included when it has a deny cache), or -1 when the store sends none.
+// included when it has a deny cache or grants), or -1 when the store sends
+// none.
 func (l *Limiter) ResetNotify(ctx context.Context, key string) (int, error) {
 	if err := l.ready(); err != nil {
 		return 0, err
