@@ -217,8 +217,53 @@ func (l *Limiter) setGrants() error {
 		// Limiter is unreachable, its cleanup stops the sweeper.
 		runtime.AddCleanup(l, func(g *grants) { g.stopSweeper() }, g)
 	}
+	if n, ok := l.store.(driver.DeleteNotifier); ok {
+		// A Reset in any process tells every process's grants, so that
+		// none keeps refusing the key locally after it (resetWatcher).
+		// The store holds the watcher, never the Limiter.
+		stop := n.WatchDeletes(cfg.prefix, resetWatcher{g})
+		runtime.AddCleanup(l, func(stop func()) { stop() }, stop)
+	}
 	l.gr = g
 	return nil
+}
+
+// resetWatcher hears of the resets of a limiter's keys made by any
+// process (Limiter.Reset with grants sends a notice of the key's plain
+// state, which it deletes). A key reset is no longer refused locally: its
+// next decision its units do not cover asks the store again. When notices
+// may have been missed (Watching), every key's local refusal ends.
+type resetWatcher struct{ g *grants }
+
+func (w resetWatcher) Deleted(key string) {
+	w.g.heardReset(func(gk *gkey) bool { return gk.plain == key })
+}
+
+func (w resetWatcher) Watching(live bool) {
+	if live {
+		w.g.heardReset(func(*gkey) bool { return true })
+	}
+}
+
+// heardReset ends the local refusal of the keys match picks.
+func (g *grants) heardReset(match func(*gkey) bool) {
+	var keys []*gkey
+	for i := range g.shards {
+		sh := &g.shards[i]
+		sh.mu.Lock()
+		for _, gk := range sh.m {
+			if match(gk) {
+				keys = append(keys, gk)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	for _, gk := range keys {
+		gk.mu.Lock()
+		gk.refused = 0
+		gk.resets++
+		gk.mu.Unlock()
+	}
 }
 
 // resolveGrants fills in o's defaults and checks it.
@@ -479,6 +524,7 @@ type gkey struct {
 	unspent int64  // units held
 	until   int64  // mono: the units are void from then on
 	refused int64  // mono: the store had nothing: refuse locally until then
+	resets  uint64 // the resets heard of (a reset's notice, in any process)
 	calling bool   // a call is in flight (one at most: see grants)
 	known   bool   // the store may keep a record of the process for the key
 	done    chan struct{}
@@ -498,6 +544,9 @@ type grantCall struct {
 	sent int64 // mono
 	had  int64 // unspent when sent
 	ret  bool
+	// resets is gk.resets when sent: an answer from before a reset
+	// heard of since sets no local refusal.
+	resets uint64
 }
 
 // expire voids gk's units once their grant has ended.
@@ -553,7 +602,7 @@ func (gk *gkey) renewDue(g *grants, now int64) (grantCall, bool) {
 func (gk *gkey) begin(g *grants, now, want, need int64, ret bool) grantCall {
 	gk.calling = true
 	gk.done = make(chan struct{})
-	c := grantCall{sent: now, had: gk.unspent, ret: ret}
+	c := grantCall{sent: now, had: gk.unspent, ret: ret, resets: gk.resets}
 	c.op = driver.GrantOp{Key: gk.key, Plain: gk.plain, Rule: g.rule, Holder: g.holder, Unspent: gk.unspent,
 		Want: max(want, need), Need: need, Return: ret, Life: g.life, Deadline: time.Now().Add(g.timeout)}
 	if g.clock != nil {
@@ -618,8 +667,9 @@ func (gk *gkey) apply(g *grants, c grantCall, res driver.GrantResult, err error)
 		gk.unspent = 0
 	}
 	gk.holders = res.Holders
-	if res.More > 0 {
-		// Neither renew nor decide beyond the units until more can come.
+	if res.More > 0 && c.resets == gk.resets {
+		// Neither renew nor decide beyond the units until more can come
+		// (unless the key was reset since the call was sent).
 		gk.refused = now + int64(res.More)
 	}
 	gk.setShare(g, res, now)

@@ -669,6 +669,13 @@ func (l *Limiter) degrade(op *driver.Op) Result {
 // hear of it. On any other store, only this limiter's cache does: another
 // process's limiter that was asked for a deny cache (WithDenyCache(true))
 // keeps refusing the key until its cached refusal's RetryAfter ends.
+//
+// With grants (WithGrants), Reset refills the key's grant state but for
+// the units the holders hold (theirs until their grants end), and on a
+// DeleteNotifier store deletes the key's plain state with a notice: every
+// process's grants stop refusing the key locally, and ask the store at
+// the next decision their units do not cover. Without such a store, another
+// process refuses until the store's last answer said more could come.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	_, err := l.ResetNotify(ctx, key)
 	return err
@@ -677,7 +684,8 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // ResetNotify is Reset, and reports how many subscriptions to the store's
 // delete notices the reset reached (see driver.DeleteNotifier.DeleteNotify: on
 // valkeystore, the processes watching the limiter's prefix, this one
-// included when it has a deny cache), or -1 when the store sends none.
+// included when it has a deny cache or grants), or -1 when the store sends
+// none.
 func (l *Limiter) ResetNotify(ctx context.Context, key string) (int, error) {
 	if err := l.ready(); err != nil {
 		return 0, err
@@ -691,7 +699,19 @@ func (l *Limiter) ResetNotify(ctx context.Context, key string) (int, error) {
 		if err := l.gr.reset(ctx, driver.AppendGrantKey(buf[:0], l.cfg.prefix, l.cfg.name, l.rule, key), k); err != nil {
 			return -1, fmt.Errorf("%w: reset %s: %w", ErrStoreUnavailable, l.cfg.name, err)
 		}
-		return -1, nil
+		if l.notify == nil {
+			return -1, nil
+		}
+		// The notice of the key (its plain state, deleted: a process
+		// deciding it without grants is reset too) ends every process's
+		// local refusal of it: see resetWatcher.
+		tctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+		defer cancel()
+		n, err := l.notify.DeleteNotify(tctx, l.cfg.prefix, k)
+		if err != nil {
+			return n, fmt.Errorf("%w: reset %s: the grant state was reset, but the notice to the other processes failed (they may refuse the key locally until the store could have had more): %w", ErrStoreUnavailable, l.cfg.name, err)
+		}
+		return n, nil
 	}
 	if l.deny != nil {
 		l.deny.Deleted(k)

@@ -142,8 +142,18 @@ func explain(cfg *config.Config, dom *config.Domain, entries []config.Entry) *ex
 	}
 	explainApplies(ex, cfg, dom, path, entries)
 	ex.Notes = nodeNotes(path[len(path)-1])
+	if p := cfg.Policy(ex.Policy); ex.Policy != "" && p != nil && p.Grants {
+		ex.Notes = append(ex.Notes, grantsNote)
+	}
 	return ex
 }
+
+// grantsNote is what a policy with grants means for a decision.
+const grantsNote = "grants: auto: each sluice serve instance decides against its own grant of the key's limit (docs/grants.md): " +
+	"a refusal is that instance's, and other instances may hold units they have not used " +
+	"(together they never admit more than the limit, and may admit up to a burst less); " +
+	"its retry-after is when that instance can next get units, its remaining that instance's units; " +
+	"sluice inspect shows the key's grants and their holders"
 
 // longestMatch is the path of the longest prefix of entries that matches:
 // Walk of a prefix is the path of the whole up to there.

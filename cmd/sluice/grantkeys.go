@@ -26,9 +26,15 @@ type grantState struct {
 	// after its refill, capped by the units held; a window's limit less
 	// its count).
 	Available int64 `json:"available"`
-	// Held is the units granted to the holders and not known to be spent.
-	Held    int64         `json:"held"`
-	Holders []grantHolder `json:"holders"`
+	// Held is the units granted to the holders and not known to be spent,
+	// of grants not ended (an ended grant's units are void: the script
+	// drops them at its next call).
+	Held int64 `json:"held"`
+	// Counting is the holders the fair cap counts (seen within a life, or
+	// holding units): each gets at most max(1, limit / (2 × (Counting+1)))
+	// units at a call of a new holder.
+	Counting int           `json:"counting_holders"`
+	Holders  []grantHolder `json:"holders"`
 	// WindowEndsInMS is a window's time left (fixed_window).
 	WindowEndsInMS float64 `json:"window_ends_in_ms,omitempty"`
 }
@@ -41,6 +47,9 @@ type grantHolder struct {
 	Units     int64   `json:"units"`
 	EndsInMS  float64 `json:"ends_in_ms"`
 	SeenForMS float64 `json:"seen_for_ms"`
+	// Counted: the holder still counts among the holders (its record
+	// goes at the next call otherwise).
+	Counted bool `json:"counted"`
 }
 
 // grantKeyOf is the store key of key's grant state under limiter l.
@@ -91,6 +100,8 @@ func decodeGrants(rule driver.Rule, raw map[string]string, now int64) (*grantSta
 		return nil, fmt.Errorf("level %q, time %q: want integers", raw["l"], raw["t"])
 	}
 	g := &grantState{Holders: []grantHolder{}}
+	var ended []grantHolder // raw units and ends, in microseconds
+	var all int64
 	for f, v := range raw {
 		id, ok := strings.CutPrefix(f, "h:")
 		if !ok {
@@ -100,22 +111,48 @@ func decodeGrants(rule driver.Rule, raw map[string]string, now int64) (*grantSta
 		if n, err := fmt.Sscanf(v, "%d %d %d", &units, &end, &seen); n != 3 || err != nil {
 			return nil, fmt.Errorf("holder %s: %q: want three integers", id, v)
 		}
-		g.Held += units
-		g.Holders = append(g.Holders, grantHolder{ID: id, Units: units, EndsInMS: float64(end-now) / 1000, SeenForMS: float64(seen-now) / 1000})
+		all += units
+		h := grantHolder{ID: id, Units: units, EndsInMS: float64(end-now) / 1000, SeenForMS: float64(seen-now) / 1000}
+		if end <= now {
+			h.Units = 0 // void: the grant ended
+			if units > 0 && end < now {
+				ended = append(ended, grantHolder{Units: units, EndsInMS: float64(end)})
+			}
+		}
+		h.Counted = seen > now || h.Units > 0
+		if h.Counted {
+			g.Counting++
+		}
+		g.Held += h.Units
+		g.Holders = append(g.Holders, h)
 	}
 	sort.Slice(g.Holders, func(i, j int) bool { return g.Holders[i].ID < g.Holders[j].ID })
-	g.Available = available(rule, level, at, g.Held, now, g)
+	g.Available = available(rule, level, at, all, ended, now, g)
 	return g, nil
 }
 
-// available is the units Valkey could grant at now: a bucket's level
-// refilled since at up to the burst less the units held; a window's limit
-// less its count while the window is the current one (all of it after).
-func available(rule driver.Rule, level, at, held, now int64, g *grantState) int64 {
+// available is the units Valkey could grant at now, as the grant script
+// refills: a bucket's level refilled since at, piecewise up to each ended
+// grant's end under the cap of the burst less the units counted until
+// then (all, less the ended grants' units from their ends on); a window's
+// limit less its count while the window is the current one (all of it
+// after).
+func available(rule driver.Rule, level, at, all int64, ended []grantHolder, now int64, g *grantState) int64 {
 	if rule.Algorithm.Rated() {
 		iv := rule.Interval.Microseconds()
-		l := min(rule.Limit*iv-held*iv, level+max(0, now-at))
-		return max(0, l/iv)
+		tau, held := rule.Limit*iv, all
+		sort.Slice(ended, func(i, j int) bool { return ended[i].EndsInMS < ended[j].EndsInMS })
+		if now > at {
+			for _, e := range ended {
+				if end := int64(e.EndsInMS); end > at {
+					level = min(tau-held*iv, level+(end-at))
+					at = end
+				}
+				held -= e.Units
+			}
+			level = min(tau-held*iv, level+(now-at))
+		}
+		return max(0, level/iv)
 	}
 	start, end := rule.Span(time.UnixMicro(now))
 	if start.UnixMicro() != at {
@@ -128,7 +165,7 @@ func available(rule driver.Rule, level, at, held, now int64, g *grantState) int6
 
 // printGrants shows a key's grants and holders, at most 20 of them.
 func printGrants(w io.Writer, g *grantState) {
-	fmt.Fprintf(w, "grants     %d available at Valkey, %d held by %d holder(s)", g.Available, g.Held, len(g.Holders))
+	fmt.Fprintf(w, "grants     %d available at Valkey, %d held by %d holder(s) as of their last calls (some may be spent since); %d counted for the fair cap", g.Available, g.Held, len(g.Holders), g.Counting)
 	if g.WindowEndsInMS > 0 {
 		fmt.Fprintf(w, "; the window ends in %v", time.Duration(g.WindowEndsInMS*1e6).Round(time.Millisecond))
 	}
@@ -140,24 +177,29 @@ func printGrants(w io.Writer, g *grantState) {
 		}
 		state := fmt.Sprintf("grant ends in %v", time.Duration(h.EndsInMS*1e6).Round(time.Millisecond))
 		if h.EndsInMS <= 0 {
-			state = "grant ended"
+			state = "grant ended (its units void)"
+		}
+		if !h.Counted {
+			state += ", no longer counted among the holders"
 		}
 		fmt.Fprintf(w, "           holder %s: %d units, %s\n", h.ID, h.Units, state)
 	}
 }
 
 // resetGrants resets key's grant state as sluice serve's limiter does
-// (Limiter.Reset with grants): the level becomes the limit less the units
-// the holders still hold, which stay valid until their grants end. Deleting
-// the hash instead would let the holders spend those units on top of a
-// full level: over-admission by up to the units held, for a grant's life.
-func resetGrants(ctx context.Context, k *keyEnv, p *config.Policy, key string) error {
+// (Limiter.ResetNotify with grants): the level becomes the limit less the
+// units the holders still hold, which stay valid until their grants end,
+// and the notice of the reset ends every process's local refusal of the
+// key. It returns the subscriptions the notice reached. Deleting the hash
+// instead would let the holders spend those units on top of a full level:
+// over-admission by up to the units held, for a grant's life.
+func resetGrants(ctx context.Context, k *keyEnv, p *config.Policy, key string) (int, error) {
 	l, err := k.limiter(p, sluice.WithGrants(p.GrantOptions))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer l.Close()
-	return l.Reset(ctx, key)
+	return l.ResetNotify(ctx, key)
 }
 
 // grantLife is p's grants' life (grant_life, default 2s).

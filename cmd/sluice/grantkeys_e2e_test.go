@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/valkeytest"
 )
@@ -102,4 +103,74 @@ func checkSeq(t *testing.T, base, policy, key string, n int) (allowed int64) {
 		}
 	}
 	return allowed
+}
+
+// TestE2EGrantsResetReachesEveryHolder: two sluice serve processes hold
+// grants of one key (burst 10, one unit an hour) and both refuse it once
+// it is exhausted, each from its own share: Valkey told them no unit
+// comes for minutes. A reset, by the CLI or by the admin DELETE on the
+// first, makes the second admit again within the notice's bound (500ms;
+// failed past 1.5s), as reset's output says. Fails when a holder ignores
+// the reset's notice: it then refuses until Valkey's "more" ends.
+func TestE2EGrantsResetReachesEveryHolder(t *testing.T) {
+	const token = "e2e-admin-token-grantreset-3c9d"
+	v := valkeytest.Start(t)
+	cfg := filepath.Join(t.TempDir(), "sluice.yaml")
+	writeFile(t, cfg, "admin:\n  token_env: SLUICE_ADMIN_TOKEN\npolicies:\n  - {name: hot, algorithm: gcra, burst: 10, rate: 1/h, grants: auto, grant_life: 1h, grant_period: 30m}\n")
+	env := []string{"SLUICE_ADMIN_TOKEN=" + token}
+	procs := []*proc{serve(t, env, "--config", cfg, "--valkey", v.Addr), serve(t, env, "--config", cfg, "--valkey", v.Addr)}
+	for _, p := range procs {
+		waitReady(t, p)
+	}
+	check := func(p *proc, key string) bool {
+		code, m := post(t, p.HTTP+"/v1/check", `{"policy":"hot","key":"`+key+`"}`)
+		if code != 200 || m["degraded"] == true {
+			t.Fatalf("check: %d %v", code, m)
+		}
+		return m["allowed"] == true
+	}
+	for _, how := range []string{"cli", "admin"} {
+		key := "k-" + how
+		admitted := 0
+		for range 15 {
+			for _, p := range procs {
+				if check(p, key) {
+					admitted++
+				}
+			}
+		}
+		if admitted != 10 || check(procs[1], key) {
+			t.Fatalf("%s: the two admitted %d of a burst of 10, then the second still admits", how, admitted)
+		}
+		// inspect shows both holders, counted, and never more units than
+		// the burst between Valkey and them.
+		code, stdout, stderr := sluiceCmd(t, "inspect", "--json", "--config", cfg, "--valkey", v.Addr, "hot", key)
+		var ks keyState
+		if err := json.Unmarshal([]byte(stdout), &ks); err != nil || code != 0 || ks.Grants == nil || len(ks.Grants.Holders) != 2 ||
+			ks.Grants.Counting != 2 || ks.Grants.Available+ks.Grants.Held > 10 || !ks.Grants.Holders[0].Counted || !ks.Grants.Holders[1].Counted {
+			t.Fatalf("%s: inspect: exit %d %v\n%s%s", how, code, err, stdout, stderr)
+		}
+		start := time.Now()
+		switch how {
+		case "cli":
+			code, stdout, stderr = sluiceCmd(t, "reset", "--config", cfg, "--valkey", v.Addr, "hot", key)
+			noStackTrace(t, "reset", stderr)
+			if code != 0 || !strings.Contains(stdout, "stay theirs until their grants end") || !strings.Contains(stdout, "stops refusing the key from its share within 500ms") ||
+				!strings.Contains(stdout, "the notice reached 2 subscribed") && !strings.Contains(stdout, "the notice reached 3 subscribed") {
+				t.Fatalf("reset: exit %d\n%s%s", code, stdout, stderr)
+			}
+		case "admin":
+			code, m := request(t, "DELETE", procs[0].HTTP+"/v1/keys/hot/"+key, "", token)
+			if code != 200 || m["notified"].(float64) < 2 || m["notice_bound_ms"] != float64(500) {
+				t.Fatalf("DELETE: %d %v", code, m)
+			}
+		}
+		for !check(procs[1], key) {
+			if time.Since(start) > 1500*time.Millisecond {
+				t.Fatalf("%s: the second process still refuses the key %v after its reset", how, time.Since(start))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("%s: the second process admits %v after the reset began", how, time.Since(start))
+	}
 }

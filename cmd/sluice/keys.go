@@ -975,7 +975,7 @@ func (r *resetRun) reset(ctx context.Context) {
 	r.existed, r.err = c.Do(ctx, c.B().Exists().Key(keys...).Build()).AsInt64()
 	switch {
 	case r.err == nil && r.p.Grants:
-		r.notified, r.err = -1, resetGrants(ctx, r.k, r.p, r.key)
+		r.notified, r.err = resetGrants(ctx, r.k, r.p, r.key)
 	case r.err == nil:
 		r.notified, r.err = r.l.ResetNotify(ctx, r.key)
 	}
@@ -1011,8 +1011,8 @@ func (r *resetRun) report(ctx context.Context, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if r.p.Grants {
-		fmt.Fprintf(stdout, "reset %s %q: the grant state's level is full again but for the units the processes hold, which stay theirs until their grants end (at most %v): together they get the limit of %d, less the units a process spent since its last grant call, never more\n",
-			r.p.Name, r.key, grantLife(r.p), r.l.Rule().Limit)
+		fmt.Fprintf(stdout, "reset %s %q: the grant state's level is full again but for the units the processes hold, which stay theirs until their grants end (at most %v); the notice reached %d subscribed sluice process(es), and every process on this Valkey stops refusing the key from its share within %v: from then a request its units do not cover asks Valkey again. Together they get the limit of %d, less the units a process spent since its last grant call, never more\n",
+			r.p.Name, r.key, grantLife(r.p), r.notified, valkeystore.NoticeBound, r.l.Rule().Limit)
 		return 0
 	}
 	fmt.Fprintf(stdout, "reset %s %q: state deleted; the notice reached %d subscribed sluice process(es), and every process on this Valkey stops refusing the key from its deny cache within %v: from then its next request gets the whole limit of %s\n",

@@ -173,6 +173,7 @@ const explainYAML = `
 policies:
   - {name: api, algorithm: gcra, burst: 20, rate: 5/s}
   - {name: login, algorithm: sliding_log, limit: 5, window: 15m}
+  - {name: hot, algorithm: gcra, burst: 100, rate: 50/s, grants: auto}
 domains:
   - domain: edge
     descriptors:
@@ -191,6 +192,10 @@ domains:
       - key: remote_address
         descriptors:
           - {key: path, value: /healthz, rate_limit: {unlimited: true}}
+  - domain: fleet
+    counting: each
+    descriptors:
+      - {key: region, policy: hot}
 `
 
 // TestE2EExplain: which entry matches and why, most specific first, and
@@ -203,11 +208,11 @@ func TestE2EExplain(t *testing.T) {
 		code    int
 		want    []string
 	}{
-		{[]string{"path=/api/login"}, 0, []string{"matched path=/api/login (exact value, line 8)", "not chosen: path=/api/*, path",
+		{[]string{"path=/api/login"}, 0, []string{"matched path=/api/login (exact value, line 9)", "not chosen: path=/api/*, path",
 			"applies: policy login: sliding_log(limit=5, window=15m0s)", "counted as: path=/api/login",
 			"key: edge:path:/api/login (sluice inspect login edge:path:/api/login)"}},
-		{[]string{"path=/api/users"}, 0, []string{"matched path=/api/* (wildcard value, line 11)", "applies: policy api: gcra"}},
-		{[]string{"path=/other"}, 0, []string{"matched path (key only: any value, line 14)", "applies: policy edge.path: fixed_window(limit=100, window=1m0s) (rate_limit 100 per 1 minute)"}},
+		{[]string{"path=/api/users"}, 0, []string{"matched path=/api/* (wildcard value, line 12)", "applies: policy api: gcra"}},
+		{[]string{"path=/other"}, 0, []string{"matched path (key only: any value, line 15)", "applies: policy edge.path: fixed_window(limit=100, window=1m0s) (rate_limit 100 per 1 minute)"}},
 		{[]string{"tenant=team-red"}, 0, []string{"wildcard value", "counted as: tenant=team-*", "key: edge:tenant:team-*", "note: share_threshold"}},
 		{[]string{"remote_address=1.2.3.4", "path=/healthz"}, 0, []string{"1. remote_address=1.2.3.4", "matched remote_address (key only", "2. path=/healthz", "applies: unlimited: always allowed"}},
 		{[]string{"remote_address=1.2.3.4"}, 0, []string{"applies: no limit at this descriptor (it only groups deeper ones)"}},
@@ -225,7 +230,18 @@ func TestE2EExplain(t *testing.T) {
 			}
 		}
 	}
-	code, stdout, _ := sluiceCmd(t, "explain", "--config", cfg, "--json", "edge", "path=/api/login")
+	// A policy with grants: the note says whose refusal it is.
+	code, stdout, _ := sluiceCmd(t, "explain", "--config", cfg, "fleet", "region=eu")
+	for _, w := range []string{"applies: policy hot: gcra", "note: grants: auto: each sluice serve instance decides against its own grant",
+		"a refusal is that instance's, and other instances may hold units they have not used", "sluice inspect shows the key's grants"} {
+		if code != 0 || !strings.Contains(stdout, w) {
+			t.Errorf("fleet region=eu: exit %d, stdout lacks %q:\n%s", code, w, stdout)
+		}
+	}
+	if code, stdout, _ := sluiceCmd(t, "explain", "--config", cfg, "edge", "path=/api/users"); code != 0 || strings.Contains(stdout, "grants") {
+		t.Errorf("a policy without grants: exit %d, a note of grants:\n%s", code, stdout)
+	}
+	code, stdout, _ = sluiceCmd(t, "explain", "--config", cfg, "--json", "edge", "path=/api/login")
 	var ex struct {
 		Matched bool
 		Policy  string

@@ -24,6 +24,14 @@ type Hold struct {
 // MaxHold bounds a hold (and an exponential's mean).
 const MaxHold = MaxDuration
 
+// mean is the hold's mean.
+func (h Hold) mean() time.Duration {
+	if h.Dist == "uniform" {
+		return (h.Min + h.Max) / 2
+	}
+	return h.Min
+}
+
 // IsZero reports whether no hold was given.
 func (h Hold) IsZero() bool { return h.Dist == "" }
 

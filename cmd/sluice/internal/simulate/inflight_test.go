@@ -331,3 +331,30 @@ func TestInFlightPicture(t *testing.T) {
 		}
 	}
 }
+
+// TestInFlightEstimateCountsRenewals: the up-front estimate of an in_flight
+// run counts the holders' renewals, every third of the lease while a hold
+// lasts: 100 requests a second for 10s, each holding 1s under a lease of
+// 300ms, renew 9 times each (at 100ms, ..., 900ms), so the run makes about
+// 1,000 acquires, 1,000 releases and 9,000 renewals. Held to within 10%;
+// and a saturated policy's renewals are bounded by its limit (5 leases
+// renewed every 100ms). Fails when the estimate leaves renewals out
+// (about 2,000 decisions) or ignores the limit.
+func TestInFlightEstimateCountsRenewals(t *testing.T) {
+	for _, tc := range []struct {
+		limit    int
+		min, max int64
+	}{
+		{1000, 9_900, 12_100},
+		{5, 2_000, 2_000 + 5*100 + 1},
+	} {
+		pols := mustPolicies(t, fmt.Sprintf("name=p,algorithm=in_flight,limit=%d,lease=300ms", tc.limit))
+		plan, err := NewPlan(Options{Policies: pols, Traffic: mustTraffic(t, "steady:100/s,hold=1s"), Duration: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := plan.Decisions - int64(plan.Buckets); got < tc.min || got > tc.max {
+			t.Errorf("limit %d: the estimate is %d decisions (besides %d buckets), want %d to %d", tc.limit, got, plan.Buckets, tc.min, tc.max)
+		}
+	}
+}

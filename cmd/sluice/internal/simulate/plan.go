@@ -334,11 +334,30 @@ func (p *Plan) count(traffic []Traffic, traceCounts []int64) {
 		}
 		p.Requests[i] = int64(math.Ceil(n))
 		total += p.Requests[i] + int64(p.Buckets)
-		if p.opts.Policies[i].Algorithm == driver.AlgorithmInFlight {
-			total += p.Requests[i] // a release for each acquire (renewals not counted)
+		if pol := p.opts.Policies[i]; pol.Algorithm == driver.AlgorithmInFlight {
+			total += p.Requests[i] // a release for each acquire
+			total += p.renewals(pol, traffic)
 		}
 	}
 	p.Decisions = total
+}
+
+// renewals estimates the lease renewals of in_flight policy pol: each
+// request renews every third of the lease while its hold lasts (about its
+// mean hold, clipped to the run, over a third of the lease, less half a
+// renewal), and no more leases than the limit are held at once.
+func (p *Plan) renewals(pol *config.Policy, traffic []Traffic) int64 {
+	rule, err := pol.Policy.Rule()
+	if err != nil || rule.Window <= 0 {
+		return 0
+	}
+	every := float64(max(rule.Window/3, time.Microsecond))
+	var n float64
+	for _, t := range traffic {
+		n += t.Expected(p.Duration) * max(0, float64(min(t.Hold.mean(), p.Duration))/every-0.5)
+	}
+	n = min(n, float64(rule.Limit)*float64(p.Duration)/every)
+	return int64(math.Ceil(n))
 }
 
 // Estimate is the rough time the run takes on one core.
