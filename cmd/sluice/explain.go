@@ -151,7 +151,7 @@ func explain(cfg *config.Config, dom *config.Domain, entries []config.Entry) *ex
 // grantsNote is what a policy with grants means for a decision.
 const grantsNote = "grants: auto: each sluice serve instance decides against its own grant of the key's limit (docs/grants.md): " +
 	"a refusal is that instance's, and other instances may hold units they have not used " +
-	"(together they never admit more than the limit, and may admit up to a burst less); " +
+	"(together they never admit more than the limit, and may admit less, within the bound of docs/grants.md); " +
 	"its retry-after is when that instance can next get units, its remaining that instance's units; " +
 	"sluice inspect shows the key's grants and their holders"
 
