@@ -22,8 +22,12 @@ type grantHolder struct{ g, end, seen int64 }
 // grantState is a key's central grant state (see driver.Granter).
 type grantState struct {
 	level, at int64 // L0 (µs of credit, or a window's count) and its time (a window's first instant)
-	holders   map[driver.HolderID]*grantHolder
-	expires   time.Time
+	// withheld is the refill a bucket's level did not get because of the
+	// units counted as held (its cap tau − ΣG_h below tau), in µs of
+	// credit: see GrantWithheld.
+	withheld int64
+	holders  map[driver.HolderID]*grantHolder
+	expires  time.Time
 }
 
 type grantStates struct {
@@ -165,13 +169,22 @@ func refill(st *grantState, now, tau, iv int64) {
 	sort.Slice(ends, func(i, j int) bool { return ends[i].end < ends[j].end })
 	for _, h := range ends {
 		if h.end > st.at {
-			st.level = min(tau-held*iv, st.level+(h.end-st.at))
+			st.level = refillTo(st, tau, held*iv, h.end-st.at)
 			st.at = h.end
 		}
 		held -= h.g
 	}
-	st.level = min(tau-held*iv, st.level+(now-st.at))
+	st.level = refillTo(st, tau, held*iv, now-st.at)
 	st.at = now
+}
+
+// refillTo is st's level refilled by d under the cap tau − held, counting
+// in st.withheld what the cap below tau kept from it.
+func refillTo(st *grantState, tau, held, d int64) int64 {
+	free := min(tau, st.level+d)
+	capped := min(tau-held, st.level+d)
+	st.withheld += max(0, free-max(capped, st.level))
+	return capped
 }
 
 // grantBucket is grant.lua's bucket: TokenBucket and GCRA.
@@ -270,6 +283,27 @@ func lastOf(st *grantState) int64 {
 		last = max(last, h.end, h.seen)
 	}
 	return last
+}
+
+// GrantWithheld returns the refill key's bucket level did not get, in
+// units, because of the units counted as held by its holders since the
+// key's grant state began: the level's cap is the burst less those units,
+// and while the level sits at that cap, refill that an exact bucket at
+// the same level would have taken is withheld. It is the term of the
+// under-admission bound of grants that the holders' spent units not yet
+// reported cause (docs/grants.md); 0 for a window, or when key holds no
+// grant state.
+func (s *Store) GrantWithheld(key string, rule driver.Rule) int64 {
+	g := &s.grants
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.m[key]
+	if st == nil || !rule.Algorithm.Rated() || rule.Interval <= 0 {
+		return 0
+	}
+	iv := rule.Interval.Microseconds()
+	refill(st, s.clock().UnixMicro(), rule.Limit*iv, iv) // what the next call would find
+	return st.withheld / iv
 }
 
 // GrantHolders returns, for tests and inspection, the records of key's
