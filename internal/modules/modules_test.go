@@ -174,3 +174,37 @@ func strip(p string) string {
 	p, _, _ = strings.Cut(p, " ")
 	return p
 }
+
+// core are the library's packages that import only the standard library
+// and the packages listed (docs/modules.md): the root package and driver,
+// and waiting, which httplimit, grpclimit and sluice serve all import.
+var core = map[string][]string{
+	"":         {"/driver"},
+	"/driver":  nil,
+	"/waiting": {"/driver"},
+}
+
+// TestCoreImports checks, with every dependency (not only the direct
+// imports), that each package of core depends only on the standard
+// library and the packages it lists.
+func TestCoreImports(t *testing.T) {
+	const repo = "github.com/sluicehq/sluice"
+	for p, allowed := range core {
+		cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{.Standard}}", "."+p)
+		cmd.Dir = root
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", repo+p, err)
+		}
+		ok := map[string]bool{repo + p: true}
+		for _, a := range allowed {
+			ok[repo+a] = true
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			dep, std, _ := strings.Cut(line, " ")
+			if std != "true" && !ok[dep] {
+				t.Errorf("%s depends on %s: only the standard library and %v", repo+p, dep, allowed)
+			}
+		}
+	}
+}
