@@ -67,15 +67,13 @@ func (s *Server) serve(st *state) {
 	// reload goes on from them: its counters never go back, over
 	// Prometheus as over OTLP (whose cumulative sums keep their start
 	// time and cannot show a reset).
+	if s.grants.gone == nil {
+		s.grants.gone = map[string]sluice.GrantStats{}
+	}
 	for _, m := range []map[string]sluice.GrantStats{s.grants.carried, final} {
-		for name := range m {
+		for name, st := range m {
 			if _, ok := keep[name]; !ok {
-				if s.grants.gone == nil {
-					s.grants.gone = map[string]sluice.GrantStats{}
-				}
-				s.grants.gone[name] = s.grants.gone[name].Add(s.grants.carried[name].Add(final[name]))
-				delete(s.grants.carried, name)
-				delete(final, name)
+				s.grants.gone[name] = s.grants.gone[name].Add(st)
 			}
 		}
 	}
